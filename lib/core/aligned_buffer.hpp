@@ -1,0 +1,36 @@
+// An owned, 64-byte aligned, uninitialised byte buffer (activation arenas, KV caches, scratch).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+namespace sitsrt {
+
+class AlignedBuffer {
+ public:
+  static constexpr std::size_t kAlignment = 64;
+
+  AlignedBuffer() = default;
+  // Throws sitsrt::Error(kOutOfMemory) naming `what` when the allocation fails.
+  AlignedBuffer(std::size_t bytes, std::string_view what);
+
+  [[nodiscard]] std::byte* data() noexcept { return data_.get(); }
+  [[nodiscard]] const std::byte* data() const noexcept { return data_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::span<std::byte> span() noexcept { return {data_.get(), size_}; }
+  template <typename T>
+  [[nodiscard]] T* as() noexcept {
+    return reinterpret_cast<T*>(data_.get());
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept;
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace sitsrt

@@ -1,0 +1,20 @@
+#include <sitsrt/error.hpp>
+
+namespace sitsrt {
+
+const char* to_string(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kInvalidModel: return "invalid model";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kIo: return "i/o error";
+    case ErrorCode::kOutOfMemory: return "out of memory";
+    case ErrorCode::kRejected: return "rejected";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "unknown error";
+}
+
+Error::Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+
+}  // namespace sitsrt

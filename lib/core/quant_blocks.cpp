@@ -1,0 +1,228 @@
+#include "core/quant_blocks.hpp"
+
+#include "core/check.hpp"
+#include "core/half.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace sitsrt {
+namespace {
+
+std::uint32_t load_qh(const std::uint8_t* qh) {
+  std::uint32_t v;
+  std::memcpy(&v, qh, 4);
+  return v;
+}
+
+void store_qh(std::uint8_t* qh, std::uint32_t v) { std::memcpy(qh, &v, 4); }
+
+void check_blocks(DType type, std::int64_t n) {
+  if (!fits_blocks(type, n)) {
+    raise(ErrorCode::kInvalidArgument, "{}: row of {} elements is not a multiple of {}", name(type), n,
+          traits(type).block_size);
+  }
+}
+
+// The element of largest magnitude, keeping its sign (Q4_0/Q5_0 map it to -8 / -16).
+float signed_absmax(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < kQBlock; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  return max;
+}
+
+}  // namespace
+
+void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
+  check_blocks(type, n);
+  const std::int64_t nb = n / traits(type).block_size;
+  switch (type) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
+      return;
+    case DType::kF16: {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* b = static_cast<const BlockQ8_0*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kQBlock) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQBlock; ++j) dst[j] = d * static_cast<float>(b[i].qs[j]);
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      const auto* b = static_cast<const BlockQ4_0*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kQBlock) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          dst[j] = d * static_cast<float>((b[i].qs[j] & 0x0F) - 8);
+          dst[j + 16] = d * static_cast<float>((b[i].qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    }
+    case DType::kQ4_1: {
+      const auto* b = static_cast<const BlockQ4_1*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kQBlock) {
+        const float d = fp16_to_fp32(b[i].d);
+        const float m = fp16_to_fp32(b[i].m);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          dst[j] = d * static_cast<float>(b[i].qs[j] & 0x0F) + m;
+          dst[j + 16] = d * static_cast<float>(b[i].qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case DType::kQ5_0: {
+      const auto* b = static_cast<const BlockQ5_0*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kQBlock) {
+        const float d = fp16_to_fp32(b[i].d);
+        const std::uint32_t qh = load_qh(b[i].qh);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const int hi0 = static_cast<int>((qh >> j) & 1u) << 4;
+          const int hi1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
+          dst[j] = d * static_cast<float>(((b[i].qs[j] & 0x0F) | hi0) - 16);
+          dst[j + 16] = d * static_cast<float>(((b[i].qs[j] >> 4) | hi1) - 16);
+        }
+      }
+      return;
+    }
+    case DType::kQ5_1: {
+      const auto* b = static_cast<const BlockQ5_1*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kQBlock) {
+        const float d = fp16_to_fp32(b[i].d);
+        const float m = fp16_to_fp32(b[i].m);
+        const std::uint32_t qh = load_qh(b[i].qh);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const int hi0 = static_cast<int>((qh >> j) & 1u) << 4;
+          const int hi1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
+          dst[j] = d * static_cast<float>((b[i].qs[j] & 0x0F) | hi0) + m;
+          dst[j + 16] = d * static_cast<float>((b[i].qs[j] >> 4) | hi1) + m;
+        }
+      }
+      return;
+    }
+  }
+  raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
+}
+
+void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
+  check_blocks(type, n);
+  const std::int64_t nb = n / traits(type).block_size;
+  switch (type) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
+      return;
+    case DType::kF16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      auto* b = static_cast<BlockQ8_0*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kQBlock) {
+        float amax = 0.0f;
+        for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(src[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = fp32_to_fp16(d);
+        for (int j = 0; j < kQBlock; ++j) b[i].qs[j] = static_cast<std::int8_t>(std::lround(src[j] * id));
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      auto* b = static_cast<BlockQ4_0*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kQBlock) {
+        const float d = signed_absmax(src) / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = fp32_to_fp16(d);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const int q0 = std::min(15, static_cast<int>(static_cast<std::int8_t>(src[j] * id + 8.5f)));
+          const int q1 = std::min(15, static_cast<int>(static_cast<std::int8_t>(src[j + 16] * id + 8.5f)));
+          b[i].qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+        }
+      }
+      return;
+    }
+    case DType::kQ4_1: {
+      auto* b = static_cast<BlockQ4_1*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kQBlock) {
+        const auto [lo, hi] = std::minmax_element(src, src + kQBlock);
+        const float min = *lo;
+        const float d = (*hi - min) / 15.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = fp32_to_fp16(d);
+        b[i].m = fp32_to_fp16(min);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const int q0 = std::min(15, static_cast<int>(static_cast<std::int8_t>((src[j] - min) * id + 0.5f)));
+          const int q1 =
+              std::min(15, static_cast<int>(static_cast<std::int8_t>((src[j + 16] - min) * id + 0.5f)));
+          b[i].qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+        }
+      }
+      return;
+    }
+    case DType::kQ5_0: {
+      auto* b = static_cast<BlockQ5_0*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kQBlock) {
+        const float d = signed_absmax(src) / -16.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = fp32_to_fp16(d);
+        std::uint32_t qh = 0;
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const int q0 = std::min(31, static_cast<int>(static_cast<std::int8_t>(src[j] * id + 16.5f)));
+          const int q1 = std::min(31, static_cast<int>(static_cast<std::int8_t>(src[j + 16] * id + 16.5f)));
+          b[i].qs[j] = static_cast<std::uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+          qh |= static_cast<std::uint32_t>((q0 & 0x10) >> 4) << j;
+          qh |= static_cast<std::uint32_t>((q1 & 0x10) >> 4) << (j + 16);
+        }
+        store_qh(b[i].qh, qh);
+      }
+      return;
+    }
+    case DType::kQ5_1: {
+      auto* b = static_cast<BlockQ5_1*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kQBlock) {
+        const auto [lo, hi] = std::minmax_element(src, src + kQBlock);
+        const float min = *lo;
+        const float d = (*hi - min) / 31.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = fp32_to_fp16(d);
+        b[i].m = fp32_to_fp16(min);
+        std::uint32_t qh = 0;
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const int q0 = std::min(31, static_cast<int>(static_cast<std::int8_t>((src[j] - min) * id + 0.5f)));
+          const int q1 =
+              std::min(31, static_cast<int>(static_cast<std::int8_t>((src[j + 16] - min) * id + 0.5f)));
+          b[i].qs[j] = static_cast<std::uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+          qh |= static_cast<std::uint32_t>((q0 & 0x10) >> 4) << j;
+          qh |= static_cast<std::uint32_t>((q1 & 0x10) >> 4) << (j + 16);
+        }
+        store_qh(b[i].qh, qh);
+      }
+      return;
+    }
+  }
+  raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
+}
+
+}  // namespace sitsrt

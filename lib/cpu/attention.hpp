@@ -1,0 +1,42 @@
+// Causal multi-head attention with grouped KV heads, reading keys and values from a cache.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "cpu/cpu_context.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sitsrt::cpu {
+
+// One layer's K and V cache: position p's key row at k + p * row_stride (same for v),
+// each row n_kv_heads * head_dim elements of `type` (kF32 or kF16).
+struct KvLayerView {
+  DType type = DType::kF32;
+  std::byte* k = nullptr;
+  std::byte* v = nullptr;
+  std::size_t row_stride = 0;
+  std::int64_t capacity = 0;  // positions the cache can hold
+};
+
+// Writes `rows` key/value rows (kv_width floats each) at positions pos0 .. pos0+rows-1,
+// converting to the cache type. Throws kInvalidArgument past capacity.
+void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
+              std::int64_t ldv, std::int64_t rows, std::int64_t kv_width, std::int64_t pos0);
+
+struct AttentionShape {
+  std::int64_t n_heads = 0;
+  std::int64_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0; query head h reads KV head h / (n_heads / n_kv_heads)
+  std::int64_t head_dim = 0;
+  float scale = 0.0f;           // usually 1/sqrt(head_dim)
+};
+
+// q: `rows` rows of n_heads * head_dim floats; row i is the token at position pos0 + i and
+// attends to cache positions 0 .. pos0 + i (inclusive). out: same shape as q.
+// Work is split over (row, kv head) pairs; each thread needs attention_scratch_floats.
+void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t rows, std::int64_t pos0,
+               const KvLayerView& kv, const AttentionShape& shape, float* out, std::int64_t ldo);
+
+std::size_t attention_scratch_floats(std::int64_t capacity, const AttentionShape& shape) noexcept;
+
+}  // namespace sitsrt::cpu

@@ -1,0 +1,37 @@
+// Matrix products against weights kept in their stored (possibly block-quantized) format.
+// Weights are dequantized block by block inside the kernels, never as a whole tensor.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "cpu/cpu_context.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sitsrt::cpu {
+
+// W: `rows` output rows of `cols` input elements, row r at data + r * row_stride bytes
+// (row_stride >= row_bytes(type, cols)). GGUF order: cols = dims[0], rows = dims[1].
+struct WeightMatrix {
+  DType type = DType::kF32;
+  const std::byte* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::size_t row_stride = 0;
+};
+
+// y[i, r] = sum_c x[i, c] * W[r, c] for i < m, r < W.rows.
+// x: m rows of W.cols floats, row stride ldx; y: m rows of W.rows floats, row stride ldy.
+// m == 1 is the decode matvec; m > 1 the prefill GEMM. Output rows split across threads.
+void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m,
+            float* y, std::int64_t ldy);
+
+// Per-thread scratch (in floats) matmul needs for this weight and batch size.
+std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept;
+
+// out[i, :] = dequantized row ids[i] of `table` (embedding lookup). Throws kInvalidArgument
+// when an id is outside [0, table.rows).
+void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out,
+              std::int64_t ldo);
+
+}  // namespace sitsrt::cpu

@@ -1,0 +1,67 @@
+// Token selection from logits, and the per-token statistics reported in TokenEvent.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace sitsrt {
+
+struct SamplingParams {
+  float temperature = 0.8f;     // <= 0: greedy (argmax)
+  std::int32_t top_k = 40;      // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;  // 1: off; llama.cpp rule: logit > 0 ? logit / penalty : logit * penalty
+  std::int32_t repeat_last_n = 64;
+  std::uint64_t seed = 0;
+};
+
+struct TokenLogprob {
+  std::int32_t id;
+  float logprob;
+};
+
+// Statistics of the model's (unmodified) next-token distribution.
+struct TokenStats {
+  float logprob = 0.0f;            // log p(chosen)
+  float entropy = 0.0f;            // nats
+  std::vector<TokenLogprob> top;   // k most likely tokens, descending
+};
+
+// Computes log-softmax statistics for `chosen` and the k most likely tokens without sorting
+// the whole vocabulary (O(V log k)). `top` is reused to avoid allocation.
+void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std::int32_t k, TokenStats& out);
+
+// Stateful sampler: owns its RNG (seeded from params.seed) and candidate scratch. Pipeline:
+// repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. Greedy when
+// temperature <= 0 (ties: the lowest id). Not thread-safe; one per request.
+class Sampler {
+ public:
+  Sampler(SamplingParams params, std::int32_t vocab_size);
+
+  // `history`: previous tokens (prompt + generated) for the repetition penalty.
+  std::int32_t sample(std::span<const float> logits, std::span<const std::int32_t> history);
+
+  [[nodiscard]] const SamplingParams& params() const noexcept { return params_; }
+
+  // For tests: the candidate ids that survive filtering of `logits` (before the draw).
+  std::vector<std::int32_t> candidates(std::span<const float> logits, std::span<const std::int32_t> history);
+
+ private:
+  void filter(std::span<const float> logits, std::span<const std::int32_t> history);
+
+  struct Candidate {
+    std::int32_t id;
+    float logit;
+    float p;
+  };
+  SamplingParams params_;
+  std::int32_t vocab_size_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> candidates_;
+  std::vector<float> penalised_;
+};
+
+}  // namespace sitsrt
