@@ -9,12 +9,12 @@
 namespace sitsrt {
 
 struct SamplingParams {
-  float temperature = 0.8f;     // <= 0: greedy (argmax)
-  std::int32_t top_k = 40;      // <= 0: off
-  float top_p = 0.95f;          // >= 1: off
-  float min_p = 0.05f;          // <= 0: off; keeps tokens with p >= min_p * p_max
-  float repeat_penalty = 1.0f;  // 1: off; llama.cpp rule: logit > 0 ? logit / penalty : logit * penalty
-  std::int32_t repeat_last_n = 64;
+  float temperature = 0.8f;         // <= 0: greedy (argmax)
+  std::int32_t top_k = 40;          // <= 0: off
+  float top_p = 0.95f;              // >= 1: off
+  float min_p = 0.05f;              // <= 0: off; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;      // 1: off; llama.cpp rule: logit > 0 ? logit / penalty : logit * penalty
+  std::int32_t repeat_last_n = 64;  // history tokens the penalty looks at; 0: off, -1: all
   std::uint64_t seed = 0;
 };
 
@@ -25,23 +25,32 @@ struct TokenLogprob {
 
 // Statistics of the model's (unmodified) next-token distribution.
 struct TokenStats {
-  float logprob = 0.0f;            // log p(chosen)
-  float entropy = 0.0f;            // nats
-  std::vector<TokenLogprob> top;   // k most likely tokens, descending
+  float logprob = 0.0f;           // log p(chosen)
+  float entropy = 0.0f;           // nats
+  std::vector<TokenLogprob> top;  // k most likely tokens, descending
 };
 
 // Computes log-softmax statistics for `chosen` and the k most likely tokens without sorting
-// the whole vocabulary (O(V log k)). `top` is reused to avoid allocation.
+// the whole vocabulary (O(V log k)); ties rank the lower id first; k is clamped to the vocabulary
+// and k <= 0 leaves `top` empty. `out.top` is reused to avoid allocation. Throws
+// kInvalidArgument for empty logits or `chosen` outside them.
 void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std::int32_t k, TokenStats& out);
 
 // Stateful sampler: owns its RNG (seeded from params.seed) and candidate scratch. Pipeline:
-// repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. Greedy when
-// temperature <= 0 (ties: the lowest id). Not thread-safe; one per request.
+// repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. top-p and min-p use
+// the softmax (at temperature 1) of the candidates that survived the previous steps. Greedy when
+// temperature <= 0 (ties: the lowest id). The draw uses the raw 64-bit mt19937_64 output, so a
+// seed gives the same tokens with every standard library. Not thread-safe; one per request.
+// Allocates its scratch in the constructor only.
 class Sampler {
  public:
+  // Throws kInvalidArgument naming the parameter: vocab_size <= 0, non-finite temperature,
+  // top_p < 0 or NaN, min_p > 1 or NaN, repeat_penalty <= 0 or non-finite, repeat_last_n < -1.
   Sampler(SamplingParams params, std::int32_t vocab_size);
 
-  // `history`: previous tokens (prompt + generated) for the repetition penalty.
+  // `logits`: vocab_size raw model scores (left unmodified). `history`: previous tokens
+  // (prompt + generated) for the repetition penalty. Throws kInvalidArgument on a size
+  // mismatch, an out-of-range history id, or when no logit is a number above -inf.
   std::int32_t sample(std::span<const float> logits, std::span<const std::int32_t> history);
 
   [[nodiscard]] const SamplingParams& params() const noexcept { return params_; }
@@ -50,18 +59,22 @@ class Sampler {
   std::vector<std::int32_t> candidates(std::span<const float> logits, std::span<const std::int32_t> history);
 
  private:
+  // Logits after the repetition penalty: `logits` itself, or penalised_ holding a copy.
+  std::span<const float> penalise(std::span<const float> logits, std::span<const std::int32_t> history);
   void filter(std::span<const float> logits, std::span<const std::int32_t> history);
+  std::int32_t draw();
 
   struct Candidate {
     std::int32_t id;
     float logit;
-    float p;
+    float weight;  // exp((logit - max) / temperature), unnormalised
   };
   SamplingParams params_;
   std::int32_t vocab_size_;
   std::mt19937_64 rng_;
   std::vector<Candidate> candidates_;
   std::vector<float> penalised_;
+  std::vector<std::uint8_t> penalty_applied_;  // per id, all zero between calls
 };
 
 }  // namespace sitsrt

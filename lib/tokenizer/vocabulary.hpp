@@ -34,7 +34,7 @@ struct Vocabulary {
   std::int32_t pad = -1;
   bool add_bos = true;
   bool add_eos = false;
-  bool add_space_prefix = true;     // SentencePiece dummy prefix
+  bool add_space_prefix = true;  // SentencePiece dummy prefix
 
   [[nodiscard]] std::int32_t size() const noexcept { return static_cast<std::int32_t>(pieces.size()); }
 };

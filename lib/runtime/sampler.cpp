@@ -1,0 +1,238 @@
+#include "runtime/sampler.hpp"
+
+#include "core/check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sitsrt {
+namespace {
+
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// Orders by logit, descending; equal logits rank the lower id first.
+template <typename T>
+bool ranks_higher(const T& a, const T& b, float a_value, float b_value) noexcept {
+  return a_value > b_value || (a_value == b_value && a.id < b.id);
+}
+
+// Uniform in [0, 1) from the top 53 bits of the generator's raw output: std's distributions
+// are implementation-defined, this is the same everywhere.
+double uniform_unit(std::mt19937_64& rng) noexcept {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+// Largest value, skipping NaN; -inf when there is none.
+float max_logit(std::span<const float> logits) noexcept {
+  float best = kNegativeInfinity;
+  for (const float logit : logits) best = logit > best ? logit : best;
+  return best;
+}
+
+}  // namespace
+
+void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std::int32_t k, TokenStats& out) {
+  const auto vocab_size = static_cast<std::int64_t>(logits.size());
+  if (vocab_size == 0) raise(ErrorCode::kInvalidArgument, "compute_token_stats: empty logits");
+  if (chosen < 0 || chosen >= vocab_size) {
+    raise(ErrorCode::kInvalidArgument, "compute_token_stats: chosen id {} is outside the {} logits", chosen,
+          vocab_size);
+  }
+  const float max = max_logit(logits);
+  if (!std::isfinite(max)) raise(ErrorCode::kInvalidArgument, "compute_token_stats: no finite logit (max {})", max);
+
+  // sum = sum e_i and weighted = sum e_i * (l_i - max) with e_i = exp(l_i - max), so that
+  // log Z = max + log(sum) and H = -sum p_i log p_i = log(sum) - weighted / sum.
+  double sum = 0.0;
+  double weighted = 0.0;
+  for (const float logit : logits) {
+    const float shifted = logit - max;
+    const float e = std::exp(shifted);
+    if (e > 0.0f) {  // also skips NaN; avoids 0 * -inf for -inf logits
+      sum += e;
+      weighted += static_cast<double>(e) * shifted;
+    }
+  }
+  const double log_sum = std::log(sum);
+  const double log_z = max + log_sum;
+  out.logprob = static_cast<float>(logits[chosen] - log_z);
+  out.entropy = static_cast<float>(log_sum - weighted / sum);
+
+  // Keep the k best in a heap whose front is the worst kept (O(V log k)).
+  const auto top_k = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, vocab_size));
+  const auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
+    return ranks_higher(a, b, a.logprob, b.logprob);  // .logprob holds the raw logit here
+  };
+  out.top.clear();
+  if (top_k == 0) return;
+  for (std::int32_t id = 0; id < vocab_size; ++id) {
+    const TokenLogprob entry{id, logits[id]};
+    if (std::isnan(entry.logprob)) continue;
+    if (out.top.size() < top_k) {
+      out.top.push_back(entry);
+      std::push_heap(out.top.begin(), out.top.end(), better);
+    } else if (better(entry, out.top.front())) {
+      std::pop_heap(out.top.begin(), out.top.end(), better);
+      out.top.back() = entry;
+      std::push_heap(out.top.begin(), out.top.end(), better);
+    }
+  }
+  std::sort_heap(out.top.begin(), out.top.end(), better);  // best first
+  for (TokenLogprob& entry : out.top) entry.logprob = static_cast<float>(entry.logprob - log_z);
+}
+
+Sampler::Sampler(SamplingParams params, std::int32_t vocab_size)
+    : params_(params), vocab_size_(vocab_size), rng_(params.seed) {
+  if (vocab_size <= 0) raise(ErrorCode::kInvalidArgument, "sampler: vocab_size must be positive, got {}", vocab_size);
+  if (!std::isfinite(params_.temperature)) {
+    raise(ErrorCode::kInvalidArgument, "sampler: temperature must be finite, got {}", params_.temperature);
+  }
+  if (std::isnan(params_.top_p) || params_.top_p < 0.0f) {
+    raise(ErrorCode::kInvalidArgument, "sampler: top_p must be >= 0 (>= 1 disables it), got {}", params_.top_p);
+  }
+  if (std::isnan(params_.min_p) || params_.min_p > 1.0f) {
+    raise(ErrorCode::kInvalidArgument, "sampler: min_p must be <= 1 (<= 0 disables it), got {}", params_.min_p);
+  }
+  if (!std::isfinite(params_.repeat_penalty) || params_.repeat_penalty <= 0.0f) {
+    raise(ErrorCode::kInvalidArgument, "sampler: repeat_penalty must be positive and finite, got {}",
+          params_.repeat_penalty);
+  }
+  if (params_.repeat_last_n < -1) {
+    raise(ErrorCode::kInvalidArgument, "sampler: repeat_last_n must be >= -1 (-1: whole history), got {}",
+          params_.repeat_last_n);
+  }
+  candidates_.reserve(static_cast<std::size_t>(vocab_size));
+  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) {
+    penalised_.reserve(static_cast<std::size_t>(vocab_size));
+    penalty_applied_.assign(static_cast<std::size_t>(vocab_size), 0);
+  }
+}
+
+std::span<const float> Sampler::penalise(std::span<const float> logits, std::span<const std::int32_t> history) {
+  if (logits.size() != static_cast<std::size_t>(vocab_size_)) {
+    raise(ErrorCode::kInvalidArgument, "sampler: got {} logits for a vocabulary of {}", logits.size(), vocab_size_);
+  }
+  if (penalty_applied_.empty() || history.empty()) return logits;
+  const std::size_t window = params_.repeat_last_n < 0
+                                 ? history.size()
+                                 : std::min(history.size(), static_cast<std::size_t>(params_.repeat_last_n));
+  const std::span<const std::int32_t> recent = history.last(window);
+  for (const std::int32_t id : recent) {
+    if (id < 0 || id >= vocab_size_) {
+      raise(ErrorCode::kInvalidArgument, "sampler: history token {} is outside the vocabulary of {}", id, vocab_size_);
+    }
+  }
+  penalised_.assign(logits.begin(), logits.end());
+  const float penalty = params_.repeat_penalty;
+  for (const std::int32_t id : recent) {
+    if (penalty_applied_[id] != 0) continue;  // each distinct token is penalised once
+    penalty_applied_[id] = 1;
+    float& logit = penalised_[id];
+    logit = logit > 0.0f ? logit / penalty : logit * penalty;
+  }
+  for (const std::int32_t id : recent) penalty_applied_[id] = 0;
+  return penalised_;
+}
+
+void Sampler::filter(std::span<const float> logits, std::span<const std::int32_t> history) {
+  const std::span<const float> scores = penalise(logits, history);
+  const float max = max_logit(scores);
+  if (!std::isfinite(max)) raise(ErrorCode::kInvalidArgument, "sampler: no finite logit (max {})", max);
+
+  candidates_.clear();
+  for (std::int32_t id = 0; id < vocab_size_; ++id) {
+    if (!std::isnan(scores[id])) candidates_.push_back({id, scores[id], 0.0f});
+  }
+  const auto better = [](const Candidate& a, const Candidate& b) { return ranks_higher(a, b, a.logit, b.logit); };
+
+  bool sorted = false;
+  if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < candidates_.size()) {
+    const auto kept = candidates_.begin() + params_.top_k;
+    std::partial_sort(candidates_.begin(), kept, candidates_.end(), better);
+    candidates_.erase(kept, candidates_.end());
+    sorted = true;
+  }
+
+  if (params_.top_p < 1.0f) {
+    if (!sorted) std::sort(candidates_.begin(), candidates_.end(), better);
+    sorted = true;
+    // Smallest prefix whose probability (softmax over the survivors) reaches top_p.
+    double total = 0.0;
+    for (Candidate& c : candidates_) {
+      c.weight = std::exp(c.logit - max);
+      total += c.weight;
+    }
+    const double target = static_cast<double>(params_.top_p) * total;
+    double cumulative = 0.0;
+    std::size_t keep = candidates_.size();
+    for (std::size_t i = 0; i < candidates_.size(); ++i) {
+      cumulative += candidates_[i].weight;
+      if (cumulative >= target) {
+        keep = i + 1;
+        break;
+      }
+    }
+    candidates_.resize(std::max<std::size_t>(keep, 1));
+  }
+
+  if (params_.min_p > 0.0f) {
+    // p / p_max = exp(logit - max); the top candidate always survives. `max` is still the
+    // survivors' maximum: top-k and top-p keep the best token.
+    const double min_p = params_.min_p;
+    std::erase_if(candidates_,
+                  [&](const Candidate& c) { return std::exp(static_cast<double>(c.logit) - max) < min_p; });
+  }
+}
+
+std::int32_t Sampler::draw() {
+  SITSRT_ASSERT(!candidates_.empty());
+  float max = kNegativeInfinity;
+  for (const Candidate& c : candidates_) max = std::max(max, c.logit);
+  const double inverse_temperature = 1.0 / params_.temperature;
+  double total = 0.0;
+  for (Candidate& c : candidates_) {
+    c.weight = static_cast<float>(std::exp(static_cast<double>(c.logit - max) * inverse_temperature));
+    total += c.weight;
+  }
+  const double target = uniform_unit(rng_) * total;
+  double cumulative = 0.0;
+  std::int32_t last_possible = candidates_.front().id;
+  for (const Candidate& c : candidates_) {
+    if (c.weight <= 0.0f) continue;
+    cumulative += c.weight;
+    last_possible = c.id;
+    if (target < cumulative) return c.id;
+  }
+  return last_possible;  // rounding left target at the very end of the range
+}
+
+std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std::int32_t> history) {
+  if (params_.temperature <= 0.0f) {
+    const std::span<const float> scores = penalise(logits, history);
+    std::int32_t best = -1;
+    float best_logit = kNegativeInfinity;
+    for (std::int32_t id = 0; id < vocab_size_; ++id) {
+      const float logit = scores[id];
+      if (std::isnan(logit)) continue;
+      if (best < 0 || logit > best_logit) {  // strictly greater: ties keep the lowest id
+        best = id;
+        best_logit = logit;
+      }
+    }
+    if (best < 0) raise(ErrorCode::kInvalidArgument, "sampler: every logit is NaN");
+    return best;
+  }
+  filter(logits, history);
+  return draw();
+}
+
+std::vector<std::int32_t> Sampler::candidates(std::span<const float> logits, std::span<const std::int32_t> history) {
+  filter(logits, history);
+  std::vector<std::int32_t> ids;
+  ids.reserve(candidates_.size());
+  for (const Candidate& c : candidates_) ids.push_back(c.id);
+  return ids;
+}
+
+}  // namespace sitsrt

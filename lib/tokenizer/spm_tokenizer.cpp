@@ -1,0 +1,258 @@
+// SentencePiece BPE encoding as llama.cpp's llm_tokenizer_spm does it: the text is split into
+// characters held in a doubly linked list, every adjacent pair whose concatenation is a
+// vocabulary piece goes into a max-heap keyed by (score, leftmost), and the best pair is merged
+// until the heap is empty; stale heap entries are skipped lazily. O(n log n) in the text length.
+//
+// Deliberate differences from llama.cpp (both only affect unusual input or vocabularies):
+//  - control, byte, unknown and unused pieces never take part in merges or match a character
+//    (SentencePiece's rule; llama.cpp looks every piece up), so e.g. literal "<0x41>" text is
+//    not turned into the byte token;
+//  - a byte that does not start a valid UTF-8 character is a symbol of its own (llama.cpp takes
+//    the length from the lead byte alone and may swallow the following ASCII character).
+// llama.cpp's "resegment" step (splitting an unknown merged symbol back into its parts) never
+// fires here because only pairs that are vocabulary pieces are ever merged.
+#include "tokenizer/spm_tokenizer.hpp"
+
+#include "core/check.hpp"
+#include "tokenizer/utf8.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <queue>
+
+namespace sitsrt {
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+
+bool is_mergeable(TokenType type) {
+  return type == TokenType::kNormal || type == TokenType::kUserDefined || type == TokenType::kUndefined;
+}
+
+std::optional<std::uint8_t> parse_byte_piece(std::string_view piece) {
+  if (piece.size() != 6 || !piece.starts_with("<0x") || piece[5] != '>') return std::nullopt;
+  const auto hex_digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int high = hex_digit(piece[3]);
+  const int low = hex_digit(piece[4]);
+  if (high < 0 || low < 0) return std::nullopt;
+  return static_cast<std::uint8_t>(high * 16 + low);
+}
+
+void append_unescaped(std::string_view piece, std::string& out) {
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t marker = piece.find(kSpaceMarker, pos);
+    if (marker == std::string_view::npos) break;
+    out.append(piece.substr(pos, marker - pos));
+    out.push_back(' ');
+    pos = marker + kSpaceMarker.size();
+  }
+  out.append(piece.substr(pos));
+}
+
+void check_special_id(std::int32_t id, std::int32_t size, std::string_view name) {
+  if (id < -1 || id >= size) {
+    raise(ErrorCode::kInvalidArgument, "vocabulary: {} id {} is out of range for {} tokens", name, id, size);
+  }
+}
+
+// One character or merged run of characters in the working text.
+struct Symbol {
+  std::size_t offset;
+  std::size_t length;  // 0 once merged into its left neighbour
+  std::int32_t prev;
+  std::int32_t next;  // -1 at the end
+};
+
+struct Bigram {
+  float score;
+  std::int32_t left;
+  std::int32_t right;
+  std::size_t length;  // left.length + right.length when queued; a mismatch marks it stale
+};
+
+// Heap order: higher score first, then the leftmost pair.
+struct LowerPriority {
+  bool operator()(const Bigram& a, const Bigram& b) const noexcept {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+}  // namespace
+
+SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
+  const std::int32_t size = vocab_.size();
+  if (size == 0) raise(ErrorCode::kInvalidArgument, "vocabulary: no tokens");
+  if (vocab_.scores.empty()) vocab_.scores.assign(vocab_.pieces.size(), 0.0f);
+  if (vocab_.types.empty()) vocab_.types.assign(vocab_.pieces.size(), TokenType::kNormal);
+  if (vocab_.scores.size() != vocab_.pieces.size() || vocab_.types.size() != vocab_.pieces.size()) {
+    raise(ErrorCode::kInvalidArgument, "vocabulary: {} pieces but {} scores and {} types", vocab_.pieces.size(),
+          vocab_.scores.size(), vocab_.types.size());
+  }
+  check_special_id(vocab_.bos, size, "bos");
+  check_special_id(vocab_.eos, size, "eos");
+  check_special_id(vocab_.unk, size, "unk");
+  check_special_id(vocab_.pad, size, "pad");
+
+  std::fill(std::begin(byte_tokens_), std::end(byte_tokens_), -1);
+  piece_to_id_.reserve(vocab_.pieces.size());
+  for (std::int32_t id = 0; id < size; ++id) {
+    const std::string& piece = vocab_.pieces[id];
+    const TokenType type = vocab_.types[id];
+    if (std::isnan(vocab_.scores[id])) raise(ErrorCode::kInvalidArgument, "vocabulary: score of token {} is NaN", id);
+    if (is_mergeable(type) && !piece.empty()) {
+      piece_to_id_[piece] = id;  // a duplicated piece maps to its last id, as in llama.cpp
+      max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
+    }
+    if (const auto byte = parse_byte_piece(piece)) {
+      std::int32_t& slot = byte_tokens_[*byte];
+      if (slot < 0 || (type == TokenType::kByte && vocab_.types[slot] != TokenType::kByte)) slot = id;
+    }
+  }
+}
+
+std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos) const {
+  std::vector<std::int32_t> ids;
+  if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
+  if (text.empty()) return ids;  // no dummy prefix for empty text (llama.cpp gives [BOS] or [])
+
+  // Dummy prefix and spaces as U+2581, as SentencePiece sees the text.
+  std::string escaped;
+  escaped.reserve(text.size() + text.size() / 2 + kSpaceMarker.size());
+  if (vocab_.add_space_prefix) escaped.append(kSpaceMarker);
+  for (const char c : text) {
+    if (c == ' ') {
+      escaped.append(kSpaceMarker);
+    } else {
+      escaped.push_back(c);
+    }
+  }
+
+  std::vector<Symbol> symbols;
+  symbols.reserve(escaped.size());
+  for (std::size_t offset = 0; offset < escaped.size();) {
+    const detail::Utf8Sequence character = detail::scan_utf8(std::string_view(escaped).substr(offset));
+    const std::size_t length = character.status == detail::Utf8Status::kComplete ? character.length : 1;
+    if (symbols.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      raise(ErrorCode::kInvalidArgument, "encode: text of {} bytes has too many characters", text.size());
+    }
+    const auto index = static_cast<std::int32_t>(symbols.size());
+    symbols.push_back({offset, length, index - 1, index + 1});
+    offset += length;
+  }
+  symbols.back().next = -1;
+
+  const std::string_view working(escaped);
+  std::vector<Bigram> heap_storage;
+  heap_storage.reserve(symbols.size());
+  std::priority_queue<Bigram, std::vector<Bigram>, LowerPriority> queue(LowerPriority{}, std::move(heap_storage));
+  const auto try_add_bigram = [&](std::int32_t left, std::int32_t right) {
+    if (left < 0 || right < 0) return;
+    const std::size_t length = symbols[left].length + symbols[right].length;
+    if (length > max_piece_bytes_) return;
+    const auto found = piece_to_id_.find(working.substr(symbols[left].offset, length));
+    if (found == piece_to_id_.end()) return;
+    queue.push({vocab_.scores[found->second], left, right, length});
+  };
+
+  for (std::int32_t i = 1; i < static_cast<std::int32_t>(symbols.size()); ++i) try_add_bigram(i - 1, i);
+
+  while (!queue.empty()) {
+    const Bigram bigram = queue.top();
+    queue.pop();
+    Symbol& left = symbols[bigram.left];
+    Symbol& right = symbols[bigram.right];
+    // Lengths only grow, so an unchanged sum means neither side was merged since queuing.
+    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) continue;
+
+    left.length += right.length;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+
+    try_add_bigram(left.prev, bigram.left);
+    try_add_bigram(bigram.left, left.next);
+  }
+
+  ids.reserve(ids.size() + symbols.size());
+  for (std::int32_t i = 0; i != -1; i = symbols[i].next) {
+    emit_symbol(working.substr(symbols[i].offset, symbols[i].length), ids);
+  }
+  return ids;
+}
+
+void SpmTokenizer::emit_symbol(std::string_view text, std::vector<std::int32_t>& out) const {
+  if (const auto found = piece_to_id_.find(text); found != piece_to_id_.end()) {
+    out.push_back(found->second);
+    return;
+  }
+  const bool bytes_representable =
+      std::all_of(text.begin(), text.end(), [&](char c) { return byte_tokens_[static_cast<std::uint8_t>(c)] >= 0; });
+  if (bytes_representable) {
+    for (const char c : text) out.push_back(byte_tokens_[static_cast<std::uint8_t>(c)]);
+    return;
+  }
+  if (vocab_.unk < 0) {
+    raise(ErrorCode::kInvalidArgument,
+          "encode: the vocabulary has neither byte tokens nor an unknown token for the character 0x{:02X}...",
+          static_cast<std::uint8_t>(text[0]));
+  }
+  out.push_back(vocab_.unk);
+}
+
+void SpmTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
+  if (id < 0 || id >= vocab_.size()) {
+    raise(ErrorCode::kInvalidArgument, "token id {} is out of range for a vocabulary of {} tokens", id, vocab_.size());
+  }
+  const std::string& piece = vocab_.pieces[id];
+  switch (vocab_.types[id]) {
+    case TokenType::kNormal:
+    case TokenType::kUndefined:
+      append_unescaped(piece, out);
+      return;
+    case TokenType::kUserDefined:
+      out.append(piece);
+      return;
+    case TokenType::kByte:
+      if (const auto byte = parse_byte_piece(piece)) {
+        out.push_back(static_cast<char>(*byte));
+      } else {
+        append_unescaped(piece, out);
+      }
+      return;
+    case TokenType::kControl:
+    case TokenType::kUnknown:
+    case TokenType::kUnused:
+      return;
+  }
+}
+
+std::string SpmTokenizer::token_bytes(std::int32_t id) const {
+  std::string bytes;
+  append_token_bytes(id, bytes);
+  return bytes;
+}
+
+std::string SpmTokenizer::decode(std::span<const std::int32_t> ids, bool strip_leading_space) const {
+  std::string raw;
+  for (const std::int32_t id : ids) append_token_bytes(id, raw);
+  std::string_view bytes(raw);
+  if (strip_leading_space && bytes.starts_with(' ')) bytes.remove_prefix(1);
+  std::string text;
+  text.reserve(bytes.size());
+  detail::append_sanitized_utf8(bytes, text, /*hold_incomplete_tail=*/false);
+  return text;
+}
+
+bool SpmTokenizer::is_end_of_generation(std::int32_t id) const noexcept {
+  return id >= 0 && id == vocab_.eos;
+}
+
+}  // namespace sitsrt
