@@ -20,7 +20,8 @@ struct KvLayerView {
 };
 
 // Writes `rows` key/value rows (kv_width floats each) at positions pos0 .. pos0+rows-1,
-// converting to the cache type. Throws kInvalidArgument past capacity.
+// converting to the cache type (F16: round to nearest even, as fp32_to_fp16). Throws
+// kInvalidArgument past capacity or for a negative pos0, kUnsupported for other cache types.
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
               std::int64_t ldv, std::int64_t rows, std::int64_t kv_width, std::int64_t pos0);
 
@@ -28,15 +29,20 @@ struct AttentionShape {
   std::int64_t n_heads = 0;
   std::int64_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0; query head h reads KV head h / (n_heads / n_kv_heads)
   std::int64_t head_dim = 0;
-  float scale = 0.0f;           // usually 1/sqrt(head_dim)
+  float scale = 0.0f;  // usually 1/sqrt(head_dim)
 };
 
 // q: `rows` rows of n_heads * head_dim floats; row i is the token at position pos0 + i and
 // attends to cache positions 0 .. pos0 + i (inclusive). out: same shape as q.
 // Work is split over (row, kv head) pairs; each thread needs attention_scratch_floats.
+// Each pair reads its kv head's K rows once for all query heads of the group, takes a float
+// softmax (max subtracted; exp to a few ulp; sum in 16 float lanes) and sums V rows once.
+// Throws kInvalidArgument for a bad shape or pos0 + rows > capacity.
 void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t rows, std::int64_t pos0,
                const KvLayerView& kv, const AttentionShape& shape, float* out, std::int64_t ldo);
 
+// Per-thread scratch for attention over a cache of `capacity` positions: linear in capacity
+// (one score per position per query head of a group, plus a few head_dim-sized rows).
 std::size_t attention_scratch_floats(std::int64_t capacity, const AttentionShape& shape) noexcept;
 
 }  // namespace sitsrt::cpu

@@ -15,10 +15,10 @@ namespace sitsrt::cpu {
 enum class Isa {
   kGeneric,  // portable C++, any x86-64 or other CPU
   kAvx2,     // AVX2 + FMA + F16C
-  kAvx512,   // AVX-512 F/BW/VL/DQ (+ VNNI/BF16 where the CPU has them)
+  kAvx512,   // AVX-512 F/BW/VL/DQ (VNNI/BF16 are not used by this version)
 };
 std::string_view name(Isa isa) noexcept;
-Isa detect_isa() noexcept;                 // the best level this CPU supports
+Isa detect_isa() noexcept;  // the best level this CPU supports
 bool isa_supported(Isa isa) noexcept;
 
 class CpuContext {

@@ -23,14 +23,24 @@ struct WeightMatrix {
 // y[i, r] = sum_c x[i, c] * W[r, c] for i < m, r < W.rows.
 // x: m rows of W.cols floats, row stride ldx; y: m rows of W.rows floats, row stride ldy.
 // m == 1 is the decode matvec; m > 1 the prefill GEMM. Output rows split across threads.
-void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m,
-            float* y, std::int64_t ldy);
+// Throws kInvalidArgument for negative shapes, cols that are not whole blocks, or a row_stride
+// below the row's bytes. ldx / ldy are only read when m > 1.
+void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
+            std::int64_t ldy);
 
-// Per-thread scratch (in floats) matmul needs for this weight and batch size.
+// Per-thread scratch (in floats) matmul needs for this weight and batch size: 0 for m <= 1
+// (decode needs none), otherwise two weight tiles of at most 32 rows x 1024 columns (256 KiB),
+// independent of m. Reserve the maximum over a plan's matmuls with CpuContext::reserve_scratch;
+// matmul throws kInternal when less is reserved.
+//
+// Numerics: float accumulation with FMA in a fixed per-ISA order that does not depend on the
+// thread count (each output is computed by one thread); m == 1 and m > 1 use different orders,
+// so decode and prefill of the same token may differ in the last bits.
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept;
 
-// out[i, :] = dequantized row ids[i] of `table` (embedding lookup). Throws kInvalidArgument
-// when an id is outside [0, table.rows).
+// out[i, :] = dequantized row ids[i] of `table` (embedding lookup), bit-identical to
+// dequantize_row. Throws kInvalidArgument, naming the id and the row count, when an id is
+// outside [0, table.rows); nothing is written then.
 void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out,
               std::int64_t ldo);
 

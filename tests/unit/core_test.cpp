@@ -64,8 +64,8 @@ TEST_CASE("bf16 conversion rounds to nearest even", "[core]") {
 }
 
 TEST_CASE("block quantization round trip stays within half a step", "[core]") {
-  const auto type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                             DType::kF16, DType::kBF16, DType::kF32);
+  const auto type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kF16,
+                             DType::kBF16, DType::kF32);
   CAPTURE(name(type));
   test::Rng rng(11);
   const std::int64_t n = 32 * 37;
@@ -91,9 +91,9 @@ TEST_CASE("block quantization round trip stays within half a step", "[core]") {
       // code, so the opposite extreme is clamped one code short: up to a whole step there.
       // Plus the fp16 rounding of the scale applied to the largest code.
       const bool with_min = type == DType::kQ4_1 || type == DType::kQ5_1;
-      const double step = with_min ? (hi - lo) / levels
+      const double step = with_min               ? (hi - lo) / levels
                           : type == DType::kQ8_0 ? amax / 127.0
-                          : amax / ((levels + 1) / 2);
+                                                 : amax / ((levels + 1) / 2);
       tol = (with_min || type == DType::kQ8_0 ? 0.5 : 1.0) * step * 1.01 + amax * 1e-3;
     }
     for (int j = 0; j < 32; ++j) {
@@ -125,7 +125,8 @@ TEST_CASE("thread pool runs every index once and propagates errors", "[core]") {
   }
   CHECK_THROWS_AS(pool.run([](int i, int) {
     if (i == 2) throw Error(ErrorCode::kInternal, "boom");
-  }), Error);
+  }),
+                  Error);
   std::atomic<int> after{0};
   pool.run([&](int, int) { after.fetch_add(1); });
   CHECK(after.load() == 4);

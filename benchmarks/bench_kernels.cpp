@@ -1,0 +1,318 @@
+// bench_kernels: CPU kernel throughput beside its physical floor. Not a test.
+//
+// Intended build line (benchmarks/CMakeLists.txt):
+//   add_executable(bench_kernels bench_kernels.cpp)
+//   target_link_libraries(bench_kernels PRIVATE sitsrt_kernels sitsrt_warnings)
+//
+// For each ISA level the CPU supports (forced through CpuContext) and threads = 1 and all:
+//   matvec (decode, m = 1) of a rows x cols weight per format: GB/s of weight bytes streamed,
+//     and that as a fraction of the measured DRAM read bandwidth for the same thread count.
+//     The weights cycle through copies totalling --ws-mib (default 1 GiB, above any LLC) so
+//     they come from DRAM, as a model's do during decode.
+//   GEMM (prefill) with m = --m rows of x: GFLOP/s (2 m rows cols per call) and the fraction
+//     of the measured FMA peak of that ISA and thread count.
+//   attention decode at --ctx context (F16 cache): ms per layer and GB/s of K/V read.
+// Every figure is the median of --repeats timed runs after one warm-up run.
+//
+// Usage: bench_kernels [--rows N] [--cols N] [--m N] [--ctx N] [--repeats N] [--ws-mib N]
+//                      [--threads N] [--isa generic|avx2|avx512] [--formats f32,q8_0,...]
+#include "core/aligned_buffer.hpp"
+#include "core/dtype.hpp"
+#include "core/memory_bandwidth.hpp"
+#include "core/quant_blocks.hpp"
+#include "cpu/attention.hpp"
+#include "cpu/cpu_context.hpp"
+#include "cpu/matmul.hpp"
+
+#include <sitsrt/error.hpp>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+struct Options {
+  std::int64_t rows = 4096, cols = 4096, m = 128, ctx = 4096;
+  int repeats = 5;
+  std::size_t ws_mib = 1024;
+  int threads = 0;  // 0: all
+  std::vector<cpu::Isa> isas;
+  std::vector<DType> formats;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Median wall time of `repeats` runs of fn after one warm-up run.
+double median_seconds(int repeats, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(seconds_since(start));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// ---- FMA peak: independent FMA chains (more than latency x ports), no memory traffic. ----
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) double fma_loop_avx512(std::int64_t iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  volatile float sink = out[0];  // keeps the chains alive
+  (void)sink;
+  return static_cast<double>(iters) * 16 * 16 * 2;  // flops
+}
+__attribute__((target("avx2,fma"))) double fma_loop_avx2(std::int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  alignas(32) float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_store_ps(out, s);
+  volatile float sink = out[0];
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 8 * 2;
+}
+#endif
+
+// Portable multiply-add loop (what the generic kernels can use): 48 lanes = 12 SSE/NEON
+// chains, enough to cover the multiply + add latency.
+double fma_loop_generic(std::int64_t iters) {
+  float acc[48];
+  for (int i = 0; i < 48; ++i) acc[i] = static_cast<float>(i) * 1e-3f;
+  for (std::int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 48; ++i) acc[i] = acc[i] * 0.999999f + 1e-7f;
+  }
+  volatile float sink = acc[0];
+  (void)sink;
+  return static_cast<double>(iters) * 48 * 2;
+}
+
+// Peak single-precision FLOP/s of this ISA with the context's threads.
+double fma_peak(cpu::CpuContext& ctx) {
+  const std::int64_t iters = 20'000'000;
+  std::vector<double> flops(static_cast<std::size_t>(ctx.threads()));
+  const auto run = [&] {
+    ctx.pool().run([&](int t, int) {
+      switch (ctx.isa()) {
+#if defined(__x86_64__)
+        case cpu::Isa::kAvx512:
+          flops[static_cast<std::size_t>(t)] = fma_loop_avx512(iters);
+          break;
+        case cpu::Isa::kAvx2:
+          flops[static_cast<std::size_t>(t)] = fma_loop_avx2(iters);
+          break;
+#endif
+        default:
+          flops[static_cast<std::size_t>(t)] = fma_loop_generic(iters / 4);
+          break;
+      }
+    });
+  };
+  run();
+  double best = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    double total = 0.0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / seconds_since(start));
+  }
+  return best;
+}
+
+// ---- Weights ----
+
+struct Matrices {
+  AlignedBuffer bytes;
+  std::size_t matrix_bytes = 0;
+  int copies = 0;
+  cpu::WeightMatrix at(DType type, std::int64_t rows, std::int64_t cols, int i) {
+    return {type, bytes.data() + static_cast<std::size_t>(i) * matrix_bytes, rows, cols, row_bytes(type, cols)};
+  }
+};
+
+Matrices make_matrices(DType type, const std::vector<float>& source, std::int64_t rows, std::int64_t cols,
+                       std::size_t min_total) {
+  Matrices m;
+  m.matrix_bytes = row_bytes(type, cols) * static_cast<std::size_t>(rows);
+  m.copies = static_cast<int>(std::max<std::size_t>(1, (min_total + m.matrix_bytes - 1) / m.matrix_bytes));
+  m.bytes = AlignedBuffer(m.matrix_bytes * static_cast<std::size_t>(m.copies), "bench weights");
+  const std::size_t rb = row_bytes(type, cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, source.data() + r * cols, m.bytes.data() + static_cast<std::size_t>(r) * rb, cols);
+  }
+  for (int c = 1; c < m.copies; ++c) {
+    std::memcpy(m.bytes.data() + static_cast<std::size_t>(c) * m.matrix_bytes, m.bytes.data(), m.matrix_bytes);
+  }
+  return m;
+}
+
+void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth) {
+  const cpu::AttentionShape shape{32, 8, 128, 1.0f / std::sqrt(128.0f)};
+  const std::int64_t width = shape.n_kv_heads * shape.head_dim;
+  const std::size_t stride = static_cast<std::size_t>(width) * 2;
+  AlignedBuffer k(stride * static_cast<std::size_t>(opt.ctx), "bench k"),
+      v(stride * static_cast<std::size_t>(opt.ctx), "bench v");
+  std::vector<float> rows(static_cast<std::size_t>(width * opt.ctx));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (auto& x : rows) x = normal(rng);
+  const cpu::KvLayerView kv{DType::kF16, k.data(), v.data(), stride, opt.ctx};
+  cpu::kv_store(ctx, kv, rows.data(), width, rows.data(), width, opt.ctx, width, 0);
+  std::vector<float> q(static_cast<std::size_t>(shape.n_heads * shape.head_dim)), out(q.size());
+  for (auto& x : q) x = normal(rng);
+  ctx.reserve_scratch(cpu::attention_scratch_floats(opt.ctx, shape));
+  const double s =
+      median_seconds(opt.repeats, [&] { cpu::attention(ctx, q.data(), 0, 1, opt.ctx - 1, kv, shape, out.data(), 0); });
+  const double bytes = 2.0 * static_cast<double>(stride) * static_cast<double>(opt.ctx);
+  std::printf(
+      "  attention decode ctx=%lld (32 q / 8 kv heads, d=128, f16): %.3f ms/layer, %.1f GB/s of K+V (%.0f%% of bw; "
+      "in cache if K+V < LLC)\n",
+      static_cast<long long>(opt.ctx), s * 1e3, bytes / s / 1e9, 100.0 * bytes / s / bandwidth);
+}
+
+void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<float>& source) {
+  cpu::CpuContext ctx(threads, isa);
+  const double bw = measure_read_bandwidth(ctx.pool(), std::size_t{512} << 20, 5);
+  const double peak = fma_peak(ctx);
+  std::printf("\nisa %-7s threads %-3d read bandwidth %.1f GB/s (best of 5), FMA peak %.1f GFLOP/s\n",
+              std::string(cpu::name(isa)).c_str(), ctx.threads(), bw / 1e9, peak / 1e9);
+  std::printf("  %-6s %14s %8s %8s %14s %8s\n", "format", "matvec GB/s", "of bw", "copies", "gemm GFLOP/s", "of peak");
+  std::vector<float> x(static_cast<std::size_t>(opt.cols * opt.m)), y(static_cast<std::size_t>(opt.rows * opt.m));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (auto& v : x) v = normal(rng);
+  for (DType type : opt.formats) {
+    Matrices mats = make_matrices(type, source, opt.rows, opt.cols, opt.ws_mib << 20);
+    const double mv = median_seconds(opt.repeats, [&] {
+      for (int c = 0; c < mats.copies; ++c) {
+        cpu::matmul(ctx, mats.at(type, opt.rows, opt.cols, c), x.data(), opt.cols, 1, y.data(), opt.rows);
+      }
+    });
+    const double gbs = static_cast<double>(mats.matrix_bytes) * mats.copies / mv;
+    const cpu::WeightMatrix w = mats.at(type, opt.rows, opt.cols, 0);
+    ctx.reserve_scratch(cpu::matmul_scratch_floats(w, opt.m));
+    const double gm =
+        median_seconds(opt.repeats, [&] { cpu::matmul(ctx, w, x.data(), opt.cols, opt.m, y.data(), opt.rows); });
+    const double flops =
+        2.0 * static_cast<double>(opt.m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
+    std::printf("  %-6s %14.1f %7.0f%% %8d %14.1f %7.0f%%\n", std::string(name(type)).c_str(), gbs / 1e9,
+                100.0 * gbs / bw, mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
+    std::fflush(stdout);
+  }
+  bench_attention(ctx, opt, bw);
+}
+
+std::vector<std::string_view> split_commas(std::string_view s) {
+  std::vector<std::string_view> out;
+  while (!s.empty()) {
+    const auto comma = s.find(',');
+    out.push_back(s.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view key = argv[i];
+    const char* value = argv[i + 1];
+    if (key == "--rows")
+      opt.rows = std::atoll(value);
+    else if (key == "--cols")
+      opt.cols = std::atoll(value);
+    else if (key == "--m")
+      opt.m = std::atoll(value);
+    else if (key == "--ctx")
+      opt.ctx = std::atoll(value);
+    else if (key == "--repeats")
+      opt.repeats = std::max(1, std::atoi(value));
+    else if (key == "--ws-mib")
+      opt.ws_mib = static_cast<std::size_t>(std::atoll(value));
+    else if (key == "--threads")
+      opt.threads = std::atoi(value);
+    else if (key == "--isa") {
+      for (const auto part : split_commas(value)) {
+        for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+          if (cpu::name(isa) == part) opt.isas.push_back(isa);
+        }
+      }
+    } else if (key == "--formats") {
+      for (const auto part : split_commas(value)) {
+        if (const auto t = dtype_from_name(part)) opt.formats.push_back(*t);
+      }
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
+  if (opt.formats.empty()) {
+    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                   DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+  }
+  return opt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options opt = parse(argc, argv);
+    std::printf("bench_kernels: matvec %lldx%lld (working set >= %zu MiB), gemm m=%lld, median of %d after warm-up\n",
+                static_cast<long long>(opt.rows), static_cast<long long>(opt.cols), opt.ws_mib,
+                static_cast<long long>(opt.m), opt.repeats);
+    std::vector<float> source(static_cast<std::size_t>(opt.rows * opt.cols));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    for (auto& v : source) v = normal(rng);
+    const int all = opt.threads > 0 ? opt.threads : ThreadPool::hardware_threads();
+    for (cpu::Isa isa : opt.isas) {
+      if (!cpu::isa_supported(isa)) {
+        std::printf("\nisa %s: not supported by this CPU, skipped\n", std::string(cpu::name(isa)).c_str());
+        continue;
+      }
+      bench_isa(isa, 1, opt, source);
+      if (all > 1) bench_isa(isa, all, opt, source);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,111 @@
+// sitsrt bench: prefill and decode throughput of one model, beside the memory-bandwidth floor.
+#include "commands.hpp"
+
+#include "core/memory_bandwidth.hpp"
+#include "core/thread_pool.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <sys/resource.h>
+
+namespace sitsrt::cli {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace
+
+int bench_command(int argc, char** argv) {
+  std::vector<OptionSpec> specs = engine_option_specs();
+  const std::vector<OptionSpec> more = {
+      {"prompt-tokens", 'p', "N", "prompt length for the prefill measurement", "128"},
+      {"gen-tokens", 'n', "N", "tokens generated for the decode measurement", "64"},
+      {"reps", 'r', "N", "repetitions (the median is reported)", "3"},
+      {"no-bandwidth", 0, "", "skip measuring memory bandwidth (no floor ratio)", ""},
+      {"json", 0, "", "machine-readable output", ""},
+  };
+  specs.insert(specs.end(), more.begin(), more.end());
+  Args args("sitsrt bench", "Measure prefill and decode tokens/s, peak RSS and the ratio to the\n"
+                            "memory-bandwidth floor (weight bytes per token / measured read bandwidth).", specs);
+  args.parse(argc, argv, 2);
+  if (args.has("help")) {
+    fmt::print("{}", args.help());
+    return 0;
+  }
+  const auto n_prompt = args.get_int("prompt-tokens", 128);
+  const auto n_gen = args.get_int("gen-tokens", 64);
+  const auto reps = args.get_int("reps", 3);
+  if (n_prompt < 1 || n_gen < 2 || reps < 1) throw UsageError("prompt-tokens >= 1, gen-tokens >= 2, reps >= 1");
+  EngineOptions options = engine_options_from(args);
+  if (options.context_length == 0) options.context_length = n_prompt + n_gen + 1;
+  const Engine engine(options);
+  const ModelInfo& info = engine.model_info();
+
+  // A fixed pseudo-random prompt of ordinary tokens (ids past the first 3 specials).
+  std::vector<std::int32_t> prompt;
+  std::uint64_t state = 0x5EED;
+  for (long long i = 0; i < n_prompt; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    prompt.push_back(static_cast<std::int32_t>(3 + (state >> 33) % static_cast<std::uint64_t>(info.n_vocab - 3)));
+  }
+  GenerationConfig config;
+  config.max_new_tokens = static_cast<std::int32_t>(n_gen);
+  config.temperature = 0.0f;
+  config.stop_at_end_of_sequence = false;
+  config.top_logprobs = 0;
+  config.seed = 1;
+  engine.generate_from_tokens(std::span(prompt).first(std::min<std::size_t>(prompt.size(), 8)), config);  // warm-up
+
+  std::vector<double> prefill, decode;
+  for (long long r = 0; r < reps; ++r) {
+    const GenerationResult res = engine.generate_from_tokens(prompt, config);
+    prefill.push_back(res.timings.prefill_tokens_per_second());
+    decode.push_back(res.timings.decode_tokens_per_second());
+  }
+  const std::uint64_t rss = peak_rss_bytes();  // before the bandwidth probe's own 512 MiB buffer
+  double bandwidth = 0.0;
+  if (!args.has("no-bandwidth")) {
+    ThreadPool pool(info.threads);
+    bandwidth = measure_read_bandwidth(pool);
+  }
+  const double floor_tps = bandwidth > 0 ? bandwidth / static_cast<double>(info.weight_bytes_per_token) : 0.0;
+  const double decode_tps = median(decode);
+  const double prefill_tps = median(prefill);
+  if (args.has("json")) {
+    const nlohmann::json doc = {
+        {"model", info.path}, {"threads", info.threads}, {"cpu_isa", info.cpu_isa},
+        {"prompt_tokens", n_prompt}, {"gen_tokens", n_gen}, {"reps", reps},
+        {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
+        {"weight_bytes_per_token", info.weight_bytes_per_token},
+        {"read_bandwidth_bytes_per_s", bandwidth}, {"decode_floor_tokens_per_s", floor_tps},
+        {"decode_fraction_of_floor", floor_tps > 0 ? decode_tps / floor_tps : 0.0},
+        {"peak_rss_bytes", rss}};
+    fmt::print("{}\n", doc.dump(2));
+    return 0;
+  }
+  fmt::print("model        {} ({} layers, dim {}, {:.1f} M params, {:.1f} MiB of weights per token)\n", info.path,
+             info.n_layer, info.n_embd, static_cast<double>(info.n_params) / 1e6,
+             static_cast<double>(info.weight_bytes_per_token) / (1 << 20));
+  fmt::print("threads      {} ({})\n", info.threads, info.cpu_isa);
+  fmt::print("prefill      {:9.1f} tok/s  ({} prompt tokens, median of {})\n", prefill_tps, n_prompt, reps);
+  fmt::print("decode       {:9.1f} tok/s  ({} tokens, median of {})\n", decode_tps, n_gen, reps);
+  if (bandwidth > 0) {
+    fmt::print("bandwidth    {:9.2f} GB/s read (measured now) -> decode floor {:.1f} tok/s; decode at {:.0f}% of it\n",
+               bandwidth / 1e9, floor_tps, 100.0 * decode_tps / floor_tps);
+  }
+  fmt::print("peak RSS     {:.1f} MiB\n", static_cast<double>(rss) / (1 << 20));
+  return 0;
+}
+
+}  // namespace sitsrt::cli

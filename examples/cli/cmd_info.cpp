@@ -1,0 +1,128 @@
+// sitsrt info: metadata, tensor table, parameter count and bytes by type of a GGUF file.
+#include "commands.hpp"
+
+#include "formats/gguf.hpp"
+#include "model/model_spec.hpp"
+
+#include <sitsrt/error.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+namespace sitsrt::cli {
+namespace {
+
+constexpr std::size_t kArrayPreview = 8;
+
+nlohmann::json value_to_json(const gguf::Value& v, bool preview) {
+  if (const auto* u = std::get_if<std::uint64_t>(&v.data)) return *u;
+  if (const auto* i = std::get_if<std::int64_t>(&v.data)) return *i;
+  if (const auto* d = std::get_if<double>(&v.data)) return *d;
+  if (const auto* b = std::get_if<bool>(&v.data)) return *b;
+  if (const auto* s = std::get_if<std::string>(&v.data)) return *s;
+  const auto& a = std::get<gguf::Array>(v.data);
+  nlohmann::json items = nlohmann::json::array();
+  const std::size_t n = preview ? std::min(a.items.size(), kArrayPreview) : a.items.size();
+  for (std::size_t i = 0; i < n; ++i) items.push_back(value_to_json(a.items[i], preview));
+  if (!preview) return items;
+  return {{"type", std::string(gguf::name(a.element_type))}, {"length", a.items.size()}, {"first", items}};
+}
+
+std::string value_to_text(const gguf::Value& v) {
+  if (const auto* a = std::get_if<gguf::Array>(&v.data)) {
+    return fmt::format("[{} x {}] {}", a->items.size(), gguf::name(a->element_type),
+                       value_to_json(v, true)["first"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  const std::string s = value_to_json(v, true).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() > 120 ? s.substr(0, 117) + "..." : s;
+}
+
+}  // namespace
+
+int info_command(int argc, char** argv) {
+  Args args("sitsrt info", "Describe a GGUF model file: metadata, tensors, parameters, bytes by type.",
+            {{"model", 'm', "FILE", "model file (GGUF); may also be given as the first argument", ""},
+             {"json", 0, "", "machine-readable output", ""},
+             {"full", 0, "", "with --json: print whole metadata arrays (vocabularies can be large)", ""}});
+  args.parse(argc, argv, 2);
+  if (args.has("help")) {
+    fmt::print("{}", args.help());
+    return 0;
+  }
+  std::string path = args.get_or("model", args.positional().empty() ? "" : args.positional()[0]);
+  if (path.empty()) throw UsageError("no model given: pass -m FILE.gguf");
+  const gguf::File file = gguf::File::open(path);
+
+  std::int64_t params = 0;
+  std::map<std::string, std::pair<std::int64_t, std::uint64_t>> by_type;  // type -> (tensors, bytes)
+  for (const auto& t : file.tensors()) {
+    params += t.elements();
+    auto& entry = by_type[std::string(name(t.type))];
+    entry.first += 1;
+    entry.second += t.bytes;
+  }
+  std::string spec_error;
+  std::optional<ModelSpec> spec;
+  try {
+    spec = read_model_spec(file);
+  } catch (const Error& e) {
+    spec_error = e.what();
+  }
+
+  if (args.has("json")) {
+    nlohmann::json metadata = nlohmann::json::object();
+    for (const auto& kv : file.metadata()) metadata[kv.key] = value_to_json(kv.value, !args.has("full"));
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : file.tensors()) {
+      tensors.push_back({{"name", t.name}, {"type", name(t.type)}, {"dims", t.dims}, {"bytes", t.bytes},
+                         {"offset", file.data_offset() + t.offset}});
+    }
+    nlohmann::json types = nlohmann::json::object();
+    for (const auto& [type, e] : by_type) types[type] = {{"tensors", e.first}, {"bytes", e.second}};
+    nlohmann::json doc = {{"path", path}, {"gguf_version", file.version()}, {"file_bytes", file.file_size()},
+                          {"alignment", file.alignment()}, {"parameters", params}, {"bytes_by_type", types},
+                          {"metadata", metadata}, {"tensors", tensors}};
+    if (spec) {
+      doc["model"] = {{"architecture", spec->architecture}, {"n_vocab", spec->n_vocab}, {"n_embd", spec->n_embd},
+                      {"n_layer", spec->n_layer}, {"n_head", spec->n_head}, {"n_head_kv", spec->n_head_kv},
+                      {"head_dim", spec->head_dim}, {"n_ff", spec->n_ff}, {"n_ctx_train", spec->n_ctx_train},
+                      {"rms_eps", spec->rms_eps}, {"rope_freq_base", spec->rope_freq_base},
+                      {"tied_output", spec->tied_output}};
+    } else {
+      doc["model_error"] = spec_error;
+    }
+    fmt::print("{}\n", doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    return 0;
+  }
+
+  fmt::print("file        {}\n", path);
+  fmt::print("format      GGUF v{}, {} bytes, alignment {}\n", file.version(), file.file_size(), file.alignment());
+  fmt::print("parameters  {} ({:.3f} M)\n", params, static_cast<double>(params) / 1e6);
+  if (spec) {
+    fmt::print("model       {} '{}': n_embd {}, {} layers, {} heads ({} kv, head dim {}), ffn {}, vocab {}, "
+               "trained context {}{}\n",
+               spec->architecture, spec->name, spec->n_embd, spec->n_layer, spec->n_head, spec->n_head_kv,
+               spec->head_dim, spec->n_ff, spec->n_vocab, spec->n_ctx_train,
+               spec->tied_output ? ", tied output head" : "");
+  } else {
+    fmt::print("model       cannot be run: {}\n", spec_error);
+  }
+  fmt::print("\nbytes by type:\n");
+  for (const auto& [type, e] : by_type) {
+    fmt::print("  {:<6} {:>5} tensors {:>14} bytes\n", type, e.first, e.second);
+  }
+  fmt::print("\nmetadata ({} keys):\n", file.metadata().size());
+  for (const auto& kv : file.metadata()) fmt::print("  {:<44} {}\n", kv.key, value_to_text(kv.value));
+  fmt::print("\ntensors ({}):\n", file.tensors().size());
+  fmt::print("  {:<32} {:<6} {:<18} {:>12} {:>12}\n", "name", "type", "dims", "bytes", "offset");
+  for (const auto& t : file.tensors()) {
+    fmt::print("  {:<32} {:<6} {:<18} {:>12} {:>12}\n", t.name, name(t.type), fmt::format("[{}]", fmt::join(t.dims, ", ")),
+               t.bytes, file.data_offset() + t.offset);
+  }
+  return 0;
+}
+
+}  // namespace sitsrt::cli

@@ -1,0 +1,25 @@
+// Subcommands of the sitsrt command-line tool. Each returns the process exit code.
+#pragma once
+
+#include "args.hpp"
+
+#include <sitsrt/engine.hpp>
+
+#include <vector>
+
+namespace sitsrt::cli {
+
+int run_command(int argc, char** argv);
+int info_command(int argc, char** argv);
+int graph_command(int argc, char** argv);
+int bench_command(int argc, char** argv);
+int make_model_command(int argc, char** argv);
+
+// Options shared by every command that loads a model.
+std::vector<OptionSpec> engine_option_specs();
+EngineOptions engine_options_from(const Args& args);
+
+// Prints a one-line, self-overwriting progress indicator on stderr.
+void print_progress(std::string_view stage, double fraction);
+
+}  // namespace sitsrt::cli

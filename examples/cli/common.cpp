@@ -1,0 +1,54 @@
+#include "commands.hpp"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+namespace sitsrt::cli {
+
+std::vector<OptionSpec> engine_option_specs() {
+  return {
+      {"model", 'm', "FILE", "model file (GGUF)", ""},
+      {"threads", 't', "N", "compute threads", "all cores"},
+      {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
+      {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
+      {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
+      {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512, avx2, generic", "auto"},
+  };
+}
+
+EngineOptions engine_options_from(const Args& args) {
+  EngineOptions o;
+  const auto model = args.get("model");
+  if (!model) throw UsageError("no model given: pass -m FILE.gguf (write one with 'sitsrt make-model')");
+  o.model_path = *model;
+  o.threads = static_cast<int>(args.get_int("threads", 0));
+  o.context_length = args.get_int("ctx", 0);
+  o.max_batch_tokens = args.get_int("batch", 256);
+  const std::string kv = args.get_or("kv-type", "f16");
+  if (kv == "f16") {
+    o.kv_cache_type = KvCacheType::kF16;
+  } else if (kv == "f32") {
+    o.kv_cache_type = KvCacheType::kF32;
+  } else {
+    throw UsageError(fmt::format("--kv-type must be f16 or f32, got '{}'", kv));
+  }
+  o.cpu_isa = args.get_or("isa", "auto");
+  o.on_progress = print_progress;
+  return o;
+}
+
+void print_progress(std::string_view stage, double fraction) {
+  static int last = -1;
+  const int percent = static_cast<int>(fraction * 100.0);
+  if (percent == last) return;
+  last = percent;
+  if (percent >= 100) {
+    last = -1;
+    if (isatty(STDERR_FILENO)) fmt::print(stderr, "\r{}: done      \n", stage);
+    return;
+  }
+  if (isatty(STDERR_FILENO)) fmt::print(stderr, "\r{}: {:3d}%", stage, percent);
+}
+
+}  // namespace sitsrt::cli

@@ -1,0 +1,58 @@
+// sitsrt: run, inspect and benchmark models with libsitsrt.
+#include "commands.hpp"
+
+#include <sitsrt/error.hpp>
+#include <sitsrt/version.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+#include <unistd.h>
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: sitsrt <command> [options]
+
+commands:
+  run         generate text from a prompt (streams text, or one JSON object per token with --json)
+  info        print a model file's metadata, tensor table, parameter count and bytes by type
+  graph       print the computation graph and activation memory plan (table or --json)
+  bench       measure prefill and decode tokens/s against the memory-bandwidth floor
+  make-model  write a deterministic random-weight llama GGUF of a given shape and type
+
+'sitsrt <command> --help' describes a command's options.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string_view command = argv[1];
+  if (command == "--version") {
+    fmt::print("sitsrt {}\n", sitsrt::kVersion);
+    return 0;
+  }
+  try {
+    if (command == "run") return sitsrt::cli::run_command(argc, argv);
+    if (command == "info") return sitsrt::cli::info_command(argc, argv);
+    if (command == "graph") return sitsrt::cli::graph_command(argc, argv);
+    if (command == "bench") return sitsrt::cli::bench_command(argc, argv);
+    if (command == "make-model") return sitsrt::cli::make_model_command(argc, argv);
+    fmt::print(stderr, "sitsrt: unknown command '{}'\n\n{}", command, kUsage);
+    return 2;
+  } catch (const sitsrt::cli::UsageError& e) {
+    fmt::print(stderr, "sitsrt {}: {}\n", command, e.what());
+    return 2;
+  } catch (const sitsrt::Error& e) {
+    fmt::print(stderr, "sitsrt {}: error: {}\n", command, e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sitsrt {}: unexpected error: {}\n", command, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,75 @@
+// Engine: a loaded model ready to generate. Immutable after construction and safe to share
+// between threads; each generate() call gets its own KV cache and sampler state.
+#pragma once
+
+#include <sitsrt/export.hpp>
+#include <sitsrt/generation.hpp>
+#include <sitsrt/model_info.hpp>
+#include <sitsrt/token_event.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sitsrt {
+
+enum class KvCacheType { kF32, kF16 };
+enum class RopeStyleOption { kAuto, kNormal, kNeox };
+
+struct EngineOptions {
+  std::string model_path;             // a GGUF file
+  int threads = 0;                    // <= 0: all hardware threads
+  std::int64_t context_length = 0;    // <= 0: min(training context, 4096)
+  KvCacheType kv_cache_type = KvCacheType::kF16;
+  std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
+  RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints
+  std::string cpu_isa = "auto";       // "auto", "avx512", "avx2" or "generic" (clamped to the CPU)
+  std::uint64_t memory_budget_bytes = 0;  // activations + KV caches; 0: unlimited
+  // Called during load with a stage name and a fraction in [0, 1] (e.g. for a progress line).
+  std::function<void(std::string_view stage, double fraction)> on_progress;
+};
+
+class SITSRT_API Engine {
+ public:
+  // Loads and validates the model; throws sitsrt::Error naming the file and field on failure.
+  explicit Engine(EngineOptions options);
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Generates a continuation of `prompt`. on_token (optional) runs on the calling thread for
+  // each token and may stop generation by returning false. Thread-safe.
+  GenerationResult generate(std::string_view prompt, const GenerationConfig& config = {},
+                            const TokenCallback& on_token = {}) const;
+  // Same, from token ids (no BOS is added).
+  GenerationResult generate_from_tokens(std::span<const std::int32_t> prompt_tokens,
+                                        const GenerationConfig& config = {},
+                                        const TokenCallback& on_token = {}) const;
+
+  // Next-token logits after each of `tokens` (all_positions) or after the last one only.
+  // Row-major [positions x vocab].
+  std::vector<float> logits(std::span<const std::int32_t> tokens, bool all_positions = false) const;
+
+  [[nodiscard]] std::vector<std::int32_t> tokenize(std::string_view text, bool add_bos = true) const;
+  // Text of a token sequence; a sequence starting with BOS loses the tokenizer's dummy-prefix
+  // space, so detokenize(tokenize(text)) == text.
+  [[nodiscard]] std::string detokenize(std::span<const std::int32_t> tokens) const;
+  // Bytes of one token as printed (may be a partial UTF-8 sequence).
+  [[nodiscard]] std::string token_bytes(std::int32_t token) const;
+
+  [[nodiscard]] const ModelInfo& model_info() const noexcept;
+  [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
+  [[nodiscard]] std::string graph_json() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sitsrt

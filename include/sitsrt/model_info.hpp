@@ -1,0 +1,35 @@
+// A description of a loaded model and the engine's resolved settings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sitsrt {
+
+struct ModelInfo {
+  std::string path;
+  std::string architecture;
+  std::string name;
+  std::int64_t n_vocab = 0;
+  std::int64_t n_embd = 0;
+  std::int64_t n_layer = 0;
+  std::int64_t n_head = 0;
+  std::int64_t n_head_kv = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t n_ff = 0;
+  std::int64_t n_ctx_train = 0;
+  std::int64_t n_params = 0;
+  std::uint64_t weight_bytes = 0;     // bytes of all weights the graph reads
+  std::uint64_t weight_bytes_per_token = 0;  // weight bytes one decode step reads (one embedding row)
+  std::int64_t context_length = 0;    // resolved context window of this engine
+  std::string kv_cache_type;          // "f32" / "f16"
+  std::uint64_t kv_cache_bytes = 0;   // per request at full context
+  std::uint64_t activation_bytes = 0; // activation arena per request
+  int threads = 0;
+  std::string cpu_isa;                // kernel level in use
+  std::int32_t bos = -1;
+  std::int32_t eos = -1;
+};
+
+}  // namespace sitsrt

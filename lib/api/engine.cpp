@@ -1,0 +1,225 @@
+// Engine: loads a GGUF model, builds its graph and execution plan, and serves requests.
+#include <sitsrt/engine.hpp>
+#include <sitsrt/error.hpp>
+
+#include "core/check.hpp"
+#include "formats/gguf.hpp"
+#include "graph/graph_printer.hpp"
+#include "model/gguf_weights.hpp"
+#include "model/llama_graph.hpp"
+#include "model/model_spec.hpp"
+#include "runtime/cpu_backend.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/generator.hpp"
+#include "tokenizer/spm_tokenizer.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+namespace sitsrt {
+namespace {
+
+constexpr std::int64_t kDefaultContextCap = 4096;
+
+cpu::Isa parse_isa(const std::string& name) {
+  if (name == "auto" || name.empty()) return cpu::detect_isa();
+  if (name == "avx512") return cpu::Isa::kAvx512;
+  if (name == "avx2") return cpu::Isa::kAvx2;
+  if (name == "generic") return cpu::Isa::kGeneric;
+  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, avx512, avx2, generic", name);
+}
+
+void validate(const EngineOptions& o) {
+  if (o.model_path.empty()) raise(ErrorCode::kInvalidArgument, "model_path is empty");
+  if (o.threads > 1024) raise(ErrorCode::kInvalidArgument, "threads = {} is out of range", o.threads);
+  if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
+    raise(ErrorCode::kInvalidArgument, "max_batch_tokens = {} is out of range [1, 65536]", o.max_batch_tokens);
+  }
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  explicit Impl(EngineOptions o)
+      : options(std::move(o)),
+        file(gguf::File::open(options.model_path)),
+        spec(read_model_spec(file)),
+        tokenizer(read_vocabulary(file)),
+        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes),
+        weights(file) {
+    if (tokenizer.vocab().size() != spec.n_vocab) {
+      raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", file.path(),
+            tokenizer.vocab().size(), spec.n_vocab);
+    }
+    const std::int64_t requested = options.context_length;
+    if (requested > spec.n_ctx_train * 16) {
+      raise(ErrorCode::kInvalidArgument, "context_length {} is far beyond the training context {}", requested,
+            spec.n_ctx_train);
+    }
+    context_length = requested > 0 ? requested : std::min(spec.n_ctx_train, kDefaultContextCap);
+    const DType kv_type = options.kv_cache_type == KvCacheType::kF32 ? DType::kF32 : DType::kF16;
+    LlamaGraphOptions graph_options;
+    graph_options.kv_type = kv_type;
+    graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
+    graph = build_llama_graph(spec, file, graph_options);
+
+    const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
+    plan.graph = &graph;
+    plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
+    plan.backend = &backend;
+    plan.n_layers = spec.n_layer;
+    plan.kv_width = spec.n_head_kv * spec.head_dim;
+    plan.kv_type = kv_type;
+    plan.context_length = context_length;
+    plan.n_vocab = spec.n_vocab;
+    plan.step_mutex = &step_mutex;
+
+    backend.bind_weights(graph, weights);
+    backend.prepare(graph, plan.memory, context_length);
+    prefault();
+    fill_info(kv_type);
+  }
+
+  void prefault() {
+    constexpr std::uint64_t kReportAbove = std::uint64_t{64} << 20;  // small files load instantly
+    if (!options.on_progress || graph.total_weight_bytes() < kReportAbove) return;
+    // Touch every weight page once so the first request does not pay for page faults, and
+    // report progress while doing it (large files take seconds from a cold page cache).
+    std::uint64_t total = graph.total_weight_bytes(), done = 0;
+    volatile unsigned char sink = 0;
+    for (const graph::Weight& w : graph.weights()) {
+      const auto data = weights.data(w);
+      for (std::size_t off = 0; off < data.size(); off += 4096) sink = sink ^ static_cast<unsigned char>(data[off]);
+      done += data.size();
+      options.on_progress("load", total ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
+    }
+  }
+
+  void fill_info(DType kv_type) {
+    info.path = options.model_path;
+    info.architecture = spec.architecture;
+    info.name = spec.name;
+    info.n_vocab = spec.n_vocab;
+    info.n_embd = spec.n_embd;
+    info.n_layer = spec.n_layer;
+    info.n_head = spec.n_head;
+    info.n_head_kv = spec.n_head_kv;
+    info.head_dim = spec.head_dim;
+    info.n_ff = spec.n_ff;
+    info.n_ctx_train = spec.n_ctx_train;
+    for (const auto& t : file.tensors()) info.n_params += t.elements();
+    info.weight_bytes = graph.total_weight_bytes();
+    // A decode step reads every weight once, except the embedding table, of which it reads one
+    // row (unless the table doubles as the output head).
+    std::vector<bool> used_by_compute(graph.weights().size(), false);
+    for (const graph::Node& node : graph.nodes()) {
+      if (node.op == graph::OpKind::kEmbed) continue;
+      for (graph::WeightId w : node.weights) used_by_compute[static_cast<std::size_t>(w)] = true;
+    }
+    for (std::size_t w = 0; w < graph.weights().size(); ++w) {
+      const graph::Weight& weight = graph.weights()[w];
+      info.weight_bytes_per_token +=
+          used_by_compute[w] ? weight.bytes : weight.bytes / static_cast<std::uint64_t>(weight.dims.back());
+    }
+    info.context_length = context_length;
+    info.kv_cache_type = std::string(name(kv_type));
+    info.kv_cache_bytes = KvCache::bytes_for(spec.n_layer, context_length, plan.kv_width, kv_type);
+    info.activation_bytes = plan.memory.arena_bytes;
+    info.threads = backend.context().threads();
+    info.cpu_isa = std::string(cpu::name(backend.context().isa()));
+    info.bos = tokenizer.vocab().bos;
+    info.eos = tokenizer.vocab().eos;
+  }
+
+  // Sessions (KV cache + activation arena) are reused across requests: allocated once per
+  // concurrent request, never per token.
+  std::unique_ptr<Session> acquire() const {
+    {
+      std::lock_guard lock(pool_mutex);
+      if (!idle.empty()) {
+        auto s = std::move(idle.back());
+        idle.pop_back();
+        return s;
+      }
+    }
+    return std::make_unique<Session>(plan);
+  }
+  void release(std::unique_ptr<Session> s) const {
+    std::lock_guard lock(pool_mutex);
+    idle.push_back(std::move(s));
+  }
+
+  template <typename F>
+  auto with_session(F&& f) const {
+    auto session = acquire();
+    struct Return {
+      const Impl* impl;
+      std::unique_ptr<Session>* s;
+      ~Return() { impl->release(std::move(*s)); }
+    } guard{this, &session};
+    return f(*session);
+  }
+
+  EngineOptions options;
+  gguf::File file;
+  ModelSpec spec;
+  SpmTokenizer tokenizer;
+  CpuBackend backend;
+  GgufWeightSource weights;
+  graph::Graph graph;
+  ExecutionPlan plan;
+  std::int64_t context_length = 0;
+  std::mutex step_mutex;
+  mutable std::mutex pool_mutex;
+  mutable std::vector<std::unique_ptr<Session>> idle;
+  ModelInfo info;
+};
+
+Engine::Engine(EngineOptions options) {
+  validate(options);
+  impl_ = std::make_unique<Impl>(std::move(options));
+}
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
+                                  const TokenCallback& on_token) const {
+  const bool add_bos = config.add_bos.value_or(impl_->tokenizer.vocab().add_bos);
+  const std::vector<std::int32_t> tokens = impl_->tokenizer.encode(prompt, add_bos);
+  return generate_from_tokens(tokens, config, on_token);
+}
+
+GenerationResult Engine::generate_from_tokens(std::span<const std::int32_t> prompt_tokens,
+                                              const GenerationConfig& config, const TokenCallback& on_token) const {
+  return impl_->with_session(
+      [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, config, on_token); });
+}
+
+std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all_positions) const {
+  return impl_->with_session([&](Session& s) {
+    s.reset();
+    const auto out = s.forward(tokens, all_positions);
+    return std::vector<float>(out.begin(), out.end());
+  });
+}
+
+std::vector<std::int32_t> Engine::tokenize(std::string_view text, bool add_bos) const {
+  return impl_->tokenizer.encode(text, add_bos);
+}
+
+std::string Engine::detokenize(std::span<const std::int32_t> tokens) const {
+  // A sequence that starts with BOS was encoded from text with the dummy-prefix space: drop it
+  // so detokenize(tokenize(text)) == text.
+  const bool from_text = !tokens.empty() && tokens.front() == impl_->tokenizer.vocab().bos;
+  return impl_->tokenizer.decode(tokens, from_text);
+}
+
+std::string Engine::token_bytes(std::int32_t token) const { return impl_->tokenizer.token_bytes(token); }
+
+const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
+
+std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }
+std::string Engine::graph_json() const { return graph::to_json(impl_->graph, impl_->plan.memory); }
+
+}  // namespace sitsrt

@@ -1,0 +1,69 @@
+#include "cpu/cpu_context.hpp"
+
+#include "core/check.hpp"
+
+#include <string>
+
+namespace sitsrt::cpu {
+
+std::string_view name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::kGeneric:
+      return "generic";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+Isa detect_isa() noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  // The *_avx512.cpp files are compiled with exactly F/BW/VL/DQ (+AVX2/FMA/F16C), so that is
+  // what must be present; VNNI/BF16 are not used by this version.
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
+#endif
+  return Isa::kGeneric;
+}
+
+bool isa_supported(Isa isa) noexcept {
+  return static_cast<int>(isa) <= static_cast<int>(detect_isa());
+}
+
+CpuContext::CpuContext(int threads, Isa isa)
+    : pool_(std::make_unique<ThreadPool>(threads)), isa_(isa_supported(isa) ? isa : detect_isa()) {
+  scratch_.resize(static_cast<std::size_t>(pool_->size()));
+}
+
+void CpuContext::reserve_scratch(std::size_t floats) {
+  if (floats <= scratch_floats_) return;
+  // Round up to whole cache lines so kernels may read a full vector at the end of scratch.
+  const std::size_t rounded = (floats + 15) / 16 * 16;
+  for (std::size_t t = 0; t < scratch_.size(); ++t) {
+    scratch_[t] = AlignedBuffer(rounded * sizeof(float), "cpu kernel scratch");
+  }
+  scratch_floats_ = rounded;
+}
+
+float* CpuContext::scratch(int thread_index, std::size_t floats) {
+  if (thread_index < 0 || static_cast<std::size_t>(thread_index) >= scratch_.size()) {
+    raise(ErrorCode::kInternal, "cpu scratch: thread index {} outside the {}-thread pool", thread_index,
+          scratch_.size());
+  }
+  if (floats > scratch_floats_) {
+    raise(ErrorCode::kInternal, "cpu scratch: {} floats requested but only {} reserved (reserve_scratch)", floats,
+          scratch_floats_);
+  }
+  return scratch_[static_cast<std::size_t>(thread_index)].as<float>();
+}
+
+}  // namespace sitsrt::cpu

@@ -1,0 +1,39 @@
+// Which kernel table serves which ISA level. CpuContext has already clamped its isa() to what
+// the CPU supports; on non-x86 builds only the generic tables exist.
+#include "cpu/matmul_kernels.hpp"
+#include "cpu/vec_kernels.hpp"
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+struct IsaTables {
+  Isa isa;
+  const MatmulKernels& (*matmul)() noexcept;
+  const VecKernels& (*vec)() noexcept;
+};
+
+constexpr IsaTables kIsaTables[] = {
+    {Isa::kGeneric, matmul_kernels_generic, vec_kernels_generic},
+#if defined(SITSRT_X86_KERNELS)
+    {Isa::kAvx2, matmul_kernels_avx2, vec_kernels_avx2},
+    {Isa::kAvx512, matmul_kernels_avx512, vec_kernels_avx512},
+#endif
+};
+
+const IsaTables& tables_for(Isa isa) noexcept {
+  for (const IsaTables& entry : kIsaTables) {
+    if (entry.isa == isa) return entry;
+  }
+  return kIsaTables[0];
+}
+
+}  // namespace
+
+const MatmulKernels& matmul_kernels_for(Isa isa) noexcept {
+  return tables_for(isa).matmul();
+}
+const VecKernels& vec_kernels_for(Isa isa) noexcept {
+  return tables_for(isa).vec();
+}
+
+}  // namespace sitsrt::cpu::detail

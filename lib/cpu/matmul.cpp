@@ -1,0 +1,141 @@
+// matmul / get_rows: argument checks, ISA dispatch, thread split and prefill tiling.
+// The arithmetic lives in matmul_{generic,avx2,avx512}.cpp (see matmul_kernels.hpp).
+#include "cpu/matmul.hpp"
+
+#include "core/check.hpp"
+#include "cpu/matmul_kernels.hpp"
+
+#include <algorithm>
+
+namespace sitsrt::cpu {
+namespace {
+
+using detail::MatmulKernels;
+
+// Decode rows are handed out in multiples of this so each thread streams whole cache lines
+// of every format and the split does not depend on the format.
+constexpr std::int64_t kMatvecGrain = 16;
+
+std::int64_t round_up(std::int64_t v, std::int64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+// Weight-tile stride in floats for a K block of kc elements (vector loads past kc read zeros).
+std::int64_t tile_stride(std::int64_t kc) {
+  return round_up(kc, 16);
+}
+
+void check_weight(const WeightMatrix& w, const char* op) {
+  if (w.rows < 0 || w.cols < 0)
+    raise(ErrorCode::kInvalidArgument, "{}: negative weight shape {}x{}", op, w.rows, w.cols);
+  if (!fits_blocks(w.type, w.cols)) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} columns are not a whole number of {} blocks", op, w.cols, name(w.type));
+  }
+  if (w.row_stride < row_bytes(w.type, w.cols)) {
+    raise(ErrorCode::kInvalidArgument, "{}: row_stride {} is below the {} bytes of a {}-column {} row", op,
+          w.row_stride, row_bytes(w.type, w.cols), w.cols, name(w.type));
+  }
+  if (w.data == nullptr && w.rows > 0 && w.cols > 0) raise(ErrorCode::kInvalidArgument, "{}: null weight data", op);
+}
+
+// y = x W^T for m == 1: rows split in kMatvecGrain chunks, one fused dequantize-dot per row.
+void matvec(CpuContext& ctx, const detail::MatvecFn kernel, const WeightMatrix& w, const float* x, float* y) {
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(w.rows, t, n, kMatvecGrain);
+    if (r.end > r.begin) {
+      kernel(w.data + static_cast<std::size_t>(r.begin) * w.row_stride, w.row_stride, w.cols, x, y + r.begin,
+             r.end - r.begin);
+    }
+  });
+}
+
+// y = x W^T for m > 1. Each thread owns a contiguous range of output rows; for each block of
+// kGemmBlockM x rows and kGemmBlockK columns it dequantizes tile_rows weight rows at a time into
+// its scratch and runs the ISA tile kernel over them. Weights are dequantized once per M block,
+// never as a whole tensor.
+void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, const float* x, std::int64_t ldx,
+          std::int64_t m, float* y, std::int64_t ldy) {
+  const detail::DequantFn dequant = kernels.formats[static_cast<int>(w.type)].dequant;
+  const std::int64_t tile_rows = kernels.tile_rows;
+  const std::size_t need = matmul_scratch_floats(w, m);
+  const DTypeTraits& tr = traits(w.type);
+  // Equal M blocks (a multiple of 6, the widest micro-kernel's rows) of at most kGemmBlockM:
+  // m = 128 is one pass, not 120 + 8 with the weights dequantized twice.
+  const std::int64_t m_passes = (m + detail::kGemmBlockM - 1) / detail::kGemmBlockM;
+  const std::int64_t m_block = std::min(detail::kGemmBlockM, round_up((m + m_passes - 1) / m_passes, 6));
+  ctx.pool().run([&](int t, int n) {
+    // A row grain of 4 keeps small matrices spread over the threads; tiles and micro-kernels
+    // handle any remainder.
+    const Range r = split_range(w.rows, t, n, 4);
+    if (r.end <= r.begin) return;
+    float* tile = ctx.scratch(t, need);
+    float* work = tile + detail::kGemmTileRows * tile_stride(std::min(detail::kGemmBlockK, w.cols));
+    for (std::int64_t m0 = 0; m0 < m; m0 += m_block) {
+      const std::int64_t mb = std::min(m_block, m - m0);
+      for (std::int64_t k0 = 0; k0 < w.cols; k0 += detail::kGemmBlockK) {
+        const std::int64_t kc = std::min(detail::kGemmBlockK, w.cols - k0);
+        const std::int64_t ldw = tile_stride(kc);
+        const std::size_t byte_offset =
+            static_cast<std::size_t>(k0 / tr.block_size) * static_cast<std::size_t>(tr.block_bytes);
+        for (std::int64_t r0 = r.begin; r0 < r.end; r0 += tile_rows) {
+          const std::int64_t nr = std::min(tile_rows, r.end - r0);
+          for (std::int64_t j = 0; j < nr; ++j) {
+            float* dst = tile + j * ldw;
+            dequant(w.data + static_cast<std::size_t>(r0 + j) * w.row_stride + byte_offset, dst, kc);
+            std::fill(dst + kc, dst + ldw, 0.0f);
+          }
+          kernels.gemm_tile(x + m0 * ldx + k0, ldx, mb, tile, ldw, nr, kc, y + m0 * ldy + r0, ldy, k0 > 0, work);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
+            std::int64_t ldy) {
+  check_weight(w, "matmul");
+  if (m < 0) raise(ErrorCode::kInvalidArgument, "matmul: negative batch m = {}", m);
+  if (m > 1 && ldx < w.cols) raise(ErrorCode::kInvalidArgument, "matmul: ldx {} < cols {}", ldx, w.cols);
+  if (m > 1 && ldy < w.rows) raise(ErrorCode::kInvalidArgument, "matmul: ldy {} < rows {}", ldy, w.rows);
+  if (m == 0 || w.rows == 0) return;
+  if (w.cols == 0) {  // empty sums: nothing to read, every output is 0
+    for (std::int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + w.rows, 0.0f);
+    return;
+  }
+  const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
+  if (m == 1) {
+    matvec(ctx, kernels.formats[static_cast<int>(w.type)].matvec, w, x, y);
+  } else {
+    gemm(ctx, kernels, w, x, ldx, m, y, ldy);
+  }
+}
+
+std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept {
+  if (m <= 1 || w.cols <= 0) return 0;
+  const std::int64_t kc = std::min(detail::kGemmBlockK, w.cols);
+  return static_cast<std::size_t>(2 * detail::kGemmTileRows * tile_stride(kc));  // tile + kernel work copy
+}
+
+void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out,
+              std::int64_t ldo) {
+  check_weight(table, "get_rows");
+  if (n < 0) raise(ErrorCode::kInvalidArgument, "get_rows: negative id count {}", n);
+  if (n > 1 && ldo < table.cols) raise(ErrorCode::kInvalidArgument, "get_rows: ldo {} < cols {}", ldo, table.cols);
+  for (std::int64_t i = 0; i < n; ++i) {  // all ids are checked before anything is written
+    if (ids[i] < 0 || ids[i] >= table.rows) {
+      raise(ErrorCode::kInvalidArgument, "get_rows: id {} (at index {}) is outside the table's {} rows", ids[i], i,
+            table.rows);
+    }
+  }
+  const detail::DequantFn dequant = detail::matmul_kernels_for(ctx.isa()).formats[static_cast<int>(table.type)].dequant;
+  ctx.pool().run([&](int t, int threads) {
+    const Range r = split_range(n, t, threads);
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      dequant(table.data + static_cast<std::size_t>(ids[i]) * table.row_stride, out + i * ldo, table.cols);
+    }
+  });
+}
+
+}  // namespace sitsrt::cpu

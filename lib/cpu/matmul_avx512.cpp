@@ -1,0 +1,390 @@
+// AVX-512 (F/BW/VL/DQ + F16C/FMA) matmul kernels: 16 float lanes.
+// Decode dequantizes each block in registers and FMAs it against x (memory-bound: the aim is
+// to keep enough loads in flight to stream weights at DRAM speed). Prefill transposes a
+// dequantized tile of up to 32 weight rows into panels and runs a 12 x 32 outer-product
+// micro-kernel (24 zmm accumulators) over them.
+#include "core/quant_blocks.hpp"
+#include "cpu/matmul_kernels.hpp"
+
+// GCC 12's avx512fintrin.h makes its "undefined" vectors by self-initialisation, which
+// -Wmaybe-uninitialized reports at every inlined intrinsic (GCC bug 105593): silenced here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+#include <utility>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+// Decode streams each row once from DRAM; the hardware prefetcher alone leaves the core waiting
+// on part of the loads (measured: q8_0 7 -> 10 GB/s per core with this). 1.5 KiB ahead covers
+// DRAM latency at these rates; past a thread's last row it touches harmless addresses.
+constexpr int kPrefetchBytes = 1536;
+inline void prefetch_ahead(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
+inline __mmask16 tail_mask(std::int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// ---- Float formats: load 16 elements (or a masked tail) as floats. ----
+
+struct LoadF32 {
+  static constexpr int kBytes = 4;
+  static __m512 load(const std::byte* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_tail(const std::byte* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+};
+struct LoadF16 {
+  static constexpr int kBytes = 2;
+  static __m512 load(const std::byte* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load_tail(const std::byte* p, __mmask16 k) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p)); }
+};
+struct LoadBF16 {
+  static constexpr int kBytes = 2;
+  static __m512 widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
+  static __m512 load(const std::byte* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_tail(const std::byte* p, __mmask16 k) { return widen(_mm256_maskz_loadu_epi16(k, p)); }
+};
+
+// y[r] = W[r, :] . x for float formats, any cols: 4 independent accumulators (64 elements per
+// iteration) so the FMA latency chain never limits the stream.
+template <typename L>
+void matvec_float_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                         std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+    std::int64_t c = 0;
+    for (; c + 64 <= cols; c += 64) {
+      prefetch_ahead(row + c * L::kBytes);
+      if constexpr (L::kBytes == 4) prefetch_ahead(row + c * L::kBytes + 128);
+      acc0 = _mm512_fmadd_ps(L::load(row + c * L::kBytes), _mm512_loadu_ps(x + c), acc0);
+      acc1 = _mm512_fmadd_ps(L::load(row + (c + 16) * L::kBytes), _mm512_loadu_ps(x + c + 16), acc1);
+      acc2 = _mm512_fmadd_ps(L::load(row + (c + 32) * L::kBytes), _mm512_loadu_ps(x + c + 32), acc2);
+      acc3 = _mm512_fmadd_ps(L::load(row + (c + 48) * L::kBytes), _mm512_loadu_ps(x + c + 48), acc3);
+    }
+    for (; c + 16 <= cols; c += 16) {
+      acc0 = _mm512_fmadd_ps(L::load(row + c * L::kBytes), _mm512_loadu_ps(x + c), acc0);
+    }
+    if (c < cols) {
+      const __mmask16 k = tail_mask(cols - c);
+      acc1 = _mm512_fmadd_ps(L::load_tail(row + c * L::kBytes, k), _mm512_maskz_loadu_ps(k, x + c), acc1);
+    }
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  }
+}
+
+template <typename L>
+void dequant_float_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if (i % 32 == 0) prefetch_ahead(src + i * L::kBytes);
+    _mm512_storeu_ps(dst + i, L::load(src + i * L::kBytes));
+  }
+  if (i < n) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, k, L::load_tail(src + i * L::kBytes, k));
+  }
+}
+
+// ---- Quantized formats: q(block) gives the block's levels as floats, elements 0..15 in lo
+// and 16..31 in hi; the scale (and min) are applied by the callers. ----
+// 4- and 5-bit levels are looked up rather than converted: the 16 qs bytes are widened to 32-bit
+// lanes once, and vpermps reads only index bits 3:0, so lane j of the widened bytes indexes the
+// table with its low nibble directly and, shifted right by 4, with its high nibble. That is 4
+// vector ops for 32 levels where mask / widen / subtract / convert took 9, and these kernels
+// must out-run DRAM to stay memory-bound.
+
+// The scale at p (fp16) broadcast to 16 lanes: vcvtph2ps takes it straight from memory
+// (reading the 6 bytes after it, always inside the block).
+inline __m512 broadcast_half_at(const std::uint16_t* p) {
+  return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512i widen_qs16(const std::uint8_t* qs) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+}
+inline std::uint32_t load_qh(const std::uint8_t* qh) {
+  std::uint32_t v;
+  std::memcpy(&v, qh, 4);
+  return v;
+}
+// Table index for a Q5 level: the nibble in bits 3:0 plus the 5th bit (bit j of `bits` for lane j).
+inline __m512i q5_index(__m512i nibble, std::uint32_t bits) {
+  return _mm512_mask_or_epi32(nibble, static_cast<__mmask16>(bits & 0xFFFFu), nibble, _mm512_set1_epi32(16));
+}
+// Level tables: 16 consecutive values starting at `first`.
+inline __m512 levels_from(float first) {
+  return _mm512_add_ps(_mm512_set1_ps(first), _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+// d * level [+ m] for each level: rounded exactly as dequantize_row rounds each element
+// (multiply, then add), so the lookups below return bit-identical dequantized weights.
+template <bool kMin, typename B>
+inline __m512 scaled_levels(const B& b, __m512 levels) {
+  const __m512 t = _mm512_mul_ps(levels, broadcast_half_at(&b.d));
+  if constexpr (kMin) return _mm512_add_ps(t, broadcast_half_at(&b.m));
+  return t;
+}
+
+// Each decoder gives values(block) = the 32 dequantized weights (elements 0..15 in lo, 16..31
+// in hi), and dot(block, x, acc0, acc1) adding the block's products to two accumulators.
+
+// Q8_0 levels are converted (sign-extend, int -> float); its dot scales the block's partial
+// sum once instead of scaling each level (one multiply per block rather than two).
+struct DecodeQ8_0 {
+  using Block = BlockQ8_0;
+  static void levels(const Block& b, __m512& lo, __m512& hi) {
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs))));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16))));
+  }
+  static void values(const Block& b, __m512& lo, __m512& hi) {
+    levels(b, lo, hi);
+    const __m512 d = broadcast_half_at(&b.d);
+    lo = _mm512_mul_ps(lo, d);
+    hi = _mm512_mul_ps(hi, d);
+  }
+  static void dot(const Block& b, const float* x, __m512& acc0, __m512&) {
+    __m512 lo, hi;
+    levels(b, lo, hi);
+    const __m512 p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
+    acc0 = _mm512_fmadd_ps(p, broadcast_half_at(&b.d), acc0);
+  }
+};
+
+// 4-bit levels: one table of the block's 16 possible weights, looked up by nibble.
+template <typename B, bool kMin>
+struct DecodeQ4 {
+  using Block = B;
+  static void values(const Block& b, __m512& lo, __m512& hi) {
+    const __m512 table = scaled_levels<kMin>(b, levels_from(kMin ? 0.0f : -8.0f));
+    const __m512i v = widen_qs16(b.qs);
+    lo = _mm512_permutexvar_ps(v, table);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+  }
+  static void dot(const Block& b, const float* x, __m512& acc0, __m512& acc1) {
+    __m512 lo, hi;
+    values(b, lo, hi);
+    acc0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), acc0);
+    acc1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), acc1);
+  }
+};
+
+// 5-bit levels: two tables (5th bit clear / set) and a two-table permute.
+template <typename B, bool kMin>
+struct DecodeQ5 {
+  using Block = B;
+  static void values(const Block& b, __m512& lo, __m512& hi) {
+    const __m512 low_half = scaled_levels<kMin>(b, levels_from(kMin ? 0.0f : -16.0f));
+    const __m512 high_half = scaled_levels<kMin>(b, levels_from(kMin ? 16.0f : 0.0f));
+    const __m512i v = widen_qs16(b.qs);
+    const std::uint32_t qh = load_qh(b.qh);
+    const __m512i lo_idx = q5_index(_mm512_and_si512(v, _mm512_set1_epi32(0x0F)), qh);
+    const __m512i hi_idx = q5_index(_mm512_srli_epi32(v, 4), qh >> 16);
+    lo = _mm512_permutex2var_ps(low_half, lo_idx, high_half);
+    hi = _mm512_permutex2var_ps(low_half, hi_idx, high_half);
+  }
+  static void dot(const Block& b, const float* x, __m512& acc0, __m512& acc1) {
+    __m512 lo, hi;
+    values(b, lo, hi);
+    acc0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), acc0);
+    acc1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), acc1);
+  }
+};
+using DecodeQ4_0 = DecodeQ4<BlockQ4_0, false>;
+using DecodeQ4_1 = DecodeQ4<BlockQ4_1, true>;
+using DecodeQ5_0 = DecodeQ5<BlockQ5_0, false>;
+using DecodeQ5_1 = DecodeQ5<BlockQ5_1, true>;
+
+// y[r] = W[r, :] . x for block formats: two blocks per iteration, four accumulators, so no
+// FMA latency chain limits the stream.
+template <typename D>
+void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                          std::int64_t n_rows) {
+  const std::int64_t nb = cols / kQBlock;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+    std::int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      prefetch_ahead(blocks + b);
+      D::dot(blocks[b], x + b * kQBlock, acc0, acc1);
+      D::dot(blocks[b + 1], x + (b + 1) * kQBlock, acc2, acc3);
+    }
+    if (b < nb) D::dot(blocks[b], x + b * kQBlock, acc0, acc1);
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  }
+}
+
+// dst = the dequantized weights, bit-identical to dequantize_row.
+template <typename D>
+void dequant_blocks_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  const auto* blocks = reinterpret_cast<const typename D::Block*>(src);
+  for (std::int64_t b = 0; b < n / kQBlock; ++b, dst += kQBlock) {
+    if (b % 2 == 0) prefetch_ahead(blocks + b);
+    __m512 lo, hi;
+    D::values(blocks[b], lo, hi);
+    _mm512_storeu_ps(dst, lo);
+    _mm512_storeu_ps(dst + 16, hi);
+  }
+}
+
+// ---- Prefill: y[i, j] (+)= x[i, :k] . w[j, :k], outer-product form. ----
+// The dequantized tile (up to 32 weight rows) is transposed into panels of 16 rows,
+// panel[c][0..15] = w[0..15][c], so one aligned load gives 16 output columns at input c. The
+// micro-kernel then broadcasts x[i][c] for kMr rows and FMAs it into kMr x 2 accumulators
+// holding y[i][0..31] directly: 2 panel loads + 12 broadcasts feed 24 FMAs per c, no horizontal
+// sums, and each x element is read once per 32 outputs. (The dot-product form, x rows against
+// w rows, reloaded every x vector for each 4 weight rows and spent the rest on reductions.)
+
+constexpr int kMr = 12;     // x rows per micro-kernel: 24 accumulators + 2 panel vectors + 1 broadcast
+constexpr int kPanel = 16;  // weight rows per panel (one zmm of output columns)
+
+// out[c] = column c of the 16 x 16 block rows[0..15]: the classic 4-stage shuffle transpose.
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved per 128-bit lane
+    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // b[4i + q], lane L: rows 4i..4i+3 of column 4L + q
+    const auto pd = [](__m512 v) { return _mm512_castps_pd(v); };
+    b[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a[4 * i]), pd(a[4 * i + 2])));
+    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a[4 * i]), pd(a[4 * i + 2])));
+    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a[4 * i + 1]), pd(a[4 * i + 3])));
+    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a[4 * i + 1]), pd(a[4 * i + 3])));
+  }
+  for (int q = 0; q < 4; ++q) {  // gather lane L of b[q], b[4+q], b[8+q], b[12+q] into column 4L + q
+    const __m512 d0 = _mm512_shuffle_f32x4(b[q], b[4 + q], 0x88), d1 = _mm512_shuffle_f32x4(b[q], b[4 + q], 0xDD);
+    const __m512 e0 = _mm512_shuffle_f32x4(b[8 + q], b[12 + q], 0x88);
+    const __m512 e1 = _mm512_shuffle_f32x4(b[8 + q], b[12 + q], 0xDD);
+    r[q] = _mm512_shuffle_f32x4(d0, e0, 0x88);
+    r[8 + q] = _mm512_shuffle_f32x4(d0, e0, 0xDD);
+    r[4 + q] = _mm512_shuffle_f32x4(d1, e1, 0x88);
+    r[12 + q] = _mm512_shuffle_f32x4(d1, e1, 0xDD);
+  }
+}
+
+// panel[p][c * 16 + l] = w[(16 p + l) * ldw + c] for c < ldw; rows >= n read as zero.
+inline void pack_panels(const float* w, std::int64_t ldw, std::int64_t n, float* panel) {
+  for (std::int64_t p = 0; p * kPanel < n; ++p) {
+    float* dst = panel + p * kPanel * ldw;
+    for (std::int64_t c = 0; c < ldw; c += 16) {
+      __m512 r[16];
+      for (int l = 0; l < 16; ++l) {
+        const std::int64_t row = p * kPanel + l;
+        r[l] = row < n ? _mm512_load_ps(w + row * ldw + c) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int l = 0; l < 16; ++l) _mm512_store_ps(dst + (c + l) * kPanel, r[l]);
+    }
+  }
+}
+
+// y[i, 0..16 NP) (+)= sum_c x[i, c] * panel[c] for i < MR; mask0/mask1 select the valid columns.
+template <int MR, int NP>
+void gemm_micro_avx512(const float* x, std::int64_t ldx, const float* panel, std::int64_t ldw, std::int64_t k, float* y,
+                       std::int64_t ldy, __mmask16 mask0, __mmask16 mask1, bool accumulate) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const float* p1 = panel + kPanel * ldw;
+  for (std::int64_t c = 0; c < k; ++c) {
+    const __m512 w0 = _mm512_load_ps(panel + c * kPanel);
+    const __m512 w1 = NP > 1 ? _mm512_load_ps(p1 + c * kPanel) : w0;
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xb = _mm512_set1_ps(x[i * ldx + c]);
+      acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
+      if constexpr (NP > 1) acc[i][NP - 1] = _mm512_fmadd_ps(xb, w1, acc[i][NP - 1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    float* out = y + i * ldy;
+    const __mmask16 masks[2] = {mask0, mask1};
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) {
+      __m512 v = acc[i][j];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[j], out + 16 * j));
+      _mm512_mask_storeu_ps(out + 16 * j, masks[j], v);
+    }
+  }
+}
+
+using GemmMicroFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
+                             __mmask16, __mmask16, bool);
+
+// kMicro.fn[NP - 1][MR - 1]: the micro-kernel for MR x rows and NP panels (remainders
+// included). A plain array in a local type, so nothing here is shared with other files.
+struct MicroTable {
+  GemmMicroFn fn[2][kMr];
+};
+template <std::size_t... I>
+constexpr MicroTable make_micro_table(std::index_sequence<I...>) {
+  return {{{gemm_micro_avx512<static_cast<int>(I) + 1, 1>...}, {gemm_micro_avx512<static_cast<int>(I) + 1, 2>...}}};
+}
+constexpr MicroTable kMicro = make_micro_table(std::make_index_sequence<kMr>{});
+
+inline __mmask16 first_lanes(std::int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+void gemm_tile_avx512(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t ldw,
+                      std::int64_t n, std::int64_t k, float* y, std::int64_t ldy, bool accumulate, float* work) {
+  pack_panels(w, ldw, n, work);
+  for (std::int64_t j0 = 0; j0 < n; j0 += 2 * kPanel) {
+    const std::int64_t cols = n - j0 < 2 * kPanel ? n - j0 : 2 * kPanel;
+    const int np = cols > kPanel ? 2 : 1;
+    const __mmask16 mask0 = first_lanes(cols), mask1 = first_lanes(cols - kPanel);
+    const float* panel = work + j0 * ldw;
+    for (std::int64_t i = 0; i < m; i += kMr) {
+      const std::int64_t rows = m - i < kMr ? m - i : kMr;
+      kMicro.fn[np - 1][rows - 1](x + i * ldx, ldx, panel, ldw, k, y + i * ldy + j0, ldy, mask0, mask1, accumulate);
+    }
+  }
+}
+
+// Named instances (the table below lists them by format).
+constexpr MatvecFn matvec_f32_avx512 = matvec_float_avx512<LoadF32>;
+constexpr MatvecFn matvec_f16_avx512 = matvec_float_avx512<LoadF16>;
+constexpr MatvecFn matvec_bf16_avx512 = matvec_float_avx512<LoadBF16>;
+constexpr MatvecFn matvec_q8_0_avx512 = matvec_blocks_avx512<DecodeQ8_0>;
+constexpr MatvecFn matvec_q4_0_avx512 = matvec_blocks_avx512<DecodeQ4_0>;
+constexpr MatvecFn matvec_q4_1_avx512 = matvec_blocks_avx512<DecodeQ4_1>;
+constexpr MatvecFn matvec_q5_0_avx512 = matvec_blocks_avx512<DecodeQ5_0>;
+constexpr MatvecFn matvec_q5_1_avx512 = matvec_blocks_avx512<DecodeQ5_1>;
+
+constexpr MatmulKernels kAvx512Kernels = {
+    {
+        {DType::kF32, matvec_f32_avx512, dequant_float_avx512<LoadF32>},
+        {DType::kF16, matvec_f16_avx512, dequant_float_avx512<LoadF16>},
+        {DType::kBF16, matvec_bf16_avx512, dequant_float_avx512<LoadBF16>},
+        {DType::kQ8_0, matvec_q8_0_avx512, dequant_blocks_avx512<DecodeQ8_0>},
+        {DType::kQ4_0, matvec_q4_0_avx512, dequant_blocks_avx512<DecodeQ4_0>},
+        {DType::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
+        {DType::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
+        {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
+    },
+    gemm_tile_avx512,
+    32,
+};
+static_assert(formats_in_dtype_order(kAvx512Kernels.formats));
+
+}  // namespace
+
+const MatmulKernels& matmul_kernels_avx512() noexcept {
+  return kAvx512Kernels;
+}
+
+}  // namespace sitsrt::cpu::detail

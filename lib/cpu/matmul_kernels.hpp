@@ -1,0 +1,74 @@
+// Internal: the per-ISA matmul building blocks that matmul.cpp dispatches to.
+// Each ISA file (matmul_generic.cpp, matmul_avx2.cpp, matmul_avx512.cpp) defines one
+// MatmulKernels table; matmul.cpp owns threading, tiling and scratch.
+//
+// ODR note: the ISA files are compiled with different -m flags, so everything in them except the
+// table accessor lives in an anonymous namespace and they call no inline function shared with
+// other files (a shared inline could be emitted with AVX-512 instructions and picked by the linker
+// for a generic caller).
+#pragma once
+
+#include "core/dtype.hpp"
+#include "cpu/cpu_context.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sitsrt::cpu::detail {
+
+// Decode: y[r] = sum_c W[r, c] * x[c] for r < n_rows; row r at w + r * row_stride bytes,
+// `cols` elements (whole blocks) per row. Dequantizes in registers, never to memory.
+using MatvecFn = void (*)(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                          std::int64_t n_rows);
+
+// dst[0, n) = the n elements (whole blocks) stored at src, as floats. Same values as
+// dequantize_row (scale * q [+ min] rounded once per product; no FMA contraction).
+using DequantFn = void (*)(const std::byte* src, float* dst, std::int64_t n);
+
+// Prefill tile: y[i, j] (+)= sum_{c < k} x[i, c] * w[j, c] for i < m, j < n (n <= tile_rows).
+// x: m rows, stride ldx floats (any alignment). w: n rows of dequantized weights, stride ldw
+// floats, 64-byte aligned, ldw a multiple of 16 and rows readable up to ldw (zero padded).
+// work: kGemmTileRows * ldw floats, 64-byte aligned, for a kernel's repacked copy of w.
+// accumulate = false stores, true adds to y (K-blocked callers add later blocks).
+using GemmTileFn = void (*)(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t ldw,
+                            std::int64_t n, std::int64_t k, float* y, std::int64_t ldy, bool accumulate, float* work);
+
+struct FormatKernels {
+  DType type;  // must equal the entry's index in MatmulKernels::formats (checked at compile time)
+  MatvecFn matvec;
+  DequantFn dequant;
+};
+
+struct MatmulKernels {
+  FormatKernels formats[kDTypeCount];
+  GemmTileFn gemm_tile;
+  std::int64_t tile_rows;  // weight rows dequantized per tile: a multiple of gemm_tile's
+                           // micro-kernel width, at most kGemmTileRows (the scratch sizing)
+};
+
+// True when entry i of `formats` describes DType i: lets each ISA file list its formats
+// declaratively while matmul.cpp indexes the table by DType.
+constexpr bool formats_in_dtype_order(const FormatKernels (&formats)[kDTypeCount]) {
+  for (int i = 0; i < kDTypeCount; ++i) {
+    if (static_cast<int>(formats[i].type) != i) return false;
+  }
+  return true;
+}
+
+// The table for a (supported) ISA level; see kernel_dispatch.cpp.
+const MatmulKernels& matmul_kernels_for(Isa isa) noexcept;
+
+const MatmulKernels& matmul_kernels_generic() noexcept;
+#if defined(SITSRT_X86_KERNELS)
+const MatmulKernels& matmul_kernels_avx2() noexcept;
+const MatmulKernels& matmul_kernels_avx512() noexcept;
+#endif
+
+// Prefill blocking shared by every ISA (the tile kernels accept any sizes; these keep the
+// working set in cache). The weight tile is at most kGemmTileRows x kGemmBlockK floats in
+// scratch (128 KiB, L2-resident), plus as much again for the kernel's work copy.
+inline constexpr std::int64_t kGemmTileRows = 32;
+inline constexpr std::int64_t kGemmBlockK = 1024;  // multiple of 32 (quant block) and of 16 (lanes)
+inline constexpr std::int64_t kGemmBlockM = 192;   // most x rows per pass: 192 x 4 KiB stays in L2
+
+}  // namespace sitsrt::cpu::detail

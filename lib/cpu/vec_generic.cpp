@@ -1,0 +1,122 @@
+// Portable row primitives (see vec_kernels.hpp): plain loops the compiler can vectorise for the
+// baseline target, std::exp for the exponentials. Same algorithm and scratch layout as the ISA
+// files so every level is tested by the same cases.
+#include "core/half.hpp"
+#include "cpu/half_generic.hpp"
+#include "cpu/vec_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+constexpr std::int64_t pad16(std::int64_t v) {
+  return (v + 15) / 16 * 16;
+}
+
+struct RowF32 {
+  static void widen(const std::byte* src, std::int64_t d, float* dst) {
+    std::memcpy(dst, src, static_cast<std::size_t>(d) * 4);
+  }
+};
+struct RowF16 {
+  static void widen(const std::byte* src, std::int64_t d, float* dst) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      std::uint16_t h;
+      std::memcpy(&h, src + 2 * c, 2);
+      dst[c] = half_to_float_generic(h);
+    }
+  }
+};
+
+// Dot product over dp (a multiple of 16) padded floats with 16 partial sums, the same
+// association as one 16-lane register (keeps the generic level numerically like the others).
+inline float dot_padded(const float* a, const float* b, std::int64_t dp) {
+  float acc[16] = {};
+  for (std::int64_t c = 0; c < dp; c += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] += a[c + l] * b[c + l];
+  }
+  float s = 0.0f;
+  for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+  for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+  s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+  return s;
+}
+
+// One (query row, kv head) pair: scores for all `group` heads reading each key once, softmax
+// numerators exp(s - max) with a float sum per head, then the value sum reading each value
+// once; the division by the sum is applied at the end.
+template <typename Row>
+void attend_generic(const AttendArgs& a) {
+  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group, n = a.n, ns = pad16(n);
+  float* qp = a.scratch;     // g x dp, pre-scaled
+  float* s = qp + g * dp;    // g x ns
+  float* kv = s + g * ns;    // 4 x dp (one row used here)
+  float* o = kv + 4 * dp;    // g x dp
+  float* zinv = o + g * dp;  // g
+  for (std::int64_t h = 0; h < g; ++h) {
+    for (std::int64_t c = 0; c < dp; ++c) qp[h * dp + c] = c < d ? a.q[h * d + c] * a.scale : 0.0f;
+  }
+  std::fill(kv, kv + dp, 0.0f);
+  for (std::int64_t p = 0; p < n; ++p) {
+    Row::widen(a.k + static_cast<std::size_t>(p) * a.row_stride, d, kv);
+    for (std::int64_t h = 0; h < g; ++h) s[h * ns + p] = dot_padded(qp + h * dp, kv, dp);
+  }
+  for (std::int64_t h = 0; h < g; ++h) {
+    float* sh = s + h * ns;
+    float max = -std::numeric_limits<float>::infinity();
+    for (std::int64_t p = 0; p < n; ++p) max = std::max(max, sh[p]);
+    float sum[16] = {};
+    for (std::int64_t p = 0; p < n; ++p) {
+      sh[p] = std::exp(sh[p] - max);
+      sum[p % 16] += sh[p];
+    }
+    float total = 0.0f;
+    for (float part : sum) total += part;
+    zinv[h] = 1.0f / total;
+  }
+  std::fill(o, o + g * dp, 0.0f);
+  for (std::int64_t p = 0; p < n; ++p) {
+    Row::widen(a.v + static_cast<std::size_t>(p) * a.row_stride, d, kv);
+    for (std::int64_t h = 0; h < g; ++h) {
+      const float weight = s[h * ns + p];
+      float* oh = o + h * dp;
+      for (std::int64_t c = 0; c < dp; ++c) oh[c] += weight * kv[c];
+    }
+  }
+  for (std::int64_t h = 0; h < g; ++h) {
+    for (std::int64_t c = 0; c < d; ++c) a.out[h * d + c] = o[h * dp + c] * zinv[h];
+  }
+}
+
+void swiglu_row_generic(const float* gate, const float* up, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g * up[i] / (1.0f + std::exp(-g));
+  }
+}
+
+void f32_to_f16_row_generic(const float* src, std::uint16_t* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+constexpr AttendFn attend_f32_generic = attend_generic<RowF32>;
+constexpr AttendFn attend_f16_generic = attend_generic<RowF16>;
+
+constexpr VecKernels kGenericVec = {
+    attend_f32_generic,
+    attend_f16_generic,
+    swiglu_row_generic,
+    f32_to_f16_row_generic,
+};
+
+}  // namespace
+
+const VecKernels& vec_kernels_generic() noexcept {
+  return kGenericVec;
+}
+
+}  // namespace sitsrt::cpu::detail

@@ -1,0 +1,140 @@
+#include "runtime/cpu_backend.hpp"
+
+#include "core/aligned_buffer.hpp"
+#include "core/check.hpp"
+#include "ops/ops.hpp"
+#include "runtime/kv_cache.hpp"
+
+#include <algorithm>
+
+namespace sitsrt {
+
+class CpuBuffer final : public BackendBuffer {
+ public:
+  CpuBuffer(CpuBackend& owner, std::size_t bytes, std::string_view what) : owner_(owner), buffer_(bytes, what) {}
+  ~CpuBuffer() override { owner_.release(buffer_.size()); }
+  std::byte* data() noexcept override { return buffer_.data(); }
+  [[nodiscard]] std::size_t size() const noexcept override { return buffer_.size(); }
+
+ private:
+  CpuBackend& owner_;
+  AlignedBuffer buffer_;
+};
+
+CpuBackend::CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes)
+    : ctx_(threads, isa), budget_bytes_(budget_bytes) {}
+
+void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source) {
+  weights_.clear();
+  weights_.reserve(graph.weights().size());
+  weight_bytes_ = 0;
+  for (const graph::Weight& w : graph.weights()) {
+    const std::span<const std::byte> bytes = source.data(w);
+    const std::int64_t cols = w.dims[0];
+    const std::int64_t rows = w.dims.size() > 1 ? w.dims[1] : 1;
+    const std::size_t row_stride = row_bytes(w.type, cols);
+    if (bytes.size() < row_stride * static_cast<std::size_t>(rows)) {
+      raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes, expected {}", w.name, bytes.size(),
+            row_stride * static_cast<std::size_t>(rows));
+    }
+    weights_.push_back({w.type, bytes.data(), rows, cols, row_stride});
+    weight_bytes_ += bytes.size();
+  }
+}
+
+void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t kv_capacity) {
+  std::size_t scratch = 0;
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.op == graph::OpKind::kMatMul) {
+      const auto& w = weights_[static_cast<std::size_t>(node.weights[0])];
+      const auto& value = graph.values()[static_cast<std::size_t>(node.output)];
+      const std::int64_t rows = value.rows == graph::RowSpace::kTokens ? plan.max_tokens : plan.max_outputs;
+      scratch = std::max(scratch, cpu::matmul_scratch_floats(w, rows));
+    } else if (node.op == graph::OpKind::kAttention) {
+      const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
+                                      node.attrs.attn_scale};
+      scratch = std::max(scratch, cpu::attention_scratch_floats(kv_capacity, shape));
+    }
+  }
+  ctx_.reserve_scratch(scratch);
+}
+
+std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::string_view what) {
+  const std::uint64_t now = allocated_.fetch_add(bytes) + bytes;
+  if (budget_bytes_ != 0 && now > budget_bytes_) {
+    allocated_.fetch_sub(bytes);
+    raise(ErrorCode::kOutOfMemory, "cpu: {} needs {} bytes but only {} of the {}-byte budget are free", what, bytes,
+          budget_bytes_ - std::min<std::uint64_t>(budget_bytes_, now - bytes), budget_bytes_);
+  }
+  std::uint64_t high = high_water_.load();
+  while (now > high && !high_water_.compare_exchange_weak(high, now)) {
+  }
+  try {
+    return std::make_unique<CpuBuffer>(*this, bytes, what);
+  } catch (...) {
+    allocated_.fetch_sub(bytes);
+    throw;
+  }
+}
+
+void CpuBackend::release(std::size_t bytes) noexcept { allocated_.fetch_sub(bytes); }
+
+MemoryUsage CpuBackend::memory() const {
+  return {weight_bytes_, allocated_.load(), high_water_.load(), budget_bytes_};
+}
+
+void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  using graph::OpKind;
+  const graph::Node& node = graph.nodes()[index];
+  const auto view = [&](graph::ValueId id) {
+    const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];
+    const std::int64_t rows = v.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
+    auto* data = reinterpret_cast<float*>(step.arena + step.plan->offsets[static_cast<std::size_t>(id)]);
+    return TensorView{data, rows, v.width, v.width};
+  };
+  const auto weight = [&](std::size_t i) -> const cpu::WeightMatrix& {
+    return weights_[static_cast<std::size_t>(node.weights[i])];
+  };
+  const auto vector = [&](std::size_t i) {
+    const cpu::WeightMatrix& w = weight(i);
+    return std::span<const float>(reinterpret_cast<const float*>(w.data), static_cast<std::size_t>(w.cols));
+  };
+  const TensorView out = view(node.output);
+  switch (node.op) {
+    case OpKind::kEmbed:
+      ops::embed(ctx_, weight(0), step.token_ids, out);
+      return;
+    case OpKind::kRmsNorm:
+      ops::rms_norm(ctx_, view(node.inputs[0]), vector(0), node.attrs.eps, out);
+      return;
+    case OpKind::kMatMul:
+      ops::matmul(ctx_, weight(0), view(node.inputs[0]), out);
+      return;
+    case OpKind::kRope: {
+      const auto& r = node.attrs.rope;
+      const cpu::RopeParams params{r.head_dim, r.rot_dims, r.freq_base, r.freq_scale, nullptr,
+                                   r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+      ops::rope(ctx_, out, node.attrs.n_heads, step.positions, params);
+      return;
+    }
+    case OpKind::kAttention: {
+      const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
+                                      node.attrs.attn_scale};
+      ops::attention(ctx_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
+                     step.kv->layer(node.layer), step.pos0, shape, out);
+      return;
+    }
+    case OpKind::kSwiGlu:
+      ops::swiglu(ctx_, view(node.inputs[0]), view(node.inputs[1]), out);
+      return;
+    case OpKind::kAdd:
+      ops::add(ctx_, view(node.inputs[0]), view(node.inputs[1]), out);
+      return;
+    case OpKind::kTakeLast:
+      ops::take_last(view(node.inputs[0]), out);
+      return;
+  }
+  raise(ErrorCode::kInternal, "cpu backend: op {} is not implemented", graph::name(node.op));
+}
+
+}  // namespace sitsrt

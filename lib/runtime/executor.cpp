@@ -1,0 +1,84 @@
+#include "runtime/executor.hpp"
+
+#include "core/check.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace sitsrt {
+
+Session::Session(const ExecutionPlan& plan)
+    : plan_(plan),
+      arena_(plan.backend->allocate(plan.memory.arena_bytes, "activation arena")),
+      kv_(*plan.backend, plan.n_layers, plan.context_length, plan.kv_width, plan.kv_type) {
+  positions_.resize(static_cast<std::size_t>(plan.memory.max_tokens));
+  logits_.resize(static_cast<std::size_t>(plan.n_vocab));
+}
+
+std::span<const float> Session::forward(std::span<const std::int32_t> tokens, bool all_positions) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (n == 0) raise(ErrorCode::kInvalidArgument, "forward: no tokens");
+  if (kv_.size() + n > kv_.capacity()) {
+    raise(ErrorCode::kInvalidArgument, "forward: {} tokens at position {} exceed the context length {}", n,
+          kv_.size(), kv_.capacity());
+  }
+  for (std::int32_t t : tokens) {
+    if (t < 0 || t >= plan_.n_vocab) {
+      raise(ErrorCode::kInvalidArgument, "forward: token id {} is outside the vocabulary [0, {})", t, plan_.n_vocab);
+    }
+  }
+  const std::size_t vocab = static_cast<std::size_t>(plan_.n_vocab);
+  const std::size_t needed = all_positions ? static_cast<std::size_t>(n) * vocab : vocab;
+  if (logits_.size() < needed) logits_.resize(needed);  // only for scoring whole sequences
+  const std::int64_t chunk = plan_.memory.max_tokens;
+  for (std::int64_t begin = 0; begin < n; begin += chunk) {
+    const std::int64_t count = std::min(chunk, n - begin);
+    const bool last = begin + count == n;
+    std::int64_t outputs = 0;
+    float* dst = nullptr;
+    if (all_positions) {
+      outputs = count;
+      dst = logits_.data() + static_cast<std::size_t>(begin) * vocab;
+    } else if (last) {
+      outputs = 1;
+      dst = logits_.data();
+    }
+    step(tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)), outputs, dst);
+  }
+  return {logits_.data(), needed};
+}
+
+void Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs, float* logits_out) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t pos0 = kv_.size();
+  for (std::int64_t i = 0; i < n; ++i) positions_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
+  StepContext ctx;
+  ctx.n_tokens = n;
+  // Intermediate chunks of a prompt still run the head on one row; its logits are dropped.
+  ctx.n_outputs = std::max<std::int64_t>(n_outputs, 1);
+  ctx.pos0 = pos0;
+  ctx.token_ids = tokens;
+  ctx.positions = {positions_.data(), static_cast<std::size_t>(n)};
+  ctx.arena = arena_->data();
+  ctx.plan = &plan_.memory;
+  ctx.kv = &kv_;
+  const graph::Graph& graph = *plan_.graph;
+  {
+    std::lock_guard lock(*plan_.step_mutex);
+    const bool skip_head = n_outputs == 0;
+    for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
+      // Without requested outputs the nodes past the last block have nothing to compute.
+      if (skip_head && graph.nodes()[i].layer < 0 && graph.nodes()[i].op != graph::OpKind::kEmbed) continue;
+      plan_.backend->run(graph, i, ctx);
+    }
+    plan_.backend->synchronize();
+  }
+  kv_.set_size(pos0 + n);
+  if (n_outputs > 0) {
+    const auto* src = reinterpret_cast<const float*>(
+        ctx.arena + plan_.memory.offsets[static_cast<std::size_t>(graph.output())]);
+    std::memcpy(logits_out, src, static_cast<std::size_t>(n_outputs * plan_.n_vocab) * sizeof(float));
+  }
+}
+
+}  // namespace sitsrt

@@ -1,0 +1,54 @@
+// Runs the graph for one request's steps: owns the request's activation arena and KV cache,
+// splits long prompts into steps of at most plan.max_tokens tokens, and returns logits.
+#pragma once
+
+#include "graph/graph.hpp"
+#include "graph/memory_plan.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/kv_cache.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace sitsrt {
+
+// Shared, immutable description of how to run a graph on a backend.
+struct ExecutionPlan {
+  const graph::Graph* graph = nullptr;
+  graph::MemoryPlan memory;
+  Backend* backend = nullptr;
+  std::int64_t n_layers = 0;
+  std::int64_t kv_width = 0;
+  DType kv_type = DType::kF16;
+  std::int64_t context_length = 0;
+  std::int64_t n_vocab = 0;
+  std::mutex* step_mutex = nullptr;  // one step at a time on the backend (kernels share scratch)
+};
+
+class Session {
+ public:
+  explicit Session(const ExecutionPlan& plan);
+
+  // Feeds `tokens` at the next positions. Returns the logits after the last token, or after
+  // every token when all_positions (then [tokens.size() x n_vocab]). The view stays valid
+  // until the next call. Throws kInvalidArgument when the context would overflow.
+  std::span<const float> forward(std::span<const std::int32_t> tokens, bool all_positions = false);
+
+  [[nodiscard]] std::int64_t position() const noexcept { return kv_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return kv_.capacity(); }
+  void reset() noexcept { kv_.set_size(0); }
+
+ private:
+  void step(std::span<const std::int32_t> tokens, std::int64_t n_outputs, float* logits_out);
+
+  const ExecutionPlan& plan_;
+  std::unique_ptr<BackendBuffer> arena_;
+  KvCache kv_;
+  std::vector<std::int32_t> positions_;
+  std::vector<float> logits_;
+};
+
+}  // namespace sitsrt

@@ -1,0 +1,25 @@
+#include "runtime/kv_cache.hpp"
+
+#include "core/check.hpp"
+
+namespace sitsrt {
+
+std::size_t KvCache::bytes_for(std::int64_t n_layers, std::int64_t capacity, std::int64_t kv_width, DType type) {
+  return static_cast<std::size_t>(n_layers) * 2 * static_cast<std::size_t>(capacity) * row_bytes(type, kv_width);
+}
+
+KvCache::KvCache(Backend& backend, std::int64_t n_layers, std::int64_t capacity, std::int64_t kv_width, DType type)
+    : n_layers_(n_layers), capacity_(capacity), kv_width_(kv_width), type_(type), row_bytes_(row_bytes(type, kv_width)) {
+  if (type != DType::kF32 && type != DType::kF16) {
+    raise(ErrorCode::kUnsupported, "KV cache type {} is not supported (f32, f16)", name(type));
+  }
+  buffer_ = backend.allocate(bytes_for(n_layers, capacity, kv_width, type), "KV cache");
+}
+
+cpu::KvLayerView KvCache::layer(std::int64_t index) const noexcept {
+  const std::size_t plane = static_cast<std::size_t>(capacity_) * row_bytes_;
+  std::byte* base = buffer_->data() + static_cast<std::size_t>(index) * 2 * plane;
+  return {type_, base, base + plane, row_bytes_, capacity_};
+}
+
+}  // namespace sitsrt

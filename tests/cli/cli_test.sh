@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Command-line tests of build/bin/sitsrt and of the examples built against the installed
+# package. Usage: cli_test.sh SITSRT_BINARY EXAMPLES_BUILD_DIR
+set -uo pipefail
+cli=$(realpath "$1")
+examples=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+shared=${SITSRT_SHARED_DIR:-$here/../../../shared}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME COMMAND...: passes when the command exits 0
+  local name=$1
+  shift
+  if "$@" >"$work/out" 2>"$work/err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name"
+    sed 's/^/  stdout: /' "$work/out" | tail -5
+    sed 's/^/  stderr: /' "$work/err" | tail -5
+  fi
+}
+
+json_check() {  # json_check FILE PYTHON_EXPRESSION_OVER_lines (list of parsed JSON lines)
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+try:  # one (pretty-printed) document, or JSON lines
+    doc = json.loads(text)
+    lines = [doc]
+except json.JSONDecodeError:
+    lines = [json.loads(l) for l in text.splitlines() if l.strip()]
+    doc = None
+ok = eval(sys.argv[2])
+sys.exit(0 if ok else 1)
+PY
+}
+
+check "top-level --help" "$cli" --help
+for sub in run info graph bench make-model; do
+  check "$sub --help" "$cli" "$sub" --help
+done
+check "unknown command fails" bash -c "! '$cli' frobnicate"
+check "unknown option fails with usage exit code" bash -c "'$cli' run --frobnicate; test \$? -eq 2"
+
+model=$work/tiny.gguf
+check "make-model" "$cli" make-model -o "$model" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 --type q4_0 --seed 5
+check "make-model is deterministic" bash -c "'$cli' make-model -o '$work/tiny2.gguf' --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 --type q4_0 --seed 5 2>/dev/null && cmp '$model' '$work/tiny2.gguf'"
+
+"$cli" info -m "$model" --json >"$work/info.json" 2>/dev/null
+check "info --json" json_check "$work/info.json" \
+  "doc['model']['n_layer'] == 2 and doc['parameters'] > 0 and 'q4_0' in doc['bytes_by_type'] and len(doc['tensors']) == 21"
+check "info table" bash -c "'$cli' info '$model' | grep -q 'blk.1.ffn_down.weight'"
+
+"$cli" graph -m "$model" --json >"$work/graph.json" 2>/dev/null
+check "graph --json" json_check "$work/graph.json" "len(doc['nodes']) == 1 + 15 * 2 + 3 and doc['memory_plan']['arena_bytes'] > 0"
+check "graph table" bash -c "'$cli' graph -m '$model' | grep -q 'attention'"
+
+"$cli" run -m "$model" -p "hello world" -n 12 --seed 3 --json --ignore-eos >"$work/run.jsonl" 2>/dev/null
+check "run --json: one object per token + summary" json_check "$work/run.jsonl" \
+  "len(lines) == 13 and all(set(['step','id','text','logprob','top']) <= set(l) for l in lines[:-1]) and all(set(t) == {'id','logprob'} for l in lines[:-1] for t in l['top']) and [l['step'] for l in lines[:-1]] == list(range(12)) and lines[-1]['type'] == 'summary' and ''.join(l['text'] for l in lines[:-1]) == lines[-1]['text']"
+"$cli" run -m "$model" -p "hello world" -n 12 --seed 3 --json --ignore-eos >"$work/run2.jsonl" 2>/dev/null
+check "run: same seed, same output" bash -c "diff <(grep -v summary '$work/run.jsonl' | sed 's/\"t\":[^,}]*//') <(grep -v summary '$work/run2.jsonl' | sed 's/\"t\":[^,}]*//')"
+
+"$cli" bench -m "$model" -p 16 -n 8 -r 1 --json >"$work/bench.json" 2>/dev/null
+check "bench --json" json_check "$work/bench.json" \
+  "all(doc[k] > 0 for k in ['prefill_tokens_per_s','decode_tokens_per_s','weight_bytes_per_token','peak_rss_bytes','read_bandwidth_bytes_per_s'])"
+
+# Malformed models: non-zero exit and exactly one error line naming the file.
+head -c 1000 "$model" >"$work/truncated.gguf"
+printf 'GGUF\x01\x00\x00\x00' >"$work/version1.gguf"
+printf 'NOPE and some more bytes here' >"$work/badmagic.gguf"
+for bad in truncated version1 badmagic; do
+  check "malformed $bad: exit 1, one line naming the file" bash -c \
+    "'$cli' run -m '$work/$bad.gguf' -p hi -n 2 2>'$work/$bad.err'; rc=\$?; test \$rc -eq 1 && test \$(wc -l <'$work/$bad.err') -eq 1 && grep -q '$bad.gguf' '$work/$bad.err'"
+done
+check "missing file: exit 1" bash -c "'$cli' info -m '$work/none.gguf' 2>/dev/null; test \$? -eq 1"
+
+# The real model against the llama.cpp / llama2.c reference continuations.
+if [ -f "$shared/models/stories260K.gguf" ] && [ -f "$shared/refdata/stories260K_greedy.json" ]; then
+  while IFS=$'\t' read -r prompt expected; do
+    "$cli" run -m "$shared/models/stories260K.gguf" -p "$prompt" -n 64 --temp 0 -q >"$work/story.txt" 2>/dev/null
+    check "stories260K greedy: '$prompt'" python3 -c "
+import sys; out = open('$work/story.txt').read(); exp = sys.argv[1].encode().decode('unicode_escape')
+sys.exit(0 if out == exp + '\n' else 1)" "$expected"
+  done < <(python3 -c "
+import json
+for r in json.load(open('$shared/refdata/stories260K_greedy.json'))['results']:
+    print(r['prompt'] + '\t' + r['generated_text'].encode('unicode_escape').decode())")
+else
+  echo "skipped: stories260K reference checks ($shared/models is absent)"
+fi
+
+if [ -n "$examples" ]; then
+  check "installed example: stream" bash -c "'$examples/sitsrt_stream' '$model' 'abc' | grep -q 'tokens'"
+  check "installed example: token table" bash -c "'$examples/sitsrt_token_table' '$model' 'abc' 5 | grep -c . | grep -qx 6"
+fi
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

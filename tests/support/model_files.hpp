@@ -1,0 +1,56 @@
+// Model files for tests: small random-weight models written on demand into a per-process
+// temporary folder, and the real shared models (tests skip when those are absent).
+#pragma once
+
+#include "model/random_model.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <string>
+#include <unistd.h>
+
+namespace sitsrt::test {
+
+inline std::filesystem::path temp_dir() {
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() / fmt::format("sitsrt-test-{}", ::getpid());
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// A small llama of the given weight type (cached per options within the process).
+inline std::string random_model(const RandomModelOptions& options, const std::string& tag) {
+  const auto path = temp_dir() / fmt::format("{}-{}.gguf", tag, name(options.type));
+  if (!std::filesystem::exists(path)) write_random_llama(options, path.string());
+  return path.string();
+}
+
+inline RandomModelOptions tiny_options(DType type) {
+  RandomModelOptions o;
+  o.dim = 64;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ffn = 96;
+  o.vocab = 300;
+  o.context = 256;
+  o.type = type;
+  o.seed = 99;
+  o.threads = 1;
+  return o;
+}
+
+inline std::string shared_path(const std::string& relative) { return std::string(SITSRT_SHARED_DIR) + "/" + relative; }
+
+// True when the shared file exists; otherwise records a visible warning (the test then returns).
+inline bool have_shared(const std::string& relative) {
+  if (std::filesystem::exists(shared_path(relative))) return true;
+  WARN("skipped: " << shared_path(relative) << " is absent (the shared test models are not available here)");
+  return false;
+}
+
+}  // namespace sitsrt::test

@@ -1,0 +1,134 @@
+// Tolerances derived from the arithmetic (dtype and problem size), in one place, and an array
+// comparison that reports the worst element (index, expected, actual, tolerance).
+//
+// Model. Float operations are correctly rounded: fl(a op b) = (a op b)(1 + e), |e| <= u = 2^-24.
+// A sum or dot product of k terms evaluated in float in ANY order (sequential, lane-parallel,
+// blocked, with or without FMA) satisfies (Higham, Accuracy and Stability, Thm 3.1 / 3.5):
+//     |computed - exact| <= gamma(k) * sum_i |term_i|,   gamma(k) = k u / (1 - k u).
+// The kernels choose blocked and lane-parallel orders whose typical error grows like sqrt(k) or
+// k / 16, but a test must hold for every order a kernel may legally pick, so the bound is used
+// as is. It is still tight enough to catch real bugs: a dropped or doubled block, a wrong
+// scale, a stride error or a misplaced nibble moves the result by O(1) * sum |term|.
+//
+// References are computed in double from the exact values the kernel sees (dequantize_row of
+// the stored weights; the F16 cache read back), so only the kernel's own float rounding counts.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "core/half.hpp"
+#include "core/quant_blocks.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace sitsrt::test {
+
+inline constexpr double kUnitRoundoff = 0x1p-24;  // float, round to nearest
+
+// gamma(k) = k u / (1 - k u): relative bound after k roundings on any path.
+inline double gamma(std::int64_t k) {
+  const double ku = static_cast<double>(k) * kUnitRoundoff;
+  return ku / (1.0 - ku);
+}
+
+// A float dot product of length k against its exact value, where abs_sum = sum_i |x_i * w_i|.
+// `extra_roundings` covers per-term steps beyond multiply-and-add: a quantized kernel scales
+// each block's partial sum by d (one more rounding) and the reference weight is itself
+// fl(d * q) (another), so quantized formats pass 2 (4 for formats with a min, whose weight is
+// fl(fl(d q) + m)).
+inline double dot_tolerance(std::int64_t k, double abs_sum, int extra_roundings = 0) {
+  return gamma(k + extra_roundings) * abs_sum;
+}
+
+// Roundings a matmul kernel may add per term on top of the k of the dot product itself.
+inline int extra_roundings(DType type) {
+  switch (type) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      return 1;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+// The magnitude each weight contributes to the error bound: |w| for plain and scale-only
+// formats; |d q| + |m| for formats with a min, whose kernels sum d (q . x) and m sum(x)
+// separately (so cancellation between d q and m does not shrink the bound).
+inline std::vector<double> weight_magnitudes(DType type, const void* row, std::int64_t n) {
+  std::vector<double> mag(static_cast<std::size_t>(n));
+  std::vector<float> w(static_cast<std::size_t>(n));
+  dequantize_row(type, row, w.data(), n);
+  for (std::int64_t i = 0; i < n; ++i) mag[static_cast<std::size_t>(i)] = std::fabs(w[static_cast<std::size_t>(i)]);
+  if (type != DType::kQ4_1 && type != DType::kQ5_1) return mag;
+  const auto* bytes = static_cast<const std::byte*>(row);
+  const int block_bytes = traits(type).block_bytes;
+  for (std::int64_t b = 0; b < n / kQBlock; ++b) {
+    std::uint16_t m_bits;  // both formats: fp16 d at offset 0, fp16 m at offset 2
+    std::memcpy(&m_bits, bytes + b * block_bytes + 2, 2);
+    const double m = fp16_to_fp32(m_bits);
+    for (std::int64_t j = b * kQBlock; j < (b + 1) * kQBlock; ++j) {
+      const auto i = static_cast<std::size_t>(j);
+      mag[i] = std::fabs(static_cast<double>(w[i]) - m) + std::fabs(m);  // |d q| + |m|
+    }
+  }
+  return mag;
+}
+
+// Softmax-weighted sum out = sum_p P_p v_p with P = softmax(s), when every score carries an
+// absolute error of at most score_err: each P_p moves by at most P_p * (2 score_err + rounding
+// of exp, of the n-term sum of exponentials, of the division), and the n-term weighted sum
+// adds gamma(n) more. weighted_abs = sum_p P_p |v_p| (exact P). exp_ulps: accuracy of the
+// kernel's exp (the SIMD exp is within a few ulp; 8 is a safe margin).
+inline double softmax_weighted_tolerance(double score_err, std::int64_t n, double weighted_abs, int exp_ulps = 8) {
+  const double p_rel = 2.0 * score_err + gamma(n + exp_ulps + 4);
+  return (p_rel * (1.0 + p_rel) + gamma(n + 2)) * weighted_abs;
+}
+
+struct Mismatch {
+  std::int64_t count = 0;   // elements out of tolerance
+  std::int64_t index = -1;  // the worst one (largest error / tolerance)
+  double expected = 0.0, actual = 0.0, tolerance = 0.0;
+};
+
+inline Mismatch find_mismatch(std::span<const double> expected, std::span<const float> actual,
+                              std::span<const double> tolerance) {
+  Mismatch m;
+  double worst = -1.0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(actual[i]) - expected[i]);
+    const double ratio = std::isnan(err) ? std::numeric_limits<double>::infinity() : err / (tolerance[i] + 1e-300);
+    if (!(err <= tolerance[i])) ++m.count;
+    if (ratio > worst) {
+      worst = ratio;
+      m.index = static_cast<std::int64_t>(i);
+      m.expected = expected[i];
+      m.actual = actual[i];
+      m.tolerance = tolerance[i];
+    }
+  }
+  return m;
+}
+
+// One Catch assertion per array: passes, or fails naming the worst element.
+inline void check_close(std::span<const double> expected, std::span<const float> actual,
+                        std::span<const double> tolerance, std::string_view what) {
+  REQUIRE(expected.size() == actual.size());
+  REQUIRE(expected.size() == tolerance.size());
+  const Mismatch m = find_mismatch(expected, actual, tolerance);
+  INFO(what << ": " << m.count << " of " << expected.size() << " elements out of tolerance; worst at index " << m.index
+            << ": expected " << m.expected << ", actual " << m.actual << ", tolerance " << m.tolerance);
+  CHECK(m.count == 0);
+}
+
+}  // namespace sitsrt::test

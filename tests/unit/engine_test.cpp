@@ -1,0 +1,230 @@
+// Engine behaviour: generation controls, streaming text, reproducibility, errors for bad
+// models and bad parameters.
+#include "formats/gguf.hpp"
+#include "formats/gguf_writer.hpp"
+#include "support/model_files.hpp"
+
+#include <sitsrt/engine.hpp>
+#include <sitsrt/error.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+using namespace sitsrt;
+using Catch::Matchers::Contains;
+
+namespace {
+
+EngineOptions tiny_engine(DType type = DType::kQ8_0) {
+  EngineOptions o;
+  o.model_path = test::random_model(test::tiny_options(type), "engine");
+  o.threads = 2;
+  return o;
+}
+
+// Copies a model file with one edit: `drop` removes a tensor, tag "reshaped" doubles the rows of
+// blk.1.attn_k.weight, `remove_key` drops a metadata key, `retype_key` turns one into a string.
+std::string edited_copy(const std::string& source, const std::string& tag, const std::string& drop,
+                        const std::string& remove_key = "", const std::string& retype_key = "") {
+  const gguf::File in = gguf::File::open(source);
+  gguf::Writer w(in.alignment());
+  for (const auto& kv : in.metadata()) {
+    if (kv.key == remove_key) continue;
+    if (kv.key == retype_key) {
+      w.set(kv.key, gguf::Value::string("not a number"));
+      continue;
+    }
+    w.set(kv.key, kv.value);
+  }
+  for (const auto& t : in.tensors()) {
+    if (t.name == drop) continue;
+    const auto data = in.tensor_data(t);
+    auto dims = t.dims;
+    if (t.name == "blk.1.attn_k.weight" && tag == "reshaped") dims[1] *= 2;  // twice the kv heads
+    std::vector<std::byte> bytes(data.begin(), data.end());
+    if (dims != t.dims) bytes.resize(row_bytes(t.type, dims[0]) * static_cast<std::size_t>(dims[1]));
+    w.add_tensor(t.name, dims, t.type, [bytes](std::span<std::byte> out) {
+      std::copy(bytes.begin(), bytes.begin() + static_cast<long>(std::min(bytes.size(), out.size())), out.begin());
+    });
+  }
+  const auto path = test::temp_dir() / (tag + ".gguf");
+  w.write(path.string());
+  return path.string();
+}
+
+}  // namespace
+
+TEST_CASE("same seed, same tokens; different seed, different tokens", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.max_new_tokens = 40;
+  c.temperature = 1.0f;
+  c.top_k = 0;
+  c.top_p = 1.0f;
+  c.min_p = 0.0f;
+  c.seed = 7;
+  c.stop_at_end_of_sequence = false;
+  const auto a = engine.generate("the cat", c);
+  const auto b = engine.generate("the cat", c);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.seed == 7);
+  c.seed = 8;
+  const auto d = engine.generate("the cat", c);
+  CHECK(a.tokens != d.tokens);
+}
+
+TEST_CASE("streamed pieces concatenate to the result text, one event per token", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.max_new_tokens = 50;
+  c.seed = 3;
+  c.stop_at_end_of_sequence = false;
+  std::string streamed;
+  std::int64_t expected_index = 0;
+  double last_time = 0;
+  const auto result = engine.generate("hello", c, [&](const TokenEvent& e) {
+    CHECK(e.index == expected_index++);
+    CHECK(e.logprob <= 0.0f);
+    CHECK(e.entropy >= 0.0f);
+    CHECK(e.top.size() == 5);
+    for (std::size_t i = 1; i < e.top.size(); ++i) CHECK(e.top[i - 1].logprob >= e.top[i].logprob);
+    CHECK(e.seconds_since_start >= last_time);
+    last_time = e.seconds_since_start;
+    streamed += e.text;
+    return true;
+  });
+  CHECK(static_cast<std::int64_t>(result.tokens.size()) == expected_index);
+  CHECK(streamed == result.text);
+  CHECK(result.finish_reason == FinishReason::kLength);
+}
+
+TEST_CASE("greedy chosen token is the top alternative and carries its logprob", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.max_new_tokens = 10;
+  c.temperature = 0.0f;
+  c.stop_at_end_of_sequence = false;
+  engine.generate("once", c, [&](const TokenEvent& e) {
+    REQUIRE(!e.top.empty());
+    CHECK(e.top[0].id == e.token_id);
+    CHECK(e.top[0].logprob == Approx(e.logprob));
+    return true;
+  });
+}
+
+TEST_CASE("callback can stop generation", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.max_new_tokens = 50;
+  c.stop_at_end_of_sequence = false;
+  int seen = 0;
+  const auto result = engine.generate("x", c, [&](const TokenEvent&) { return ++seen < 3; });
+  CHECK(seen == 3);
+  CHECK(result.tokens.size() == 3);
+  CHECK(result.finish_reason == FinishReason::kCallback);
+}
+
+TEST_CASE("stop strings end generation and never reach the caller", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.max_new_tokens = 60;
+  c.temperature = 0.0f;
+  c.stop_at_end_of_sequence = false;
+  const auto free_run = engine.generate("a b", c);
+  REQUIRE(free_run.text.size() > 12);
+  // Use a piece of the free-running text as the stop string: generation must end right before it.
+  const std::string stop = free_run.text.substr(6, 5);
+  c.stop = {stop};
+  std::string streamed;
+  const auto stopped = engine.generate("a b", c, [&](const TokenEvent& e) {
+    streamed += e.text;
+    return true;
+  });
+  CHECK(stopped.finish_reason == FinishReason::kStopString);
+  CHECK(stopped.text == free_run.text.substr(0, free_run.text.find(stop)));
+  CHECK(streamed == stopped.text);
+}
+
+TEST_CASE("context full ends generation", "[engine]") {
+  EngineOptions o = tiny_engine();
+  o.context_length = 12;
+  const Engine engine(o);
+  GenerationConfig c;
+  c.max_new_tokens = 100;
+  c.stop_at_end_of_sequence = false;
+  const auto prompt = engine.tokenize("ab");
+  const auto result = engine.generate_from_tokens(prompt, c);
+  CHECK(result.finish_reason == FinishReason::kContextFull);
+  CHECK(result.prompt_tokens.size() + result.tokens.size() == 13);  // the last token is sampled, not fed
+  std::vector<std::int32_t> too_long(12, 5);
+  CHECK_THROWS_WITH(engine.generate_from_tokens(too_long, c), Contains("context length"));
+}
+
+TEST_CASE("concurrent requests on one engine give the same results as sequential ones", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.max_new_tokens = 20;
+  c.stop_at_end_of_sequence = false;
+  std::vector<GenerationResult> sequential;
+  for (int i = 0; i < 4; ++i) {
+    c.seed = static_cast<std::uint64_t>(i);
+    sequential.push_back(engine.generate("tick", c));
+  }
+  std::vector<GenerationResult> parallel(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      GenerationConfig ci = c;
+      ci.seed = static_cast<std::uint64_t>(i);
+      parallel[static_cast<std::size_t>(i)] = engine.generate("tick", ci);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i)
+    CHECK(parallel[static_cast<std::size_t>(i)].tokens == sequential[static_cast<std::size_t>(i)].tokens);
+}
+
+TEST_CASE("invalid parameters are rejected with the parameter named", "[engine]") {
+  const Engine engine(tiny_engine());
+  GenerationConfig c;
+  c.top_logprobs = 100;
+  CHECK_THROWS_WITH(engine.generate("x", c), Contains("top_logprobs"));
+  c = {};
+  c.top_p = -1.0f;
+  CHECK_THROWS_WITH(engine.generate("x", c), Contains("top_p"));
+  c = {};
+  c.max_new_tokens = -2;
+  CHECK_THROWS_WITH(engine.generate("x", c), Contains("max_new_tokens"));
+  CHECK_THROWS_WITH(engine.token_bytes(99999), Contains("vocabulary"));
+  EngineOptions o = tiny_engine();
+  o.cpu_isa = "sse9";
+  CHECK_THROWS_WITH(Engine(o), Contains("cpu_isa"));
+  o = tiny_engine();
+  o.max_batch_tokens = 0;
+  CHECK_THROWS_WITH(Engine(o), Contains("max_batch_tokens"));
+}
+
+TEST_CASE("a memory budget smaller than one request is refused with the deficit named", "[engine]") {
+  EngineOptions o = tiny_engine();
+  o.memory_budget_bytes = 4096;
+  const Engine engine(o);
+  CHECK_THROWS_WITH(engine.generate("x"), Contains("budget"));
+}
+
+TEST_CASE("model files missing pieces are rejected naming the file and the piece", "[engine][malformed]") {
+  const std::string good = tiny_engine().model_path;
+  EngineOptions o = tiny_engine();
+  o.model_path = edited_copy(good, "missing-tensor", "blk.1.ffn_up.weight");
+  CHECK_THROWS_WITH(Engine(o), Contains("missing-tensor.gguf") && Contains("missing tensor 'blk.1.ffn_up.weight'"));
+  o.model_path = edited_copy(good, "reshaped", "");
+  CHECK_THROWS_WITH(Engine(o), Contains("reshaped.gguf") && Contains("blk.1.attn_k.weight") && Contains("expected"));
+  o.model_path = edited_copy(good, "missing-key", "", "llama.embedding_length");
+  CHECK_THROWS_WITH(Engine(o), Contains("missing-key.gguf") && Contains("llama.embedding_length"));
+  o.model_path = edited_copy(good, "wrong-key-type", "", "", "llama.block_count");
+  CHECK_THROWS_WITH(Engine(o), Contains("wrong-key-type.gguf") && Contains("llama.block_count"));
+  o.model_path = test::temp_dir() / "does-not-exist.gguf";
+  CHECK_THROWS_WITH(Engine(o), Contains("does-not-exist.gguf"));
+}

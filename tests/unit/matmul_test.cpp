@@ -1,0 +1,262 @@
+// matmul and get_rows on every weight format x every ISA level this CPU supports x awkward
+// shapes x thread counts, against a double-precision reference built from dequantize_row.
+#include "cpu/matmul.hpp"
+#include "core/dtype.hpp"
+#include "core/half.hpp"
+#include "core/quant_blocks.hpp"
+#include "cpu/cpu_context.hpp"
+#include "support/random.hpp"
+#include "support/tolerance.hpp"
+
+#include <sitsrt/error.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                               DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+
+bool is_float_type(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+// A weight matrix in its stored format plus what the reference needs: the dequantized values
+// and the per-element error magnitudes (tolerance.hpp).
+struct TestWeights {
+  DType type;
+  std::int64_t rows, cols;
+  std::size_t stride;
+  std::vector<std::byte> bytes;
+  std::vector<float> values;  // dequantize_row of each row
+  std::vector<double> mags;
+
+  [[nodiscard]] cpu::WeightMatrix view() const { return {type, bytes.data(), rows, cols, stride}; }
+};
+
+// Random rows with mixed scales: each row and each 32-element stretch gets its own power-of-two
+// scale (so blocks of very different magnitude share a row). Padding between rows is 0xFF:
+// NaN for float formats, so a kernel reading past a row poisons its result.
+TestWeights make_weights(DType type, std::int64_t rows, std::int64_t cols, std::size_t pad, test::Rng& rng) {
+  TestWeights w{type, rows, cols, row_bytes(type, cols) + pad, {}, {}, {}};
+  w.bytes.assign(w.stride * static_cast<std::size_t>(rows), std::byte{0xFF});
+  w.values.resize(static_cast<std::size_t>(rows * cols));
+  w.mags.resize(static_cast<std::size_t>(rows * cols));
+  std::vector<float> src(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float row_scale = std::exp2(rng.uniform(-6.0f, 3.0f));
+    float block_scale = 1.0f;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (c % 32 == 0) block_scale = std::exp2(rng.uniform(-3.0f, 3.0f));
+      float v = rng.normal() * row_scale * block_scale;
+      if (v == 0.0f) v = row_scale;  // never zeros
+      src[static_cast<std::size_t>(c)] = v;
+    }
+    std::byte* row = w.bytes.data() + static_cast<std::size_t>(r) * w.stride;
+    quantize_row(type, src.data(), row, cols);
+    dequantize_row(type, row, w.values.data() + r * cols, cols);
+    const auto mag = test::weight_magnitudes(type, row, cols);
+    std::copy(mag.begin(), mag.end(), w.mags.begin() + r * cols);
+  }
+  return w;
+}
+
+std::vector<float> make_inputs(std::int64_t m, std::int64_t cols, std::int64_t ldx, test::Rng& rng) {
+  std::vector<float> x(static_cast<std::size_t>((m - 1) * ldx + cols), std::nanf(""));  // gaps are NaN
+  for (std::int64_t i = 0; i < m; ++i) {
+    const float scale = std::exp2(rng.uniform(-4.0f, 4.0f));
+    for (std::int64_t c = 0; c < cols; ++c) {
+      float v = rng.normal() * scale;
+      x[static_cast<std::size_t>(i * ldx + c)] = v == 0.0f ? scale : v;
+    }
+  }
+  return x;
+}
+
+struct Shape {
+  std::int64_t rows, cols, m;
+};
+
+std::vector<Shape> matmul_shapes() {
+  std::vector<Shape> shapes;
+  for (std::int64_t rows : {1, 3, 17, 64, 129}) {
+    for (std::int64_t cols : {32, 96, 256}) {
+      for (std::int64_t m : {1, 2, 5, 33}) shapes.push_back({rows, cols, m});
+    }
+  }
+  // Long rows (a real model width), several K blocks with a partial last one, M blocking.
+  for (Shape s : {Shape{1, 4096, 1}, Shape{17, 4096, 1}, Shape{64, 4096, 2}, Shape{3, 4096, 33}, Shape{129, 4096, 5},
+                  Shape{13, 2080, 7}, Shape{9, 96, 130}, Shape{20, 1056, 128}}) {
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+// Shapes only the float formats can have (cols not a multiple of 32, or of 16).
+std::vector<Shape> float_only_shapes() {
+  return {{3, 172, 1}, {17, 172, 5}, {64, 7, 33}, {1, 1, 2}, {129, 172, 2}, {5, 1, 1}, {7, 1037, 3}};
+}
+
+void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
+  CAPTURE(name(type), cpu::name(isa), threads, s.rows, s.cols, s.m);
+  test::Rng rng(static_cast<std::uint64_t>(s.rows * 1000003 + s.cols * 101 + s.m * 7 + static_cast<int>(type)));
+  const std::size_t pad = std::vector<std::size_t>{0, 6, 64}[static_cast<std::size_t>((s.rows + s.cols) % 3)];
+  const TestWeights w = make_weights(type, s.rows, s.cols, pad, rng);
+  const std::int64_t ldx = s.cols + 3, ldy = s.rows + 5;
+  const std::vector<float> x = make_inputs(s.m, s.cols, ldx, rng);
+
+  cpu::CpuContext ctx(threads, isa);
+  REQUIRE(ctx.isa() == isa);
+  ctx.reserve_scratch(cpu::matmul_scratch_floats(w.view(), s.m));
+  constexpr float kSentinel = -12345.0f;
+  std::vector<float> y(static_cast<std::size_t>(s.m * ldy), kSentinel);
+  cpu::matmul(ctx, w.view(), x.data(), ldx, s.m, y.data(), ldy);
+
+  std::vector<double> expected, tolerance;
+  std::vector<float> actual;
+  for (std::int64_t i = 0; i < s.m; ++i) {
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (std::int64_t c = 0; c < s.cols; ++c) {
+        const double xv = x[static_cast<std::size_t>(i * ldx + c)];
+        sum += xv * w.values[static_cast<std::size_t>(r * s.cols + c)];
+        abs_sum += std::fabs(xv) * w.mags[static_cast<std::size_t>(r * s.cols + c)];
+      }
+      expected.push_back(sum);
+      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)));
+      actual.push_back(y[static_cast<std::size_t>(i * ldy + r)]);
+    }
+    for (std::int64_t r = s.rows; r < ldy && i + 1 < s.m; ++r) {  // gaps between y rows untouched
+      REQUIRE(y[static_cast<std::size_t>(i * ldy + r)] == kSentinel);
+    }
+  }
+  test::check_close(expected, actual, tolerance, "matmul");
+}
+
+}  // namespace
+
+TEST_CASE("cpu isa names and detection", "[matmul]") {
+  CHECK(cpu::name(cpu::Isa::kGeneric) == "generic");
+  CHECK(cpu::name(cpu::Isa::kAvx2) == "avx2");
+  CHECK(cpu::name(cpu::Isa::kAvx512) == "avx512");
+  CHECK(cpu::isa_supported(cpu::Isa::kGeneric));
+  CHECK(cpu::isa_supported(cpu::detect_isa()));
+  cpu::CpuContext ctx(2, cpu::Isa::kAvx512);  // clamped to what the CPU has
+  CHECK(cpu::isa_supported(ctx.isa()));
+  CHECK(ctx.threads() == 2);
+}
+
+TEST_CASE("cpu scratch grows only and refuses more than reserved", "[matmul]") {
+  cpu::CpuContext ctx(3, cpu::Isa::kGeneric);
+  CHECK(ctx.scratch_floats() == 0);
+  ctx.reserve_scratch(100);
+  const std::size_t reserved = ctx.scratch_floats();
+  CHECK(reserved >= 100);
+  ctx.reserve_scratch(10);
+  CHECK(ctx.scratch_floats() == reserved);
+  for (int t = 0; t < 3; ++t) {
+    float* p = ctx.scratch(t, 100);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
+  }
+  try {
+    (void)ctx.scratch(0, reserved + 1);
+    FAIL("scratch past the reservation did not throw");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInternal);
+  }
+  CHECK_THROWS_AS(ctx.scratch(3, 1), Error);
+}
+
+TEST_CASE("matmul matches a double reference for every format, ISA and shape", "[matmul]") {
+  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+  const int threads = GENERATE(1, 3);
+  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
+  for (const Shape& s : matmul_shapes()) check_matmul(type, isa, threads, s);
+  if (is_float_type(type)) {
+    for (const Shape& s : float_only_shapes()) check_matmul(type, isa, threads, s);
+  }
+}
+
+TEST_CASE("matmul rejects bad weights and unreserved scratch", "[matmul]") {
+  cpu::CpuContext ctx(1, cpu::Isa::kGeneric);
+  std::vector<std::byte> data(4096);
+  std::vector<float> x(256, 1.0f), y(256);
+  const auto code_of = [&](const cpu::WeightMatrix& w, std::int64_t m) {
+    try {
+      cpu::matmul(ctx, w, x.data(), 64, m, y.data(), 64);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    FAIL("no error");
+    return ErrorCode::kInternal;
+  };
+  CHECK(code_of({DType::kQ8_0, data.data(), 2, 48, 48}, 1) == ErrorCode::kInvalidArgument);  // 48 % 32
+  CHECK(code_of({DType::kQ8_0, data.data(), 2, 64, 67}, 1) == ErrorCode::kInvalidArgument);  // stride < 68
+  CHECK(code_of({DType::kF32, data.data(), 2, 64, 256}, 2) == ErrorCode::kInternal);         // no scratch
+}
+
+TEST_CASE("get_rows returns dequantize_row of each id, bit for bit", "[matmul]") {
+  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+  if (!cpu::isa_supported(isa)) return;
+  CAPTURE(name(type), cpu::name(isa));
+  const std::int64_t cols = is_float_type(type) ? 103 : 96;
+  test::Rng rng(99);
+  const TestWeights table = make_weights(type, 37, cols, 10, rng);
+  const std::vector<std::int32_t> ids = {0, 36, 5, 5, 17, 1, 36, 20};
+  const std::int64_t ldo = cols + 1;
+  std::vector<float> out(ids.size() * static_cast<std::size_t>(ldo));
+  cpu::CpuContext ctx(3, isa);
+  cpu::get_rows(ctx, table.view(), ids.data(), static_cast<std::int64_t>(ids.size()), out.data(), ldo);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const float* want = table.values.data() + ids[i] * cols;
+    REQUIRE(std::memcmp(out.data() + i * static_cast<std::size_t>(ldo), want, static_cast<std::size_t>(cols) * 4) == 0);
+  }
+}
+
+TEST_CASE("get_rows rejects an out-of-range id naming it and the row count", "[matmul]") {
+  test::Rng rng(5);
+  const TestWeights table = make_weights(DType::kQ4_0, 37, 64, 0, rng);
+  cpu::CpuContext ctx(1, cpu::Isa::kGeneric);
+  std::vector<float> out(3 * 64);
+  for (std::int32_t bad : {37, -1, 1000}) {
+    const std::vector<std::int32_t> ids = {1, bad, 2};
+    try {
+      cpu::get_rows(ctx, table.view(), ids.data(), 3, out.data(), 64);
+      FAIL("no error for id " << bad);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidArgument);
+      const std::string message = e.what();
+      CHECK_THAT(message, Catch::Contains("id " + std::to_string(bad)) && Catch::Contains("37 rows"));
+    }
+  }
+}
+
+TEST_CASE("f16 weights decode every half value exactly on every ISA", "[matmul]") {
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+  if (!cpu::isa_supported(isa)) return;
+  CAPTURE(cpu::name(isa));
+  std::vector<std::uint16_t> halves(65536);
+  for (std::uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<std::uint16_t>(h);
+  const cpu::WeightMatrix table{DType::kF16, reinterpret_cast<const std::byte*>(halves.data()), 1, 65536, 131072};
+  std::vector<float> out(65536);
+  const std::int32_t id = 0;
+  cpu::CpuContext ctx(1, isa);
+  cpu::get_rows(ctx, table, &id, 1, out.data(), 65536);
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float want = fp16_to_fp32(static_cast<std::uint16_t>(h));
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(out[h]));
+    } else {
+      REQUIRE(std::memcmp(&out[h], &want, 4) == 0);
+    }
+  }
+}

@@ -1,0 +1,105 @@
+// The engine's logits against the independent double-precision reference (support/
+// reference_llama.hpp) on random-weight models of every weight type. The reference reads the
+// same stored weights through the scalar dequantizer, so the remaining difference is float32
+// arithmetic and the F16 KV cache: the tolerance is relative to the logit scale.
+#include "support/model_files.hpp"
+#include "support/reference_llama.hpp"
+
+#include <sitsrt/engine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace sitsrt;
+
+namespace {
+
+std::vector<std::int32_t> some_tokens(int n, int vocab, std::uint32_t seed) {
+  std::vector<std::int32_t> t;
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    t.push_back(static_cast<std::int32_t>(3 + (seed >> 8) % static_cast<std::uint32_t>(vocab - 3)));
+  }
+  return t;
+}
+
+struct Comparison {
+  double max_error = 0;
+  double scale = 0;
+  std::size_t worst = 0;
+};
+
+Comparison compare(const std::vector<float>& got, const std::vector<std::vector<double>>& want) {
+  Comparison c;
+  std::size_t i = 0;
+  for (const auto& row : want) {
+    for (double v : row) {
+      c.scale = std::max(c.scale, std::fabs(v));
+      const double e = std::fabs(static_cast<double>(got[i]) - v);
+      if (e > c.max_error) {
+        c.max_error = e;
+        c.worst = i;
+      }
+      ++i;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("engine logits match the double-precision reference for every weight type", "[model]") {
+  const auto type = GENERATE(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                             DType::kQ5_0, DType::kQ5_1);
+  const auto kv = GENERATE(KvCacheType::kF32, KvCacheType::kF16);
+  const int threads = GENERATE(1, 2);
+  CAPTURE(name(type), kv == KvCacheType::kF32 ? "kv f32" : "kv f16", threads);
+  const std::string path = test::random_model(test::tiny_options(type), "reference");
+  test::ReferenceLlama reference(path);
+  const auto tokens = some_tokens(37, reference.vocab(), 5);
+  const auto want = reference.forward(tokens);
+
+  EngineOptions options;
+  options.model_path = path;
+  options.threads = threads;
+  options.kv_cache_type = kv;
+  options.max_batch_tokens = 16;  // 37 tokens -> three steps of prefill
+  const Engine engine(options);
+  const std::vector<float> got = engine.logits(tokens, /*all_positions=*/true);
+  REQUIRE(got.size() == tokens.size() * static_cast<std::size_t>(reference.vocab()));
+  const Comparison c = compare(got, want);
+  INFO("max |error| " << c.max_error << " at position " << c.worst / reference.vocab() << " token "
+                      << c.worst % reference.vocab() << ", logit scale " << c.scale);
+  // float32 accumulation over dims <= 96 and 2 layers: ~1e-5 of the scale; an F16 cache rounds
+  // K and V to 11 significant bits (2^-11 relative), which moves logits by up to ~1e-3 of the scale.
+  const double tolerance = (kv == KvCacheType::kF32 ? 2e-5 : 2e-3) * c.scale;
+  CHECK(c.max_error <= tolerance);
+}
+
+TEST_CASE("decoding token by token equals one batched prefill", "[model]") {
+  const std::string path = test::random_model(test::tiny_options(DType::kQ8_0), "reference");
+  EngineOptions options;
+  options.model_path = path;
+  options.threads = 2;
+  options.kv_cache_type = KvCacheType::kF32;
+  const auto tokens = some_tokens(20, 300, 9);
+  options.max_batch_tokens = 1;
+  const Engine one_by_one(options);
+  options.max_batch_tokens = 64;
+  const Engine batched(options);
+  const auto a = one_by_one.logits(tokens, true);
+  const auto b = batched.logits(tokens, true);
+  REQUIRE(a.size() == b.size());
+  double scale = 0, err = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  CHECK(err <= 2e-5 * scale);
+  // and the last-position form returns the last row
+  const auto last = batched.logits(tokens, false);
+  REQUIRE(last.size() == 300);
+  for (std::size_t i = 0; i < last.size(); ++i) REQUIRE(last[i] == Approx(b[b.size() - 300 + i]).margin(1e-5 * scale));
+}
