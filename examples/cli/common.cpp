@@ -14,6 +14,7 @@ std::vector<OptionSpec> engine_option_specs() {
       {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
       {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512, avx2, generic", "auto"},
+      {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
   };
 }
 
@@ -34,6 +35,16 @@ EngineOptions engine_options_from(const Args& args) {
     throw UsageError(fmt::format("--kv-type must be f16 or f32, got '{}'", kv));
   }
   o.cpu_isa = args.get_or("isa", "auto");
+  const std::string rope = args.get_or("rope-style", "auto");
+  if (rope == "auto") {
+    o.rope_style = RopeStyleOption::kAuto;
+  } else if (rope == "normal") {
+    o.rope_style = RopeStyleOption::kNormal;
+  } else if (rope == "neox") {
+    o.rope_style = RopeStyleOption::kNeox;
+  } else {
+    throw UsageError(fmt::format("--rope-style must be auto, normal or neox, got '{}'", rope));
+  }
   o.on_progress = print_progress;
   return o;
 }

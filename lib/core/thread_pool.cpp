@@ -22,8 +22,10 @@ int ThreadPool::hardware_threads() noexcept {
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_threads() : n_threads) {
+  // Start with every part claimed, so a worker that wakes before the first job finds nothing.
+  next_part_.store(n_threads_);
   workers_.reserve(static_cast<std::size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -33,12 +35,20 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_guarded(int index) {
-  try {
-    (*job_)(index, n_threads_);
-  } catch (...) {
-    std::lock_guard lock(error_mutex_);
-    if (!error_) error_ = std::current_exception();
+// Claims and runs parts until none is left. The job is read only after a successful claim:
+// the claim synchronises with run()'s reset of next_part_, which follows the job's publication,
+// and run() does not return (retiring the job) before every claimed part is done.
+void ThreadPool::run_parts() {
+  for (;;) {
+    const int part = next_part_.fetch_add(1, std::memory_order_acq_rel);
+    if (part >= n_threads_) return;
+    try {
+      (*job_.load(std::memory_order_acquire))(part, n_threads_);
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    done_parts_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -48,24 +58,25 @@ void ThreadPool::run(FunctionRef<void(int, int)> job) {
     job(0, 1);
     return;
   }
-  job_ = &job;
   error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
+  job_.store(&job, std::memory_order_release);
+  done_parts_.store(0, std::memory_order_release);
+  next_part_.store(0, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  run_guarded(0);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+  run_parts();
+  for (int spin = 0; done_parts_.load(std::memory_order_acquire) != n_threads_; ++spin) {
     if (spin < kSpinIterations) {
       SITSRT_CPU_RELAX();
     } else {
       std::this_thread::yield();
     }
   }
-  job_ = nullptr;
+  job_.store(nullptr, std::memory_order_release);
   if (error_) std::rethrow_exception(error_);
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::worker_loop() {
   // Generation 0 is the state before any job; a job may be published before this thread
   // first runs, so it must not start from the current value.
   std::uint64_t seen = 0;
@@ -81,8 +92,7 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
-    run_guarded(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    run_parts();
   }
 }
 

@@ -1,7 +1,10 @@
 // A fixed set of worker threads that run one parallel job at a time.
-// The calling thread takes part as thread 0, so a pool of N threads starts N-1 workers.
-// Workers spin briefly after a job (decode steps arrive back to back) and then sleep on an
-// atomic wait, so an idle engine does not burn a core.
+// The calling thread takes part, so a pool of N threads starts N-1 workers. A job is split into
+// N logical parts (thread_index 0..N-1, which kernels use to partition work and pick scratch);
+// parts are claimed by whichever threads are running, so a worker the OS has descheduled does
+// not stall the job: its part is taken by a thread that is awake. Workers spin briefly after a
+// job (decode steps arrive back to back) and then sleep on an atomic wait, so an idle engine
+// does not burn a core.
 #pragma once
 
 #include "core/function_ref.hpp"
@@ -25,23 +28,24 @@ class ThreadPool {
 
   [[nodiscard]] int size() const noexcept { return n_threads_; }
 
-  // Runs job(thread_index, n_threads) on every thread and returns when all are done.
-  // An exception thrown by any thread is rethrown here (the first one wins).
-  // Jobs from different callers are serialised.
+  // Runs job(part, n_threads) for every part in [0, n_threads) and returns when all are done;
+  // no two threads run the same part. An exception thrown by any part is rethrown here (the
+  // first one wins). Jobs from different callers are serialised.
   void run(FunctionRef<void(int, int)> job);
 
   static int hardware_threads() noexcept;
 
  private:
-  void worker_loop(int index);
-  void run_guarded(int index);
+  void worker_loop();
+  void run_parts();
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex submit_mutex_;
-  FunctionRef<void(int, int)>* job_ = nullptr;
+  std::atomic<FunctionRef<void(int, int)>*> job_{nullptr};
   std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<int> next_part_{0};
+  std::atomic<int> done_parts_{0};
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
