@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -113,23 +115,37 @@ TEST_CASE("q4_0 encoding matches the reference rule bit for bit", "[core]") {
   CHECK((b.qs[0] & 0x0F) == 0);
 }
 
-TEST_CASE("thread pool runs every index once and propagates errors", "[core]") {
+TEST_CASE("thread pool runs every part exactly once and propagates errors", "[core]") {
+  // Catch assertions are not thread-safe: the jobs only record, the test thread checks.
   ThreadPool pool(4);
   for (int round = 0; round < 200; ++round) {
-    std::atomic<int> mask{0};
-    pool.run([&](int i, int n) {
-      REQUIRE(n == 4);
-      mask.fetch_or(1 << i);
+    std::atomic<int> mask{0}, runs{0}, bad_count{0};
+    pool.run([&](int part, int n) {
+      if (n != 4) bad_count.fetch_add(1);
+      mask.fetch_or(1 << part);
+      runs.fetch_add(1);
     });
     REQUIRE(mask.load() == 0xF);
+    REQUIRE(runs.load() == 4);
+    REQUIRE(bad_count.load() == 0);
   }
-  CHECK_THROWS_AS(pool.run([](int i, int) {
-    if (i == 2) throw Error(ErrorCode::kInternal, "boom");
-  }),
-                  Error);
+  CHECK_THROWS_AS(pool.run([](int part, int) {
+    if (part == 2) throw Error(ErrorCode::kInternal, "boom");
+  }), Error);
   std::atomic<int> after{0};
   pool.run([&](int, int) { after.fetch_add(1); });
   CHECK(after.load() == 4);
+}
+
+TEST_CASE("thread pool finishes a job while a part blocks", "[core]") {
+  // A part that sleeps (as a descheduled worker would) must not keep the others from running.
+  ThreadPool pool(3);
+  std::atomic<int> runs{0};
+  pool.run([&](int part, int) {
+    if (part == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    runs.fetch_add(1);
+  });
+  CHECK(runs.load() == 3);
 }
 
 TEST_CASE("split_range covers the range without overlap", "[core]") {
