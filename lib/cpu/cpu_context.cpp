@@ -1,5 +1,9 @@
 #include "cpu/cpu_context.hpp"
 
+#if defined(SITSRT_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
 #include "core/check.hpp"
 
 #include <string>
@@ -18,6 +22,16 @@ std::string_view name(Isa isa) noexcept {
   return "unknown";
 }
 
+#if defined(SITSRT_X86_KERNELS)
+namespace {
+// clang's __builtin_cpu_supports does not know "f16c"; read CPUID leaf 1, ECX bit 29.
+bool has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+}  // namespace
+#endif
+
 Isa detect_isa() noexcept {
 #if defined(SITSRT_X86_KERNELS)
   // The *_avx512.cpp files are compiled with exactly F/BW/VL/DQ (+AVX2/FMA/F16C), so that is
@@ -25,10 +39,10 @@ Isa detect_isa() noexcept {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+      has_f16c()) {
     return Isa::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
     return Isa::kAvx2;
   }
 #endif

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs a libFuzzer target under ASan+UBSan for a time budget.
+#   scripts/fuzz.sh --list            the target names
+#   scripts/fuzz.sh TARGET SECONDS    build (clang) and fuzz one target; prints the exec count
+#   scripts/fuzz.sh --all SECONDS     every target in turn
+# Corpora live in build-fuzz/corpus/TARGET, seeded from the shared models and generated files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(gguf tokenizer)
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${targets[@]}"
+  exit 0
+fi
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/fuzz.sh --list | TARGET SECONDS | --all SECONDS" >&2
+  exit 2
+fi
+scripts/install-deps.sh clang libclang-rt-14-dev
+selected=("$1")
+[ "$1" = "--all" ] && selected=("${targets[@]}")
+seconds=$2
+flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS="$flags" -DSITSRT_BUILD_FUZZERS=ON -DSITSRT_BUILD_TESTS=OFF -DSITSRT_BUILD_CLI=ON \
+  -DSITSRT_BUILD_EXAMPLES=OFF -DSITSRT_BUILD_BENCHMARKS=OFF -DSITSRT_WITH_CUDA=OFF >/dev/null
+shared=$(realpath ../shared 2>/dev/null || true)
+for target in "${selected[@]}"; do
+  case " ${targets[*]} " in *" $target "*) ;; *) echo "unknown target '$target' (see --list)" >&2; exit 2 ;; esac
+  cmake --build build-fuzz --target "${target}_fuzz" sitsrt_cli >/dev/null
+  corpus=build-fuzz/corpus/$target
+  mkdir -p "$corpus"
+  if [ "$target" = gguf ]; then
+    [ -d "$shared/models" ] && cp -n "$shared"/models/*.gguf "$corpus"/ 2>/dev/null || true
+    [ -f "$corpus/tiny.gguf" ] || build-fuzz/bin/sitsrt make-model -o "$corpus/tiny.gguf" --dim 32 --layers 1 \
+      --heads 2 --kv-heads 1 --ffn 32 --vocab 260 --type q4_0 2>/dev/null
+  else
+    printf 'Once upon a time' >"$corpus/ascii"
+    printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \t\n' >"$corpus/utf8"
+    printf '\xff\xfe\xc0\xaf\xed\xa0\x80' >"$corpus/invalid"
+  fi
+  log=build-fuzz/$target.log
+  ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+    "build-fuzz/fuzz/${target}_fuzz" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+    -max_len=1048576 -print_final_stats=1 >"$log" 2>&1 || { tail -40 "$log"; echo "fuzz $target: FAILED"; exit 1; }
+  execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
+  echo "fuzz $target: ${execs:-?} executions in ${seconds}s, no crash"
+done
