@@ -70,16 +70,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "unknown type {}\n", type_name);
       return 2;
     }
-    RandomModelOptions o;
-    o.dim = 1024;
-    o.layers = 24;
-    o.heads = 16;
-    o.kv_heads = 8;
-    o.ffn = 2816;
-    o.vocab = 32000;
-    o.context = 4096;
-    o.type = *type;
-    o.name = "sitsrt-bench-0.35b";
+    const RandomModelOptions o = benchmark_model_options(*type);
     const std::string path = fmt::format("{}/bench-0.35b-{}.gguf", dir, type_name);
     if (!std::filesystem::exists(path)) {
       fmt::print(stderr, "writing {} ...\n", path);

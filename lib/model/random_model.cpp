@@ -92,6 +92,20 @@ void validate(const RandomModelOptions& o) {
 
 }  // namespace
 
+RandomModelOptions benchmark_model_options(DType type) {
+  RandomModelOptions o;
+  o.dim = 1024;
+  o.layers = 24;
+  o.heads = 16;
+  o.kv_heads = 8;
+  o.ffn = 2816;
+  o.vocab = 32000;
+  o.context = 4096;
+  o.type = type;
+  o.name = "sitsrt-bench-0.35b";
+  return o;
+}
+
 std::int64_t random_llama_parameters(const RandomModelOptions& o) noexcept {
   const std::int64_t head_dim = o.dim / o.heads;
   const std::int64_t per_layer = 2 * o.dim + o.dim * o.dim * 2 + 2 * o.dim * o.kv_heads * head_dim + 3 * o.dim * o.ffn;

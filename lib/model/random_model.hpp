@@ -26,6 +26,10 @@ struct RandomModelOptions {
   int threads = 0;               // for generating and quantizing weights
 };
 
+// The synthetic ~0.35B benchmark model of the roadmap: dim 1024, 24 layers, 16 heads, 8 KV
+// heads, ffn 2816, vocab 32000, context 4096.
+RandomModelOptions benchmark_model_options(DType type);
+
 // Validates the shape (throws kInvalidArgument naming the field) and writes the file.
 // progress(done_tensors, total_tensors) is called as tensors are written.
 void write_random_llama(const RandomModelOptions& options, const std::string& path,

@@ -134,7 +134,7 @@ void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepCon
       ops::take_last(view(node.inputs[0]), out);
       return;
   }
-  raise(ErrorCode::kInternal, "cpu backend: op {} is not implemented", graph::name(node.op));
+  raise(ErrorCode::kInternal, "cpu backend: unknown op kind {}", static_cast<int>(node.op));
 }
 
 }  // namespace sitsrt
