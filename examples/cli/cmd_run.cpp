@@ -100,6 +100,7 @@ int run_command(int argc, char** argv) {
     fmt::print("{}\n", summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     fmt::print("\n");
+    std::fflush(stdout);  // keep the summary after the text when both streams share a terminal or pipe
     if (!args.has("quiet")) {
       fmt::print(stderr, "[{} prompt tokens: {:.1f} tok/s | {} generated: {:.1f} tok/s | finish: {} | seed {}]\n",
                  t.prompt_tokens, t.prefill_tokens_per_second(), t.generated_tokens, t.decode_tokens_per_second(),
