@@ -88,17 +88,6 @@ class JsonlSink final : public AuditSink {
     pending_ += '\n';
   }
 
-  // Called on the writer thread.
-  void rotate_if_needed(std::size_t next_line_bytes) {
-    if (options_.rotate_bytes == 0 || file_bytes_ + pending_.size() + next_line_bytes <= options_.rotate_bytes) return;
-    if (file_bytes_ + pending_.size() == 0) return;
-    write_pending();
-    ::fsync(fd_);
-    ::close(fd_);
-    ++file_index_;
-    open_file(options_.path + "." + std::to_string(file_index_));
-  }
-
   void write_pending() {
     std::size_t off = 0;
     while (off < pending_.size()) {
@@ -115,7 +104,8 @@ class JsonlSink final : public AuditSink {
     pending_.clear();
   }
 
-  std::string to_line(const Item& item, bool& end_of_request) {
+  // The record of `item` (unsealed), or null when the request's level omits it.
+  nlohmann::json to_record(const Item& item, bool& end_of_request) {
     nlohmann::json record;
     end_of_request = false;
     if (const auto* r = std::get_if<RequestRecord>(&item)) {
@@ -124,7 +114,7 @@ class JsonlSink final : public AuditSink {
     } else if (const auto* t = std::get_if<TokenItem>(&item)) {
       const auto it = levels_.find(t->request_id);
       const TraceLevel level = it == levels_.end() ? TraceLevel::kTokens : it->second;
-      if (level == TraceLevel::kOff) return {};
+      if (level == TraceLevel::kOff) return nullptr;
       record = audit::token_to_json(t->request_id, t->event, level);
     } else if (const auto* a = std::get_if<AnomalyEvent>(&item)) {
       record = audit::anomaly_to_json(*a);
@@ -134,6 +124,24 @@ class JsonlSink final : public AuditSink {
       record = audit::summary_to_json(s);
       end_of_request = true;
     }
+    return record;
+  }
+
+  // Seals `record` into the current file, or into a new one when it would not fit: the new
+  // file's header takes the next sequence number, so the record is sealed again after it.
+  std::string seal_into_file(nlohmann::json& record) {
+    const audit::ChainState before = chain_;
+    std::string line = audit::seal_record(record, chain_, options_.hmac_key);
+    if (options_.rotate_bytes == 0 || file_bytes_ + pending_.size() + line.size() + 1 <= options_.rotate_bytes ||
+        file_bytes_ + pending_.size() == 0) {
+      return line;
+    }
+    chain_ = before;
+    write_pending();
+    ::fsync(fd_);
+    ::close(fd_);
+    ++file_index_;
+    open_file(options_.path + "." + std::to_string(file_index_));
     return audit::seal_record(record, chain_, options_.hmac_key);
   }
 
@@ -150,9 +158,9 @@ class JsonlSink final : public AuditSink {
       bool sync = false;
       for (const Item& item : batch) {
         bool end_of_request = false;
-        std::string line = to_line(item, end_of_request);
-        if (line.empty()) continue;
-        rotate_if_needed(line.size() + 1);
+        nlohmann::json record = to_record(item, end_of_request);
+        if (record.is_null()) continue;
+        const std::string line = seal_into_file(record);
         pending_ += line;
         pending_ += '\n';
         if (options_.durability == Durability::kPerRecord) {
