@@ -34,6 +34,7 @@ std::string audited_run(TraceLevel level, int threads, bool deterministic, float
                         std::vector<std::int64_t> full_steps = {}) {
   JsonlAuditLogOptions log;
   log.path = test::fresh_log_path("replay");
+  log.durability = Durability::kNever;
   EngineOptions o;
   o.model_path = tiny_model();
   o.threads = threads;
