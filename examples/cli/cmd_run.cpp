@@ -41,6 +41,7 @@ int run_command(int argc, char** argv) {
       {"audit-tenant", 0, "TEXT", "tenant recorded with the request", ""},
       {"audit-user", 0, "TEXT", "user recorded with the request", ""},
       {"audit-tag", 0, "TEXT", "tag recorded with the request (repeatable)", ""},
+      {"otlp-trace", 0, "FILE", "append an OpenTelemetry OTLP/JSON span (token events per --audit-level)", ""},
   };
   specs.insert(specs.end(), more.begin(), more.end());
   Args args("sitsrt run", "Generate text from a prompt with a GGUF model.", specs);
@@ -89,11 +90,16 @@ int run_command(int argc, char** argv) {
     }
     log_options.rotate_bytes = static_cast<std::uint64_t>(args.get_int("audit-rotate-bytes", 0));
     engine_options.audit_sinks.push_back(make_jsonl_audit_sink(log_options));
-    config.audit.level = parse_trace_level(args.get_or("audit-level", "tokens"));
     for (const auto& step : args.all("audit-full-step")) config.audit.full_distribution_steps.push_back(std::stoll(step));
     config.audit.metadata = {args.get_or("audit-tenant", ""), args.get_or("audit-user", ""), args.all("audit-tag")};
-  } else if (args.has("audit-key-file") || args.has("audit-level")) {
-    throw UsageError("--audit-level and --audit-key-file need --audit-log FILE");
+  } else if (args.has("audit-key-file")) {
+    throw UsageError("--audit-key-file needs --audit-log FILE");
+  }
+  if (const auto trace = args.get("otlp-trace")) engine_options.audit_sinks.push_back(make_otlp_trace_sink({*trace}));
+  if (args.has("audit-log") || args.has("otlp-trace")) {
+    config.audit.level = parse_trace_level(args.get_or("audit-level", "tokens"));
+  } else if (args.has("audit-level")) {
+    throw UsageError("--audit-level needs --audit-log FILE or --otlp-trace FILE");
   }
   const Engine engine(std::move(engine_options));
   if (args.has("echo") && !json) {

@@ -166,4 +166,17 @@ struct JsonlAuditLogOptions {
 // destruction. Thread-safe.
 SITSRT_API std::shared_ptr<AuditSink> make_jsonl_audit_sink(const JsonlAuditLogOptions& options);
 
+struct OtlpTraceOptions {
+  std::string path;  // created or appended to; one ExportTraceServiceRequest (OTLP/JSON) per line
+  std::string service_name = "sitsrt";
+};
+
+// A sink that writes one OpenTelemetry span per request (GenAI semantic conventions:
+// gen_ai.operation.name, gen_ai.request.*, gen_ai.response.*, gen_ai.usage.*) with one event per
+// token when the request's level records tokens, in the OTLP/JSON file format the OpenTelemetry
+// Collector's file exporter writes and its otlpjsonfile receiver reads. The line is written when
+// the request ends; no network I/O. Throws sitsrt::Error(kIo) when the file cannot be opened.
+// Thread-safe.
+SITSRT_API std::shared_ptr<AuditSink> make_otlp_trace_sink(const OtlpTraceOptions& options);
+
 }  // namespace sitsrt

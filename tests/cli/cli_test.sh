@@ -128,6 +128,9 @@ printf 'k3y\n' >"$work/key"
 check "audit: HMAC log verifies with its key only" bash -c "'$cli' run -m '$model' -p hi -n 4 -q --audit-log '$work/h.jsonl' --audit-key-file '$work/key' >/dev/null \
   && '$cli' audit verify '$work/h.jsonl' --key-file '$work/key' >/dev/null && printf 'other' >'$work/key2' \
   && ! '$cli' audit verify '$work/h.jsonl' --key-file '$work/key2' >/dev/null && ! '$cli' audit verify '$work/h.jsonl' >/dev/null"
+"$cli" run -m "$model" -p hi -n 5 -q --ignore-eos --otlp-trace "$work/trace.jsonl" --audit-level topk >/dev/null 2>&1
+check "run --otlp-trace: one OTLP/JSON span with 5 token events" json_check "$work/trace.jsonl" \
+  "len(doc['resourceSpans'][0]['scopeSpans'][0]['spans'][0]['events']) == 5"
 check "audit: an existing log is never overwritten" bash -c "'$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/h.jsonl' 2>/dev/null; test \$? -eq 1"
 
 if [ -n "$examples" ]; then
