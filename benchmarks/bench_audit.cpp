@@ -3,8 +3,8 @@
 // machine hits every configuration alike; each figure is the median over the repeats.
 //   bench_audit [--model FILE] [--threads N] [--gen 64] [--reps 7]
 // Make the model first (~20 s):
-//   build/bin/sitsrt make-model --dim 1024 --layers 24 --heads 16 --kv-heads 8 --ffn 2816 \
-//     --vocab 32000 --type q8_0 -o build/models/bench-0.35b-q8_0.gguf
+//   build/bin/sitsrt make-model --dim 1024 --layers 24 --heads 16 --kv-heads 8 --ffn 2816
+//     --vocab 32000 --type q8_0 -o build/models/bench-0.35b-q8_0.gguf  (one command line)
 #include <sitsrt/audit.hpp>
 #include <sitsrt/engine.hpp>
 

@@ -123,8 +123,10 @@ struct RequestSummary {
 
 // Receives a request's records. Calls for one request come from the thread running it, in
 // order begin -> token* / anomaly* -> end; calls for different requests may be concurrent, so
-// implementations must be thread-safe. A sink must not throw; keep the work per call small
-// (hand it to another thread): it runs on the generation path.
+// implementations must be thread-safe. Keep the work per call small (hand it to another
+// thread): it runs on the generation path. A sink throws only to fail the request (e.g. a log
+// that can no longer be written); the engine then reports the end as "error" to every sink,
+// ignoring their exceptions, and rethrows the first.
 class SITSRT_API AuditSink {
  public:
   virtual ~AuditSink();
@@ -163,7 +165,9 @@ struct JsonlAuditLogOptions {
 // A sink that writes one canonical JSON record per line with a SHA-256 (or HMAC) hash chain,
 // from its own thread. The file must not exist yet (an audit log is never overwritten);
 // throws sitsrt::Error(kIo) when it exists or cannot be created. Writes pending records on
-// destruction. Thread-safe.
+// destruction. Thread-safe. If a write fails (e.g. disk full) the sink stops writing and every
+// later hook call and flush() throws sitsrt::Error(kIo), so requests fail instead of running
+// unaudited.
 SITSRT_API std::shared_ptr<AuditSink> make_jsonl_audit_sink(const JsonlAuditLogOptions& options);
 
 struct OtlpTraceOptions {

@@ -58,7 +58,12 @@ void RequestAudit::end_with_error(const std::string& message) {
   s.request_id = request_id_;
   s.finish_reason = "error";
   s.error = message;
-  for (const auto& sink : sinks_) sink->on_request_end(s);
+  for (const auto& sink : sinks_) {
+    try {
+      sink->on_request_end(s);
+    } catch (const std::exception&) {  // the request's own error is the one to report
+    }
+  }
 }
 
 }  // namespace sitsrt

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -62,10 +63,13 @@ class JsonlSink final : public AuditSink {
     std::unique_lock lock(mutex_);
     const std::uint64_t target = pushed_;
     drained_.wait(lock, [&] { return written_ >= target; });
+    if (failed_.load()) raise(ErrorCode::kIo, "{}: writing the audit log failed ({})", options_.path, error_text_);
   }
 
  private:
   void push(Item item) {
+    // A request that cannot be recorded fails rather than running unaudited.
+    if (failed_.load()) raise(ErrorCode::kIo, "{}: writing the audit log failed ({})", options_.path, error_text_);
     std::unique_lock lock(mutex_);
     // Bounded: generation waits only when the writer is this far behind; nothing is dropped.
     not_full_.wait(lock, [&] { return queue_.size() < options_.queue_records; });
@@ -94,8 +98,10 @@ class JsonlSink final : public AuditSink {
       const ssize_t n = ::write(fd_, pending_.data() + off, pending_.size() - off);
       if (n < 0) {
         if (errno == EINTR) continue;
-        // Nothing to throw to on this thread; stop writing rather than write a hole in the chain.
-        failed_ = true;
+        // Nothing to throw to on this thread: stop writing (a hole would break the chain) and
+        // make the next hook call or flush() throw.
+        error_text_ = std::strerror(errno);
+        failed_.store(true);
         break;
       }
       off += static_cast<std::size_t>(n);
@@ -187,7 +193,8 @@ class JsonlSink final : public AuditSink {
   std::uint64_t file_bytes_ = 0;
   audit::ChainState chain_;
   std::string pending_;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};
+  std::string error_text_;  // set before failed_
   std::map<std::string, TraceLevel> levels_;  // writer thread only
 
   std::mutex mutex_;

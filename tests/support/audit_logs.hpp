@@ -20,7 +20,8 @@ namespace sitsrt::test {
 inline std::string fresh_log_path(const std::string& tag) {
   static int counter = 0;
   const auto path = temp_dir() / fmt::format("{}-{}.jsonl", tag, ++counter);
-  for (int i = 0; i < 100; ++i) std::filesystem::remove(path.string() + (i ? "." + std::to_string(i) : ""));
+  std::filesystem::remove(path);
+  for (int i = 1; i < 100; ++i) std::filesystem::remove(fmt::format("{}.{}", path.string(), i));
   return path.string();
 }
 

@@ -191,25 +191,24 @@ TEST_CASE("rotation carries the chain across files; moved records and missing fi
   CHECK(clean.records == 4 * 6 + static_cast<std::int64_t>(files.size()));
   for (const auto& f : files) CHECK(std::filesystem::file_size(f) <= 1500);
 
-  SECTION("the last record of file 0 moved to the start of file 1") {
+  // Moves the last record of file 0 to line `at` (0-based) of file 1.
+  const auto move_last_record = [&](std::size_t at) {
     auto a = test::split_lines(test::read_file(files[0]));
     auto b = test::split_lines(test::read_file(files[1]));
-    b.insert(b.begin(), a.back());
+    b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), a.back());
     a.pop_back();
     test::write_file(files[0], test::join_lines(a));
     test::write_file(files[1], test::join_lines(b));
+  };
+  SECTION("the last record of file 0 moved to the start of file 1") {
+    move_last_record(0);
     const auto r = audit::verify_log(files, "");
     CHECK(r.problem == VerifyProblem::kFileOrder);
     CHECK(r.file == files[1]);
     CHECK(r.line == 1);
   }
   SECTION("the last record of file 0 moved after the header of file 1") {
-    auto a = test::split_lines(test::read_file(files[0]));
-    auto b = test::split_lines(test::read_file(files[1]));
-    b.insert(b.begin() + 1, a.back());
-    a.pop_back();
-    test::write_file(files[0], test::join_lines(a));
-    test::write_file(files[1], test::join_lines(b));
+    move_last_record(1);
     const auto r = audit::verify_log(files, "");
     CHECK(r.problem == VerifyProblem::kReordered);
     CHECK(r.file == files[1]);
