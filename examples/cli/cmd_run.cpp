@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -74,6 +75,11 @@ int run_command(int argc, char** argv) {
   const bool json = args.has("json");
 
   EngineOptions engine_options = engine_options_from(args);
+  if (args.has("audit-log") || args.has("otlp-trace")) {
+    config.audit.level = parse_trace_level(args.get_or("audit-level", "tokens"));
+  } else if (args.has("audit-level")) {
+    throw UsageError("--audit-level needs --audit-log FILE or --otlp-trace FILE");
+  }
   if (const auto log = args.get("audit-log")) {
     JsonlAuditLogOptions log_options;
     log_options.path = *log;
@@ -89,18 +95,19 @@ int run_command(int argc, char** argv) {
       throw UsageError(fmt::format("--audit-fsync must be record, request or never, got '{}'", fsync));
     }
     log_options.rotate_bytes = static_cast<std::uint64_t>(args.get_int("audit-rotate-bytes", 0));
-    engine_options.audit_sinks.push_back(make_jsonl_audit_sink(log_options));
-    for (const auto& step : args.all("audit-full-step")) config.audit.full_distribution_steps.push_back(std::stoll(step));
+    for (const auto& step : args.all("audit-full-step")) {
+      char* end = nullptr;
+      const long long i = std::strtoll(step.c_str(), &end, 10);
+      if (step.empty() || *end != '\0' || i < 0) throw UsageError(fmt::format("--audit-full-step expects a token index, got '{}'", step));
+      config.audit.full_distribution_steps.push_back(i);
+    }
     config.audit.metadata = {args.get_or("audit-tenant", ""), args.get_or("audit-user", ""), args.all("audit-tag")};
+    // Created last, so that a usage error leaves no log file behind.
+    engine_options.audit_sinks.push_back(make_jsonl_audit_sink(log_options));
   } else if (args.has("audit-key-file")) {
     throw UsageError("--audit-key-file needs --audit-log FILE");
   }
   if (const auto trace = args.get("otlp-trace")) engine_options.audit_sinks.push_back(make_otlp_trace_sink({*trace}));
-  if (args.has("audit-log") || args.has("otlp-trace")) {
-    config.audit.level = parse_trace_level(args.get_or("audit-level", "tokens"));
-  } else if (args.has("audit-level")) {
-    throw UsageError("--audit-level needs --audit-log FILE or --otlp-trace FILE");
-  }
   const Engine engine(std::move(engine_options));
   if (args.has("echo") && !json) {
     fmt::print("{}", prompt);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -72,6 +73,16 @@ VerifyReport verify_log(const std::vector<std::string>& files, const std::string
   report.files = static_cast<std::int64_t>(files.size());
   if (files.empty()) raise(ErrorCode::kInvalidArgument, "no audit log files given");
   const std::vector<Line> lines = read_lines(files);
+  // A file with no line at all (e.g. emptied) has no header to fail on: report it here.
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    if (std::none_of(lines.begin(), lines.end(), [&](const Line& l) { return l.file == f; })) {
+      report.problem = VerifyProblem::kFileOrder;
+      report.file = files[f];
+      report.line = 1;
+      report.message = "the file is empty (every log file starts with a header record)";
+      return report;
+    }
+  }
 
   // Parse everything first: reordering is told from deletion by looking ahead.
   std::vector<nlohmann::json> records(lines.size());

@@ -221,6 +221,14 @@ TEST_CASE("rotation carries the chain across files; moved records and missing fi
   }
 }
 
+TEST_CASE("an emptied log file does not verify", "[audit]") {
+  const std::string path = test::write_synthetic_log(log_options("emptied"), 1, 1);
+  test::write_file(path, "");
+  const auto r = verify_one(path);
+  CHECK(r.problem == VerifyProblem::kFileOrder);
+  CHECK(r.line == 1);
+}
+
 TEST_CASE("the sink refuses to overwrite an existing log", "[audit]") {
   const std::string path = test::write_synthetic_log(log_options("exists"), 1, 1);
   auto o = log_options("exists2");
