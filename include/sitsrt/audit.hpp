@@ -108,6 +108,19 @@ struct AnomalyEvent {
   std::string detail;  // human-readable: the value that tripped the rule
 };
 
+// Shadow evaluation of one request: a second engine re-scored the generated tokens
+// teacher-forced (see include/sitsrt/shadow.hpp).
+struct ShadowDivergence {
+  std::string request_id;
+  std::string shadow_model_sha256;
+  std::vector<float> logprob_diff;  // per generated token: shadow logprob - main logprob
+  std::vector<float> topk_kl;       // per token: KL(main || shadow) over the main top-k, renormalised
+                                    // (empty when the request's level has no top-k)
+  float max_abs_logprob_diff = 0.0f;
+  float mean_topk_kl = 0.0f;
+  bool tripped = false;             // the divergence rule fired
+};
+
 // Reported once per request after its last token (also when it ends by an error).
 struct RequestSummary {
   std::string request_id;
@@ -134,6 +147,8 @@ class SITSRT_API AuditSink {
   // The event carries the fields of the request's trace level (see TraceLevel).
   virtual void on_token(const std::string& request_id, const TokenEvent& event) = 0;
   virtual void on_anomaly(const AnomalyEvent& /*event*/) {}
+  // From a shadow evaluator's thread, after the request ended (possibly after later requests).
+  virtual void on_shadow(const ShadowDivergence& /*divergence*/) {}
   virtual void on_request_end(const RequestSummary& summary) = 0;
   // Blocks until everything received so far is written (and synced when the sink syncs).
   virtual void flush() {}

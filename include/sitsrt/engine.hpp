@@ -82,6 +82,7 @@ class SITSRT_API Engine {
   // open, generate() throws sitsrt::Error(kRejected). Thread-safe.
   [[nodiscard]] bool circuit_breaker_open() const noexcept;
   void reset_circuit_breaker() const noexcept;
+  void open_circuit_breaker() const noexcept;  // e.g. by a shadow evaluator's divergence rule
   [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
   [[nodiscard]] std::string graph_json() const;
 

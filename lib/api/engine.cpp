@@ -315,6 +315,7 @@ const std::string& Engine::model_sha256() const { return impl_->model_hash(); }
 EngineDigest Engine::engine_digest() const { return impl_->digest; }
 bool Engine::circuit_breaker_open() const noexcept { return impl_->breaker.load(); }
 void Engine::reset_circuit_breaker() const noexcept { impl_->breaker.store(false); }
+void Engine::open_circuit_breaker() const noexcept { impl_->breaker.store(true); }
 
 std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all_positions) const {
   return impl_->with_session([&](Session& s) {

@@ -27,7 +27,7 @@ struct TokenItem {
   std::string request_id;
   TokenEvent event;
 };
-using Item = std::variant<RequestRecord, TokenItem, AnomalyEvent, RequestSummary>;
+using Item = std::variant<RequestRecord, TokenItem, AnomalyEvent, RequestSummary, ShadowDivergence>;
 
 class JsonlSink final : public AuditSink {
  public:
@@ -58,6 +58,7 @@ class JsonlSink final : public AuditSink {
   }
   void on_anomaly(const AnomalyEvent& event) override { push(event); }
   void on_request_end(const RequestSummary& summary) override { push(summary); }
+  void on_shadow(const ShadowDivergence& divergence) override { push(divergence); }
 
   void flush() override {
     std::unique_lock lock(mutex_);
@@ -124,6 +125,8 @@ class JsonlSink final : public AuditSink {
       record = audit::token_to_json(t->request_id, t->event, level);
     } else if (const auto* a = std::get_if<AnomalyEvent>(&item)) {
       record = audit::anomaly_to_json(*a);
+    } else if (const auto* d = std::get_if<ShadowDivergence>(&item)) {
+      record = audit::shadow_to_json(*d);
     } else {
       const auto& s = std::get<RequestSummary>(item);
       levels_.erase(s.request_id);

@@ -80,6 +80,22 @@ json summary_to_json(const RequestSummary& s) {
               {"decode_ns", s.decode_ns},  {"total_ns", s.total_ns}};
 }
 
+json shadow_to_json(const ShadowDivergence& d) {
+  const auto finite = [](const std::vector<float>& v) {
+    json a = json::array();
+    for (const float x : v) a.push_back(std::isfinite(x) ? json(x) : json(nullptr));
+    return a;
+  };
+  return json{{"type", "shadow"},
+              {"req", d.request_id},
+              {"shadow_model_sha256", d.shadow_model_sha256},
+              {"lp_diff", finite(d.logprob_diff)},
+              {"topk_kl", finite(d.topk_kl)},
+              {"max_abs_lp_diff", std::isfinite(d.max_abs_logprob_diff) ? json(d.max_abs_logprob_diff) : json(nullptr)},
+              {"mean_topk_kl", std::isfinite(d.mean_topk_kl) ? json(d.mean_topk_kl) : json(nullptr)},
+              {"tripped", d.tripped}};
+}
+
 RequestRecord request_from_json(const json& j) {
   RequestRecord r;
   r.request_id = field<std::string>(j, "req");

@@ -17,6 +17,7 @@ nlohmann::json request_to_json(const RequestRecord& r);
 nlohmann::json token_to_json(const std::string& request_id, const TokenEvent& e, TraceLevel level);
 nlohmann::json anomaly_to_json(const AnomalyEvent& a);
 nlohmann::json summary_to_json(const RequestSummary& s);
+nlohmann::json shadow_to_json(const ShadowDivergence& d);
 
 // Inverse of request_to_json; throws sitsrt::Error(kInvalidArgument) naming a missing field.
 RequestRecord request_from_json(const nlohmann::json& j);
