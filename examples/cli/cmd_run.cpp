@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -32,6 +33,16 @@ int run_command(int argc, char** argv) {
       {"echo", 0, "", "print the prompt before the generated text", ""},
       {"json", 0, "", "one JSON object per generated token, then a summary object", ""},
       {"quiet", 'q', "", "no timing summary on stderr", ""},
+      {"audit-log", 0, "FILE", "write a hash-chained JSONL audit log (a new file; rotations go to FILE.1, ...)", ""},
+      {"audit-level", 0, "LEVEL", "audit trace level: off, tokens, topk, full", "tokens"},
+      {"audit-full-step", 0, "I", "at level full, record the whole distribution of token I (repeatable)", ""},
+      {"audit-key-file", 0, "FILE", "authenticate the audit log with HMAC-SHA-256 under this key", ""},
+      {"audit-fsync", 0, "WHEN", "fsync the audit log per: record, request or never", "request"},
+      {"audit-rotate-bytes", 0, "N", "start a new audit file past N bytes; 0 = never", "0"},
+      {"audit-tenant", 0, "TEXT", "tenant recorded with the request", ""},
+      {"audit-user", 0, "TEXT", "user recorded with the request", ""},
+      {"audit-tag", 0, "TEXT", "tag recorded with the request (repeatable)", ""},
+      {"otlp-trace", 0, "FILE", "append an OpenTelemetry OTLP/JSON span (token events per --audit-level)", ""},
   };
   specs.insert(specs.end(), more.begin(), more.end());
   Args args("sitsrt run", "Generate text from a prompt with a GGUF model.", specs);
@@ -63,7 +74,41 @@ int run_command(int argc, char** argv) {
   if (args.has("no-bos")) config.add_bos = false;
   const bool json = args.has("json");
 
-  const Engine engine(engine_options_from(args));
+  EngineOptions engine_options = engine_options_from(args);
+  if (args.has("audit-log") || args.has("otlp-trace")) {
+    config.audit.level = parse_trace_level(args.get_or("audit-level", "tokens"));
+  } else if (args.has("audit-level")) {
+    throw UsageError("--audit-level needs --audit-log FILE or --otlp-trace FILE");
+  }
+  if (const auto log = args.get("audit-log")) {
+    JsonlAuditLogOptions log_options;
+    log_options.path = *log;
+    if (const auto key = args.get("audit-key-file")) log_options.hmac_key = read_key_file(*key);
+    const std::string fsync = args.get_or("audit-fsync", "request");
+    if (fsync == "record") {
+      log_options.durability = Durability::kPerRecord;
+    } else if (fsync == "request") {
+      log_options.durability = Durability::kPerRequest;
+    } else if (fsync == "never") {
+      log_options.durability = Durability::kNever;
+    } else {
+      throw UsageError(fmt::format("--audit-fsync must be record, request or never, got '{}'", fsync));
+    }
+    log_options.rotate_bytes = static_cast<std::uint64_t>(args.get_int("audit-rotate-bytes", 0));
+    for (const auto& step : args.all("audit-full-step")) {
+      char* end = nullptr;
+      const long long i = std::strtoll(step.c_str(), &end, 10);
+      if (step.empty() || *end != '\0' || i < 0) throw UsageError(fmt::format("--audit-full-step expects a token index, got '{}'", step));
+      config.audit.full_distribution_steps.push_back(i);
+    }
+    config.audit.metadata = {args.get_or("audit-tenant", ""), args.get_or("audit-user", ""), args.all("audit-tag")};
+    // Created last, so that a usage error leaves no log file behind.
+    engine_options.audit_sinks.push_back(make_jsonl_audit_sink(log_options));
+  } else if (args.has("audit-key-file")) {
+    throw UsageError("--audit-key-file needs --audit-log FILE");
+  }
+  if (const auto trace = args.get("otlp-trace")) engine_options.audit_sinks.push_back(make_otlp_trace_sink({*trace}));
+  const Engine engine(std::move(engine_options));
   if (args.has("echo") && !json) {
     fmt::print("{}", prompt);
     std::fflush(stdout);

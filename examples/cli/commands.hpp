@@ -14,10 +14,14 @@ int info_command(int argc, char** argv);
 int graph_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
 int make_model_command(int argc, char** argv);
+int audit_command(int argc, char** argv);
 
 // Options shared by every command that loads a model.
 std::vector<OptionSpec> engine_option_specs();
 EngineOptions engine_options_from(const Args& args);
+
+// An HMAC key from a file: its bytes, less one trailing newline. Throws UsageError.
+std::string read_key_file(const std::string& path);
 
 // Prints a one-line, self-overwriting progress indicator on stderr.
 void print_progress(std::string_view stage, double fraction);

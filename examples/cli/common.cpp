@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 namespace sitsrt::cli {
@@ -15,6 +17,7 @@ std::vector<OptionSpec> engine_option_specs() {
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
       {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512, avx2, generic", "auto"},
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
+      {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
   };
 }
 
@@ -45,8 +48,20 @@ EngineOptions engine_options_from(const Args& args) {
   } else {
     throw UsageError(fmt::format("--rope-style must be auto, normal or neox, got '{}'", rope));
   }
+  o.deterministic = args.has("deterministic");
   o.on_progress = print_progress;
   return o;
+}
+
+std::string read_key_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("cannot read key file '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string key = ss.str();
+  if (!key.empty() && key.back() == '\n') key.pop_back();
+  if (key.empty()) throw UsageError(fmt::format("key file '{}' is empty", path));
+  return key;
 }
 
 void print_progress(std::string_view stage, double fraction) {

@@ -2,6 +2,7 @@
 // between threads; each generate() call gets its own KV cache and sampler state.
 #pragma once
 
+#include <sitsrt/audit.hpp>
 #include <sitsrt/export.hpp>
 #include <sitsrt/generation.hpp>
 #include <sitsrt/model_info.hpp>
@@ -31,6 +32,16 @@ struct EngineOptions {
   std::uint64_t memory_budget_bytes = 0;  // activations + KV caches; 0: unlimited
   // Called during load with a stage name and a fraction in [0, 1] (e.g. for a progress line).
   std::function<void(std::string_view stage, double fraction)> on_progress;
+  // Deterministic mode: a request's tokens and logprobs depend only on the model, the prompt,
+  // the sampling parameters and the recorded engine digest (ISA level, max_batch_tokens, KV
+  // type), never on the thread count or on other requests; "auto" ISA is resolved once and
+  // recorded. See docs/audit-log.md.
+  bool deterministic = false;
+  // Audit: sinks that receive every request (requests can add their own), anomaly rules applied
+  // to every request, and a callback for tripped rules (called on the generating thread).
+  std::vector<std::shared_ptr<AuditSink>> audit_sinks;
+  std::vector<AnomalyRule> anomaly_rules;
+  std::function<void(const AnomalyEvent&)> on_anomaly;
 };
 
 class SITSRT_API Engine {
@@ -64,10 +75,20 @@ class SITSRT_API Engine {
   [[nodiscard]] std::string token_bytes(std::int32_t token) const;
 
   [[nodiscard]] const ModelInfo& model_info() const noexcept;
+  // Hex SHA-256 of the model file, computed on first use (with on_progress("hash", f)) and cached.
+  [[nodiscard]] const std::string& model_sha256() const;
+  [[nodiscard]] EngineDigest engine_digest() const;
+  // The engine-wide circuit breaker: opened by a rule with AnomalyAction::kOpenBreaker; while
+  // open, generate() throws sitsrt::Error(kRejected). Thread-safe.
+  [[nodiscard]] bool circuit_breaker_open() const noexcept;
+  void reset_circuit_breaker() const noexcept;
+  void open_circuit_breaker() const noexcept;  // e.g. by a shadow evaluator's divergence rule
   [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
   [[nodiscard]] std::string graph_json() const;
 
  private:
+  GenerationResult run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
+                               const GenerationConfig& config, const TokenCallback& on_token) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

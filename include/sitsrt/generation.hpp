@@ -1,6 +1,7 @@
 // Per-request generation settings and results.
 #pragma once
 
+#include <sitsrt/audit.hpp>
 #include <sitsrt/export.hpp>
 
 #include <cstdint>
@@ -23,6 +24,7 @@ struct GenerationConfig {
   bool stop_at_end_of_sequence = true;
   std::int32_t top_logprobs = 5;     // alternatives reported per TokenEvent (0..64)
   std::optional<bool> add_bos;       // unset: as the model's tokenizer metadata says
+  RequestAuditOptions audit;         // trace level, extra sinks and rules, caller metadata
 };
 
 enum class FinishReason {
@@ -31,6 +33,7 @@ enum class FinishReason {
   kStopString,     // a stop string appeared in the text
   kCallback,       // the token callback returned false
   kContextFull,    // the context window is full
+  kCircuitBreaker, // an anomaly rule stopped the request
 };
 SITSRT_API const char* to_string(FinishReason reason) noexcept;
 
@@ -56,6 +59,7 @@ struct GenerationResult {
   std::vector<std::int32_t> tokens;         // generated token ids
   FinishReason finish_reason = FinishReason::kLength;
   std::uint64_t seed = 0;                   // the seed actually used
+  std::string request_id;                   // as in the audit records (empty when not audited)
   GenerationTimings timings;
 };
 

@@ -25,6 +25,9 @@ struct TokenEvent {
   std::vector<TokenAlternative> top;  // the k most likely tokens, most likely first (k from the request)
   float entropy = 0.0f;           // nats
   double seconds_since_start = 0.0;  // since the request started (prefill included)
+  // Log-probabilities of the whole vocabulary (index = token id); filled only at the steps a
+  // request asks for with TraceLevel::kFull, empty otherwise.
+  std::vector<float> full_logprobs;
 };
 
 // Called on the generating thread for every token; return false to stop generation.

@@ -10,11 +10,20 @@
 #include "model/model_spec.hpp"
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
+#include "api/request_audit.hpp"
+#include "audit/hash.hpp"
 #include "runtime/generator.hpp"
 #include "tokenizer/spm_tokenizer.hpp"
 
+#include <sitsrt/version.hpp>
+
 #include <algorithm>
+#include <filesystem>
+#include <atomic>
+#include <chrono>
+#include <map>
 #include <mutex>
+#include <random>
 
 namespace sitsrt {
 namespace {
@@ -35,6 +44,15 @@ void validate(const EngineOptions& o) {
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
     raise(ErrorCode::kInvalidArgument, "max_batch_tokens = {} is out of range [1, 65536]", o.max_batch_tokens);
   }
+  for (const auto& rule : o.anomaly_rules) audit::validate_rule(rule);
+  for (const auto& sink : o.audit_sinks) {
+    if (!sink) raise(ErrorCode::kInvalidArgument, "audit_sinks holds a null sink");
+  }
+}
+
+std::string random_id_prefix() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
 }
 
 }  // namespace
@@ -78,6 +96,34 @@ struct Engine::Impl {
     backend.prepare(graph, plan.memory, context_length);
     prefault();
     fill_info(kv_type);
+    fill_digest();
+  }
+
+  void fill_digest() {
+    std::map<DType, std::uint64_t> bytes_by_type;
+    for (const graph::Weight& w : graph.weights()) bytes_by_type[w.type] += w.bytes;
+    const auto most = std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    digest.library_version = kVersion;
+    digest.weights_format = most == bytes_by_type.end() ? "none" : std::string(name(most->first));
+    digest.kv_cache_type = info.kv_cache_type;
+    digest.cpu_isa = info.cpu_isa;
+    digest.threads = info.threads;
+    digest.max_batch_tokens = options.max_batch_tokens;
+    digest.context_length = context_length;
+    digest.deterministic = options.deterministic;
+  }
+
+  const std::string& model_hash() const {
+    std::call_once(hash_once, [&] {
+      std::function<void(double)> progress;
+      constexpr std::uintmax_t kReportAbove = std::uintmax_t{64} << 20;
+      if (options.on_progress && std::filesystem::file_size(options.model_path) >= kReportAbove) {
+        progress = [&](double f) { options.on_progress("hash", f); };
+      }
+      model_sha256 = audit::sha256_file_hex(options.model_path, progress);
+    });
+    return model_sha256;
   }
 
   void prefault() {
@@ -173,6 +219,12 @@ struct Engine::Impl {
   mutable std::mutex pool_mutex;
   mutable std::vector<std::unique_ptr<Session>> idle;
   ModelInfo info;
+  EngineDigest digest;
+  mutable std::once_flag hash_once;
+  mutable std::string model_sha256;
+  mutable std::atomic<bool> breaker{false};
+  mutable std::atomic<std::uint64_t> requests{0};
+  std::string id_prefix = random_id_prefix();
 };
 
 Engine::Engine(EngineOptions options) {
@@ -183,18 +235,87 @@ Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 
+namespace {
+
+std::int64_t unix_time_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+SamplingRecord sampling_record(const GenerationConfig& c) {
+  return {c.temperature, c.top_k, c.top_p, c.min_p, c.repeat_penalty, c.repeat_last_n, c.seed.value_or(0),
+          c.max_new_tokens, c.top_logprobs, c.stop, c.stop_at_end_of_sequence};
+}
+
+}  // namespace
+
 GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
                                   const TokenCallback& on_token) const {
   const bool add_bos = config.add_bos.value_or(impl_->tokenizer.vocab().add_bos);
   const std::vector<std::int32_t> tokens = impl_->tokenizer.encode(prompt, add_bos);
-  return generate_from_tokens(tokens, config, on_token);
+  return run_request(prompt, tokens, config, on_token);
 }
 
 GenerationResult Engine::generate_from_tokens(std::span<const std::int32_t> prompt_tokens,
                                               const GenerationConfig& config, const TokenCallback& on_token) const {
-  return impl_->with_session(
-      [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, config, on_token); });
+  return run_request({}, prompt_tokens, config, on_token);
 }
+
+GenerationResult Engine::run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
+                                     const GenerationConfig& config, const TokenCallback& on_token) const {
+  if (impl_->breaker.load()) {
+    raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
+  }
+  std::vector<std::shared_ptr<AuditSink>> sinks = impl_->options.audit_sinks;
+  for (const auto& s : config.audit.sinks) {
+    if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
+    sinks.push_back(s);
+  }
+  std::vector<AnomalyRule> rules = impl_->options.anomaly_rules;
+  rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
+  const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
+  RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
+  if (!audit.active()) {
+    return impl_->with_session(
+        [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, config, on_token); });
+  }
+  // The seed is resolved here so that the begin record carries it.
+  GenerationConfig resolved = config;
+  if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  RequestRecord record;
+  record.request_id = id;
+  record.unix_time_ns = unix_time_ns();
+  record.model_path = impl_->options.model_path;
+  record.model_sha256 = model_sha256();
+  record.engine = impl_->digest;
+  record.sampling = sampling_record(resolved);
+  record.level = config.audit.level;
+  record.input_sha256 = audit::sha256_hex(prompt_text);
+  record.input_tokens_sha256 = audit::sha256_hex(prompt_tokens);
+  record.input_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
+  record.metadata = config.audit.metadata;
+  audit.begin(record);
+  const TokenCallback hooked = [&](const TokenEvent& e) {
+    const bool audit_keep = audit.on_token(e);
+    const bool caller_keep = on_token ? on_token(e) : true;
+    return audit_keep && caller_keep;
+  };
+  try {
+    GenerationResult result = impl_->with_session(
+        [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, resolved, hooked); });
+    audit.end(result);
+    return result;
+  } catch (const std::exception& e) {
+    audit.end_with_error(e.what());
+    throw;
+  }
+}
+
+const std::string& Engine::model_sha256() const { return impl_->model_hash(); }
+EngineDigest Engine::engine_digest() const { return impl_->digest; }
+bool Engine::circuit_breaker_open() const noexcept { return impl_->breaker.load(); }
+void Engine::reset_circuit_breaker() const noexcept { impl_->breaker.store(false); }
+void Engine::open_circuit_breaker() const noexcept { impl_->breaker.store(true); }
 
 std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all_positions) const {
   return impl_->with_session([&](Session& s) {

@@ -3,6 +3,7 @@
 #include "core/check.hpp"
 #include "runtime/sampler.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -24,6 +25,23 @@ void validate(const GenerationConfig& c) {
   for (const auto& s : c.stop) {
     if (s.empty()) raise(ErrorCode::kInvalidArgument, "stop strings must not be empty");
   }
+}
+
+// log-softmax of the raw logits, for TraceLevel::kFull steps (double accumulation).
+void full_log_softmax(std::span<const float> logits, std::vector<float>& out) {
+  float max = -INFINITY;
+  for (const float x : logits) max = std::max(max, x);
+  double sum = 0.0;
+  for (const float x : logits) sum += std::exp(static_cast<double>(x - max));
+  const float log_sum = static_cast<float>(std::log(sum));
+  out.resize(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - max - log_sum;
+}
+
+bool wants_full(const GenerationConfig& c, std::int64_t index) {
+  if (c.audit.level != TraceLevel::kFull) return false;
+  const auto& steps = c.audit.full_distribution_steps;
+  return std::find(steps.begin(), steps.end(), index) != steps.end();
 }
 
 // Length of the longest suffix of `text` that is a proper prefix of some stop string: that
@@ -85,6 +103,7 @@ const char* to_string(FinishReason reason) noexcept {
     case FinishReason::kStopString: return "stop";
     case FinishReason::kCallback: return "callback";
     case FinishReason::kContextFull: return "context_full";
+    case FinishReason::kCircuitBreaker: return "circuit_breaker";
   }
   return "unknown";
 }
@@ -151,6 +170,8 @@ GenerationResult generate_tokens(Session& session, const SpmTokenizer& tokenizer
     event.entropy = stats.entropy;
     event.top.clear();
     for (const auto& t : stats.top) event.top.push_back({t.id, t.logprob});
+    event.full_logprobs.clear();
+    if (wants_full(config, i)) full_log_softmax(logits, event.full_logprobs);
     event.seconds_since_start = seconds_between(start, Clock::now());
     const bool keep_going = on_token ? on_token(event) : true;
 

@@ -40,8 +40,9 @@ PY
 }
 
 check "top-level --help" "$cli" --help
-for sub in run info graph bench make-model; do
-  check "$sub --help" "$cli" "$sub" --help
+for sub in run info graph bench make-model "audit verify" "audit replay" "audit show"; do
+  # shellcheck disable=SC2086
+  check "$sub --help" "$cli" $sub --help
 done
 check "unknown command fails" bash -c "! '$cli' frobnicate"
 check "unknown option fails with usage exit code" bash -c "'$cli' run --frobnicate; test \$? -eq 2"
@@ -93,6 +94,44 @@ for r in json.load(open('$shared/refdata/stories260K_greedy.json'))['results']:
 else
   echo "skipped: stories260K reference checks ($shared/models is absent)"
 fi
+
+# Audit logs: run -> verify (clean) -> tamper one byte -> verify fails naming the line -> replay.
+audit_flow() {  # audit_flow MODEL TAG
+  local m=$1 tag=$2 log=$work/$2.audit.jsonl
+  check "$tag: run --audit-log" "$cli" run -m "$m" -p "Once upon a time" -n 24 --seed 11 --temp 0.8 --deterministic \
+    --audit-log "$log" --audit-level topk -q
+  check "$tag: verify clean" bash -c "'$cli' audit verify '$log' | grep -q '^clean'"
+  check "$tag: show" bash -c "'$cli' audit show '$log' --color never | grep -q '^-- end'"
+  check "$tag: replay bit-exact" bash -c "'$cli' audit replay '$log' -m '$m' -t 1 | grep -q '1 bit-exact, 0 mismatched'"
+  cp "$log" "$work/$tag.tampered.jsonl"
+  # flip one byte of the 4th line (a token record's logprob digits or text)
+  python3 - "$work/$tag.tampered.jsonl" <<'PY'
+import sys
+p = sys.argv[1]; lines = open(p, 'rb').read().split(b'\n')
+i = lines[3].index(b'"lp":') + 7
+lines[3] = lines[3][:i] + bytes([lines[3][i] ^ 1]) + lines[3][i + 1:]
+open(p, 'wb').write(b'\n'.join(lines))
+PY
+  check "$tag: verify of a tampered log fails naming line 4" bash -c \
+    "'$cli' audit verify '$work/$tag.tampered.jsonl' >'$work/v.out'; test \$? -eq 1 && grep -q 'tampered.jsonl:4: modified' '$work/v.out'"
+  if [ "$m" != "$model" ]; then
+    check "$tag: replay refuses another model" bash -c "'$cli' audit replay '$log' -m '$model' 2>&1 | grep -q 'refusing to replay'"
+  fi
+}
+if [ -f "$shared/models/stories260K.gguf" ]; then
+  audit_flow "$shared/models/stories260K.gguf" stories
+else
+  echo "skipped: audit flow on stories260K ($shared/models is absent)"
+fi
+audit_flow "$model" tiny-audit
+printf 'k3y\n' >"$work/key"
+check "audit: HMAC log verifies with its key only" bash -c "'$cli' run -m '$model' -p hi -n 4 -q --audit-log '$work/h.jsonl' --audit-key-file '$work/key' >/dev/null \
+  && '$cli' audit verify '$work/h.jsonl' --key-file '$work/key' >/dev/null && printf 'other' >'$work/key2' \
+  && ! '$cli' audit verify '$work/h.jsonl' --key-file '$work/key2' >/dev/null && ! '$cli' audit verify '$work/h.jsonl' >/dev/null"
+"$cli" run -m "$model" -p hi -n 5 -q --ignore-eos --otlp-trace "$work/trace.jsonl" --audit-level topk >/dev/null 2>&1
+check "run --otlp-trace: one OTLP/JSON span with 5 token events" json_check "$work/trace.jsonl" \
+  "len(doc['resourceSpans'][0]['scopeSpans'][0]['spans'][0]['events']) == 5"
+check "audit: an existing log is never overwritten" bash -c "'$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/h.jsonl' 2>/dev/null; test \$? -eq 1"
 
 if [ -n "$examples" ]; then
   check "installed example: stream" bash -c "'$examples/sitsrt_stream' '$model' 'abc' | grep -q 'tokens'"

@@ -1,0 +1,162 @@
+// sitsrt audit verify|replay|show: check, re-run and read audit logs.
+#include "commands.hpp"
+
+#include "api/replay.hpp"
+#include "audit/verify.hpp"
+
+#include <sitsrt/error.hpp>
+
+#include <fmt/color.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+namespace sitsrt::cli {
+namespace {
+
+// One argument: that log and its rotations; several: exactly those files, in order.
+std::vector<std::string> log_files(const Args& args) {
+  const auto& p = args.positional();
+  if (p.empty()) throw UsageError("no audit log given");
+  return p.size() == 1 ? audit::rotated_series(p[0]) : p;
+}
+
+int verify_command(int argc, char** argv) {
+  Args args("sitsrt audit verify", "Verify an audit log's canonical form, hash chain and HMAC (exit 0 only when clean).\n"
+            "Pass LOG to verify it and its rotations LOG.1, LOG.2, ...; or list the files in order.",
+            {{"key-file", 0, "FILE", "HMAC key the log was written with", ""}});
+  args.parse(argc, argv, 3);
+  if (args.has("help")) {
+    fmt::print("{}", args.help());
+    return 0;
+  }
+  const std::string key = args.has("key-file") ? read_key_file(*args.get("key-file")) : std::string();
+  const std::vector<std::string> files = log_files(args);
+  const audit::VerifyReport r = audit::verify_log(files, key);
+  if (r.clean()) {
+    fmt::print("clean: {} records in {} file(s); {} request(s) without an end record; last hash {}\n", r.records,
+               r.files, r.open_requests, r.last_hash);
+    return 0;
+  }
+  fmt::print("FAILED: {}:{}: {}: {}\n", r.file, r.line, to_string(r.problem), r.message);
+  fmt::print("{} records verified before it; last good hash {}\n", r.records, r.last_hash);
+  return 1;
+}
+
+int replay_command(int argc, char** argv) {
+  std::vector<OptionSpec> specs = {{"model", 'm', "FILE", "the model the log was recorded with", ""},
+                                   {"threads", 't', "N", "compute threads (results do not depend on it)", "all cores"}};
+  Args args("sitsrt audit replay", "Re-run every request of an audit log and compare token ids and logprobs bit for bit.",
+            specs);
+  args.parse(argc, argv, 3);
+  if (args.has("help")) {
+    fmt::print("{}", args.help());
+    return 0;
+  }
+  ReplayOptions options;
+  const auto model = args.get("model");
+  if (!model) throw UsageError("no model given: pass -m FILE.gguf");
+  options.model_path = *model;
+  options.threads = static_cast<int>(args.get_int("threads", 0));
+  options.on_progress = print_progress;
+  const std::vector<ReplayOutcome> outcomes = replay_log(log_files(args), options);
+  int mismatches = 0;
+  for (const auto& o : outcomes) {
+    fmt::print("{} {}: {} tokens: {}{}\n", o.match ? "ok      " : "MISMATCH", o.request_id, o.tokens, o.message,
+               o.deterministic ? "" : " (not recorded in deterministic mode)");
+    mismatches += o.match ? 0 : 1;
+  }
+  fmt::print("{} request(s) replayed, {} bit-exact, {} mismatched\n", outcomes.size(), outcomes.size() - mismatches,
+             mismatches);
+  return mismatches == 0 ? 0 : 1;
+}
+
+// Green for likely tokens, yellow for plausible, red for unlikely.
+fmt::text_style probability_style(float logprob) {
+  const double p = std::exp(static_cast<double>(logprob));
+  if (p >= 0.5) return fmt::fg(fmt::terminal_color::green);
+  if (p >= 0.1) return fmt::fg(fmt::terminal_color::yellow);
+  return fmt::fg(fmt::terminal_color::red);
+}
+
+int show_command(int argc, char** argv) {
+  Args args("sitsrt audit show", "Print an audit log: requests, their text coloured by token probability, anomalies.",
+            {{"color", 0, "WHEN", "colour tokens: auto, always, never", "auto"}});
+  args.parse(argc, argv, 3);
+  if (args.has("help")) {
+    fmt::print("{}", args.help());
+    return 0;
+  }
+  const std::string when = args.get_or("color", "auto");
+  const bool color = when == "always" || (when == "auto" && isatty(STDOUT_FILENO));
+  for (const std::string& file : log_files(args)) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open", file));
+    std::string line;
+    bool in_text = false;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        fmt::print("\n[{}: unreadable line]\n", file);
+        continue;
+      }
+      const std::string type = j.value("type", "");
+      if (type == "token") {
+        const std::string text = j.value("text", "");
+        if (color) {
+          fmt::print(probability_style(j.value("lp", 0.0f)), "{}", text);
+        } else {
+          fmt::print("{}", text);
+        }
+        in_text = true;
+        continue;
+      }
+      if (in_text) fmt::print("\n");
+      in_text = false;
+      if (type == "file") {
+        fmt::print("== {} (file {}, {})\n", file, j.value("file_index", 0), j.value("alg", ""));
+      } else if (type == "request") {
+        fmt::print("-- request {} | model {} ({}) | level {} | seed {} | temp {} | tenant '{}' user '{}'\n",
+                   j.value("req", ""), j["model"].value("path", ""), j["model"].value("sha256", "").substr(0, 16),
+                   j.value("level", ""), j["sampling"].value("seed", std::uint64_t{0}),
+                   j["sampling"].value("temperature", 0.0f), j["meta"].value("tenant", ""), j["meta"].value("user", ""));
+      } else if (type == "anomaly") {
+        fmt::print("!! anomaly '{}' at token {}: {} -> {}\n", j.value("rule", ""), j.value("i", 0), j.value("detail", ""),
+                   j.value("action", ""));
+      } else if (type == "end") {
+        fmt::print("-- end {}: {} | {} prompt + {} generated tokens | prefill {:.1f} ms, decode {:.1f} ms\n",
+                   j.value("req", ""), j.value("finish", ""), j.value("prompt_tokens", 0), j.value("generated_tokens", 0),
+                   j.value("prefill_ns", 0) / 1e6, j.value("decode_ns", 0) / 1e6);
+      }
+    }
+    if (in_text) fmt::print("\n");
+  }
+  return 0;
+}
+
+constexpr const char* kAuditUsage = R"(usage: sitsrt audit <verify|replay|show> LOG... [options]
+
+  verify  check canonical form, hash chain and HMAC; report the first bad line (exit 0 only when clean)
+  replay  re-run every recorded request on a model and compare token ids and logprobs bit for bit
+  show    print the requests of a log, tokens coloured by probability
+)";
+
+}  // namespace
+
+int audit_command(int argc, char** argv) {
+  if (argc < 3 || std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0) {
+    fmt::print(argc < 3 ? stderr : stdout, "{}", kAuditUsage);
+    return argc < 3 ? 2 : 0;
+  }
+  const std::string sub = argv[2];
+  if (sub == "verify") return verify_command(argc, argv);
+  if (sub == "replay") return replay_command(argc, argv);
+  if (sub == "show") return show_command(argc, argv);
+  throw UsageError(fmt::format("unknown audit command '{}'\n\n{}", sub, kAuditUsage));
+}
+
+}  // namespace sitsrt::cli

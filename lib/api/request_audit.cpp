@@ -1,0 +1,69 @@
+#include "api/request_audit.hpp"
+
+namespace sitsrt {
+
+RequestAudit::RequestAudit(std::vector<std::shared_ptr<AuditSink>> sinks, std::vector<AnomalyRule> rules,
+                           const std::function<void(const AnomalyEvent&)>& on_anomaly, std::atomic<bool>& breaker,
+                           std::string request_id)
+    : sinks_(std::move(sinks)),
+      monitor_(std::move(rules), request_id),
+      on_anomaly_(on_anomaly),
+      breaker_(breaker),
+      request_id_(std::move(request_id)) {}
+
+void RequestAudit::begin(const RequestRecord& record) {
+  level_ = record.level;
+  for (const auto& s : sinks_) s->on_request_begin(record);
+}
+
+bool RequestAudit::on_token(const TokenEvent& event) {
+  if (level_ != TraceLevel::kOff) {
+    for (const auto& s : sinks_) s->on_token(request_id_, event);
+  }
+  if (monitor_.empty()) return true;
+  tripped_.clear();
+  monitor_.observe(event, tripped_);
+  bool keep_going = true;
+  for (const AnomalyEvent& a : tripped_) {
+    for (const auto& s : sinks_) s->on_anomaly(a);
+    if (on_anomaly_) on_anomaly_(a);
+    if (a.action == AnomalyAction::kOpenBreaker) breaker_.store(true);
+    if (a.action != AnomalyAction::kContinue) keep_going = false;
+  }
+  if (!keep_going) stopped_by_rule_ = true;
+  return keep_going;
+}
+
+void RequestAudit::end(GenerationResult& result) {
+  // The generator reports a stop by any callback as kCallback; a rule's stop is ours.
+  if (stopped_by_rule_ && result.finish_reason == FinishReason::kCallback) {
+    result.finish_reason = FinishReason::kCircuitBreaker;
+  }
+  result.request_id = request_id_;
+  if (sinks_.empty()) return;
+  RequestSummary s;
+  s.request_id = request_id_;
+  s.finish_reason = to_string(result.finish_reason);
+  s.prompt_tokens = result.timings.prompt_tokens;
+  s.generated_tokens = result.timings.generated_tokens;
+  s.tokens = result.tokens;
+  s.prefill_ns = static_cast<std::int64_t>(result.timings.prefill_seconds * 1e9);
+  s.decode_ns = static_cast<std::int64_t>(result.timings.decode_seconds * 1e9);
+  s.total_ns = static_cast<std::int64_t>(result.timings.total_seconds * 1e9);
+  for (const auto& sink : sinks_) sink->on_request_end(s);
+}
+
+void RequestAudit::end_with_error(const std::string& message) {
+  RequestSummary s;
+  s.request_id = request_id_;
+  s.finish_reason = "error";
+  s.error = message;
+  for (const auto& sink : sinks_) {
+    try {
+      sink->on_request_end(s);
+    } catch (const std::exception&) {  // the request's own error is the one to report
+    }
+  }
+}
+
+}  // namespace sitsrt

@@ -1,0 +1,21 @@
+// SHA-256 and HMAC-SHA-256 (OpenSSL EVP), as lowercase hex strings.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace sitsrt::audit {
+
+std::string sha256_hex(std::string_view data);
+// Of the ids as little-endian int32 bytes.
+std::string sha256_hex(std::span<const std::int32_t> ids);
+// HMAC-SHA-256 of `data` under `key`.
+std::string hmac_sha256_hex(std::string_view key, std::string_view data);
+// Streams a file through SHA-256; `progress` (optional) gets the fraction read. Throws
+// sitsrt::Error(kIo) naming the file when it cannot be read.
+std::string sha256_file_hex(const std::string& path, const std::function<void(double)>& progress = {});
+
+}  // namespace sitsrt::audit

@@ -1,0 +1,217 @@
+// The JSONL audit log sink: callers enqueue copies of the hook arguments; one writer thread
+// turns them into canonical, hash-chained lines, writes them in batches and syncs per policy.
+#include "audit/chain.hpp"
+#include "audit/records.hpp"
+#include "core/check.hpp"
+
+#include <sitsrt/audit.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+namespace sitsrt {
+namespace {
+
+struct TokenItem {
+  std::string request_id;
+  TokenEvent event;
+};
+using Item = std::variant<RequestRecord, TokenItem, AnomalyEvent, RequestSummary, ShadowDivergence>;
+
+class JsonlSink final : public AuditSink {
+ public:
+  explicit JsonlSink(JsonlAuditLogOptions options) : options_(std::move(options)) {
+    if (options_.path.empty()) raise(ErrorCode::kInvalidArgument, "audit log path is empty");
+    if (options_.queue_records == 0) raise(ErrorCode::kInvalidArgument, "audit queue_records must be > 0");
+    open_file(options_.path);
+    write_pending();
+    writer_ = std::thread([this] { run(); });
+  }
+
+  ~JsonlSink() override {
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+    }
+    not_empty_.notify_all();
+    writer_.join();
+    if (fd_ >= 0) {
+      ::fsync(fd_);
+      ::close(fd_);
+    }
+  }
+
+  void on_request_begin(const RequestRecord& record) override { push(record); }
+  void on_token(const std::string& request_id, const TokenEvent& event) override {
+    push(TokenItem{request_id, event});
+  }
+  void on_anomaly(const AnomalyEvent& event) override { push(event); }
+  void on_request_end(const RequestSummary& summary) override { push(summary); }
+  void on_shadow(const ShadowDivergence& divergence) override { push(divergence); }
+
+  void flush() override {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t target = pushed_;
+    drained_.wait(lock, [&] { return written_ >= target; });
+    if (failed_.load()) raise(ErrorCode::kIo, "{}: writing the audit log failed ({})", options_.path, error_text_);
+  }
+
+ private:
+  void push(Item item) {
+    // A request that cannot be recorded fails rather than running unaudited.
+    if (failed_.load()) raise(ErrorCode::kIo, "{}: writing the audit log failed ({})", options_.path, error_text_);
+    std::unique_lock lock(mutex_);
+    // Bounded: generation waits only when the writer is this far behind; nothing is dropped.
+    not_full_.wait(lock, [&] { return queue_.size() < options_.queue_records; });
+    queue_.push_back(std::move(item));
+    ++pushed_;
+    lock.unlock();
+    not_empty_.notify_one();
+  }
+
+  void open_file(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      raise(ErrorCode::kIo, "{}: cannot create audit log ({}){}", path, std::strerror(errno),
+            errno == EEXIST ? "; an audit log is never overwritten or appended to" : "");
+    }
+    file_bytes_ = 0;
+    nlohmann::json header{{"type", "file"}, {"version", audit::kLogFormatVersion}, {"file_index", file_index_},
+                          {"alg", options_.hmac_key.empty() ? "sha256" : "hmac-sha256"}};
+    pending_ += audit::seal_record(header, chain_, options_.hmac_key);
+    pending_ += '\n';
+  }
+
+  void write_pending() {
+    std::size_t off = 0;
+    while (off < pending_.size()) {
+      const ssize_t n = ::write(fd_, pending_.data() + off, pending_.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        // Nothing to throw to on this thread: stop writing (a hole would break the chain) and
+        // make the next hook call or flush() throw.
+        error_text_ = std::strerror(errno);
+        failed_.store(true);
+        break;
+      }
+      off += static_cast<std::size_t>(n);
+    }
+    file_bytes_ += pending_.size();
+    pending_.clear();
+  }
+
+  // The record of `item` (unsealed), or null when the request's level omits it.
+  nlohmann::json to_record(const Item& item, bool& end_of_request) {
+    nlohmann::json record;
+    end_of_request = false;
+    if (const auto* r = std::get_if<RequestRecord>(&item)) {
+      levels_[r->request_id] = r->level;
+      record = audit::request_to_json(*r);
+    } else if (const auto* t = std::get_if<TokenItem>(&item)) {
+      const auto it = levels_.find(t->request_id);
+      const TraceLevel level = it == levels_.end() ? TraceLevel::kTokens : it->second;
+      if (level == TraceLevel::kOff) return nullptr;
+      record = audit::token_to_json(t->request_id, t->event, level);
+    } else if (const auto* a = std::get_if<AnomalyEvent>(&item)) {
+      record = audit::anomaly_to_json(*a);
+    } else if (const auto* d = std::get_if<ShadowDivergence>(&item)) {
+      record = audit::shadow_to_json(*d);
+    } else {
+      const auto& s = std::get<RequestSummary>(item);
+      levels_.erase(s.request_id);
+      record = audit::summary_to_json(s);
+      end_of_request = true;
+    }
+    return record;
+  }
+
+  // Seals `record` into the current file, or into a new one when it would not fit: the new
+  // file's header takes the next sequence number, so the record is sealed again after it.
+  std::string seal_into_file(nlohmann::json& record) {
+    const audit::ChainState before = chain_;
+    std::string line = audit::seal_record(record, chain_, options_.hmac_key);
+    if (options_.rotate_bytes == 0 || file_bytes_ + pending_.size() + line.size() + 1 <= options_.rotate_bytes ||
+        file_bytes_ + pending_.size() == 0) {
+      return line;
+    }
+    chain_ = before;
+    write_pending();
+    ::fsync(fd_);
+    ::close(fd_);
+    ++file_index_;
+    open_file(options_.path + "." + std::to_string(file_index_));
+    return audit::seal_record(record, chain_, options_.hmac_key);
+  }
+
+  void run() {
+    std::deque<Item> batch;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        not_empty_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+        if (queue_.empty() && closing_) break;
+        batch.swap(queue_);
+      }
+      not_full_.notify_all();
+      bool sync = false;
+      for (const Item& item : batch) {
+        bool end_of_request = false;
+        nlohmann::json record = to_record(item, end_of_request);
+        if (record.is_null()) continue;
+        const std::string line = seal_into_file(record);
+        pending_ += line;
+        pending_ += '\n';
+        if (options_.durability == Durability::kPerRecord) {
+          write_pending();
+          ::fsync(fd_);
+        }
+        sync = sync || (end_of_request && options_.durability == Durability::kPerRequest);
+      }
+      if (!failed_) write_pending();
+      if (sync) ::fsync(fd_);
+      {
+        std::lock_guard lock(mutex_);
+        written_ += batch.size();
+      }
+      batch.clear();
+      drained_.notify_all();
+    }
+    if (!pending_.empty() && !failed_) write_pending();
+  }
+
+  JsonlAuditLogOptions options_;
+  int fd_ = -1;
+  std::int64_t file_index_ = 0;
+  std::uint64_t file_bytes_ = 0;
+  audit::ChainState chain_;
+  std::string pending_;
+  std::atomic<bool> failed_{false};
+  std::string error_text_;  // set before failed_
+  std::map<std::string, TraceLevel> levels_;  // writer thread only
+
+  std::mutex mutex_;
+  std::condition_variable not_empty_, not_full_, drained_;
+  std::deque<Item> queue_;
+  std::uint64_t pushed_ = 0, written_ = 0;
+  bool closing_ = false;
+  std::thread writer_;
+};
+
+}  // namespace
+
+std::shared_ptr<AuditSink> make_jsonl_audit_sink(const JsonlAuditLogOptions& options) {
+  return std::make_shared<JsonlSink>(options);
+}
+
+}  // namespace sitsrt

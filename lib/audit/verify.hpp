@@ -1,0 +1,42 @@
+// Verification of an audit log (one file or a rotated series): canonical form, hash chain,
+// HMAC, sequence numbers and file headers. Stops at the first bad line and says why.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sitsrt::audit {
+
+enum class VerifyProblem {
+  kNone,
+  kTruncated,  // the last line ends without a newline (a crash mid-write); records before it are good
+  kModified,   // not JSON, not canonical, or its hash does not match its content (bytes changed, forged)
+  kDeleted,    // a sequence number is missing
+  kInserted,   // a sequence number repeats, or the chain link to the previous record is wrong
+  kReordered,  // a record appears out of sequence order
+  kFileOrder,  // a rotated file is missing, out of order, or lacks its header
+  kKey,        // the log is not authenticated but a key was given, or the reverse
+};
+const char* to_string(VerifyProblem problem) noexcept;
+
+struct VerifyReport {
+  VerifyProblem problem = VerifyProblem::kNone;
+  std::string file;          // where the problem is
+  std::int64_t line = 0;     // 1-based line within `file`
+  std::string message;
+  std::int64_t records = 0;  // records verified good before the problem
+  std::int64_t files = 0;
+  std::int64_t open_requests = 0;  // request records without an end record
+  std::string last_hash;     // hash of the last good record (anchor it elsewhere to detect tail deletion)
+  [[nodiscard]] bool clean() const noexcept { return problem == VerifyProblem::kNone; }
+};
+
+// Verifies `files` in order (the first file, then its rotations). `key` empty: SHA-256 chain,
+// otherwise HMAC-SHA-256 under `key` is required.
+VerifyReport verify_log(const std::vector<std::string>& files, const std::string& key);
+
+// The series of files a log path names: path, path.1, path.2, ... while they exist.
+std::vector<std::string> rotated_series(const std::string& path);
+
+}  // namespace sitsrt::audit
