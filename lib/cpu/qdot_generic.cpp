@@ -1,0 +1,142 @@
+// Portable integer-dot decode kernels and the activation quantizer every ISA shares (so the
+// quantized row, and with it the integer dot products, are identical on every ISA level).
+#include "core/quant_blocks.hpp"
+#include "cpu/half_generic.hpp"
+#include "cpu/qdot_kernels.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+
+namespace {
+std::int64_t padded_blocks(std::int64_t cols) {
+  return (cols / kQBlock + 1) / 2 * 2;
+}
+}  // namespace
+
+std::size_t quantized_row_bytes(std::int64_t cols) noexcept {
+  if (cols <= 0 || cols % kQBlock != 0) return 0;
+  const auto nbp = static_cast<std::size_t>(padded_blocks(cols));
+  // qs, d8, neg_sum8, ds8 (32 B each) + ds (4 B) per block; sections stay 64-byte aligned
+  // because nbp is even.
+  return nbp * (32 + 32 + 32 + 32) + (nbp * 4 + 63) / 64 * 64;
+}
+
+QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
+  const std::int64_t nb = cols / kQBlock, nbp = padded_blocks(cols);
+  auto* qs = reinterpret_cast<std::int8_t*>(buffer);
+  auto* d8 = reinterpret_cast<float*>(buffer + nbp * 32);
+  auto* s8 = reinterpret_cast<std::int32_t*>(buffer + nbp * 64);
+  auto* ds8 = reinterpret_cast<float*>(buffer + nbp * 96);
+  auto* ds = reinterpret_cast<float*>(buffer + nbp * 128);
+  for (std::int64_t b = 0; b < nbp; ++b) {
+    const float* xb = x + b * kQBlock;
+    float amax = 0.0f;
+    std::int32_t sum = 0;
+    float d = 0.0f;
+    if (b < nb) {
+      for (int i = 0; i < kQBlock; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+      d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int i = 0; i < kQBlock; ++i) {
+        // nearbyint: round to nearest even, as vcvtps2dq does under the default MXCSR.
+        const auto q = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
+        qs[b * kQBlock + i] = q;
+        sum += q;
+      }
+    } else {
+      std::memset(qs + b * kQBlock, 0, kQBlock);
+    }
+    for (int l = 0; l < 8; ++l) {
+      d8[b * 8 + l] = d;
+      s8[b * 8 + l] = -sum;
+    }
+    ds[b] = d * static_cast<float>(sum);
+    for (int l = 0; l < 8; ++l) ds8[b * 8 + l] = ds[b] * 0.125f;
+  }
+  return {qs, d8, s8, ds, ds8, nb};
+}
+
+namespace {
+
+inline std::uint16_t load_u16(const void* p) noexcept {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Each format gives the block's integer levels u (so that w = d * (u - kOffset) [+ m]).
+struct LevelsQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 0;
+  static void levels(const Block& b, std::int32_t* u) {
+    for (int i = 0; i < kQBlock; ++i) u[i] = b.qs[i];
+  }
+};
+template <typename B, bool M, int O>
+struct LevelsQ4 {
+  using Block = B;
+  static constexpr bool kMin = M;
+  static constexpr int kOffset = O;
+  static void levels(const Block& b, std::int32_t* u) {
+    for (int i = 0; i < kQBlock / 2; ++i) {
+      u[i] = b.qs[i] & 15;
+      u[i + 16] = b.qs[i] >> 4;
+    }
+  }
+};
+template <typename B, bool M, int O>
+struct LevelsQ5 {
+  using Block = B;
+  static constexpr bool kMin = M;
+  static constexpr int kOffset = O;
+  static void levels(const Block& b, std::int32_t* u) {
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    for (int i = 0; i < kQBlock / 2; ++i) {
+      u[i] = (b.qs[i] & 15) | static_cast<std::int32_t>(((qh >> i) & 1u) << 4);
+      u[i + 16] = (b.qs[i] >> 4) | static_cast<std::int32_t>(((qh >> (i + 16)) & 1u) << 4);
+    }
+  }
+};
+
+template <typename L>
+void qdot_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename L::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t b = 0; b < x.blocks; ++b) {
+      std::int32_t u[kQBlock];
+      L::levels(blocks[b], u);
+      const std::int8_t* q = x.qs + b * kQBlock;
+      std::int32_t dot = 0;
+      for (int i = 0; i < kQBlock; ++i) dot += u[i] * q[i];
+      dot += L::kOffset * x.neg_sum8[b * 8];  // (u - offset) . q, exactly
+      const float d = half_to_float_generic(load_u16(&blocks[b].d)) * x.d8[b * 8];
+      acc += d * static_cast<float>(dot);
+      if constexpr (L::kMin) acc += half_to_float_generic(load_u16(&blocks[b].m)) * x.ds[b];
+    }
+    y[r] = acc;
+  }
+}
+
+constexpr QdotKernels kGeneric = {{
+    nullptr,                                                   // f32
+    nullptr,                                                   // f16
+    nullptr,                                                   // bf16
+    qdot_generic<LevelsQ8_0>,                                  // q8_0
+    qdot_generic<LevelsQ4<BlockQ4_0, false, 8>>,               // q4_0
+    qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
+    qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
+    qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
+}};
+
+}  // namespace
+
+const QdotKernels& qdot_kernels_generic() noexcept {
+  return kGeneric;
+}
+
+}  // namespace sitsrt::cpu::detail
