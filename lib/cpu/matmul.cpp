@@ -103,7 +103,7 @@ detail::QdotFn qdot_kernel(const CpuContext& ctx, DType type) {
 // shared scratch, then rows are split as in matvec.
 void matvec_int8(CpuContext& ctx, const detail::QdotFn kernel, const WeightMatrix& w, const float* x, float* y) {
   std::byte* buffer = ctx.shared(detail::quantized_row_bytes(w.cols));
-  const detail::QuantizedRow q = detail::quantize_row_q8_act(x, w.cols, buffer);
+  const detail::QuantizedRow q = detail::qdot_kernels_for(ctx.isa()).quantize(x, w.cols, buffer);
   ctx.pool().run([&](int t, int n) {
     const Range r = split_range(w.rows, t, n, kMatvecGrain);
     if (r.end > r.begin) kernel(w.data + static_cast<std::size_t>(r.begin) * w.row_stride, w.row_stride, q, y + r.begin, r.end - r.begin);

@@ -114,6 +114,47 @@ void qdot_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
   }
 }
 
+// quantize_row_q8_act with 8 lanes: same operations, bit-identical output (see the AVX-512
+// version in qdot_avx512vnni.cpp).
+QuantizedRow quantize_avx2(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
+  const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (std::int64_t b = 0; b < l.padded_blocks; ++b) {
+    __m256i q8 = _mm256_setzero_si256();
+    float d = 0.0f;
+    std::int32_t sum = 0;
+    if (b < l.blocks) {
+      __m256 v[4], m = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+        m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      d = _mm_cvtss_f32(m4) / 127.0f;
+      const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+      const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      sum = _mm_cvtsi128_si32(s4);
+      // packs work per 128-bit lane: fix the order with a final dword permute.
+      const __m256i a = _mm256_packs_epi32(q[0], q[1]), c = _mm256_packs_epi32(q[2], q[3]);
+      q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, c), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l.qs + 32 * b), q8);
+    const float ds = d * static_cast<float>(sum);
+    l.ds[b] = ds;
+    _mm256_store_ps(l.d8 + 8 * b, _mm256_set1_ps(d));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l.neg_sum8 + 8 * b), _mm256_set1_epi32(-sum));
+    _mm256_store_ps(l.ds8 + 8 * b, _mm256_set1_ps(ds * 0.125f));
+  }
+  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.blocks};
+}
+
 constexpr QdotKernels kAvx2 = {{
     nullptr,                               // f32
     nullptr,                               // f16
@@ -123,7 +164,7 @@ constexpr QdotKernels kAvx2 = {{
     qdot_avx2<DotQ4<BlockQ4_1, true>>,     // q4_1
     qdot_avx2<DotQ5<BlockQ5_0, false>>,    // q5_0
     qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
-}};
+}, quantize_avx2};
 
 }  // namespace
 

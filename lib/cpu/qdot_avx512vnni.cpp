@@ -37,18 +37,37 @@ inline __m512 pair_halves(std::uint32_t h0, std::uint32_t h1) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
-inline __m256i nibbles(const std::uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
-                          _mm256_set1_epi8(0x0F));
+// The levels of blocks b and b + 1 (zeros for b + 1 when !second) as 64 unsigned bytes.
+inline __m512i pair_from_halves(__m256i u0, __m256i u1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
+}
+// Nibbles of two 4-bit blocks: the two 16-byte qs arrays go to 128-bit lanes 0 and 2, are
+// duplicated into lanes 1 and 3, and lanes 1 and 3 shift right by 4: after the mask, lane k of
+// each block holds elements 16k..16k+15. Five vector ops for 64 levels.
+template <typename B>
+inline __m512i pair_nibbles(const B* blocks, std::int64_t b, bool second) {
+  const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b + 1].qs)) : _mm_setzero_si128();
+  __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs))),
+                                 q1, 2);
+  v = _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(2, 2, 0, 0));
+  v = _mm512_mask_srli_epi16(v, static_cast<__mmask32>(0xFF00FF00u), v, 4);
+  return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+}
+inline std::uint32_t load_qh(const std::uint8_t* qh) {
+  std::uint32_t v;
+  std::memcpy(&v, qh, 4);
+  return v;
 }
 
 struct UnpackQ8_0 {
   using Block = BlockQ8_0;
   static constexpr bool kMin = false;
   static constexpr int kShift = 4;  // offset 128 = 8 lanes x 16
-  static __m256i levels(const Block& b) {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(-128));
+  static __m512i levels(const Block* blocks, std::int64_t b, bool second) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qs));
+    const __m256i w1 =
+        second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b + 1].qs)) : _mm256_set1_epi8(-128);
+    return _mm512_xor_si512(pair_from_halves(w0, w1), _mm512_set1_epi8(-128));
   }
 };
 template <typename B, bool M>
@@ -56,27 +75,24 @@ struct UnpackQ4 {
   using Block = B;
   static constexpr bool kMin = M;
   static constexpr int kShift = 0;  // offset 8 = 8 lanes x 1
-  static __m256i levels(const Block& b) { return nibbles(b.qs); }
+  static __m512i levels(const Block* blocks, std::int64_t b, bool second) { return pair_nibbles(blocks, b, second); }
 };
 template <typename B, bool M>
 struct UnpackQ5 {
   using Block = B;
   static constexpr bool kMin = M;
   static constexpr int kShift = 1;  // offset 16 = 8 lanes x 2
-  static __m256i levels(const Block& b) {
-    std::uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    const __m256i u = nibbles(b.qs);
-    return _mm256_mask_add_epi8(u, static_cast<__mmask32>(qh), u, _mm256_set1_epi8(16));
+  static __m512i levels(const Block* blocks, std::int64_t b, bool second) {
+    const std::uint64_t qh = load_qh(blocks[b].qh) | (second ? std::uint64_t{load_qh(blocks[b + 1].qh)} << 32 : 0);
+    const __m512i u = pair_nibbles(blocks, b, second);
+    return _mm512_mask_add_epi8(u, static_cast<__mmask64>(qh), u, _mm512_set1_epi8(16));
   }
 };
 
 template <typename U>
 inline void pair_dot(const typename U::Block* blocks, std::int64_t b, bool second, const QuantizedRow& x,
                      __m512& acc) {
-  const __m256i u0 = U::levels(blocks[b]);
-  const __m256i u1 = second ? U::levels(blocks[b + 1]) : _mm256_setzero_si256();
-  const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
+  const __m512i u = U::levels(blocks, b, second);
   __m512i init = _mm512_setzero_si512();
   if constexpr (!U::kMin) init = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * b), U::kShift);
   const __m512i dot = _mm512_dpbusd_epi32(init, u, _mm512_load_si512(x.qs + 32 * b));
@@ -106,6 +122,34 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
   }
 }
 
+// quantize_row_q8_act with 16 lanes: same operations (max of |x|, d = amax / 127 and 1 / d in
+// scalar, x * id rounded to nearest even by vcvtps2dq), so the output is bit-identical.
+QuantizedRow quantize_avx512(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
+  const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (std::int64_t b = 0; b < l.padded_blocks; ++b) {
+    __m256i q8 = _mm256_setzero_si256();
+    float d = 0.0f;
+    std::int32_t sum = 0;
+    if (b < l.blocks) {
+      const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, abs_mask), _mm512_and_ps(x1, abs_mask)));
+      d = amax / 127.0f;
+      const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
+      sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      q8 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(q0)), _mm512_cvtepi32_epi8(q1), 1);
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l.qs + 32 * b), q8);
+    const float ds = d * static_cast<float>(sum);
+    l.ds[b] = ds;
+    _mm256_store_ps(l.d8 + 8 * b, _mm256_set1_ps(d));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l.neg_sum8 + 8 * b), _mm256_set1_epi32(-sum));
+    _mm256_store_ps(l.ds8 + 8 * b, _mm256_set1_ps(ds * 0.125f));
+  }
+  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.blocks};
+}
+
 constexpr QdotKernels kAvx512Vnni = {{
     nullptr,                                          // f32
     nullptr,                                          // f16
@@ -115,7 +159,7 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
-}};
+}, quantize_avx512};
 
 }  // namespace
 

@@ -23,30 +23,49 @@ std::size_t quantized_row_bytes(std::int64_t cols) noexcept {
   return nbp * (32 + 32 + 32 + 32) + (nbp * 4 + 63) / 64 * 64;
 }
 
+QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept {
+  const std::int64_t nbp = padded_blocks(cols);
+  return {reinterpret_cast<std::int8_t*>(buffer),        reinterpret_cast<float*>(buffer + nbp * 32),
+          reinterpret_cast<std::int32_t*>(buffer + nbp * 64), reinterpret_cast<float*>(buffer + nbp * 96),
+          reinterpret_cast<float*>(buffer + nbp * 128),   cols / kQBlock,
+          nbp};
+}
+
 QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
-  const std::int64_t nb = cols / kQBlock, nbp = padded_blocks(cols);
-  auto* qs = reinterpret_cast<std::int8_t*>(buffer);
-  auto* d8 = reinterpret_cast<float*>(buffer + nbp * 32);
-  auto* s8 = reinterpret_cast<std::int32_t*>(buffer + nbp * 64);
-  auto* ds8 = reinterpret_cast<float*>(buffer + nbp * 96);
-  auto* ds = reinterpret_cast<float*>(buffer + nbp * 128);
+  const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
+  const std::int64_t nb = l.blocks, nbp = l.padded_blocks;
+  std::int8_t* qs = l.qs;
+  float *d8 = l.d8, *ds8 = l.ds8, *ds = l.ds;
+  std::int32_t* s8 = l.neg_sum8;
   for (std::int64_t b = 0; b < nbp; ++b) {
     const float* xb = x + b * kQBlock;
+    std::int8_t* qb = qs + b * kQBlock;
     float amax = 0.0f;
     std::int32_t sum = 0;
     float d = 0.0f;
     if (b < nb) {
-      for (int i = 0; i < kQBlock; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+      // Plain loops the baseline (SSE2) vectoriser handles: no libm calls (nearbyint and fmax are
+      // calls without SSE4.1).
+      for (int i = 0; i < kQBlock; ++i) {
+        const float a = std::fabs(xb[i]);
+        amax = a > amax ? a : amax;
+      }
       d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      std::int32_t q[kQBlock];
       for (int i = 0; i < kQBlock; ++i) {
-        // nearbyint: round to nearest even, as vcvtps2dq does under the default MXCSR.
-        const auto q = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
-        qs[b * kQBlock + i] = q;
-        sum += q;
+        // |x * id| <= 127 + ulps < 2^22: adding and subtracting 1.5 * 2^23 rounds it to the
+        // nearest integer, ties to even (as vcvtps2dq does), in float arithmetic (the library is
+        // built without -ffast-math, so the compiler keeps both operations).
+        constexpr float kMagic = 12582912.0f;
+        q[i] = static_cast<std::int32_t>((xb[i] * id + kMagic) - kMagic);
+      }
+      for (int i = 0; i < kQBlock; ++i) {
+        qb[i] = static_cast<std::int8_t>(q[i]);
+        sum += q[i];
       }
     } else {
-      std::memset(qs + b * kQBlock, 0, kQBlock);
+      std::memset(qb, 0, kQBlock);
     }
     for (int l = 0; l < 8; ++l) {
       d8[b * 8 + l] = d;
@@ -131,7 +150,7 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
     qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
-}};
+}, quantize_row_q8_act};
 
 }  // namespace
 

@@ -31,7 +31,20 @@ struct QuantizedRow {
 // Bytes of shared scratch a row of `cols` elements needs (0 if cols is not whole blocks).
 std::size_t quantized_row_bytes(std::int64_t cols) noexcept;
 // Quantizes x[0, cols) (whole blocks) into `buffer` (64-byte aligned, quantized_row_bytes).
+// The portable version; the ISA tables carry SIMD versions with bit-identical output.
 QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept;
+using QuantizeRowFn = QuantizedRow (*)(const float* x, std::int64_t cols, std::byte* buffer) noexcept;
+
+// Where each array of a quantized row starts in its buffer (shared by every quantizer).
+struct QuantizedRowLayout {
+  std::int8_t* qs;
+  float* d8;
+  std::int32_t* neg_sum8;
+  float* ds8;
+  float* ds;
+  std::int64_t blocks, padded_blocks;
+};
+QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept;
 
 // y[r] = sum_b W-block(r, b) . x-block(b) as described above, for r < n_rows.
 using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
@@ -39,6 +52,7 @@ using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const Quanti
 
 struct QdotKernels {
   QdotFn matvec[kDTypeCount];  // indexed by DType; nullptr: no integer path for that format
+  QuantizeRowFn quantize;      // bit-identical to quantize_row_q8_act
 };
 
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept;

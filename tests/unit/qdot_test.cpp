@@ -144,7 +144,10 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
 
 }  // namespace
 
-TEST_CASE("activation quantizer matches the scalar reference bit for bit", "[qdot]") {
+TEST_CASE("activation quantizer matches the scalar reference bit for bit on every ISA", "[qdot]") {
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
+  if (!cpu::isa_supported(isa)) return;
+  CAPTURE(cpu::name(isa));
   test::Rng rng(17);
   for (std::int64_t cols : {32, 96, 1056, 4096}) {
     CAPTURE(cols);
@@ -155,7 +158,7 @@ TEST_CASE("activation quantizer matches the scalar reference bit for bit", "[qdo
     std::vector<std::byte> buffer(cpu::detail::quantized_row_bytes(cols) + 64);
     auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 63) / 64 * 64);
     std::memset(aligned, 0x5A, cpu::detail::quantized_row_bytes(cols));  // garbage: padding must be written
-    const cpu::detail::QuantizedRow q = cpu::detail::quantize_row_q8_act(x.data(), cols, aligned);
+    const cpu::detail::QuantizedRow q = cpu::detail::qdot_kernels_for(isa).quantize(x.data(), cols, aligned);
     REQUIRE(q.blocks == cols / 32);
     const std::int64_t padded = (cols / 32 + 1) / 2 * 2;
     for (std::int64_t b = 0; b < padded; ++b) {
