@@ -146,13 +146,9 @@ QuantizedRow quantize_avx2(const float* x, std::int64_t cols, std::byte* buffer)
       q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, c), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(l.qs + 32 * b), q8);
-    const float ds = d * static_cast<float>(sum);
-    l.ds[b] = ds;
-    _mm256_store_ps(l.d8 + 8 * b, _mm256_set1_ps(d));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(l.neg_sum8 + 8 * b), _mm256_set1_epi32(-sum));
-    _mm256_store_ps(l.ds8 + 8 * b, _mm256_set1_ps(ds * 0.125f));
+    store_block_scales(l, b, d, sum);
   }
-  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.blocks};
+  return quantized_row(l);
 }
 
 constexpr QdotKernels kAvx2 = {{

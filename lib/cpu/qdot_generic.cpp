@@ -31,12 +31,24 @@ QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) no
           nbp};
 }
 
+void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept {
+  const float ds = d * static_cast<float>(sum);
+  l.ds[b] = ds;
+  for (int i = 0; i < 8; ++i) {
+    l.d8[b * 8 + i] = d;
+    l.neg_sum8[b * 8 + i] = -sum;
+    l.ds8[b * 8 + i] = ds * 0.125f;
+  }
+}
+
+QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept {
+  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.blocks};
+}
+
 QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
   const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
   const std::int64_t nb = l.blocks, nbp = l.padded_blocks;
   std::int8_t* qs = l.qs;
-  float *d8 = l.d8, *ds8 = l.ds8, *ds = l.ds;
-  std::int32_t* s8 = l.neg_sum8;
   for (std::int64_t b = 0; b < nbp; ++b) {
     const float* xb = x + b * kQBlock;
     std::int8_t* qb = qs + b * kQBlock;
@@ -67,14 +79,9 @@ QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* b
     } else {
       std::memset(qb, 0, kQBlock);
     }
-    for (int l = 0; l < 8; ++l) {
-      d8[b * 8 + l] = d;
-      s8[b * 8 + l] = -sum;
-    }
-    ds[b] = d * static_cast<float>(sum);
-    for (int l = 0; l < 8; ++l) ds8[b * 8 + l] = ds[b] * 0.125f;
+    store_block_scales(l, b, d, sum);
   }
-  return {qs, d8, s8, ds, ds8, nb};
+  return quantized_row(l);
 }
 
 namespace {

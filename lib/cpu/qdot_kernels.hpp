@@ -45,6 +45,11 @@ struct QuantizedRowLayout {
   std::int64_t blocks, padded_blocks;
 };
 QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept;
+// Writes block b's per-block values (d8, neg_sum8, ds, ds8) from its scale d and level sum;
+// every quantizer ends each block with it. (Out of line and compiled for the baseline target:
+// the ISA files may call it, see the ODR note in matmul_kernels.hpp.)
+void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept;
+QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept;
 
 // y[r] = sum_b W-block(r, b) . x-block(b) as described above, for r < n_rows.
 using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
