@@ -14,6 +14,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 
 namespace sitsrt::cpu::detail {
@@ -89,19 +90,39 @@ struct UnpackQ5 {
   }
 };
 
+// The fp16 scales (or mins, at byte `field` of each block) of blocks b..b+3 as two pair
+// vectors: one conversion for four blocks.
+template <typename Block>
+inline void quad_halves(const Block* blocks, std::int64_t b, std::size_t field, __m512& p01, __m512& p23) {
+  const auto* base = reinterpret_cast<const std::byte*>(blocks + b) + field;
+  const std::uint64_t h = std::uint64_t{load_u16(base)} | std::uint64_t{load_u16(base + sizeof(Block))} << 16 |
+                          std::uint64_t{load_u16(base + 2 * sizeof(Block))} << 32 |
+                          std::uint64_t{load_u16(base + 3 * sizeof(Block))} << 48;
+  const __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h))));
+  p01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), f);
+  p23 = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), f);
+}
+
+// Blocks b, b + 1 with their scale pair dw (and min pair mw) already built.
 template <typename U>
-inline void pair_dot(const typename U::Block* blocks, std::int64_t b, bool second, const QuantizedRow& x,
-                     __m512& acc) {
+inline void pair_dot_scaled(const typename U::Block* blocks, std::int64_t b, bool second, const QuantizedRow& x,
+                            __m512 dw, __m512 mw, __m512& acc) {
   const __m512i u = U::levels(blocks, b, second);
   __m512i init = _mm512_setzero_si512();
   if constexpr (!U::kMin) init = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * b), U::kShift);
   const __m512i dot = _mm512_dpbusd_epi32(init, u, _mm512_load_si512(x.qs + 32 * b));
-  const __m512 dw = pair_halves(load_u16(&blocks[b].d), second ? load_u16(&blocks[b + 1].d) : 0u);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(x.d8 + 8 * b)), acc);
-  if constexpr (U::kMin) {
-    const __m512 mw = pair_halves(load_u16(&blocks[b].m), second ? load_u16(&blocks[b + 1].m) : 0u);
-    acc = _mm512_fmadd_ps(mw, _mm512_load_ps(x.ds8 + 8 * b), acc);
-  }
+  if constexpr (U::kMin) acc = _mm512_fmadd_ps(mw, _mm512_load_ps(x.ds8 + 8 * b), acc);
+}
+
+// Tail: one or two blocks, scales built per pair.
+template <typename U>
+inline void pair_dot(const typename U::Block* blocks, std::int64_t b, bool second, const QuantizedRow& x,
+                     __m512& acc) {
+  const __m512 dw = pair_halves(load_u16(&blocks[b].d), second ? load_u16(&blocks[b + 1].d) : 0u);
+  __m512 mw = _mm512_setzero_ps();
+  if constexpr (U::kMin) mw = pair_halves(load_u16(&blocks[b].m), second ? load_u16(&blocks[b + 1].m) : 0u);
+  pair_dot_scaled<U>(blocks, b, second, x, dw, mw, acc);
 }
 
 template <typename U>
@@ -114,8 +135,11 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
     std::int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
       prefetch_ahead(blocks + b);
-      pair_dot<U>(blocks, b, true, x, acc0);
-      pair_dot<U>(blocks, b + 2, true, x, acc1);
+      __m512 d01, d23, m01 = _mm512_setzero_ps(), m23 = _mm512_setzero_ps();
+      quad_halves(blocks, b, offsetof(typename U::Block, d), d01, d23);
+      if constexpr (U::kMin) quad_halves(blocks, b, offsetof(typename U::Block, m), m01, m23);
+      pair_dot_scaled<U>(blocks, b, true, x, d01, m01, acc0);
+      pair_dot_scaled<U>(blocks, b + 2, true, x, d23, m23, acc1);
     }
     for (; b < nb; b += 2) pair_dot<U>(blocks, b, b + 1 < nb, x, acc0);
     y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
