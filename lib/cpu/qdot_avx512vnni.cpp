@@ -134,7 +134,11 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     std::int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-      prefetch_ahead(blocks + b);
+      // One prefetch per cache line of the 4 blocks (Q8_0: 136 bytes, so 3; one per iteration
+      // left half of the lines to the hardware prefetcher and cost ~10% of Q8_0 decode).
+      constexpr std::size_t kStep = 4 * sizeof(typename U::Block);
+#pragma GCC unroll 4
+      for (std::size_t off = 0; off < kStep; off += 64) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + off);
       __m512 d01, d23, m01 = _mm512_setzero_ps(), m23 = _mm512_setzero_ps();
       quad_halves(blocks, b, offsetof(typename U::Block, d), d01, d23);
       if constexpr (U::kMin) quad_halves(blocks, b, offsetof(typename U::Block, m), m01, m23);
