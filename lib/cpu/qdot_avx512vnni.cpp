@@ -38,7 +38,8 @@ inline __m512 pair_halves(std::uint32_t h0, std::uint32_t h1) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
-// The levels of blocks b and b + 1 (zeros for b + 1 when !second) as 64 unsigned bytes.
+// Each Unpack*::levels(blocks, b, second) returns the unsigned levels of blocks b and b + 1 as
+// 64 bytes (block b + 1 contributing zeros when !second, so a row's odd last block adds nothing).
 inline __m512i pair_from_halves(__m256i u0, __m256i u1) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
 }
