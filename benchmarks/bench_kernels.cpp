@@ -129,6 +129,7 @@ double fma_peak(cpu::CpuContext& ctx) {
       switch (ctx.isa()) {
 #if defined(__x86_64__)
         case cpu::Isa::kAvx512:
+        case cpu::Isa::kAvx512Vnni:
           flops[static_cast<std::size_t>(t)] = fma_loop_avx512(iters);
           break;
         case cpu::Isa::kAvx2:
@@ -204,33 +205,71 @@ void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth)
       static_cast<long long>(opt.ctx), s * 1e3, bytes / s / 1e9, 100.0 * bytes / s / bandwidth);
 }
 
+// Seconds per matvec over all copies (DRAM-bound) and per matvec of one L2-resident copy
+// (compute-bound: what the kernel costs when memory is not the limit).
+struct MatvecTimes {
+  double dram = 0.0, cached = 0.0;
+};
+MatvecTimes time_matvec(cpu::CpuContext& ctx, Matrices& mats, DType type, const Options& opt, const float* x,
+                        float* y) {
+  MatvecTimes t;
+  const cpu::WeightMatrix w0 = mats.at(type, opt.rows, opt.cols, 0);
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w0, 1));
+  t.dram = median_seconds(opt.repeats, [&] {
+    for (int c = 0; c < mats.copies; ++c) {
+      cpu::matmul(ctx, mats.at(type, opt.rows, opt.cols, c), x, opt.cols, 1, y, opt.rows);
+    }
+  });
+  // 64 rows: at 4096 columns at most 1 MiB (f32), L2-resident.
+  cpu::WeightMatrix w = w0;
+  w.rows = std::min<std::int64_t>(opt.rows, 64);
+  t.cached = median_seconds(opt.repeats, [&] {
+               for (int i = 0; i < 64; ++i) cpu::matmul(ctx, w, x, opt.cols, 1, y, w.rows);
+             }) /
+             64.0;
+  return t;
+}
+
 void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<float>& source) {
   cpu::CpuContext ctx(threads, isa);
+  cpu::CpuContext ctx_int8(threads, isa, /*int8_activations=*/true);
   const double bw = measure_read_bandwidth(ctx.pool(), std::size_t{512} << 20, 5);
   const double peak = fma_peak(ctx);
   std::printf("\nisa %-7s threads %-3d read bandwidth %.1f GB/s (best of 5), FMA peak %.1f GFLOP/s\n",
               std::string(cpu::name(isa)).c_str(), ctx.threads(), bw / 1e9, peak / 1e9);
-  std::printf("  %-6s %14s %8s %8s %14s %8s\n", "format", "matvec GB/s", "of bw", "copies", "gemm GFLOP/s", "of peak");
+  std::printf("  matvec: f32 activations / int8 activations (Q formats); GB/s from DRAM, and ns per 32-element\n"
+              "  block per thread with 64 rows in cache (compute cost)\n");
+  std::printf("  %-6s %10s %6s %10s %6s %9s %9s %8s %13s %8s\n", "format", "mv GB/s", "of bw", "int8 GB/s", "of bw",
+              "ns/blk", "int8 ns", "copies", "gemm GFLOP/s", "of peak");
   std::vector<float> x(static_cast<std::size_t>(opt.cols * opt.m)), y(static_cast<std::size_t>(opt.rows * opt.m));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (auto& v : x) v = normal(rng);
   for (DType type : opt.formats) {
     Matrices mats = make_matrices(type, source, opt.rows, opt.cols, opt.ws_mib << 20);
-    const double mv = median_seconds(opt.repeats, [&] {
-      for (int c = 0; c < mats.copies; ++c) {
-        cpu::matmul(ctx, mats.at(type, opt.rows, opt.cols, c), x.data(), opt.cols, 1, y.data(), opt.rows);
-      }
-    });
-    const double gbs = static_cast<double>(mats.matrix_bytes) * mats.copies / mv;
+    const MatvecTimes f = time_matvec(ctx, mats, type, opt, x.data(), y.data());
+    const bool has_int8 = cpu::matmul_shared_bytes(ctx_int8, mats.at(type, opt.rows, opt.cols, 0), 1) > 0;
+    const MatvecTimes q = has_int8 ? time_matvec(ctx_int8, mats, type, opt, x.data(), y.data()) : MatvecTimes{};
+    const double total = static_cast<double>(mats.matrix_bytes) * mats.copies;
+    const double blocks_per_thread =
+        static_cast<double>(std::min<std::int64_t>(opt.rows, 64)) * static_cast<double>(opt.cols) / 32.0 /
+        std::min(threads, 4);  // 64 rows split in grains of 16
     const cpu::WeightMatrix w = mats.at(type, opt.rows, opt.cols, 0);
     ctx.reserve_scratch(cpu::matmul_scratch_floats(w, opt.m));
     const double gm =
         median_seconds(opt.repeats, [&] { cpu::matmul(ctx, w, x.data(), opt.cols, opt.m, y.data(), opt.rows); });
     const double flops =
         2.0 * static_cast<double>(opt.m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
-    std::printf("  %-6s %14.1f %7.0f%% %8d %14.1f %7.0f%%\n", std::string(name(type)).c_str(), gbs / 1e9,
-                100.0 * gbs / bw, mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
+    if (has_int8) {
+      std::printf("  %-6s %10.1f %5.0f%% %10.1f %5.0f%% %9.2f %9.2f %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
+                  total / f.dram / 1e9, 100.0 * total / f.dram / bw, total / q.dram / 1e9, 100.0 * total / q.dram / bw,
+                  f.cached / blocks_per_thread * 1e9, q.cached / blocks_per_thread * 1e9, mats.copies, flops / gm / 1e9,
+                  100.0 * flops / gm / peak);
+    } else {
+      std::printf("  %-6s %10.1f %5.0f%% %10s %6s %9.2f %9s %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
+                  total / f.dram / 1e9, 100.0 * total / f.dram / bw, "-", "-", f.cached / blocks_per_thread * 1e9, "-",
+                  mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
+    }
     std::fflush(stdout);
   }
   bench_attention(ctx, opt, bw);
@@ -268,7 +307,7 @@ Options parse(int argc, char** argv) {
       opt.threads = std::atoi(value);
     else if (key == "--isa") {
       for (const auto part : split_commas(value)) {
-        for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+        for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
           if (cpu::name(isa) == part) opt.isas.push_back(isa);
         }
       }
@@ -281,7 +320,7 @@ Options parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
+  if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
   if (opt.formats.empty()) {
     opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                    DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};

@@ -85,6 +85,7 @@ int bench_command(int argc, char** argv) {
   if (args.has("json")) {
     const nlohmann::json doc = {
         {"model", info.path}, {"threads", info.threads}, {"cpu_isa", info.cpu_isa},
+        {"activations", info.int8_activations ? "int8" : "f32"},
         {"prompt_tokens", n_prompt}, {"gen_tokens", n_gen}, {"reps", reps},
         {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
         {"weight_bytes_per_token", info.weight_bytes_per_token},
@@ -97,7 +98,8 @@ int bench_command(int argc, char** argv) {
   fmt::print("model        {} ({} layers, dim {}, {:.1f} M params, {:.1f} MiB of weights per token)\n", info.path,
              info.n_layer, info.n_embd, static_cast<double>(info.n_params) / 1e6,
              static_cast<double>(info.weight_bytes_per_token) / (1 << 20));
-  fmt::print("threads      {} ({})\n", info.threads, info.cpu_isa);
+  fmt::print("threads      {} ({}, {} activations)\n", info.threads, info.cpu_isa,
+             info.int8_activations ? "int8" : "f32");
   fmt::print("prefill      {:9.1f} tok/s  ({} prompt tokens, median of {})\n", prefill_tps, n_prompt, reps);
   fmt::print("decode       {:9.1f} tok/s  ({} tokens, median of {})\n", decode_tps, n_gen, reps);
   if (bandwidth > 0) {

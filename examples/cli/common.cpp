@@ -15,7 +15,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
       {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
-      {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512, avx2, generic", "auto"},
+      {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512vnni, avx512, avx2, generic", "auto"},
+      {"activations", 0, "KIND", "decode activations for quantized weights: int8 or f32", "int8"},
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
       {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
   };
@@ -49,6 +50,9 @@ EngineOptions engine_options_from(const Args& args) {
     throw UsageError(fmt::format("--rope-style must be auto, normal or neox, got '{}'", rope));
   }
   o.deterministic = args.has("deterministic");
+  const std::string act = args.get_or("activations", "int8");
+  if (act != "int8" && act != "f32") throw UsageError(fmt::format("--activations must be int8 or f32, got '{}'", act));
+  o.int8_activations = act == "int8";
   o.on_progress = print_progress;
   return o;
 }

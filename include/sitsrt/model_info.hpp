@@ -28,6 +28,7 @@ struct ModelInfo {
   std::uint64_t activation_bytes = 0; // activation arena per request
   int threads = 0;
   std::string cpu_isa;                // kernel level in use
+  bool int8_activations = false;      // decode uses int8-quantized activations (EngineOptions)
   std::int32_t bos = -1;
   std::int32_t eos = -1;
 };

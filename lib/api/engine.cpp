@@ -32,10 +32,11 @@ constexpr std::int64_t kDefaultContextCap = 4096;
 
 cpu::Isa parse_isa(const std::string& name) {
   if (name == "auto" || name.empty()) return cpu::detect_isa();
+  if (name == "avx512vnni") return cpu::Isa::kAvx512Vnni;
   if (name == "avx512") return cpu::Isa::kAvx512;
   if (name == "avx2") return cpu::Isa::kAvx2;
   if (name == "generic") return cpu::Isa::kGeneric;
-  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, avx512, avx2, generic", name);
+  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, avx512vnni, avx512, avx2, generic", name);
 }
 
 void validate(const EngineOptions& o) {
@@ -63,7 +64,7 @@ struct Engine::Impl {
         file(gguf::File::open(options.model_path)),
         spec(read_model_spec(file)),
         tokenizer(read_vocabulary(file)),
-        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes),
+        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations),
         weights(file) {
     if (tokenizer.vocab().size() != spec.n_vocab) {
       raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", file.path(),
@@ -173,6 +174,7 @@ struct Engine::Impl {
     info.activation_bytes = plan.memory.arena_bytes;
     info.threads = backend.context().threads();
     info.cpu_isa = std::string(cpu::name(backend.context().isa()));
+    info.int8_activations = backend.context().int8_activations();
     info.bos = tokenizer.vocab().bos;
     info.eos = tokenizer.vocab().eos;
   }

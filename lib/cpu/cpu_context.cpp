@@ -18,6 +18,8 @@ std::string_view name(Isa isa) noexcept {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
   }
   return "unknown";
 }
@@ -35,13 +37,13 @@ bool has_f16c() noexcept {
 Isa detect_isa() noexcept {
 #if defined(SITSRT_X86_KERNELS)
   // The *_avx512.cpp files are compiled with exactly F/BW/VL/DQ (+AVX2/FMA/F16C), so that is
-  // what must be present; VNNI/BF16 are not used by this version.
+  // what must be present; *_avx512vnni.cpp files add VNNI.
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      has_f16c()) {
-    return Isa::kAvx512;
-  }
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") &&
+                      __builtin_cpu_supports("fma") && has_f16c();
+  if (avx512 && __builtin_cpu_supports("avx512vnni")) return Isa::kAvx512Vnni;
+  if (avx512) return Isa::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
     return Isa::kAvx2;
   }
@@ -53,8 +55,10 @@ bool isa_supported(Isa isa) noexcept {
   return static_cast<int>(isa) <= static_cast<int>(detect_isa());
 }
 
-CpuContext::CpuContext(int threads, Isa isa)
-    : pool_(std::make_unique<ThreadPool>(threads)), isa_(isa_supported(isa) ? isa : detect_isa()) {
+CpuContext::CpuContext(int threads, Isa isa, bool int8_activations)
+    : pool_(std::make_unique<ThreadPool>(threads)),
+      isa_(isa_supported(isa) ? isa : detect_isa()),
+      int8_activations_(int8_activations) {
   scratch_.resize(static_cast<std::size_t>(pool_->size()));
 }
 
@@ -78,6 +82,21 @@ float* CpuContext::scratch(int thread_index, std::size_t floats) {
           scratch_floats_);
   }
   return scratch_[static_cast<std::size_t>(thread_index)].as<float>();
+}
+
+void CpuContext::reserve_shared_bytes(std::size_t bytes) {
+  if (bytes <= shared_bytes_) return;
+  const std::size_t rounded = (bytes + 63) / 64 * 64;
+  shared_ = AlignedBuffer(rounded, "cpu kernel shared scratch");
+  shared_bytes_ = rounded;
+}
+
+std::byte* CpuContext::shared(std::size_t bytes) {
+  if (bytes > shared_bytes_) {
+    raise(ErrorCode::kInternal, "cpu shared scratch: {} bytes requested but only {} reserved (reserve_shared_bytes)",
+          bytes, shared_bytes_);
+  }
+  return shared_.data();
 }
 
 }  // namespace sitsrt::cpu

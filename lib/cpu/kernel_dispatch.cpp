@@ -1,6 +1,7 @@
 // Which kernel table serves which ISA level. CpuContext has already clamped its isa() to what
 // the CPU supports; on non-x86 builds only the generic tables exist.
 #include "cpu/matmul_kernels.hpp"
+#include "cpu/qdot_kernels.hpp"
 #include "cpu/vec_kernels.hpp"
 
 namespace sitsrt::cpu::detail {
@@ -10,13 +11,16 @@ struct IsaTables {
   Isa isa;
   const MatmulKernels& (*matmul)() noexcept;
   const VecKernels& (*vec)() noexcept;
+  const QdotKernels& (*qdot)() noexcept;  // int8-activation decode
 };
 
 constexpr IsaTables kIsaTables[] = {
-    {Isa::kGeneric, matmul_kernels_generic, vec_kernels_generic},
+    {Isa::kGeneric, matmul_kernels_generic, vec_kernels_generic, qdot_kernels_generic},
 #if defined(SITSRT_X86_KERNELS)
-    {Isa::kAvx2, matmul_kernels_avx2, vec_kernels_avx2},
-    {Isa::kAvx512, matmul_kernels_avx512, vec_kernels_avx512},
+    {Isa::kAvx2, matmul_kernels_avx2, vec_kernels_avx2, qdot_kernels_avx2},
+    // Plain AVX-512 has no vpdpbusd: its integer dots are the AVX2 ones.
+    {Isa::kAvx512, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx2},
+    {Isa::kAvx512Vnni, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx512vnni},
 #endif
 };
 
@@ -34,6 +38,9 @@ const MatmulKernels& matmul_kernels_for(Isa isa) noexcept {
 }
 const VecKernels& vec_kernels_for(Isa isa) noexcept {
   return tables_for(isa).vec();
+}
+const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
+  return tables_for(isa).qdot();
 }
 
 }  // namespace sitsrt::cpu::detail

@@ -4,6 +4,7 @@
 
 #include "core/check.hpp"
 #include "cpu/matmul_kernels.hpp"
+#include "cpu/qdot_kernels.hpp"
 
 #include <algorithm>
 
@@ -91,6 +92,24 @@ void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, 
   });
 }
 
+// The integer-dot decode kernel for this weight, or nullptr when the context keeps float
+// activations or the format has none.
+detail::QdotFn qdot_kernel(const CpuContext& ctx, DType type) {
+  if (!ctx.int8_activations()) return nullptr;
+  return detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
+}
+
+// y = x W^T for m == 1 with int8 activations: the calling thread quantizes x once into the
+// shared scratch, then rows are split as in matvec.
+void matvec_int8(CpuContext& ctx, const detail::QdotFn kernel, const WeightMatrix& w, const float* x, float* y) {
+  std::byte* buffer = ctx.shared(detail::quantized_row_bytes(w.cols));
+  const detail::QuantizedRow q = detail::qdot_kernels_for(ctx.isa()).quantize(x, w.cols, buffer);
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(w.rows, t, n, kMatvecGrain);
+    if (r.end > r.begin) kernel(w.data + static_cast<std::size_t>(r.begin) * w.row_stride, w.row_stride, q, y + r.begin, r.end - r.begin);
+  });
+}
+
 }  // namespace
 
 void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
@@ -106,10 +125,19 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
   }
   const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
   if (m == 1) {
+    if (const detail::QdotFn q = qdot_kernel(ctx, w.type)) {
+      matvec_int8(ctx, q, w, x, y);
+      return;
+    }
     matvec(ctx, kernels.formats[static_cast<int>(w.type)].matvec, w, x, y);
   } else {
     gemm(ctx, kernels, w, x, ldx, m, y, ldy);
   }
+}
+
+std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
+  if (m != 1 || qdot_kernel(ctx, w.type) == nullptr) return 0;
+  return detail::quantized_row_bytes(w.cols);
 }
 
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept {

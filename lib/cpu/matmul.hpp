@@ -38,6 +38,14 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 // so decode and prefill of the same token may differ in the last bits.
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept;
 
+// Shared scratch bytes (CpuContext::reserve_shared_bytes) matmul needs for this weight and
+// batch size in this context: the int8-quantized input row when the context uses int8
+// activations and the format has an integer-dot kernel at its ISA level (decode, m == 1); else 0.
+// With int8 activations, decode of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 computes
+// sum_b fl(d_w d_x) * int_dot_b [+ m_w fl(d_x sum q)] (see cpu/qdot_kernels.hpp): the error
+// versus the float path is that of rounding x to 8 bits per 32-block.
+std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept;
+
 // out[i, :] = dequantized row ids[i] of `table` (embedding lookup), bit-identical to
 // dequantize_row. Throws kInvalidArgument, naming the id and the row count, when an id is
 // outside [0, table.rows); nothing is written then.

@@ -21,8 +21,8 @@ class CpuBuffer final : public BackendBuffer {
   AlignedBuffer buffer_;
 };
 
-CpuBackend::CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes)
-    : ctx_(threads, isa), budget_bytes_(budget_bytes) {}
+CpuBackend::CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes, bool int8_activations)
+    : ctx_(threads, isa, int8_activations), budget_bytes_(budget_bytes) {}
 
 void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source) {
   weights_.clear();
@@ -43,13 +43,14 @@ void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSour
 }
 
 void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t kv_capacity) {
-  std::size_t scratch = 0;
+  std::size_t scratch = 0, shared = 0;
   for (const graph::Node& node : graph.nodes()) {
     if (node.op == graph::OpKind::kMatMul) {
       const auto& w = weights_[static_cast<std::size_t>(node.weights[0])];
       const auto& value = graph.values()[static_cast<std::size_t>(node.output)];
       const std::int64_t rows = value.rows == graph::RowSpace::kTokens ? plan.max_tokens : plan.max_outputs;
       scratch = std::max(scratch, cpu::matmul_scratch_floats(w, rows));
+      shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, 1));  // decode steps
     } else if (node.op == graph::OpKind::kAttention) {
       const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
                                       node.attrs.attn_scale};
@@ -57,6 +58,7 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
     }
   }
   ctx_.reserve_scratch(scratch);
+  ctx_.reserve_shared_bytes(shared);
 }
 
 std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::string_view what) {

@@ -15,7 +15,7 @@ namespace sitsrt {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes);
+  CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes, bool int8_activations = false);
 
   [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
   void bind_weights(const graph::Graph& graph, const graph::WeightSource& source) override;

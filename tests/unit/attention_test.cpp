@@ -19,7 +19,7 @@ using namespace sitsrt;
 
 namespace {
 
-const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
+const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
 // A KV cache of one layer with `capacity` positions; rows padded by 32 bytes so a kernel that
 // assumes row_stride == width is caught.

@@ -51,7 +51,7 @@ void check_gaps_untouched(const std::vector<float>& before, const std::vector<fl
   }
 }
 
-const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
+const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
 // ---- rope reference ----
 

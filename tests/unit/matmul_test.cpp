@@ -176,7 +176,7 @@ TEST_CASE("cpu scratch grows only and refuses more than reserved", "[matmul]") {
 
 TEST_CASE("matmul matches a double reference for every format, ISA and shape", "[matmul]") {
   const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   const int threads = GENERATE(1, 3);
   if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
   for (const Shape& s : matmul_shapes()) check_matmul(type, isa, threads, s);
@@ -205,7 +205,7 @@ TEST_CASE("matmul rejects bad weights and unreserved scratch", "[matmul]") {
 
 TEST_CASE("get_rows returns dequantize_row of each id, bit for bit", "[matmul]") {
   const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   if (!cpu::isa_supported(isa)) return;
   CAPTURE(name(type), cpu::name(isa));
   const std::int64_t cols = is_float_type(type) ? 103 : 96;
@@ -241,7 +241,7 @@ TEST_CASE("get_rows rejects an out-of-range id naming it and the row count", "[m
 }
 
 TEST_CASE("f16 weights decode every half value exactly on every ISA", "[matmul]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   if (!cpu::isa_supported(isa)) return;
   CAPTURE(cpu::name(isa));
   std::vector<std::uint16_t> halves(65536);

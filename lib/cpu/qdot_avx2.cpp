@@ -1,0 +1,171 @@
+// AVX2 integer-dot decode kernels (see qdot_kernels.hpp for the numerics); also used at the
+// plain AVX-512 level, which has no VNNI. One block per ymm: vpmaddubsw multiplies unsigned
+// levels with the signed int8 activations into int16 pairs and vpmaddwd(1) widens them to
+// 8 int32 lanes. Q8_0 moves the weight's sign onto the activation (|w| <= 128 and |q| <= 127 keep
+// the int16 pair sums below 2^15, where w ^ 0x80 would saturate); Q4/Q5 levels are < 32 and
+// their offset is cancelled exactly by starting the int32 lanes at -offset * sum(q) / 8.
+#include "core/quant_blocks.hpp"
+#include "cpu/qdot_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+constexpr int kPrefetchBytes = 1536;  // as in matmul_avx2.cpp
+inline void prefetch_ahead(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
+inline float half_at(const void* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return _cvtsh_ss(v);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i nibbles(const std::uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+                          _mm256_set1_epi8(0x0F));
+}
+
+// 0xFF in byte j where bit j of bits is set, else 0.
+inline __m256i bytes_from_bits(std::uint32_t bits) {
+  const __m256i shuffle = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                           3, 3, 3, 3, 3, 3, 3);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuffle);
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);  // all bits but bit (j mod 8)
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, bit), _mm256_set1_epi64x(-1));
+}
+
+// Each format: the block's int32 dot lanes (summing to the exact integer dot with the offset
+// removed).
+struct DotQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static __m256i dot(const Block& b, const std::int8_t* q, const std::int32_t*) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  }
+};
+template <typename U, int kShift>
+inline __m256i dot_unsigned(__m256i u, const std::int8_t* q, const std::int32_t* neg_sum8) {
+  const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+  __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+  if constexpr (!U::kMin) {
+    lanes = _mm256_add_epi32(
+        lanes, _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(neg_sum8)), kShift));
+  }
+  return lanes;
+}
+template <typename B, bool M>
+struct DotQ4 {
+  using Block = B;
+  static constexpr bool kMin = M;
+  static __m256i dot(const Block& b, const std::int8_t* q, const std::int32_t* s8) {
+    return dot_unsigned<DotQ4, 0>(nibbles(b.qs), q, s8);  // offset 8 = 8 lanes x 1
+  }
+};
+template <typename B, bool M>
+struct DotQ5 {
+  using Block = B;
+  static constexpr bool kMin = M;
+  static __m256i dot(const Block& b, const std::int8_t* q, const std::int32_t* s8) {
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i u = _mm256_or_si256(nibbles(b.qs), _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(16)));
+    return dot_unsigned<DotQ5, 1>(u, q, s8);  // offset 16 = 8 lanes x 2
+  }
+};
+
+template <typename D>
+inline void block_dot(const typename D::Block& blk, std::int64_t b, const QuantizedRow& x, __m256& acc) {
+  const __m256i lanes = D::dot(blk, x.qs + 32 * b, x.neg_sum8 + 8 * b);
+  const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(half_at(&blk.d)), _mm256_load_ps(x.d8 + 8 * b));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, acc);
+  if constexpr (D::kMin) acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(&blk.m)), _mm256_load_ps(x.ds8 + 8 * b), acc);
+}
+
+template <typename D>
+void qdot_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    std::int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      prefetch_ahead(blocks + b);
+      block_dot<D>(blocks[b], b, x, acc0);
+      block_dot<D>(blocks[b + 1], b + 1, x, acc1);
+    }
+    if (b < nb) block_dot<D>(blocks[b], b, x, acc0);
+    y[r] = hsum(_mm256_add_ps(acc0, acc1));
+  }
+}
+
+// quantize_row_q8_act with 8 lanes: same operations, bit-identical output (see the AVX-512
+// version in qdot_avx512vnni.cpp).
+QuantizedRow quantize_avx2(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
+  const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (std::int64_t b = 0; b < l.padded_blocks; ++b) {
+    __m256i q8 = _mm256_setzero_si256();
+    float d = 0.0f;
+    std::int32_t sum = 0;
+    if (b < l.blocks) {
+      __m256 v[4], m = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+        m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      d = _mm_cvtss_f32(m4) / 127.0f;
+      const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+      const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      sum = _mm_cvtsi128_si32(s4);
+      // packs work per 128-bit lane: fix the order with a final dword permute.
+      const __m256i a = _mm256_packs_epi32(q[0], q[1]), c = _mm256_packs_epi32(q[2], q[3]);
+      q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, c), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l.qs + 32 * b), q8);
+    store_block_scales(l, b, d, sum);
+  }
+  return quantized_row(l);
+}
+
+constexpr QdotKernels kAvx2 = {{
+    nullptr,                               // f32
+    nullptr,                               // f16
+    nullptr,                               // bf16
+    qdot_avx2<DotQ8_0>,                    // q8_0
+    qdot_avx2<DotQ4<BlockQ4_0, false>>,    // q4_0
+    qdot_avx2<DotQ4<BlockQ4_1, true>>,     // q4_1
+    qdot_avx2<DotQ5<BlockQ5_0, false>>,    // q5_0
+    qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
+}, quantize_avx2};
+
+}  // namespace
+
+const QdotKernels& qdot_kernels_avx2() noexcept {
+  return kAvx2;
+}
+
+}  // namespace sitsrt::cpu::detail

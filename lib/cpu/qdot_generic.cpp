@@ -1,0 +1,168 @@
+// Portable integer-dot decode kernels and the activation quantizer every ISA shares (so the
+// quantized row, and with it the integer dot products, are identical on every ISA level).
+#include "core/quant_blocks.hpp"
+#include "cpu/half_generic.hpp"
+#include "cpu/qdot_kernels.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+
+namespace {
+std::int64_t padded_blocks(std::int64_t cols) {
+  return (cols / kQBlock + 1) / 2 * 2;
+}
+}  // namespace
+
+std::size_t quantized_row_bytes(std::int64_t cols) noexcept {
+  if (cols <= 0 || cols % kQBlock != 0) return 0;
+  const auto nbp = static_cast<std::size_t>(padded_blocks(cols));
+  // qs, d8, neg_sum8, ds8 (32 B each) + ds (4 B) per block; sections stay 64-byte aligned
+  // because nbp is even.
+  return nbp * (32 + 32 + 32 + 32) + (nbp * 4 + 63) / 64 * 64;
+}
+
+QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept {
+  const std::int64_t nbp = padded_blocks(cols);
+  return {reinterpret_cast<std::int8_t*>(buffer),        reinterpret_cast<float*>(buffer + nbp * 32),
+          reinterpret_cast<std::int32_t*>(buffer + nbp * 64), reinterpret_cast<float*>(buffer + nbp * 96),
+          reinterpret_cast<float*>(buffer + nbp * 128),   cols / kQBlock,
+          nbp};
+}
+
+void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept {
+  const float ds = d * static_cast<float>(sum);
+  l.ds[b] = ds;
+  for (int i = 0; i < 8; ++i) {
+    l.d8[b * 8 + i] = d;
+    l.neg_sum8[b * 8 + i] = -sum;
+    l.ds8[b * 8 + i] = ds * 0.125f;
+  }
+}
+
+QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept {
+  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.blocks};
+}
+
+QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
+  const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
+  const std::int64_t nb = l.blocks, nbp = l.padded_blocks;
+  std::int8_t* qs = l.qs;
+  for (std::int64_t b = 0; b < nbp; ++b) {
+    const float* xb = x + b * kQBlock;
+    std::int8_t* qb = qs + b * kQBlock;
+    float amax = 0.0f;
+    std::int32_t sum = 0;
+    float d = 0.0f;
+    if (b < nb) {
+      // Plain loops the baseline (SSE2) vectoriser handles: no libm calls (nearbyint and fmax are
+      // calls without SSE4.1).
+      for (int i = 0; i < kQBlock; ++i) {
+        const float a = std::fabs(xb[i]);
+        amax = a > amax ? a : amax;
+      }
+      d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      std::int32_t q[kQBlock];
+      for (int i = 0; i < kQBlock; ++i) {
+        // |x * id| <= 127 + ulps < 2^22: adding and subtracting 1.5 * 2^23 rounds it to the
+        // nearest integer, ties to even (as vcvtps2dq does), in float arithmetic (the library is
+        // built without -ffast-math, so the compiler keeps both operations).
+        constexpr float kMagic = 12582912.0f;
+        q[i] = static_cast<std::int32_t>((xb[i] * id + kMagic) - kMagic);
+      }
+      for (int i = 0; i < kQBlock; ++i) {
+        qb[i] = static_cast<std::int8_t>(q[i]);
+        sum += q[i];
+      }
+    } else {
+      std::memset(qb, 0, kQBlock);
+    }
+    store_block_scales(l, b, d, sum);
+  }
+  return quantized_row(l);
+}
+
+namespace {
+
+inline std::uint16_t load_u16(const void* p) noexcept {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Each format gives the block's integer levels u (so that w = d * (u - kOffset) [+ m]).
+struct LevelsQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 0;
+  static void levels(const Block& b, std::int32_t* u) {
+    for (int i = 0; i < kQBlock; ++i) u[i] = b.qs[i];
+  }
+};
+template <typename B, bool M, int O>
+struct LevelsQ4 {
+  using Block = B;
+  static constexpr bool kMin = M;
+  static constexpr int kOffset = O;
+  static void levels(const Block& b, std::int32_t* u) {
+    for (int i = 0; i < kQBlock / 2; ++i) {
+      u[i] = b.qs[i] & 15;
+      u[i + 16] = b.qs[i] >> 4;
+    }
+  }
+};
+template <typename B, bool M, int O>
+struct LevelsQ5 {
+  using Block = B;
+  static constexpr bool kMin = M;
+  static constexpr int kOffset = O;
+  static void levels(const Block& b, std::int32_t* u) {
+    std::uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    for (int i = 0; i < kQBlock / 2; ++i) {
+      u[i] = (b.qs[i] & 15) | static_cast<std::int32_t>(((qh >> i) & 1u) << 4);
+      u[i + 16] = (b.qs[i] >> 4) | static_cast<std::int32_t>(((qh >> (i + 16)) & 1u) << 4);
+    }
+  }
+};
+
+template <typename L>
+void qdot_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename L::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t b = 0; b < x.blocks; ++b) {
+      std::int32_t u[kQBlock];
+      L::levels(blocks[b], u);
+      const std::int8_t* q = x.qs + b * kQBlock;
+      std::int32_t dot = 0;
+      for (int i = 0; i < kQBlock; ++i) dot += u[i] * q[i];
+      dot += L::kOffset * x.neg_sum8[b * 8];  // (u - offset) . q, exactly
+      const float d = half_to_float_generic(load_u16(&blocks[b].d)) * x.d8[b * 8];
+      acc += d * static_cast<float>(dot);
+      if constexpr (L::kMin) acc += half_to_float_generic(load_u16(&blocks[b].m)) * x.ds[b];
+    }
+    y[r] = acc;
+  }
+}
+
+constexpr QdotKernels kGeneric = {{
+    nullptr,                                                   // f32
+    nullptr,                                                   // f16
+    nullptr,                                                   // bf16
+    qdot_generic<LevelsQ8_0>,                                  // q8_0
+    qdot_generic<LevelsQ4<BlockQ4_0, false, 8>>,               // q4_0
+    qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
+    qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
+    qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
+}, quantize_row_q8_act};
+
+}  // namespace
+
+const QdotKernels& qdot_kernels_generic() noexcept {
+  return kGeneric;
+}
+
+}  // namespace sitsrt::cpu::detail

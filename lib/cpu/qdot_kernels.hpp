@@ -1,0 +1,70 @@
+// Internal: decode matvec with int8-quantized activations (integer dot products).
+// The input row x is quantized once per matmul, per 32-element block, Q8_0-style but with an
+// fp32 scale: d = max|x| / 127, q = round_to_nearest_even(x * (1 / d)) in [-127, 127] (d = 0 and
+// q = 0 for an all-zero block). The weight block's integer levels are dotted against q exactly
+// in int32, and each block contributes fl(d_w * d_x) * dot [+ m_w * fl(d_x * sum q)] in float.
+// One table per ISA level (qdot_{generic,avx2,avx512vnni}.cpp); a null entry means the format
+// has no integer path and matmul falls back to the float-activation kernel.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "cpu/cpu_context.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sitsrt::cpu::detail {
+
+// A quantized activation row in the context's shared scratch, blocks padded to an even count
+// (the pad block is all zeros, scale 0) so pair kernels may read two blocks at a time.
+// Per-block values are also stored repeated 8 times (one per 32-bit lane of a 32-byte block)
+// so SIMD kernels load them as vectors.
+struct QuantizedRow {
+  const std::int8_t* qs = nullptr;      // padded_blocks * 32 levels
+  const float* d8 = nullptr;            // padded_blocks * 8: d of block b at [8b, 8b + 8)
+  const std::int32_t* neg_sum8 = nullptr;  // padded_blocks * 8: -sum(q of block b), repeated
+  const float* ds = nullptr;            // padded_blocks: fl(d * sum(q))
+  const float* ds8 = nullptr;           // padded_blocks * 8: ds / 8, repeated (sums to ds)
+  std::int64_t blocks = 0;              // real blocks (cols / 32)
+};
+
+// Bytes of shared scratch a row of `cols` elements needs (0 if cols is not whole blocks).
+std::size_t quantized_row_bytes(std::int64_t cols) noexcept;
+// Quantizes x[0, cols) (whole blocks) into `buffer` (64-byte aligned, quantized_row_bytes).
+// The portable version; the ISA tables carry SIMD versions with bit-identical output.
+QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept;
+using QuantizeRowFn = QuantizedRow (*)(const float* x, std::int64_t cols, std::byte* buffer) noexcept;
+
+// Where each array of a quantized row starts in its buffer (shared by every quantizer).
+struct QuantizedRowLayout {
+  std::int8_t* qs;
+  float* d8;
+  std::int32_t* neg_sum8;
+  float* ds8;
+  float* ds;
+  std::int64_t blocks, padded_blocks;
+};
+QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept;
+// Writes block b's per-block values (d8, neg_sum8, ds, ds8) from its scale d and level sum;
+// every quantizer ends each block with it. (Out of line and compiled for the baseline target:
+// the ISA files may call it, see the ODR note in matmul_kernels.hpp.)
+void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept;
+QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept;
+
+// y[r] = sum_b W-block(r, b) . x-block(b) as described above, for r < n_rows.
+using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                        std::int64_t n_rows);
+
+struct QdotKernels {
+  QdotFn matvec[kDTypeCount];  // indexed by DType; nullptr: no integer path for that format
+  QuantizeRowFn quantize;      // bit-identical to quantize_row_q8_act
+};
+
+const QdotKernels& qdot_kernels_for(Isa isa) noexcept;
+const QdotKernels& qdot_kernels_generic() noexcept;
+#if defined(SITSRT_X86_KERNELS)
+const QdotKernels& qdot_kernels_avx2() noexcept;
+const QdotKernels& qdot_kernels_avx512vnni() noexcept;
+#endif
+
+}  // namespace sitsrt::cpu::detail

@@ -1,0 +1,217 @@
+// Decode with int8-quantized activations (cpu/qdot_kernels.hpp) on every ISA level: the shared
+// activation quantizer bit for bit against an independent scalar reference, and matmul with an
+// int8-activation context against a double reference built from the raw block bytes and that
+// quantized row (tight: only the kernel's float rounding may differ), plus the end-to-end error
+// bound against the unquantized input (the activation rounding itself).
+#include "core/dtype.hpp"
+#include "core/half.hpp"
+#include "core/quant_blocks.hpp"
+#include "cpu/cpu_context.hpp"
+#include "cpu/matmul.hpp"
+#include "cpu/qdot_kernels.hpp"
+#include "support/random.hpp"
+#include "support/tolerance.hpp"
+
+#include <sitsrt/error.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+
+// Independent scalar reference of the documented activation quantization.
+struct RefRow {
+  std::vector<std::int8_t> q;
+  std::vector<float> d;
+};
+RefRow reference_quantize(const float* x, std::int64_t cols) {
+  RefRow r{std::vector<std::int8_t>(static_cast<std::size_t>(cols)), std::vector<float>(static_cast<std::size_t>(cols / 32))};
+  for (std::int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    r.d[static_cast<std::size_t>(b)] = d;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[b * 32 + i] * id;
+      float rounded = std::round(v);                                        // half away from zero
+      if (std::fabs(v - std::trunc(v)) == 0.5f) rounded = 2.0f * std::round(v / 2.0f);  // ties to even
+      r.q[static_cast<std::size_t>(b * 32 + i)] = static_cast<std::int8_t>(rounded);
+    }
+  }
+  return r;
+}
+
+// Signed integer level of element i of a block (w = d * level [+ m]) and the format's offset.
+int level(DType type, const std::byte* block, int i) {
+  std::uint32_t qh = 0;
+  switch (type) {
+    case DType::kQ8_0:
+      return static_cast<int>(static_cast<std::int8_t>(block[2 + i]));
+    case DType::kQ4_0:
+    case DType::kQ4_1: {
+      const auto byte = static_cast<int>(block[(type == DType::kQ4_0 ? 2 : 4) + i % 16]);
+      const int u = i < 16 ? byte & 15 : byte >> 4;
+      return type == DType::kQ4_0 ? u - 8 : u;
+    }
+    default: {
+      const int base = type == DType::kQ5_0 ? 2 : 4;
+      std::memcpy(&qh, block + base, 4);
+      const auto byte = static_cast<int>(block[base + 4 + i % 16]);
+      const int u = (i < 16 ? byte & 15 : byte >> 4) | static_cast<int>(((qh >> i) & 1u) << 4);
+      return type == DType::kQ5_0 ? u - 16 : u;
+    }
+  }
+}
+int offset_bound(DType type) {  // the largest offset any ISA's kernel may fold into its lanes
+  return type == DType::kQ8_0 ? 128 : type == DType::kQ5_0 || type == DType::kQ5_1 ? 16 : 8;
+}
+bool has_min(DType type) {
+  return type == DType::kQ4_1 || type == DType::kQ5_1;
+}
+float half_at(const std::byte* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows, std::int64_t cols) {
+  CAPTURE(name(type), cpu::name(isa), threads, rows, cols);
+  test::Rng rng(static_cast<std::uint64_t>(rows * 7919 + cols * 31 + static_cast<int>(type)));
+  const std::size_t row_size = row_bytes(type, cols), stride = row_size + 8;
+  std::vector<std::byte> bytes(stride * static_cast<std::size_t>(rows), std::byte{0xFF});
+  std::vector<float> src(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float scale = std::exp2(rng.uniform(-5.0f, 3.0f));
+    for (auto& v : src) v = rng.normal() * scale + (has_min(type) ? 0.7f * scale : 0.0f);
+    quantize_row(type, src.data(), bytes.data() + static_cast<std::size_t>(r) * stride, cols);
+  }
+  std::vector<float> x(static_cast<std::size_t>(cols));
+  for (std::int64_t c = 0; c < cols; ++c) {
+    if (c % 32 == 0) rng.normal();  // vary the block scales below
+    x[static_cast<std::size_t>(c)] = rng.normal() * std::exp2(static_cast<float>((c / 32) % 7) - 3.0f);
+  }
+  if (cols >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: d = 0
+  const RefRow xq = reference_quantize(x.data(), cols);
+
+  cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
+  REQUIRE(ctx.isa() == isa);
+  const cpu::WeightMatrix w{type, bytes.data(), rows, cols, stride};
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, 1));
+  REQUIRE(cpu::matmul_shared_bytes(ctx, w, 1) > 0);
+  std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
+  cpu::matmul(ctx, w, x.data(), cols, 1, y.data(), rows);
+
+  const int bb = traits(type).block_bytes;
+  const std::int64_t nb = cols / 32;
+  std::vector<double> want(y.size()), tol(y.size()), want_f(y.size()), tol_f(y.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double sum = 0.0, mag = 0.0, sum_f = 0.0, rounding = 0.0;
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::byte* blk = bytes.data() + static_cast<std::size_t>(r) * stride + static_cast<std::size_t>(b * bb);
+      const double dw = half_at(blk), m = has_min(type) ? half_at(blk + 2) : 0.0;
+      const double dx = xq.d[static_cast<std::size_t>(b)];
+      double dot = 0.0, qsum = 0.0, abs_dot = 0.0, abs_q = 0.0;
+      for (int i = 0; i < 32; ++i) {
+        const double q = xq.q[static_cast<std::size_t>(b * 32 + i)];
+        const double lev = level(type, blk, i), xv = x[static_cast<std::size_t>(b * 32 + i)];
+        dot += lev * q;
+        qsum += q;
+        abs_dot += std::fabs(lev) * std::fabs(q);
+        abs_q += std::fabs(q);
+        sum_f += (dw * lev + m) * xv;
+        rounding += std::fabs(dw * lev + m) * dx * 0.5;  // |x - dx q| <= dx / 2 per element
+      }
+      sum += dw * dx * dot + m * dx * qsum;
+      mag += std::fabs(dw * dx) * (abs_dot + 2.0 * offset_bound(type) * abs_q) + std::fabs(m * dx * qsum);
+    }
+    const auto i = static_cast<std::size_t>(r);
+    want[i] = sum;
+    tol[i] = test::dot_tolerance(2 * nb, mag, 4);
+    want_f[i] = sum_f;
+    tol_f[i] = rounding * 1.001 + tol[i];
+  }
+  test::check_close(want, y, tol, "int8-activation matvec vs its exact integer reference");
+  test::check_close(want_f, y, tol_f, "int8-activation matvec vs float x (activation rounding bound)");
+}
+
+}  // namespace
+
+TEST_CASE("activation quantizer matches the scalar reference bit for bit on every ISA", "[qdot]") {
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
+  if (!cpu::isa_supported(isa)) return;
+  CAPTURE(cpu::name(isa));
+  test::Rng rng(17);
+  for (std::int64_t cols : {32, 96, 1056, 4096}) {
+    CAPTURE(cols);
+    std::vector<float> x = rng.normals(static_cast<std::size_t>(cols), 3.0f);
+    for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(i - 16) * 0.5f;  // ties
+    if (cols >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+    const RefRow ref = reference_quantize(x.data(), cols);
+    std::vector<std::byte> buffer(cpu::detail::quantized_row_bytes(cols) + 64);
+    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 63) / 64 * 64);
+    std::memset(aligned, 0x5A, cpu::detail::quantized_row_bytes(cols));  // garbage: padding must be written
+    const cpu::detail::QuantizedRow q = cpu::detail::qdot_kernels_for(isa).quantize(x.data(), cols, aligned);
+    REQUIRE(q.blocks == cols / 32);
+    const std::int64_t padded = (cols / 32 + 1) / 2 * 2;
+    for (std::int64_t b = 0; b < padded; ++b) {
+      const bool real = b < cols / 32;
+      std::int32_t sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const std::int8_t want = real ? ref.q[static_cast<std::size_t>(b * 32 + i)] : 0;
+        REQUIRE(q.qs[b * 32 + i] == want);
+        REQUIRE(std::abs(static_cast<int>(want)) <= 127);
+        sum += want;
+      }
+      const float d = real ? ref.d[static_cast<std::size_t>(b)] : 0.0f;
+      for (int l = 0; l < 8; ++l) {
+        REQUIRE(q.d8[b * 8 + l] == d);
+        REQUIRE(q.neg_sum8[b * 8 + l] == -sum);
+        REQUIRE(q.ds8[b * 8 + l] * 8.0f == q.ds[b]);
+      }
+      REQUIRE(q.ds[b] == d * static_cast<float>(sum));
+    }
+  }
+}
+
+TEST_CASE("int8-activation decode matches its integer reference on every ISA", "[qdot][matmul]") {
+  const DType type = GENERATE(from_range(std::begin(kIntTypes), std::end(kIntTypes)));
+  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
+  const int threads = GENERATE(1, 3);
+  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
+  for (std::int64_t rows : {1, 3, 17, 64, 129}) {
+    for (std::int64_t cols : {32, 64, 96, 256, 1056, 4096}) check_int8_matvec(type, isa, threads, rows, cols);
+  }
+}
+
+TEST_CASE("int8 activations leave float formats and prefill on the float path", "[qdot][matmul]") {
+  cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const cpu::WeightMatrix w{t, nullptr, 4, 64, row_bytes(t, 64)};
+    CHECK(cpu::matmul_shared_bytes(ctx, w, 1) == 0);
+  }
+  const cpu::WeightMatrix q{DType::kQ8_0, nullptr, 4, 64, row_bytes(DType::kQ8_0, 64)};
+  CHECK(cpu::matmul_shared_bytes(ctx, q, 1) > 0);
+  CHECK(cpu::matmul_shared_bytes(ctx, q, 5) == 0);
+  cpu::CpuContext float_ctx(1, cpu::Isa::kGeneric, false);
+  CHECK(cpu::matmul_shared_bytes(float_ctx, q, 1) == 0);
+}
+
+TEST_CASE("int8-activation decode without reserved shared scratch throws kInternal", "[qdot]") {
+  cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
+  std::vector<std::byte> data(row_bytes(DType::kQ4_0, 64) * 2);
+  std::vector<float> x(64, 1.0f), y(2);
+  try {
+    cpu::matmul(ctx, {DType::kQ4_0, data.data(), 2, 64, row_bytes(DType::kQ4_0, 64)}, x.data(), 64, 1, y.data(), 2);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInternal);
+  }
+}
