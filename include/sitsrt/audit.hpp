@@ -54,6 +54,7 @@ struct EngineDigest {
   std::string weights_format;  // e.g. "q8_0" (the format of most weight bytes)
   std::string kv_cache_type;   // "f16" / "f32"
   std::string cpu_isa;         // kernel level in use
+  std::string activations = "int8";  // decode activations for quantized weights: "int8" or "f32"
   int threads = 0;
   std::int64_t max_batch_tokens = 0;
   std::int64_t context_length = 0;

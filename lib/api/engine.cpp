@@ -109,6 +109,7 @@ struct Engine::Impl {
     digest.weights_format = most == bytes_by_type.end() ? "none" : std::string(name(most->first));
     digest.kv_cache_type = info.kv_cache_type;
     digest.cpu_isa = info.cpu_isa;
+    digest.activations = info.int8_activations ? "int8" : "f32";
     digest.threads = info.threads;
     digest.max_batch_tokens = options.max_batch_tokens;
     digest.context_length = context_length;

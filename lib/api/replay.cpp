@@ -19,6 +19,10 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
   e.context_length = d.context_length;
   e.max_batch_tokens = d.max_batch_tokens;
   e.cpu_isa = d.cpu_isa;
+  if (d.activations != "int8" && d.activations != "f32") {
+    raise(ErrorCode::kInvalidArgument, "recorded activations '{}' are unknown", d.activations);
+  }
+  e.int8_activations = d.activations == "int8";
   e.deterministic = d.deterministic;
   if (d.kv_cache_type == "f32") {
     e.kv_cache_type = KvCacheType::kF32;
@@ -32,7 +36,7 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
 }
 
 bool same_settings(const EngineDigest& a, const EngineDigest& b) {
-  return a.cpu_isa == b.cpu_isa && a.max_batch_tokens == b.max_batch_tokens && a.context_length == b.context_length &&
+  return a.cpu_isa == b.cpu_isa && a.activations == b.activations && a.max_batch_tokens == b.max_batch_tokens && a.context_length == b.context_length &&
          a.kv_cache_type == b.kv_cache_type;
 }
 

@@ -35,6 +35,7 @@ json request_to_json(const RequestRecord& r) {
       {"model", {{"path", r.model_path}, {"sha256", r.model_sha256}}},
       {"engine",
        {{"version", e.library_version}, {"weights", e.weights_format}, {"kv", e.kv_cache_type}, {"isa", e.cpu_isa},
+        {"activations", e.activations},
         {"threads", e.threads}, {"max_batch_tokens", e.max_batch_tokens}, {"ctx", e.context_length},
         {"deterministic", e.deterministic}}},
       {"sampling",
@@ -108,6 +109,7 @@ RequestRecord request_from_json(const json& j) {
   r.engine.weights_format = field<std::string>(e, "weights");
   r.engine.kv_cache_type = field<std::string>(e, "kv");
   r.engine.cpu_isa = field<std::string>(e, "isa");
+  r.engine.activations = field<std::string>(e, "activations");
   r.engine.threads = field<int>(e, "threads");
   r.engine.max_batch_tokens = field<std::int64_t>(e, "max_batch_tokens");
   r.engine.context_length = field<std::int64_t>(e, "ctx");
