@@ -51,10 +51,10 @@ TEST_CASE("stories260K F32: prompt ids and 64 greedy tokens match llama.cpp and 
     });
     CHECK(result.tokens == r["generated_token_ids"].get<std::vector<std::int32_t>>());
     CHECK(result.text == r["generated_text"].get<std::string>());
-    // Log-probabilities of the first 8 steps: the references agree within 2e-5; we allow 1e-3
-    // for an F32 cache. F16 keys/values (11 significant bits) move the unlikely alternatives'
-    // log-probabilities by up to ~7e-3 here, so 1.5e-2 with an F16 cache.
-    const double tol = kv == KvCacheType::kF32 ? 1e-3 : 1.5e-2;
+    // Log-probabilities of the first 8 steps: the references agree within 2e-5 and we measure
+    // 6e-6 with an F32 cache, allowed 1e-4. F16 keys/values (11 significant bits) move the
+    // unlikely alternatives' log-probabilities by up to ~7.5e-3 here, allowed 1.5e-2.
+    const double tol = kv == KvCacheType::kF32 ? 1e-4 : 1.5e-2;
     for (const auto& step : r["top5_first8"]) {
       const TokenEvent& e = events.at(step["step"].get<std::size_t>());
       REQUIRE(e.top.size() == 5);
