@@ -30,6 +30,13 @@ void bind_audit(pybind11::module_& m);
 // with the GIL held. Needs the GIL.
 std::shared_ptr<AuditSink> make_sink(pybind11::handle spec, const std::string& key);
 
+// UTF-8 bytes -> str; invalid sequences (a token may end mid-character) become U+FFFD.
+inline pybind11::str utf8(const std::string& bytes) {
+  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
+  if (s == nullptr) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::str>(s);
+}
+
 pybind11::dict to_dict(const RequestRecord& record);
 pybind11::dict to_dict(const RequestSummary& summary);
 pybind11::dict to_dict(const AnomalyEvent& event);

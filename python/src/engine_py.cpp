@@ -46,16 +46,14 @@ void bind_types(py::module_& m) {
   py::class_<TokenEvent>(m, "TokenEvent")
       .def_readonly("index", &TokenEvent::index)
       .def_readonly("token_id", &TokenEvent::token_id)
-      .def_property_readonly("text", [](const TokenEvent& e) {
-        return py::str(PyUnicode_DecodeUTF8(e.text.data(), static_cast<Py_ssize_t>(e.text.size()), "replace"));
-      })
+      .def_property_readonly("text", [](const TokenEvent& e) { return utf8(e.text); })
       .def_readonly("logprob", &TokenEvent::logprob)
       .def_property_readonly("top", &top_list)
       .def_readonly("entropy", &TokenEvent::entropy)
       .def_readonly("seconds_since_start", &TokenEvent::seconds_since_start)
       .def("__repr__", [](const TokenEvent& e) {
         return "TokenEvent(index=" + std::to_string(e.index) + ", token_id=" + std::to_string(e.token_id) +
-               ", text=" + py::repr(py::str(e.text)).cast<std::string>() + ")";
+               ", text=" + py::repr(utf8(e.text)).cast<std::string>() + ")";
       });
 
   py::class_<GenerationTimings>(m, "Timings")
@@ -68,10 +66,7 @@ void bind_types(py::module_& m) {
       .def_property_readonly("decode_tokens_per_second", &GenerationTimings::decode_tokens_per_second);
 
   py::class_<Result>(m, "Result")
-      .def_property_readonly("text", [](const Result& r) {
-        const std::string& t = r.result.text;
-        return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(t.data(), static_cast<Py_ssize_t>(t.size()), "replace"));
-      })
+      .def_property_readonly("text", [](const Result& r) { return utf8(r.result.text); })
       .def_property_readonly("tokens", [](const Result& r) { return r.result.tokens; })
       .def_property_readonly("prompt_tokens", [](const Result& r) { return r.result.prompt_tokens; })
       .def_readonly("finish_reason", &Result::finish_reason)
@@ -153,7 +148,7 @@ void bind_engine(py::module_& m) {
           py::gil_scoped_release release;
           text = e.detokenize(tokens);
         }
-        return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace"));
+        return utf8(text);
       })
       .def("token_bytes", [](const Engine& e, std::int32_t token) { return py::bytes(e.token_bytes(token)); })
       .def("logits", [](const Engine& e, const std::vector<std::int32_t>& tokens, bool all_positions) {

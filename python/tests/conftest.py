@@ -31,6 +31,7 @@ def engine(model_path):
 
 @pytest.fixture(scope="session")
 def cli() -> str:
-    if not CLI.is_file() and shutil.which("sitsrt") is None:
+    found = str(CLI) if CLI.is_file() else shutil.which("sitsrt")
+    if found is None:
         pytest.skip(f"the sitsrt CLI was not built: {CLI}")
-    return str(CLI) if CLI.is_file() else shutil.which("sitsrt")
+    return found
