@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Builds everything and runs the whole test suite: unit and end-to-end tests (CTest), the CLI
-# tests, and a build of the examples against the installed package (find_package(sitsrt)).
+# tests, a build of the examples against the installed package (find_package(sitsrt)), and the
+# Python tests (pytest, with the in-tree module; one of them builds a wheel with pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install"
+# A virtual environment for the Python bindings' build and test tools (from PyPI).
+py=build/pyenv/bin/python
+[ -x "$py" ] || python3 -m venv build/pyenv
+"$py" -c "import pybind11, pytest, numpy" 2>/dev/null || "$py" -m pip install -q pybind11 pytest numpy
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" \
+  -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 cmake --install build >/dev/null
 cmake -S examples/minimal -B build/examples-installed -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
 cmake --build build/examples-installed
 tests/cli/cli_test.sh build/bin/sitsrt build/examples-installed
+PYTHONPATH="$PWD/build/python" "$py" -m pytest -q -p no:cacheprovider python/tests

@@ -1,0 +1,141 @@
+"""libsitsrt: an auditable LLM inference runtime (type stubs)."""
+
+import os
+from typing import Any, Iterator, Sequence
+
+import numpy
+
+from . import audit as audit
+
+__version__: str
+
+class Error(RuntimeError):
+    """Base of every error the runtime reports. ``code`` names the kind (e.g. "invalid_model")."""
+    code: str
+
+class InvalidArgumentError(Error, ValueError):
+    """A parameter or option is out of range."""
+class InvalidModelError(Error):
+    """A model file is malformed, truncated or inconsistent (the message names file and field)."""
+class UnsupportedError(Error):
+    """Valid input that this build cannot handle (tensor type, architecture, ISA)."""
+class IOError(Error, OSError):
+    """The operating system refused a file operation."""
+class OutOfMemoryError(Error, MemoryError):
+    """An allocation or a memory budget could not be satisfied."""
+class RejectedError(Error):
+    """The engine refused the request (open circuit breaker, a failing audit sink, another model)."""
+class InternalError(Error):
+    """A broken invariant inside the library (a bug)."""
+
+class TokenEvent:
+    """One generated token. Log-probabilities describe the model's raw distribution."""
+    @property
+    def index(self) -> int:
+        """0 for the first generated token."""
+    @property
+    def token_id(self) -> int: ...
+    @property
+    def text(self) -> str:
+        """Text released at this step (a character split across tokens arrives whole)."""
+    @property
+    def logprob(self) -> float:
+        """Natural log of the model's probability of this token."""
+    @property
+    def top(self) -> list[tuple[int, float]]:
+        """The k most likely (token id, logprob), most likely first (k = logprobs)."""
+    @property
+    def entropy(self) -> float:
+        """Entropy of the next-token distribution, in nats."""
+    @property
+    def seconds_since_start(self) -> float: ...
+
+class Timings:
+    prompt_tokens: int
+    generated_tokens: int
+    prefill_seconds: float
+    decode_seconds: float
+    total_seconds: float
+    prefill_tokens_per_second: float
+    decode_tokens_per_second: float
+
+class Result:
+    """A finished generation."""
+    text: str
+    """Generated text (prompt excluded, stop string removed)."""
+    tokens: list[int]
+    """Generated token ids."""
+    prompt_tokens: list[int]
+    """The prompt as fed to the model (BOS included when added)."""
+    finish_reason: str
+    """"length", "eos", "stop", "cancelled", "context_full", "circuit_breaker", ..."""
+    seed: int
+    """The seed actually used (drawn at random when none was given)."""
+    request_id: str
+    """As in the audit records (empty when not audited)."""
+    timings: Timings
+    events: list[TokenEvent]
+    logprobs: list[float]
+    """Per generated token."""
+    top_logprobs: list[list[tuple[int, float]]]
+    """Per generated token: the top-k alternatives as (id, logprob)."""
+
+class Request:
+    """A generation running on its own thread (Engine.submit / Engine.stream).
+
+    Iterating yields TokenEvent in order (blocking without the GIL); the end of iteration is the
+    end of the generation, or raises its error. Safe to use from any Python thread.
+    """
+    def __iter__(self) -> Iterator[TokenEvent]: ...
+    def __next__(self) -> TokenEvent: ...
+    def cancel(self) -> None:
+        """Asks the generation to stop after the current token (finish_reason "cancelled")."""
+    def done(self) -> bool: ...
+    def result(self, timeout: float | None = None) -> Result:
+        """Waits for the end; raises the request's error, or TimeoutError after `timeout` s."""
+
+class Engine:
+    """A loaded GGUF model; immutable and thread-safe (share one between threads).
+
+    Bad arguments raise TypeError/ValueError before anything is loaded; a bad model file raises
+    InvalidModelError (or IOError) naming the file and field.
+    """
+    model: str
+    def __init__(self, model: str | os.PathLike[str], *, threads: int | None = None, ctx: int | None = None,
+                 kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
+                 memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
+                 audit_key: str | bytes | None = None) -> None:
+        """threads None: all cores; ctx None: min(training context, 4096); kv_dtype "f16"|"f32";
+        audit: sink(s) for every request (a path, an object with on_request_begin/on_token/
+        on_request_end, or a list); audit_key: HMAC key for path sinks."""
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8,
+                 top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+                 repeat_last_n: int = 64, seed: int | None = None, stop: str | Sequence[str] | None = None,
+                 logprobs: int = 5, add_bos: bool | None = None, stop_at_eos: bool = True, audit: Any = None,
+                 audit_key: str | bytes | None = None, audit_level: str = "tokens") -> Result:
+        """Generates a continuation of `prompt` (text, or token ids without an added BOS).
+
+        temperature 0 is greedy; top_k 0, top_p 1 and min_p 0 turn those filters off; logprobs
+        is the number of alternatives per token (0..64); audit adds sinks for this request;
+        audit_level "off"|"tokens"|"topk"|"full". Runs without the GIL.
+        """
+    def submit(self, prompt: str | Sequence[int], **options: Any) -> Request:
+        """Starts generate(prompt, **options) on its own thread and returns its handle."""
+    def stream(self, prompt: str | Sequence[int], **options: Any) -> Request:
+        """Iterator of TokenEvent for generate(prompt, **options)."""
+    async def agenerate(self, prompt: str | Sequence[int], **options: Any) -> Result:
+        """asyncio form of generate(); cancelling the awaiting task cancels the generation."""
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]: ...
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+    def token_bytes(self, token: int) -> bytes: ...
+    def logits(self, tokens: str | Sequence[int], *, all_positions: bool = True) -> numpy.ndarray:
+        """float32 [positions, vocab] next-token logits after each token (zero-copy; needs numpy)."""
+    def graph(self) -> dict[str, Any]:
+        """The computation graph and memory plan, as `sitsrt graph --json` prints it."""
+    @property
+    def info(self) -> dict[str, Any]:
+        """Model and engine metadata (n_vocab, n_layer, context_length, threads, cpu_isa, ...)."""
+    def model_sha256(self) -> str: ...
+    @property
+    def circuit_breaker_open(self) -> bool: ...
+    def reset_circuit_breaker(self) -> None: ...

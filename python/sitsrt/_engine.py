@@ -1,0 +1,221 @@
+"""The Python face of sitsrt._sitsrt.Engine: keyword arguments, validation, asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import numbers
+import os
+from typing import Any, Iterable, Sequence
+
+from . import _sitsrt
+
+_UINT64_MAX = 2**64 - 1
+
+
+def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    value = int(value)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        raise ValueError(f"{name}: {value} is outside {bounds}")
+    return value
+
+
+def _float(name: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    value = float(value)
+    if not lo <= value <= hi:  # also rejects NaN
+        raise ValueError(f"{name}: {value} is outside [{lo}, {hi}]")
+    return value
+
+
+def _prompt(prompt: Any) -> str | list[int]:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (bytes, bytearray)):
+        raise TypeError("prompt: expected str or a sequence of token ids, got bytes (decode it first)")
+    if isinstance(prompt, Iterable):
+        tokens = [_int("prompt token", t, 0, 2**31 - 1) for t in prompt]
+        if not tokens:
+            raise ValueError("prompt: the token list is empty")
+        return tokens
+    raise TypeError(f"prompt: expected str or a sequence of token ids, got {type(prompt).__name__}")
+
+
+def _key(key: Any) -> bytes:
+    if key is None:
+        return b""
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key)
+    raise TypeError(f"audit_key: expected str or bytes, got {type(key).__name__}")
+
+
+def _sinks(audit: Any, key: Any) -> list:
+    """None, a path, a sink object, or a list of those -> C++ sinks."""
+    if audit is None:
+        return []
+    specs = audit if isinstance(audit, (list, tuple)) else [audit]
+    return [_sitsrt.make_sink(s, _key(key)) for s in specs]
+
+
+class Engine:
+    """A loaded model. Immutable and thread-safe: share one engine between threads.
+
+    Args:
+        model: path to a GGUF file.
+        threads: CPU threads for the model (None: all hardware threads).
+        ctx: context window in tokens (None: min(training context, 4096)).
+        kv_dtype: KV cache element type, "f16" or "f32".
+        max_batch_tokens: prompt tokens per forward pass.
+        cpu_isa: "auto", "avx512", "avx2" or "generic" (clamped to the CPU).
+        memory_budget_bytes: limit for activations + KV caches (0: unlimited).
+        deterministic: results depend only on model, prompt, sampling and the recorded engine
+            digest, never on the thread count (see docs/audit-log.md).
+        audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
+            on_request_begin/on_token/on_request_end methods, or a list of those.
+        audit_key: HMAC key (str or bytes) for path sinks.
+
+    Raises:
+        sitsrt.InvalidModelError, sitsrt.IOError, ...: the model cannot be loaded.
+        TypeError, ValueError: a bad argument (before anything is loaded).
+    """
+
+    def __init__(self, model: str | os.PathLike, *, threads: int | None = None, ctx: int | None = None,
+                 kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
+                 memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
+                 audit_key: str | bytes | None = None) -> None:
+        if not isinstance(model, (str, os.PathLike)):
+            raise TypeError(f"model: expected a path, got {type(model).__name__}")
+        if kv_dtype not in ("f16", "f32"):
+            raise ValueError(f"kv_dtype: expected 'f16' or 'f32', got {kv_dtype!r}")
+        if cpu_isa not in ("auto", "avx512", "avx2", "generic"):
+            raise ValueError(f"cpu_isa: expected 'auto', 'avx512', 'avx2' or 'generic', got {cpu_isa!r}")
+        self.model = os.fspath(model)
+        self._engine = _sitsrt.Engine(
+            self.model,
+            threads=0 if threads is None else _int("threads", threads, 1, 4096),
+            ctx=0 if ctx is None else _int("ctx", ctx, 1),
+            kv_dtype=kv_dtype,
+            max_batch_tokens=_int("max_batch_tokens", max_batch_tokens, 1),
+            cpu_isa=cpu_isa,
+            memory_budget_bytes=_int("memory_budget_bytes", memory_budget_bytes, 0, _UINT64_MAX),
+            deterministic=bool(deterministic),
+            sinks=_sinks(audit, audit_key))
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _config(self, max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+                min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                seed: int | None = None, stop: str | Sequence[str] | None = None, logprobs: int = 5,
+                add_bos: bool | None = None, stop_at_eos: bool = True, audit: Any = None,
+                audit_key: str | bytes | None = None, audit_level: str = "tokens") -> tuple:
+        c = _sitsrt.GenerationConfig()
+        c.max_new_tokens = _int("max_tokens", max_tokens, 0, 2**31 - 1)
+        c.temperature = _float("temperature", temperature, 0.0, 1e6)
+        c.top_k = _int("top_k", top_k, 0, 2**31 - 1)
+        c.top_p = _float("top_p", top_p, 0.0, 1.0)
+        c.min_p = _float("min_p", min_p, 0.0, 1.0)
+        c.repeat_penalty = _float("repeat_penalty", repeat_penalty, 0.0, 1e6)
+        c.repeat_last_n = _int("repeat_last_n", repeat_last_n, 0, 2**31 - 1)
+        c.seed = None if seed is None else _int("seed", seed, 0, _UINT64_MAX)
+        if stop is None:
+            c.stop = []
+        elif isinstance(stop, str):
+            c.stop = [stop]
+        else:
+            stops = list(stop)
+            if not all(isinstance(s, str) and s for s in stops):
+                raise TypeError("stop: expected a non-empty str or a list of non-empty str")
+            c.stop = stops
+        c.top_logprobs = _int("logprobs", logprobs, 0, 64)
+        c.add_bos = None if add_bos is None else bool(add_bos)
+        c.stop_at_end_of_sequence = bool(stop_at_eos)
+        if audit_level not in ("off", "tokens", "topk", "full"):
+            raise ValueError(f"audit_level: expected 'off', 'tokens', 'topk' or 'full', got {audit_level!r}")
+        c.audit_level = audit_level
+        sinks = _sinks(audit, audit_key)
+        for s in sinks:
+            c.add_audit_sink(s)
+        return c, sinks
+
+    def generate(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Result:
+        """Generates a continuation; blocks (without the GIL) until it ends. See the .pyi stub."""
+        p = _prompt(prompt)
+        config, sinks = self._config(**options)
+        result = self._engine.generate(p, config)
+        for s in sinks:  # per-request logs are complete on return
+            s.flush()
+        return result
+
+    def submit(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Request:
+        """Starts a generation on its own thread; returns a Request (iterate it, result(), cancel())."""
+        p = _prompt(prompt)
+        config, _ = self._config(**options)
+        return _sitsrt.Request(self._engine, p, config)
+
+    def stream(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Request:
+        """Iterator of TokenEvent in generation order (a submitted Request)."""
+        return self.submit(prompt, **options)
+
+    async def agenerate(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Result:
+        """asyncio: awaits a submitted request; cancelling the task cancels the generation."""
+        request = self.submit(prompt, **options)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, request.result)
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+
+    # -- model --------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected str, got {type(text).__name__}")
+        return self._engine.tokenize(text, bool(add_bos))
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._engine.detokenize([_int("token", t, 0, 2**31 - 1) for t in tokens])
+
+    def token_bytes(self, token: int) -> bytes:
+        return self._engine.token_bytes(_int("token", token, 0, 2**31 - 1))
+
+    def logits(self, tokens: str | Sequence[int], *, all_positions: bool = True):
+        """numpy.ndarray float32 [positions, vocab] of next-token logits (zero-copy).
+
+        A str is tokenized first (with BOS). all_positions=False returns the last row only,
+        shape [1, vocab]. Needs numpy (pip install sitsrt[numpy]).
+        """
+        try:
+            import numpy  # noqa: F401  (the array type lives there)
+        except ImportError as e:
+            raise ImportError("Engine.logits needs numpy: pip install numpy") from e
+        ids = self.tokenize(tokens) if isinstance(tokens, str) else _prompt(tokens)
+        return self._engine.logits(ids, bool(all_positions))
+
+    def graph(self) -> dict:
+        """The computation graph and activation memory plan (what `sitsrt graph --json` prints)."""
+        return json.loads(self._engine.graph_json())
+
+    @property
+    def info(self) -> dict:
+        """Model and engine metadata: vocabulary, shapes, context, KV type, threads, ISA."""
+        return self._engine.info()
+
+    def model_sha256(self) -> str:
+        return self._engine.model_sha256()
+
+    @property
+    def circuit_breaker_open(self) -> bool:
+        return self._engine.circuit_breaker_open
+
+    def reset_circuit_breaker(self) -> None:
+        self._engine.reset_circuit_breaker()
+
+    def __repr__(self) -> str:
+        return f"sitsrt.Engine({self.model!r})"

@@ -1,0 +1,44 @@
+// Conversions shared by the bound classes: records to Python objects, the per-call result type.
+#pragma once
+
+#include <sitsrt/audit.hpp>
+#include <sitsrt/generation.hpp>
+#include <sitsrt/token_event.hpp>
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sitsrt::python {
+
+// What generate()/submit() return: the C++ result plus every token event, in order.
+struct Result {
+  GenerationResult result;
+  std::vector<TokenEvent> events;
+  std::string finish_reason;  // to_string(FinishReason), "cancelled" when cancel() stopped it
+};
+
+void bind_types(pybind11::module_& m);  // TokenEvent, Timings, Result, GenerationConfig (engine_py.cpp)
+void bind_engine(pybind11::module_& m);
+void bind_request(pybind11::module_& m);
+void bind_audit(pybind11::module_& m);
+
+// A Python audit sink spec -> a C++ sink: str/os.PathLike -> JSONL log (key: HMAC key, may be
+// empty); an object with on_request_begin/on_token/on_request_end -> an adapter that calls it
+// with the GIL held. Needs the GIL.
+std::shared_ptr<AuditSink> make_sink(pybind11::handle spec, const std::string& key);
+
+// UTF-8 bytes -> str; invalid sequences (a token may end mid-character) become U+FFFD.
+inline pybind11::str utf8(const std::string& bytes) {
+  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
+  if (s == nullptr) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::str>(s);
+}
+
+pybind11::dict to_dict(const RequestRecord& record);
+pybind11::dict to_dict(const RequestSummary& summary);
+pybind11::dict to_dict(const AnomalyEvent& event);
+
+}  // namespace sitsrt::python

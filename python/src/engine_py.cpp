@@ -1,0 +1,187 @@
+// sitsrt._sitsrt.Engine and the value types it returns. Every call that runs the model releases
+// the GIL; Python audit sinks re-acquire it only for their own calls (audit_py.cpp).
+#include "convert.hpp"
+
+#include <sitsrt/engine.hpp>
+#include <sitsrt/error.hpp>
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <variant>
+
+namespace py = pybind11;
+
+namespace sitsrt::python {
+namespace {
+
+using Prompt = std::variant<std::string, std::vector<std::int32_t>>;
+
+Result run(const Engine& engine, const Prompt& prompt, const GenerationConfig& config) {
+  Result out;
+  TokenCallback collect = [&out](const TokenEvent& e) {
+    out.events.push_back(e);
+    return true;
+  };
+  py::gil_scoped_release release;
+  if (const auto* text = std::get_if<std::string>(&prompt)) {
+    out.result = engine.generate(*text, config, collect);
+  } else {
+    out.result = engine.generate_from_tokens(std::get<std::vector<std::int32_t>>(prompt), config, collect);
+  }
+  out.finish_reason = to_string(out.result.finish_reason);
+  return out;
+}
+
+py::list top_list(const TokenEvent& e) {
+  py::list top;
+  for (const TokenAlternative& a : e.top) top.append(py::make_tuple(a.id, a.logprob));
+  return top;
+}
+
+}  // namespace
+
+void bind_types(py::module_& m) {
+  py::class_<TokenEvent>(m, "TokenEvent")
+      .def_readonly("index", &TokenEvent::index)
+      .def_readonly("token_id", &TokenEvent::token_id)
+      .def_property_readonly("text", [](const TokenEvent& e) { return utf8(e.text); })
+      .def_readonly("logprob", &TokenEvent::logprob)
+      .def_property_readonly("top", &top_list)
+      .def_readonly("entropy", &TokenEvent::entropy)
+      .def_readonly("seconds_since_start", &TokenEvent::seconds_since_start)
+      .def("__repr__", [](const TokenEvent& e) {
+        return "TokenEvent(index=" + std::to_string(e.index) + ", token_id=" + std::to_string(e.token_id) +
+               ", text=" + py::repr(utf8(e.text)).cast<std::string>() + ")";
+      });
+
+  py::class_<GenerationTimings>(m, "Timings")
+      .def_readonly("prompt_tokens", &GenerationTimings::prompt_tokens)
+      .def_readonly("generated_tokens", &GenerationTimings::generated_tokens)
+      .def_readonly("prefill_seconds", &GenerationTimings::prefill_seconds)
+      .def_readonly("decode_seconds", &GenerationTimings::decode_seconds)
+      .def_readonly("total_seconds", &GenerationTimings::total_seconds)
+      .def_property_readonly("prefill_tokens_per_second", &GenerationTimings::prefill_tokens_per_second)
+      .def_property_readonly("decode_tokens_per_second", &GenerationTimings::decode_tokens_per_second);
+
+  py::class_<Result>(m, "Result")
+      .def_property_readonly("text", [](const Result& r) { return utf8(r.result.text); })
+      .def_property_readonly("tokens", [](const Result& r) { return r.result.tokens; })
+      .def_property_readonly("prompt_tokens", [](const Result& r) { return r.result.prompt_tokens; })
+      .def_readonly("finish_reason", &Result::finish_reason)
+      .def_property_readonly("seed", [](const Result& r) { return r.result.seed; })
+      .def_property_readonly("request_id", [](const Result& r) { return r.result.request_id; })
+      .def_property_readonly("timings", [](const Result& r) { return r.result.timings; })
+      .def_readonly("events", &Result::events)
+      .def_property_readonly("logprobs", [](const Result& r) {
+        py::list out;
+        for (const TokenEvent& e : r.events) out.append(e.logprob);
+        return out;
+      })
+      .def_property_readonly("top_logprobs", [](const Result& r) {
+        py::list out;
+        for (const TokenEvent& e : r.events) out.append(top_list(e));
+        return out;
+      })
+      .def("__repr__", [](const Result& r) {
+        return "Result(finish_reason='" + r.finish_reason + "', tokens=" + std::to_string(r.result.tokens.size()) + ")";
+      });
+
+  py::class_<AuditSink, std::shared_ptr<AuditSink>>(m, "_Sink")
+      .def("flush", [](AuditSink& s) {
+        py::gil_scoped_release release;
+        s.flush();
+      });
+  m.def("make_sink", &make_sink, py::arg("spec"), py::arg("key") = "");
+
+  py::class_<GenerationConfig>(m, "GenerationConfig")
+      .def(py::init<>())
+      .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
+      .def_readwrite("temperature", &GenerationConfig::temperature)
+      .def_readwrite("top_k", &GenerationConfig::top_k)
+      .def_readwrite("top_p", &GenerationConfig::top_p)
+      .def_readwrite("min_p", &GenerationConfig::min_p)
+      .def_readwrite("repeat_penalty", &GenerationConfig::repeat_penalty)
+      .def_readwrite("repeat_last_n", &GenerationConfig::repeat_last_n)
+      .def_readwrite("seed", &GenerationConfig::seed)
+      .def_readwrite("stop", &GenerationConfig::stop)
+      .def_readwrite("stop_at_end_of_sequence", &GenerationConfig::stop_at_end_of_sequence)
+      .def_readwrite("top_logprobs", &GenerationConfig::top_logprobs)
+      .def_readwrite("add_bos", &GenerationConfig::add_bos)
+      .def_property("audit_level", [](const GenerationConfig& c) { return std::string(to_string(c.audit.level)); },
+                    [](GenerationConfig& c, const std::string& level) { c.audit.level = parse_trace_level(level); })
+      .def("add_audit_sink", [](GenerationConfig& c, std::shared_ptr<AuditSink> sink) { c.audit.sinks.push_back(std::move(sink)); })
+      .def("set_metadata", [](GenerationConfig& c, std::string tenant, std::string user, std::vector<std::string> tags) {
+        c.audit.metadata = {std::move(tenant), std::move(user), std::move(tags)};
+      });
+}
+
+void bind_engine(py::module_& m) {
+  py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
+      .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
+                       std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
+                       bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks) {
+             EngineOptions o;
+             o.model_path = std::move(model);
+             o.threads = threads;
+             o.context_length = ctx;
+             if (kv_dtype == "f16") o.kv_cache_type = KvCacheType::kF16;
+             else if (kv_dtype == "f32") o.kv_cache_type = KvCacheType::kF32;
+             else throw Error(ErrorCode::kInvalidArgument, "kv_dtype: expected 'f16' or 'f32', got '" + kv_dtype + "'");
+             o.max_batch_tokens = max_batch_tokens;
+             o.cpu_isa = std::move(cpu_isa);
+             o.memory_budget_bytes = memory_budget_bytes;
+             o.deterministic = deterministic;
+             o.audit_sinks = std::move(sinks);
+             py::gil_scoped_release release;
+             return std::make_shared<Engine>(std::move(o));
+           }),
+           py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
+           py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"))
+      .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
+      .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_bos") = true,
+           py::call_guard<py::gil_scoped_release>())
+      .def("detokenize", [](const Engine& e, const std::vector<std::int32_t>& tokens) {
+        std::string text;
+        {
+          py::gil_scoped_release release;
+          text = e.detokenize(tokens);
+        }
+        return utf8(text);
+      })
+      .def("token_bytes", [](const Engine& e, std::int32_t token) { return py::bytes(e.token_bytes(token)); })
+      .def("logits", [](const Engine& e, const std::vector<std::int32_t>& tokens, bool all_positions) {
+        auto values = std::make_unique<std::vector<float>>();
+        {
+          py::gil_scoped_release release;
+          *values = e.logits(tokens, all_positions);
+        }
+        const auto vocab = static_cast<py::ssize_t>(e.model_info().n_vocab);
+        const auto rows = static_cast<py::ssize_t>(values->size()) / vocab;
+        float* data = values->data();
+        // Zero-copy: the array owns the vector through a capsule.
+        py::capsule owner(values.release(), [](void* p) { delete static_cast<std::vector<float>*>(p); });
+        return py::array_t<float>({rows, vocab}, {vocab * static_cast<py::ssize_t>(sizeof(float)), static_cast<py::ssize_t>(sizeof(float))},
+                                  data, owner);
+      }, py::arg("tokens"), py::arg("all_positions") = true)
+      .def("graph_json", &Engine::graph_json, py::call_guard<py::gil_scoped_release>())
+      .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
+      .def("model_sha256", &Engine::model_sha256, py::call_guard<py::gil_scoped_release>())
+      .def("info", [](const Engine& e) {
+        const ModelInfo& i = e.model_info();
+        py::dict d;
+        d["path"] = i.path; d["architecture"] = i.architecture; d["name"] = i.name;
+        d["n_vocab"] = i.n_vocab; d["n_embd"] = i.n_embd; d["n_layer"] = i.n_layer; d["n_head"] = i.n_head;
+        d["n_head_kv"] = i.n_head_kv; d["head_dim"] = i.head_dim; d["n_ff"] = i.n_ff; d["n_ctx_train"] = i.n_ctx_train;
+        d["n_params"] = i.n_params; d["weight_bytes"] = i.weight_bytes; d["context_length"] = i.context_length;
+        d["kv_cache_type"] = i.kv_cache_type; d["kv_cache_bytes"] = i.kv_cache_bytes;
+        d["activation_bytes"] = i.activation_bytes; d["threads"] = i.threads; d["cpu_isa"] = i.cpu_isa;
+        d["bos"] = i.bos; d["eos"] = i.eos;
+        return d;
+      })
+      .def_property_readonly("circuit_breaker_open", &Engine::circuit_breaker_open)
+      .def("reset_circuit_breaker", &Engine::reset_circuit_breaker);
+}
+
+}  // namespace sitsrt::python
