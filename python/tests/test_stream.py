@@ -110,8 +110,10 @@ def test_agenerate(engine):
 
 def test_agenerate_cancel(engine):
     async def main():
+        # The Slow sink keeps the whole run (context-limited to 512 tokens) near 5 s, so the
+        # cancel cannot race with a generation that has already finished on a fast machine.
         task = asyncio.ensure_future(engine.agenerate("Once upon a time", max_tokens=100000, temperature=0,
-                                                     stop_at_eos=False))
+                                                     stop_at_eos=False, audit=Slow()))
         await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
