@@ -2,7 +2,7 @@
 #include "formats/gguf.hpp"
 #include "graph/graph_printer.hpp"
 #include "graph/memory_plan.hpp"
-#include "model/llama_graph.hpp"
+#include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
 #include "support/model_files.hpp"
 
@@ -17,7 +17,7 @@ namespace {
 
 graph::Graph tiny_graph(DType kv = DType::kF16) {
   const auto file = gguf::File::open(test::random_model(test::tiny_options(DType::kQ4_0), "graph"));
-  return build_llama_graph(read_model_spec(file), file, {kv, false});
+  return build_model_graph(read_model_spec(file), file, {kv, std::nullopt});
 }
 
 }  // namespace

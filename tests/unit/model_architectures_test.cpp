@@ -1,0 +1,145 @@
+// Every architecture's engine logits against the independent double-precision reference
+// (support/reference_model.hpp) on random-weight models written by write_random_model, in F32
+// and Q8_0 weights (the reference reads the same stored weights through the scalar
+// dequantizer). Each model's shape makes its features matter: a sliding window shorter than
+// the sequence, gemma3's global layer (layer 5 of 7), q width != n_embd, scaled rope.
+#include "support/model_files.hpp"
+#include "support/reference_model.hpp"
+
+#include "formats/gguf_writer.hpp"
+#include "model/model_spec.hpp"
+
+#include <sitsrt/engine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+using namespace sitsrt;
+
+namespace {
+
+struct Variant {
+  const char* label;
+  RandomModelOptions options;
+};
+
+RandomModelOptions variant_options(const std::string& label, DType type) {
+  RandomModelOptions o = test::tiny_options(type);
+  if (label == "llama-llama3-rope") {
+    o.rope_scaling = "llama3";
+    o.rope_scaling_factor = 8.0f;
+    o.rope_original_context = 64;
+  } else if (label == "mistral") {
+    o.architecture = "mistral";
+    o.sliding_window = 8;
+  } else if (label == "qwen2-yarn") {
+    o.architecture = "qwen2";
+    o.rope_scaling = "yarn";
+    o.rope_scaling_factor = 4.0f;
+    o.rope_original_context = 64;
+    o.rope_freq_base = 1000.0f;
+    o.tied_embeddings = true;
+  } else if (label == "qwen3") {
+    o.architecture = "qwen3";
+    o.head_dim = 32;  // q width 128 != n_embd 64
+  } else if (label == "gemma3") {
+    o.architecture = "gemma3";
+    o.head_dim = 32;
+    o.layers = 7;  // five local layers, one global (layer 5), one local
+    o.sliding_window = 8;
+    o.rope_freq_base = 1000000.0f;
+    o.rope_scaling = "linear";
+    o.rope_scaling_factor = 4.0f;
+    o.final_logit_softcap = 10.0f;  // near the logit scale, so the cap bends these logits
+    o.tied_embeddings = true;
+  }
+  return o;
+}
+
+std::vector<std::int32_t> some_tokens(int n, int vocab, std::uint32_t seed) {
+  std::vector<std::int32_t> t;
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    t.push_back(static_cast<std::int32_t>(3 + (seed >> 8) % static_cast<std::uint32_t>(vocab - 3)));
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("every architecture's logits match the double-precision reference", "[model][arch]") {
+  const std::string label = GENERATE("llama-llama3-rope", "mistral", "qwen2-yarn", "qwen3", "gemma3");
+  const DType type = GENERATE(DType::kF32, DType::kQ8_0);
+  CAPTURE(label, name(type));
+  const std::string path = test::random_model(variant_options(label, type), "arch-" + label);
+  test::ReferenceModel reference(path);
+  const auto tokens = some_tokens(29, reference.vocab(), 11);
+  const auto want = reference.forward(tokens);
+
+  EngineOptions options;
+  options.model_path = path;
+  options.threads = 2;
+  options.kv_cache_type = KvCacheType::kF32;
+  options.int8_activations = false;
+  options.max_batch_tokens = 8;  // several prefill steps, so windows span step boundaries
+  const Engine engine(options);
+  const std::vector<float> got = engine.logits(tokens, /*all_positions=*/true);
+  REQUIRE(got.size() == tokens.size() * static_cast<std::size_t>(reference.vocab()));
+  double scale = 0, err = 0;
+  std::size_t worst = 0, i = 0;
+  for (const auto& row : want) {
+    for (double v : row) {
+      scale = std::max(scale, std::fabs(v));
+      const double e = std::fabs(static_cast<double>(got[i]) - v);
+      if (e > err) {
+        err = e;
+        worst = i;
+      }
+      ++i;
+    }
+  }
+  std::printf("arch parity: %-18s %-5s max |error| %.3g, logit scale %.3g (%.2g relative)\n", label.c_str(),
+              std::string(name(type)).c_str(), err, scale, err / scale);
+  INFO("max |error| " << err << " at position " << worst / reference.vocab() << ", logit scale " << scale);
+  // float32 arithmetic over widths <= 128 and <= 7 layers against double: ~1e-5 of the scale.
+  CHECK(err <= 1e-4 * scale);
+}
+
+TEST_CASE("the sliding window changes the logits only past the window", "[model][arch]") {
+  // Same weights, window 8 vs none: positions 0..7 attend to the same keys, later ones do not.
+  RandomModelOptions o = variant_options("mistral", DType::kF32);
+  const std::string windowed = test::random_model(o, "window-8");
+  o.architecture = "llama";
+  const std::string full = test::random_model(o, "window-none");
+  const auto tokens = some_tokens(16, 300, 3);
+  EngineOptions options;
+  options.threads = 1;
+  options.kv_cache_type = KvCacheType::kF32;
+  options.model_path = windowed;
+  const auto a = Engine(options).logits(tokens, true);
+  options.model_path = full;
+  const auto b = Engine(options).logits(tokens, true);
+  double early = 0, late = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    (i / 300 < 8 ? early : late) = std::max(i / 300 < 8 ? early : late, d);
+  }
+  CHECK(early == 0.0);
+  CHECK(late > 1e-3);
+}
+
+TEST_CASE("an unknown architecture is rejected naming the supported ones", "[model][arch]") {
+  const std::string path = (test::temp_dir() / "falcon.gguf").string();
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::string("falcon"));
+  w.write(path);
+  const gguf::File file = gguf::File::open(path);
+  CHECK_THROWS_WITH(read_model_spec(file), Catch::Contains("'falcon' is not supported") && Catch::Contains("qwen2") &&
+                                               Catch::Contains("qwen3") && Catch::Contains("gemma3"));
+  RandomModelOptions o = test::tiny_options(DType::kF32);
+  o.architecture = "falcon";
+  CHECK_THROWS_WITH(write_random_model(o, path), Catch::Contains("llama, mistral, qwen2, qwen3, gemma3"));
+}
