@@ -53,7 +53,7 @@ std::string attribute_summary(const Node& node) {
 }  // namespace
 
 std::string to_table(const Graph& graph, const MemoryPlan& plan) {
-  std::string out = fmt::format("{:>4}  {:>5}  {:<13} {:<24} {:<14} {:<26} {:>12} {:>12}\n", "node", "layer", "op",
+  std::string out = fmt::format("{:>4}  {:>5}  {:<13} {:<26} {:<14} {:<26} {:>12} {:>12}\n", "node", "layer", "op",
                                 "name", "output", "weights", "weight bytes", "MFLOP/token");
   for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
     const Node& node = graph.nodes()[i];
@@ -64,7 +64,7 @@ std::string to_table(const Graph& graph, const MemoryPlan& plan) {
       flops = fmt::format("{:.4f}/ctx", static_cast<double>(node.cost.flops_per_context) / 1e6);
     }
     const std::string attrs = attribute_summary(node);
-    out += fmt::format("{:>4}  {:>5}  {:<13} {:<24} {:<14} {:<26} {:>12} {:>12}{}{}\n", i, layer, name(node.op),
+    out += fmt::format("{:>4}  {:>5}  {:<13} {:<26} {:<14} {:<26} {:>12} {:>12}{}{}\n", i, layer, name(node.op),
                        node.name, shape_of(v), weight_summary(graph, node),
                        node.cost.weight_bytes ? human_bytes(node.cost.weight_bytes) : "", flops,
                        v.alias_of != kNoValue ? "  (in place)" : "", attrs.empty() ? "" : "  " + attrs);

@@ -7,7 +7,12 @@
 #include "support/reference_model.hpp"
 
 #include "formats/gguf_writer.hpp"
+#include "graph/memory_plan.hpp"
+#include "model/gguf_weights.hpp"
+#include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
+#include "runtime/cpu_backend.hpp"
+#include "runtime/executor.hpp"
 
 #include <sitsrt/engine.hpp>
 
@@ -68,7 +73,58 @@ std::vector<std::int32_t> some_tokens(int n, int vocab, std::uint32_t seed) {
   return t;
 }
 
+// Runs a spec's graph over the file's weights (F32 KV cache) and returns every position's logits.
+std::vector<float> run_spec(const ModelSpec& spec, const gguf::File& file, const std::vector<std::int32_t>& tokens) {
+  const graph::Graph g = build_model_graph(spec, file, {DType::kF32, std::nullopt});
+  CpuBackend backend(1, cpu::Isa::kGeneric, 0);
+  const GgufWeightSource weights(file);
+  backend.bind_weights(g, weights);
+  std::mutex step_mutex;
+  ExecutionPlan plan;
+  plan.graph = &g;
+  plan.memory = graph::plan_memory(g, 64, 64);
+  plan.backend = &backend;
+  plan.n_layers = spec.n_layer;
+  plan.kv_width = spec.n_head_kv * spec.head_dim;
+  plan.kv_type = DType::kF32;
+  plan.context_length = 64;
+  plan.n_vocab = spec.n_vocab;
+  plan.step_mutex = &step_mutex;
+  backend.prepare(g, plan.memory, plan.context_length);
+  Session session(plan);
+  const auto logits = session.forward(tokens, true);
+  return {logits.begin(), logits.end()};
+}
+
 }  // namespace
+
+TEST_CASE("llama3 rope scaling from config parameters equals the stored rope_freqs factors", "[model][arch]") {
+  // A safetensors-style spec (factor, low/high_freq_factor, original context) and the GGUF
+  // form (precomputed per-pair divisors in rope_freqs.weight) must compute the same model.
+  const RandomModelOptions o = variant_options("llama-llama3-rope", DType::kF32);
+  const gguf::File file = gguf::File::open(test::random_model(o, "arch-llama-llama3-rope"));
+  const ModelSpec stored = read_model_spec(file);
+  REQUIRE(stored.rope_freq_factors);
+  ModelSpec config = stored;
+  config.rope_freq_factors = false;
+  config.rope_scaling = {RopeScalingType::kLlama3, o.rope_scaling_factor, o.rope_original_context, 1.0f, 4.0f};
+  ModelSpec unscaled = stored;
+  unscaled.rope_freq_factors = false;
+  const auto tokens = some_tokens(40, 300, 21);
+  const auto a = run_spec(stored, file, tokens);
+  const auto b = run_spec(config, file, tokens);
+  const auto c = run_spec(unscaled, file, tokens);
+  double scale = 0, diff = 0, effect = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    effect = std::max(effect, static_cast<double>(std::fabs(a[i] - c[i])));
+  }
+  INFO("config vs stored factors " << diff << ", scaling's own effect " << effect << ", scale " << scale);
+  // The stored factors are float-rounded divisors (2^-24 relative): angles agree to ~1e-6 rad.
+  CHECK(diff <= 1e-5 * scale);
+  CHECK(effect > 1e-2 * scale);
+}
 
 TEST_CASE("every architecture's logits match the double-precision reference", "[model][arch]") {
   const std::string label = GENERATE("llama-llama3-rope", "mistral", "qwen2-yarn", "qwen3", "gemma3");
