@@ -129,7 +129,8 @@ TEST_CASE("llama3 rope scaling from config parameters equals the stored rope_fre
 TEST_CASE("every architecture's logits match the double-precision reference", "[model][arch]") {
   const std::string label = GENERATE("llama-llama3-rope", "mistral", "qwen2-yarn", "qwen3", "gemma3");
   const DType type = GENERATE(DType::kF32, DType::kQ8_0);
-  CAPTURE(label, name(type));
+  const std::int64_t batch = GENERATE(8, 1);  // prefill steps whose windows span steps; token-by-token decode
+  CAPTURE(label, name(type), batch);
   const std::string path = test::random_model(variant_options(label, type), "arch-" + label);
   test::ReferenceModel reference(path);
   const auto tokens = some_tokens(29, reference.vocab(), 11);
@@ -140,7 +141,7 @@ TEST_CASE("every architecture's logits match the double-precision reference", "[
   options.threads = 2;
   options.kv_cache_type = KvCacheType::kF32;
   options.int8_activations = false;
-  options.max_batch_tokens = 8;  // several prefill steps, so windows span step boundaries
+  options.max_batch_tokens = batch;
   const Engine engine(options);
   const std::vector<float> got = engine.logits(tokens, /*all_positions=*/true);
   REQUIRE(got.size() == tokens.size() * static_cast<std::size_t>(reference.vocab()));
@@ -157,8 +158,8 @@ TEST_CASE("every architecture's logits match the double-precision reference", "[
       ++i;
     }
   }
-  std::printf("arch parity: %-18s %-5s max |error| %.3g, logit scale %.3g (%.2g relative)\n", label.c_str(),
-              std::string(name(type)).c_str(), err, scale, err / scale);
+  std::printf("arch parity: %-18s %-5s batch %d: max |error| %.3g, logit scale %.3g (%.2g relative)\n",
+              label.c_str(), std::string(name(type)).c_str(), static_cast<int>(batch), err, scale, err / scale);
   INFO("max |error| " << err << " at position " << worst / reference.vocab() << ", logit scale " << scale);
   // float32 arithmetic over widths <= 128 and <= 7 layers against double: ~1e-5 of the scale.
   CHECK(err <= 1e-4 * scale);
@@ -198,4 +199,56 @@ TEST_CASE("an unknown architecture is rejected naming the supported ones", "[mod
   RandomModelOptions o = test::tiny_options(DType::kF32);
   o.architecture = "falcon";
   CHECK_THROWS_WITH(write_random_model(o, path), Catch::Contains("llama, mistral, qwen2, qwen3, gemma3"));
+}
+
+namespace {
+
+// read_model_spec of a tensor-less file with the required keys of `arch` plus `extra`.
+ModelSpec spec_with(const std::string& arch, const std::vector<std::pair<std::string, gguf::Value>>& extra) {
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::string(arch));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, gguf::Value>>{
+           {"embedding_length", gguf::Value::u32(64)}, {"block_count", gguf::Value::u32(12)},
+           {"attention.head_count", gguf::Value::u32(4)}, {"feed_forward_length", gguf::Value::u32(96)},
+           {"context_length", gguf::Value::u32(256)}, {"vocab_size", gguf::Value::u32(300)},
+           {"attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-6f)}}) {
+    w.set(arch + "." + key, value);
+  }
+  for (const auto& [key, value] : extra) w.set(arch + "." + key, value);
+  const std::string path = (test::temp_dir() / ("spec-" + arch + ".gguf")).string();
+  w.write(path);
+  return read_model_spec(gguf::File::open(path));
+}
+
+}  // namespace
+
+TEST_CASE("model spec reads each architecture's features and rejects bad ones", "[model][arch]") {
+  const ModelSpec gemma = spec_with("gemma3", {{"attention.sliding_window", gguf::Value::u32(512)},
+                                               {"attention.key_length", gguf::Value::u32(32)},
+                                               {"rope.freq_base", gguf::Value::f32(1e6f)}});
+  CHECK(gemma.head_dim == 32);
+  CHECK(gemma.embedding_scale == Approx(8.0));
+  CHECK(gemma.rope_local_freq_base == 10000.0f);
+  CHECK(gemma.attn_scale == Approx(1.0 / std::sqrt(32.0)));
+  std::string pattern;
+  for (std::int64_t l = 0; l < gemma.n_layer; ++l) pattern += gemma.layer_is_windowed(l) ? 'L' : 'G';
+  CHECK(pattern == "LLLLLGLLLLLG");
+  const ModelSpec mistral = spec_with("llama", {{"attention.sliding_window", gguf::Value::u32(4096)}});
+  CHECK(mistral.layer_is_windowed(0));
+  CHECK(mistral.layer_is_windowed(11));
+  CHECK_FALSE(mistral.rope_neox);
+  const ModelSpec yarn = spec_with("qwen2", {{"rope.scaling.type", gguf::Value::string("yarn")},
+                                             {"rope.scaling.factor", gguf::Value::f32(4.0f)},
+                                             {"rope.scaling.original_context_length", gguf::Value::u32(64)}});
+  CHECK(yarn.rope_scaling.type == RopeScalingType::kYarn);
+  CHECK(yarn.rope_freq_scale == 0.25f);
+  CHECK(yarn.rope_scaling.original_context == 64);
+  CHECK(yarn.qkv_bias);
+  CHECK(yarn.rope_neox);
+  CHECK_THROWS_WITH(spec_with("llama", {{"rope.scaling.type", gguf::Value::string("longrope")}}),
+                    Catch::Contains("longrope") && Catch::Contains("none, linear, yarn"));
+  CHECK_THROWS_WITH(spec_with("gemma3", {}), Catch::Contains("gemma3.attention.sliding_window"));
+  CHECK_THROWS_WITH(spec_with("qwen3", {{"attention.key_length", gguf::Value::u32(32)},
+                                        {"attention.value_length", gguf::Value::u32(16)}}),
+                    Catch::Contains("value_length"));
 }
