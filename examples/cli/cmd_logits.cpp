@@ -18,8 +18,8 @@ std::vector<std::int32_t> parse_token_ids(const std::string& text) {
     std::int32_t id = 0;
     const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + end, id);
     if (ec != std::errc() || ptr != text.data() + end || id < 0) {
-      throw UsageError(fmt::format("--tokens: '{}' is not a comma-separated list of token ids",
-                                   text.substr(begin, end - begin)));
+      throw UsageError(
+          fmt::format("--tokens: '{}' is not a comma-separated list of token ids", text.substr(begin, end - begin)));
     }
     ids.push_back(id);
     begin = end + 1;

@@ -41,9 +41,9 @@ struct Llama3Params {
 
 struct RopeParams {
   std::int64_t head_dim = 0;
-  std::int64_t rot_dims = 0;   // dims rotated from the start of each head (<= head_dim, even)
-  float freq_base = 10000.0f;  // theta_i = pos * freq_scale * base^(-2i/rot_dims)
-  float freq_scale = 1.0f;     // linear interpolation: 1 / factor
+  std::int64_t rot_dims = 0;            // dims rotated from the start of each head (<= head_dim, even)
+  float freq_base = 10000.0f;           // theta_i = pos * freq_scale * base^(-2i/rot_dims)
+  float freq_scale = 1.0f;              // linear interpolation: 1 / factor
   const float* freq_factors = nullptr;  // optional per-pair divisor (rot_dims/2 values), e.g. llama3 scaling
   RopeStyle style = RopeStyle::kNormal;
   YarnParams yarn;      // with enabled, freq_scale is the interpolation ratio 1 / factor

@@ -19,11 +19,14 @@ DecoderBuilder::DecoderBuilder(const ModelSpec& spec, const gguf::File& file, co
   if (spec.rope_freq_factors) rope_factors_ = weight("rope_freqs.weight", {spec.rope_dims / 2});
 }
 
-std::string DecoderBuilder::block(std::int32_t layer) { return fmt::format("blk.{}.", layer); }
+std::string DecoderBuilder::block(std::int32_t layer) {
+  return fmt::format("blk.{}.", layer);
+}
 
 WeightId DecoderBuilder::weight(const std::string& name, std::vector<std::int64_t> dims) {
   const gguf::TensorInfo* info = file_.find_tensor(name);
-  if (info == nullptr) raise(ErrorCode::kInvalidModel, "{}: missing tensor '{}' ({})", file_.path(), name, spec_.architecture);
+  if (info == nullptr)
+    raise(ErrorCode::kInvalidModel, "{}: missing tensor '{}' ({})", file_.path(), name, spec_.architecture);
   if (info->dims != dims) {
     raise(ErrorCode::kInvalidModel,
           "{}: tensor '{}' has shape [{}], expected [{}] for {} (n_embd {}, n_head {}, n_head_kv {}, head_dim {}, "
@@ -32,8 +35,9 @@ WeightId DecoderBuilder::weight(const std::string& name, std::vector<std::int64_
           spec_.n_head, spec_.n_head_kv, spec_.head_dim, spec_.n_ff, spec_.n_vocab);
   }
   if (dims.size() == 1 && info->type != DType::kF32) {
-    raise(ErrorCode::kUnsupported, "{}: vector tensor '{}' is {}, only f32 norm, bias and rope-factor vectors are supported",
-          file_.path(), name, sitsrt::name(info->type));
+    raise(ErrorCode::kUnsupported,
+          "{}: vector tensor '{}' is {}, only f32 norm, bias and rope-factor vectors are supported", file_.path(), name,
+          sitsrt::name(info->type));
   }
   return graph_.add_weight({name, info->type, info->dims, info->bytes});
 }
@@ -73,8 +77,11 @@ graph::RopeAttrs DecoderBuilder::rope_for_layer(std::int32_t layer) const {
   const RopeScalingSpec& s = spec_.rope_scaling;
   r.original_context = static_cast<float>(s.original_context);
   switch (s.type) {
-    case RopeScalingType::kNone: break;
-    case RopeScalingType::kLinear: r.scaling = graph::RopeScaling::kLinear; break;
+    case RopeScalingType::kNone:
+      break;
+    case RopeScalingType::kLinear:
+      r.scaling = graph::RopeScaling::kLinear;
+      break;
     case RopeScalingType::kYarn:
       r.scaling = graph::RopeScaling::kYarn;
       r.yarn_beta_fast = s.yarn_beta_fast;
@@ -114,10 +121,10 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
     qn.n_heads = spec_.n_head;
     NodeAttrs kn = qn;
     kn.n_heads = spec_.n_head_kv;
-    q = graph_.add_node(OpKind::kHeadRmsNorm, p + "q_norm", l, {q}, {weight(p + "attn_q_norm.weight", {spec_.head_dim})},
-                        qn, q_width, RowSpace::kTokens, true);
-    k = graph_.add_node(OpKind::kHeadRmsNorm, p + "k_norm", l, {k}, {weight(p + "attn_k_norm.weight", {spec_.head_dim})},
-                        kn, kv_width, RowSpace::kTokens, true);
+    q = graph_.add_node(OpKind::kHeadRmsNorm, p + "q_norm", l, {q},
+                        {weight(p + "attn_q_norm.weight", {spec_.head_dim})}, qn, q_width, RowSpace::kTokens, true);
+    k = graph_.add_node(OpKind::kHeadRmsNorm, p + "k_norm", l, {k},
+                        {weight(p + "attn_k_norm.weight", {spec_.head_dim})}, kn, kv_width, RowSpace::kTokens, true);
   }
   NodeAttrs rope_q;
   rope_q.rope = rope_for_layer(l);
@@ -125,7 +132,8 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
   NodeAttrs rope_k = rope_q;
   rope_k.n_heads = spec_.n_head_kv;
   std::vector<WeightId> factors;
-  if (rope_factors_ >= 0 && !(spec_.layer_is_windowed(l) && spec_.rope_local_freq_base > 0.0f)) factors = {rope_factors_};
+  if (rope_factors_ >= 0 && !(spec_.layer_is_windowed(l) && spec_.rope_local_freq_base > 0.0f))
+    factors = {rope_factors_};
   q = graph_.add_node(OpKind::kRope, p + "q_rope", l, {q}, factors, rope_q, q_width, RowSpace::kTokens, true);
   k = graph_.add_node(OpKind::kRope, p + "k_rope", l, {k}, factors, rope_k, kv_width, RowSpace::kTokens, true);
 
@@ -136,8 +144,8 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
   attn.attn_scale = spec_.attn_scale;
   attn.window = spec_.layer_is_windowed(l) ? spec_.sliding_window : 0;
   attn.kv_element_bytes = static_cast<std::uint32_t>(traits(options_.kv_type).block_bytes);
-  const ValueId a = graph_.add_node(OpKind::kAttention, p + "attention", l, {q, k, v}, {}, attn, q_width,
-                                    RowSpace::kTokens);
+  const ValueId a =
+      graph_.add_node(OpKind::kAttention, p + "attention", l, {q, k, v}, {}, attn, q_width, RowSpace::kTokens);
   return graph_.add_node(OpKind::kMatMul, p + "attn_out", l, {a}, {weight(p + "attn_output.weight", {q_width, d})}, {},
                          d, RowSpace::kTokens);
 }
@@ -145,8 +153,8 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
 ValueId DecoderBuilder::feed_forward(ValueId h, std::int32_t l) {
   const std::string p = block(l);
   const std::int64_t d = spec_.n_embd, ff = spec_.n_ff;
-  const ValueId gate = graph_.add_node(OpKind::kMatMul, p + "ffn_gate", l, {h}, {weight(p + "ffn_gate.weight", {d, ff})},
-                                       {}, ff, RowSpace::kTokens);
+  const ValueId gate = graph_.add_node(OpKind::kMatMul, p + "ffn_gate", l, {h},
+                                       {weight(p + "ffn_gate.weight", {d, ff})}, {}, ff, RowSpace::kTokens);
   const ValueId up = graph_.add_node(OpKind::kMatMul, p + "ffn_up", l, {h}, {weight(p + "ffn_up.weight", {d, ff})}, {},
                                      ff, RowSpace::kTokens);
   const bool gelu = spec_.ffn_activation == FfnActivation::kGeluTanh;

@@ -15,8 +15,8 @@ class File;
 namespace sitsrt {
 
 struct ModelGraphOptions {
-  DType kv_type = DType::kF16;     // cache element type (kF32 or kF16)
-  std::optional<bool> rope_neox;   // override the architecture's rope pairing (mislabelled files)
+  DType kv_type = DType::kF16;    // cache element type (kF32 or kF16)
+  std::optional<bool> rope_neox;  // override the architecture's rope pairing (mislabelled files)
 };
 
 // Throws kUnsupported for an architecture without a builder, kInvalidModel for a missing or

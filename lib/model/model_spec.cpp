@@ -17,7 +17,7 @@ struct ArchitectureTraits {
   bool rope_neox;  // GGUF llama q/k are permuted for adjacent pairs; the others rotate halves
   bool qkv_bias;
   bool qk_norm;
-  bool gemma;      // scaled embedding, post norms, GeGLU, interleaved local/global layers
+  bool gemma;  // scaled embedding, post norms, GeGLU, interleaved local/global layers
 };
 
 constexpr std::array<ArchitectureTraits, 4> kArchitectures = {{
@@ -33,13 +33,15 @@ constexpr float kGemma3LocalRopeBase = 10000.0f;
 
 std::int64_t require_positive(const gguf::File& file, const std::string& key, std::uint64_t limit) {
   const std::uint64_t v = file.require_uint(key);
-  if (v == 0 || v > limit) raise(ErrorCode::kInvalidModel, "{}: metadata '{}' = {} is out of range [1, {}]", file.path(), key, v, limit);
+  if (v == 0 || v > limit)
+    raise(ErrorCode::kInvalidModel, "{}: metadata '{}' = {} is out of range [1, {}]", file.path(), key, v, limit);
   return static_cast<std::int64_t>(v);
 }
 
 float positive_float(const gguf::File& file, const std::string& key, double fallback) {
   const double v = file.get_float(key).value_or(fallback);
-  if (!(v > 0.0) || !std::isfinite(v)) raise(ErrorCode::kInvalidModel, "{}: '{}' = {} must be > 0", file.path(), key, v);
+  if (!(v > 0.0) || !std::isfinite(v))
+    raise(ErrorCode::kInvalidModel, "{}: '{}' = {} must be > 0", file.path(), key, v);
   return static_cast<float>(v);
 }
 
@@ -58,18 +60,19 @@ void read_rope_scaling(const gguf::File& file, const std::string& arch, ModelSpe
   } else if (type == "yarn") {
     s.type = RopeScalingType::kYarn;
     s.factor = positive_float(file, arch + ".rope.scaling.factor", 1.0);
-    s.original_context = static_cast<std::int64_t>(
-        file.get_uint(arch + ".rope.scaling.original_context_length").value_or(static_cast<std::uint64_t>(spec.n_ctx_train)));
+    s.original_context = static_cast<std::int64_t>(file.get_uint(arch + ".rope.scaling.original_context_length")
+                                                       .value_or(static_cast<std::uint64_t>(spec.n_ctx_train)));
     s.yarn_beta_fast = positive_float(file, arch + ".rope.scaling.yarn_beta_fast", 32.0);
     s.yarn_beta_slow = positive_float(file, arch + ".rope.scaling.yarn_beta_slow", 1.0);
     const std::string attn_key = file.find(arch + ".rope.scaling.yarn_attn_factor") != nullptr
                                      ? arch + ".rope.scaling.yarn_attn_factor"
                                      : arch + ".rope.scaling.attn_factor";
     s.yarn_attn_factor = positive_float(file, attn_key, 1.0);
-    if (s.original_context < 1) raise(ErrorCode::kInvalidModel, "{}: YaRN needs '{}.rope.scaling.original_context_length'", file.path(), arch);
+    if (s.original_context < 1)
+      raise(ErrorCode::kInvalidModel, "{}: YaRN needs '{}.rope.scaling.original_context_length'", file.path(), arch);
   } else {
-    raise(ErrorCode::kUnsupported, "{}: '{}.rope.scaling.type' = '{}' is not supported (none, linear, yarn)", file.path(),
-          arch, type);
+    raise(ErrorCode::kUnsupported, "{}: '{}.rope.scaling.type' = '{}' is not supported (none, linear, yarn)",
+          file.path(), arch, type);
   }
   if (s.type == RopeScalingType::kLinear || s.type == RopeScalingType::kYarn) spec.rope_freq_scale = 1.0f / s.factor;
 
@@ -97,10 +100,12 @@ void read_sliding_window(const gguf::File& file, const std::string& arch, const 
   const std::string pattern_key = arch + ".attention.sliding_window_pattern";
   std::uint64_t period = traits.gemma ? kGemma3SlidingWindowPeriod : 0;
   if (const gguf::Array* flags = file.get_array(pattern_key)) {
-    if (flags->items.size() != static_cast<std::size_t>(spec.n_layer) || flags->element_type != gguf::ValueType::kBool) {
+    if (flags->items.size() != static_cast<std::size_t>(spec.n_layer) ||
+        flags->element_type != gguf::ValueType::kBool) {
       raise(ErrorCode::kInvalidModel, "{}: '{}' must hold {} booleans", file.path(), pattern_key, spec.n_layer);
     }
-    for (std::size_t l = 0; l < flags->items.size(); ++l) spec.windowed_layers[l] = std::get<bool>(flags->items[l].data);
+    for (std::size_t l = 0; l < flags->items.size(); ++l)
+      spec.windowed_layers[l] = std::get<bool>(flags->items[l].data);
     return;
   }
   if (const auto p = file.get_uint(pattern_key)) period = *p;
@@ -113,15 +118,21 @@ void read_sliding_window(const gguf::File& file, const std::string& arch, const 
 
 std::string_view name(RopeScalingType type) noexcept {
   switch (type) {
-    case RopeScalingType::kNone: return "none";
-    case RopeScalingType::kLinear: return "linear";
-    case RopeScalingType::kYarn: return "yarn";
-    case RopeScalingType::kLlama3: return "llama3";
+    case RopeScalingType::kNone:
+      return "none";
+    case RopeScalingType::kLinear:
+      return "linear";
+    case RopeScalingType::kYarn:
+      return "yarn";
+    case RopeScalingType::kLlama3:
+      return "llama3";
   }
   return "unknown";
 }
 
-std::string_view supported_architectures() noexcept { return "llama (incl. Mistral sliding window), qwen2, qwen3, gemma3"; }
+std::string_view supported_architectures() noexcept {
+  return "llama (incl. Mistral sliding window), qwen2, qwen3, gemma3";
+}
 
 ModelSpec read_model_spec(const gguf::File& file) {
   ModelSpec spec;
@@ -142,8 +153,8 @@ ModelSpec read_model_spec(const gguf::File& file) {
   spec.n_head = require_positive(file, arch + ".attention.head_count", 4096);
   spec.n_ff = require_positive(file, arch + ".feed_forward_length", kMaxDim * 4);
   spec.n_ctx_train = require_positive(file, arch + ".context_length", 1u << 24);
-  spec.n_head_kv = static_cast<std::int64_t>(file.get_uint(arch + ".attention.head_count_kv").value_or(
-      static_cast<std::uint64_t>(spec.n_head)));
+  spec.n_head_kv = static_cast<std::int64_t>(
+      file.get_uint(arch + ".attention.head_count_kv").value_or(static_cast<std::uint64_t>(spec.n_head)));
   if (spec.n_head_kv < 1 || spec.n_head % spec.n_head_kv != 0) {
     raise(ErrorCode::kInvalidModel, "{}: '{}.attention.head_count_kv' = {} does not divide head_count {}", file.path(),
           arch, spec.n_head_kv, spec.n_head);
@@ -152,7 +163,9 @@ ModelSpec read_model_spec(const gguf::File& file) {
   const auto key_length = file.get_uint(arch + ".attention.key_length");
   const auto value_length = file.get_uint(arch + ".attention.value_length");
   if (key_length) {
-    if (*key_length < 2 || *key_length > 4096) raise(ErrorCode::kInvalidModel, "{}: '{}.attention.key_length' = {} is out of range", file.path(), arch, *key_length);
+    if (*key_length < 2 || *key_length > 4096)
+      raise(ErrorCode::kInvalidModel, "{}: '{}.attention.key_length' = {} is out of range", file.path(), arch,
+            *key_length);
     spec.head_dim = static_cast<std::int64_t>(*key_length);
   } else {
     if (spec.n_embd % spec.n_head != 0) {
@@ -166,13 +179,18 @@ ModelSpec read_model_spec(const gguf::File& file) {
           arch, *value_length, spec.head_dim);
   }
   const auto eps = file.get_float(arch + ".attention.layer_norm_rms_epsilon");
-  if (!eps) raise(ErrorCode::kInvalidModel, "{}: missing required metadata key '{}.attention.layer_norm_rms_epsilon'", file.path(), arch);
-  if (!(*eps > 0.0 && *eps < 1.0)) raise(ErrorCode::kInvalidModel, "{}: '{}.attention.layer_norm_rms_epsilon' = {} is out of range", file.path(), arch, *eps);
+  if (!eps)
+    raise(ErrorCode::kInvalidModel, "{}: missing required metadata key '{}.attention.layer_norm_rms_epsilon'",
+          file.path(), arch);
+  if (!(*eps > 0.0 && *eps < 1.0))
+    raise(ErrorCode::kInvalidModel, "{}: '{}.attention.layer_norm_rms_epsilon' = {} is out of range", file.path(), arch,
+          *eps);
   spec.rms_eps = static_cast<float>(*eps);
   spec.rope_freq_base = static_cast<float>(file.get_float(arch + ".rope.freq_base").value_or(10000.0));
-  if (!(spec.rope_freq_base > 1.0f)) raise(ErrorCode::kInvalidModel, "{}: '{}.rope.freq_base' = {} must be > 1", file.path(), arch, spec.rope_freq_base);
-  spec.rope_dims = static_cast<std::int64_t>(file.get_uint(arch + ".rope.dimension_count").value_or(
-      static_cast<std::uint64_t>(spec.head_dim)));
+  if (!(spec.rope_freq_base > 1.0f))
+    raise(ErrorCode::kInvalidModel, "{}: '{}.rope.freq_base' = {} must be > 1", file.path(), arch, spec.rope_freq_base);
+  spec.rope_dims = static_cast<std::int64_t>(
+      file.get_uint(arch + ".rope.dimension_count").value_or(static_cast<std::uint64_t>(spec.head_dim)));
   if (spec.rope_dims < 2 || spec.rope_dims > spec.head_dim || spec.rope_dims % 2 != 0) {
     raise(ErrorCode::kInvalidModel, "{}: '{}.rope.dimension_count' = {} must be even and in [2, head_dim {}]",
           file.path(), arch, spec.rope_dims, spec.head_dim);

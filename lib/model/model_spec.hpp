@@ -35,7 +35,7 @@ struct RopeScalingSpec {
   float high_freq_factor = 4.0f;      // llama3
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
-  float yarn_attn_factor = 1.0f;      // multiplies YaRN's 1 + 0.1 ln(factor)
+  float yarn_attn_factor = 1.0f;  // multiplies YaRN's 1 + 0.1 ln(factor)
 };
 
 struct ModelSpec {
@@ -56,18 +56,18 @@ struct ModelSpec {
   bool rope_neox = false;
   bool tied_output = false;  // no output.weight: the embedding doubles as the output head
 
-  RopeScalingSpec rope_scaling;        // applies to the full-attention layers
-  bool rope_freq_factors = false;      // the model stores per-pair divisors (GGUF: rope_freqs.weight)
-  float rope_local_freq_base = 0.0f;   // rope base of sliding-window layers; 0: rope_freq_base
-  float attn_scale = 0.0f;             // softmax scale of q.k
-  bool qkv_bias = false;               // q, k, v projections have biases (Qwen2)
-  bool qk_norm = false;                // per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
-  bool post_norms = false;             // RMSNorm of the attention and FFN outputs before the residual add (Gemma 3)
-  float embedding_scale = 1.0f;        // token embeddings multiplied by this (Gemma: sqrt(n_embd))
+  RopeScalingSpec rope_scaling;       // applies to the full-attention layers
+  bool rope_freq_factors = false;     // the model stores per-pair divisors (GGUF: rope_freqs.weight)
+  float rope_local_freq_base = 0.0f;  // rope base of sliding-window layers; 0: rope_freq_base
+  float attn_scale = 0.0f;            // softmax scale of q.k
+  bool qkv_bias = false;              // q, k, v projections have biases (Qwen2)
+  bool qk_norm = false;               // per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
+  bool post_norms = false;            // RMSNorm of the attention and FFN outputs before the residual add (Gemma 3)
+  float embedding_scale = 1.0f;       // token embeddings multiplied by this (Gemma: sqrt(n_embd))
   FfnActivation ffn_activation = FfnActivation::kSilu;
-  float final_logit_softcap = 0.0f;    // > 0: logits = cap * tanh(logits / cap)
-  std::int64_t sliding_window = 0;     // > 0: windowed layers attend to this many latest positions
-  std::vector<bool> windowed_layers;   // n_layer flags: layer uses the sliding window (and local rope)
+  float final_logit_softcap = 0.0f;   // > 0: logits = cap * tanh(logits / cap)
+  std::int64_t sliding_window = 0;    // > 0: windowed layers attend to this many latest positions
+  std::vector<bool> windowed_layers;  // n_layer flags: layer uses the sliding window (and local rope)
 
   [[nodiscard]] bool layer_is_windowed(std::int64_t layer) const noexcept {
     return sliding_window > 0 && static_cast<std::size_t>(layer) < windowed_layers.size() &&

@@ -11,10 +11,10 @@
 #include "core/quant_blocks.hpp"
 #include "formats/gguf.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fmt/format.h>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -82,7 +82,9 @@ class ReferenceModel {
         auto& V = values[static_cast<std::size_t>(l)];
         K.insert(K.end(), kk.begin(), kk.end());
         V.insert(V.end(), v.begin(), v.end());
-        const std::size_t first = windowed(l) && pos + 1 > static_cast<std::size_t>(window_) ? pos + 1 - static_cast<std::size_t>(window_) : 0;
+        const std::size_t first = windowed(l) && pos + 1 > static_cast<std::size_t>(window_)
+                                      ? pos + 1 - static_cast<std::size_t>(window_)
+                                      : 0;
         Vec attn(static_cast<std::size_t>(heads_ * head_dim_), 0.0);
         const int group = heads_ / kv_heads_;
         for (int hd = 0; hd < heads_; ++hd) {
@@ -117,8 +119,9 @@ class ReferenceModel {
         Vec act(gate.size());
         for (std::size_t i = 0; i < gate.size(); ++i) {
           const double g = gate[i];
-          const double a = gemma_ ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g)))
-                                  : g / (1.0 + std::exp(-g));
+          const double a =
+              gemma_ ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g)))
+                     : g / (1.0 + std::exp(-g));
           act[i] = a * up[i];
         }
         Vec down = matvec(p + "ffn_down.weight", act);

@@ -70,14 +70,17 @@ TEST_CASE("geglu_tanh, add_bias, scale and soft_cap match double references", "[
         return 8 * kU * std::fabs(ref) + 8 * kU * (1.0 + z) * 0.5 * std::fabs(x) * std::fabs(u) + 1e-30;
       });
   cpu::add_bias(ctx, a.data(), ld, bias.data(), rows, n, out.data(), ld);
-  collect("add_bias", [](double x, double, double c) { return x + c; },
-          [](double, double, double ref) { return kU * std::fabs(ref); });
+  collect(
+      "add_bias", [](double x, double, double c) { return x + c; },
+      [](double, double, double ref) { return kU * std::fabs(ref); });
   cpu::scale(ctx, a.data(), ld, 16.0f, rows, n, out.data(), ld);
-  collect("scale", [](double x, double, double) { return 16.0 * x; },
-          [](double, double, double ref) { return kU * std::fabs(ref); });
+  collect(
+      "scale", [](double x, double, double) { return 16.0 * x; },
+      [](double, double, double ref) { return kU * std::fabs(ref); });
   cpu::soft_cap(ctx, a.data(), ld, 2.5f, rows, n, out.data(), ld);
-  collect("soft_cap", [](double x, double, double) { return 2.5 * std::tanh(x / 2.5); },
-          [](double x, double, double ref) { return 8 * kU * std::fabs(ref) + 2 * kU * std::fabs(x); });
+  collect(
+      "soft_cap", [](double x, double, double) { return 2.5 * std::tanh(x / 2.5); },
+      [](double x, double, double ref) { return 8 * kU * std::fabs(ref) + 2 * kU * std::fabs(x); });
   CHECK_THROWS(cpu::soft_cap(ctx, a.data(), ld, 0.0f, rows, n, out.data(), ld));
 }
 

@@ -158,8 +158,8 @@ TEST_CASE("every architecture's logits match the double-precision reference", "[
       ++i;
     }
   }
-  std::printf("arch parity: %-18s %-5s batch %d: max |error| %.3g, logit scale %.3g (%.2g relative)\n",
-              label.c_str(), std::string(name(type)).c_str(), static_cast<int>(batch), err, scale, err / scale);
+  std::printf("arch parity: %-18s %-5s batch %d: max |error| %.3g, logit scale %.3g (%.2g relative)\n", label.c_str(),
+              std::string(name(type)).c_str(), static_cast<int>(batch), err, scale, err / scale);
   INFO("max |error| " << err << " at position " << worst / reference.vocab() << ", logit scale " << scale);
   // float32 arithmetic over widths <= 128 and <= 7 layers against double: ~1e-5 of the scale.
   CHECK(err <= 1e-4 * scale);
@@ -208,9 +208,12 @@ ModelSpec spec_with(const std::string& arch, const std::vector<std::pair<std::st
   gguf::Writer w;
   w.set("general.architecture", gguf::Value::string(arch));
   for (const auto& [key, value] : std::vector<std::pair<std::string, gguf::Value>>{
-           {"embedding_length", gguf::Value::u32(64)}, {"block_count", gguf::Value::u32(12)},
-           {"attention.head_count", gguf::Value::u32(4)}, {"feed_forward_length", gguf::Value::u32(96)},
-           {"context_length", gguf::Value::u32(256)}, {"vocab_size", gguf::Value::u32(300)},
+           {"embedding_length", gguf::Value::u32(64)},
+           {"block_count", gguf::Value::u32(12)},
+           {"attention.head_count", gguf::Value::u32(4)},
+           {"feed_forward_length", gguf::Value::u32(96)},
+           {"context_length", gguf::Value::u32(256)},
+           {"vocab_size", gguf::Value::u32(300)},
            {"attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-6f)}}) {
     w.set(arch + "." + key, value);
   }
