@@ -2,6 +2,7 @@
 #include "commands.hpp"
 
 #include "formats/gguf.hpp"
+#include "model/hf_model.hpp"
 #include "model/model_spec.hpp"
 
 #include <sitsrt/error.hpp>
@@ -69,11 +70,61 @@ std::string model_features(const ModelSpec& spec) {
   return out;
 }
 
+nlohmann::json spec_json(const ModelSpec& spec) {
+  return {{"architecture", spec.architecture}, {"n_vocab", spec.n_vocab}, {"n_embd", spec.n_embd},
+          {"n_layer", spec.n_layer}, {"n_head", spec.n_head}, {"n_head_kv", spec.n_head_kv},
+          {"head_dim", spec.head_dim}, {"n_ff", spec.n_ff}, {"n_ctx_train", spec.n_ctx_train},
+          {"rms_eps", spec.rms_eps}, {"rope_freq_base", spec.rope_freq_base},
+          {"tied_output", spec.tied_output}, {"features", model_features(spec)}};
+}
+
+void print_spec(const ModelSpec& spec) {
+  fmt::print("model       {} '{}': n_embd {}, {} layers, {} heads ({} kv, head dim {}), ffn {}, vocab {}, "
+             "trained context {}{}\n",
+             spec.architecture, spec.name, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim,
+             spec.n_ff, spec.n_vocab, spec.n_ctx_train, spec.tied_output ? ", tied output head" : "");
+  const std::string features = model_features(spec);
+  if (!features.empty()) fmt::print("features    {}\n", features);
+}
+
+// A Hugging Face directory: the spec from config.json and the text model's tensors under
+// their GGUF names (with the checkpoint's names beside them).
+int hf_info(const std::string& path, bool json) {
+  const HfModel model = open_hf_model(path);
+  std::int64_t params = 0;
+  for (const auto& t : model.tensors.tensors()) params += t.elements();
+  if (json) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : model.tensors.tensors()) {
+      tensors.push_back({{"name", t.name}, {"hf_name", t.source_name}, {"type", name(t.type)}, {"dims", t.dims},
+                         {"bytes", t.bytes}});
+    }
+    const nlohmann::json doc = {{"path", path}, {"format", "huggingface"},
+                                {"hf_architecture", model.config.hf_architecture},
+                                {"torch_dtype", model.config.torch_dtype}, {"parameters", params},
+                                {"model", spec_json(model.config.spec)}, {"tensors", tensors}};
+    fmt::print("{}\n", doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    return 0;
+  }
+  fmt::print("directory   {}\n", path);
+  fmt::print("format      Hugging Face {} ({}), tensor prefix '{}'\n", model.config.hf_architecture,
+             model.config.torch_dtype.empty() ? "dtype not stated" : model.config.torch_dtype, model.prefix);
+  fmt::print("parameters  {} ({:.3f} M)\n", params, static_cast<double>(params) / 1e6);
+  print_spec(model.config.spec);
+  fmt::print("\ntensors ({}):\n", model.tensors.tensors().size());
+  fmt::print("  {:<32} {:<6} {:<18} {:>12}  {}\n", "name", "type", "dims", "bytes", "checkpoint name");
+  for (const auto& t : model.tensors.tensors()) {
+    fmt::print("  {:<32} {:<6} {:<18} {:>12}  {}\n", t.name, name(t.type), fmt::format("[{}]", fmt::join(t.dims, ", ")),
+               t.bytes, t.source_name);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int info_command(int argc, char** argv) {
-  Args args("sitsrt info", "Describe a GGUF model file: metadata, tensors, parameters, bytes by type.",
-            {{"model", 'm', "FILE", "model file (GGUF); may also be given as the first argument", ""},
+  Args args("sitsrt info", "Describe a model (GGUF file or Hugging Face directory): metadata, tensors, parameters, bytes by type.",
+            {{"model", 'm', "PATH", "GGUF file or Hugging Face directory; may also be given as the first argument", ""},
              {"json", 0, "", "machine-readable output", ""},
              {"full", 0, "", "with --json: print whole metadata arrays (vocabularies can be large)", ""}});
   args.parse(argc, argv, 2);
@@ -82,7 +133,8 @@ int info_command(int argc, char** argv) {
     return 0;
   }
   std::string path = args.get_or("model", args.positional().empty() ? "" : args.positional()[0]);
-  if (path.empty()) throw UsageError("no model given: pass -m FILE.gguf");
+  if (path.empty()) throw UsageError("no model given: pass -m FILE.gguf or -m HF_DIR");
+  if (is_hf_model_directory(path)) return hf_info(path, args.has("json"));
   const gguf::File file = gguf::File::open(path);
 
   std::int64_t params = 0;
@@ -115,11 +167,7 @@ int info_command(int argc, char** argv) {
                           {"alignment", file.alignment()}, {"parameters", params}, {"bytes_by_type", types},
                           {"metadata", metadata}, {"tensors", tensors}};
     if (spec) {
-      doc["model"] = {{"architecture", spec->architecture}, {"n_vocab", spec->n_vocab}, {"n_embd", spec->n_embd},
-                      {"n_layer", spec->n_layer}, {"n_head", spec->n_head}, {"n_head_kv", spec->n_head_kv},
-                      {"head_dim", spec->head_dim}, {"n_ff", spec->n_ff}, {"n_ctx_train", spec->n_ctx_train},
-                      {"rms_eps", spec->rms_eps}, {"rope_freq_base", spec->rope_freq_base},
-                      {"tied_output", spec->tied_output}, {"features", model_features(*spec)}};
+      doc["model"] = spec_json(*spec);
     } else {
       doc["model_error"] = spec_error;
     }
@@ -131,13 +179,7 @@ int info_command(int argc, char** argv) {
   fmt::print("format      GGUF v{}, {} bytes, alignment {}\n", file.version(), file.file_size(), file.alignment());
   fmt::print("parameters  {} ({:.3f} M)\n", params, static_cast<double>(params) / 1e6);
   if (spec) {
-    fmt::print("model       {} '{}': n_embd {}, {} layers, {} heads ({} kv, head dim {}), ffn {}, vocab {}, "
-               "trained context {}{}\n",
-               spec->architecture, spec->name, spec->n_embd, spec->n_layer, spec->n_head, spec->n_head_kv,
-               spec->head_dim, spec->n_ff, spec->n_vocab, spec->n_ctx_train,
-               spec->tied_output ? ", tied output head" : "");
-    const std::string features = model_features(*spec);
-    if (!features.empty()) fmt::print("features    {}\n", features);
+    print_spec(*spec);
   } else {
     fmt::print("model       cannot be run: {}\n", spec_error);
   }

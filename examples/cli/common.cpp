@@ -10,7 +10,7 @@ namespace sitsrt::cli {
 
 std::vector<OptionSpec> engine_option_specs() {
   return {
-      {"model", 'm', "FILE", "model file (GGUF)", ""},
+      {"model", 'm', "PATH", "model: a GGUF file or a Hugging Face directory (config.json + safetensors)", ""},
       {"threads", 't', "N", "compute threads", "all cores"},
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
       {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
@@ -25,7 +25,7 @@ std::vector<OptionSpec> engine_option_specs() {
 EngineOptions engine_options_from(const Args& args) {
   EngineOptions o;
   const auto model = args.get("model");
-  if (!model) throw UsageError("no model given: pass -m FILE.gguf (write one with 'sitsrt make-model')");
+  if (!model) throw UsageError("no model given: pass -m FILE.gguf or -m HF_DIR (write a GGUF with 'sitsrt make-model')");
   o.model_path = *model;
   o.threads = static_cast<int>(args.get_int("threads", 0));
   o.context_length = args.get_int("ctx", 0);

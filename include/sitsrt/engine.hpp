@@ -22,7 +22,7 @@ enum class KvCacheType { kF32, kF16 };
 enum class RopeStyleOption { kAuto, kNormal, kNeox };
 
 struct EngineOptions {
-  std::string model_path;             // a GGUF file
+  std::string model_path;             // a GGUF file, or a Hugging Face directory (config.json + safetensors)
   int threads = 0;                    // <= 0: all hardware threads
   std::int64_t context_length = 0;    // <= 0: min(training context, 4096)
   KvCacheType kv_cache_type = KvCacheType::kF16;

@@ -1,11 +1,10 @@
-// Engine: loads a GGUF model, builds its graph and execution plan, and serves requests.
+// Engine: loads a model (GGUF file or Hugging Face directory), builds its graph and execution plan, and serves requests.
 #include <sitsrt/engine.hpp>
 #include <sitsrt/error.hpp>
 
 #include "core/check.hpp"
-#include "formats/gguf.hpp"
 #include "graph/graph_printer.hpp"
-#include "model/gguf_weights.hpp"
+#include "model/model_loader.hpp"
 #include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
 #include "runtime/cpu_backend.hpp"
@@ -51,6 +50,20 @@ void validate(const EngineOptions& o) {
   }
 }
 
+// Digest of an HF directory: SHA-256 over "name sha256\n" of its config and safetensors files,
+// in name order (the weights and every config that shapes the model).
+std::string hf_directory_sha256(const std::string& directory) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const auto ext = entry.path().extension();
+    if (entry.is_regular_file() && (ext == ".json" || ext == ".safetensors")) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::string lines;
+  for (const auto& f : files) lines += fmt::format("{} {}\n", f.filename().string(), audit::sha256_file_hex(f.string()));
+  return audit::sha256_hex(lines);
+}
+
 std::string random_id_prefix() {
   std::random_device rd;
   return fmt::format("{:08x}{:08x}", rd(), rd());
@@ -61,14 +74,15 @@ std::string random_id_prefix() {
 struct Engine::Impl {
   explicit Impl(EngineOptions o)
       : options(std::move(o)),
-        file(gguf::File::open(options.model_path)),
-        spec(read_model_spec(file)),
-        tokenizer(read_vocabulary(file)),
-        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations),
-        weights(file) {
-    if (tokenizer.vocab().size() != spec.n_vocab) {
-      raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", file.path(),
-            tokenizer.vocab().size(), spec.n_vocab);
+        model(load_model(options.model_path)),
+        spec(model.spec),
+        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations) {
+    // An HF directory (or a GGUF converted from one) has no GGUF vocabulary; until tokenizer.json
+    // is read it serves token ids only (logits), and everything that needs a tokenizer says so.
+    if (model.gguf && model.gguf->find("tokenizer.ggml.tokens") != nullptr) tokenizer.emplace(read_vocabulary(*model.gguf));
+    if (tokenizer && tokenizer->vocab().size() != spec.n_vocab) {
+      raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", options.model_path,
+            tokenizer->vocab().size(), spec.n_vocab);
     }
     const std::int64_t requested = options.context_length;
     if (requested > spec.n_ctx_train * 16) {
@@ -80,7 +94,7 @@ struct Engine::Impl {
     ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
-    graph = build_model_graph(spec, file, graph_options);
+    graph = build_model_graph(spec, model.tensors, graph_options);
 
     const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
     plan.graph = &graph;
@@ -93,7 +107,7 @@ struct Engine::Impl {
     plan.n_vocab = spec.n_vocab;
     plan.step_mutex = &step_mutex;
 
-    backend.bind_weights(graph, weights);
+    backend.bind_weights(graph, model.tensors);
     backend.prepare(graph, plan.memory, context_length);
     prefault();
     fill_info(kv_type);
@@ -120,10 +134,11 @@ struct Engine::Impl {
     std::call_once(hash_once, [&] {
       std::function<void(double)> progress;
       constexpr std::uintmax_t kReportAbove = std::uintmax_t{64} << 20;
-      if (options.on_progress && std::filesystem::file_size(options.model_path) >= kReportAbove) {
+      if (options.on_progress && !model.hf && std::filesystem::file_size(options.model_path) >= kReportAbove) {
         progress = [&](double f) { options.on_progress("hash", f); };
       }
-      model_sha256 = audit::sha256_file_hex(options.model_path, progress);
+      model_sha256 = model.hf ? hf_directory_sha256(options.model_path)
+                              : audit::sha256_file_hex(options.model_path, progress);
     });
     return model_sha256;
   }
@@ -136,7 +151,7 @@ struct Engine::Impl {
     std::uint64_t total = graph.total_weight_bytes(), done = 0;
     volatile unsigned char sink = 0;
     for (const graph::Weight& w : graph.weights()) {
-      const auto data = weights.data(w);
+      const auto data = model.tensors.data(w);
       for (std::size_t off = 0; off < data.size(); off += 4096) sink = sink ^ static_cast<unsigned char>(data[off]);
       done += data.size();
       options.on_progress("load", total ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
@@ -155,7 +170,7 @@ struct Engine::Impl {
     info.head_dim = spec.head_dim;
     info.n_ff = spec.n_ff;
     info.n_ctx_train = spec.n_ctx_train;
-    for (const auto& t : file.tensors()) info.n_params += t.elements();
+    for (const auto& t : model.tensors.tensors()) info.n_params += t.elements();
     info.weight_bytes = graph.total_weight_bytes();
     // A decode step reads every weight once, except the embedding table, of which it reads one
     // row (unless the table doubles as the output head).
@@ -176,8 +191,10 @@ struct Engine::Impl {
     info.threads = backend.context().threads();
     info.cpu_isa = std::string(cpu::name(backend.context().isa()));
     info.int8_activations = backend.context().int8_activations();
-    info.bos = tokenizer.vocab().bos;
-    info.eos = tokenizer.vocab().eos;
+    if (tokenizer) {
+      info.bos = tokenizer->vocab().bos;
+      info.eos = tokenizer->vocab().eos;
+    }
   }
 
   // Sessions (KV cache + activation arena) are reused across requests: allocated once per
@@ -210,11 +227,21 @@ struct Engine::Impl {
   }
 
   EngineOptions options;
-  gguf::File file;
+  const SpmTokenizer& tok() const {
+    if (!tokenizer) {
+      raise(ErrorCode::kUnsupported,
+            "{}: the model has no GGUF vocabulary (a Hugging Face directory, or converted from one) and tokenizer.json "
+            "support is pending; only "
+            "token-id logits (sitsrt logits --tokens) and inspection (info, graph) work for now",
+            options.model_path);
+    }
+    return *tokenizer;
+  }
+
+  LoadedModel model;
   ModelSpec spec;
-  SpmTokenizer tokenizer;
+  std::optional<SpmTokenizer> tokenizer;
   CpuBackend backend;
-  GgufWeightSource weights;
   graph::Graph graph;
   ExecutionPlan plan;
   std::int64_t context_length = 0;
@@ -254,8 +281,8 @@ SamplingRecord sampling_record(const GenerationConfig& c) {
 
 GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
                                   const TokenCallback& on_token) const {
-  const bool add_bos = config.add_bos.value_or(impl_->tokenizer.vocab().add_bos);
-  const std::vector<std::int32_t> tokens = impl_->tokenizer.encode(prompt, add_bos);
+  const bool add_bos = config.add_bos.value_or(impl_->tok().vocab().add_bos);
+  const std::vector<std::int32_t> tokens = impl_->tok().encode(prompt, add_bos);
   return run_request(prompt, tokens, config, on_token);
 }
 
@@ -280,7 +307,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
   if (!audit.active()) {
     return impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, config, on_token); });
+        [&](Session& s) { return generate_tokens(s, impl_->tok(), prompt_tokens, config, on_token); });
   }
   // The seed is resolved here so that the begin record carries it.
   GenerationConfig resolved = config;
@@ -305,7 +332,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   };
   try {
     GenerationResult result = impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, resolved, hooked); });
+        [&](Session& s) { return generate_tokens(s, impl_->tok(), prompt_tokens, resolved, hooked); });
     audit.end(result);
     return result;
   } catch (const std::exception& e) {
@@ -329,17 +356,17 @@ std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all
 }
 
 std::vector<std::int32_t> Engine::tokenize(std::string_view text, bool add_bos) const {
-  return impl_->tokenizer.encode(text, add_bos);
+  return impl_->tok().encode(text, add_bos);
 }
 
 std::string Engine::detokenize(std::span<const std::int32_t> tokens) const {
   // A sequence that starts with BOS was encoded from text with the dummy-prefix space: drop it
   // so detokenize(tokenize(text)) == text.
-  const bool from_text = !tokens.empty() && tokens.front() == impl_->tokenizer.vocab().bos;
-  return impl_->tokenizer.decode(tokens, from_text);
+  const bool from_text = !tokens.empty() && tokens.front() == impl_->tok().vocab().bos;
+  return impl_->tok().decode(tokens, from_text);
 }
 
-std::string Engine::token_bytes(std::int32_t token) const { return impl_->tokenizer.token_bytes(token); }
+std::string Engine::token_bytes(std::int32_t token) const { return impl_->tok().token_bytes(token); }
 
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 

@@ -1,7 +1,6 @@
 #include "model/decoder_builder.hpp"
 
 #include "core/check.hpp"
-#include "formats/gguf.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,8 +13,8 @@ using graph::RowSpace;
 using graph::ValueId;
 using graph::WeightId;
 
-DecoderBuilder::DecoderBuilder(const ModelSpec& spec, const gguf::File& file, const ModelGraphOptions& options)
-    : spec_(spec), file_(file), options_(options) {
+DecoderBuilder::DecoderBuilder(const ModelSpec& spec, const TensorCatalog& tensors, const ModelGraphOptions& options)
+    : spec_(spec), tensors_(tensors), options_(options) {
   if (spec.rope_freq_factors) rope_factors_ = weight("rope_freqs.weight", {spec.rope_dims / 2});
 }
 
@@ -24,19 +23,21 @@ std::string DecoderBuilder::block(std::int32_t layer) {
 }
 
 WeightId DecoderBuilder::weight(const std::string& name, std::vector<std::int64_t> dims) {
-  const gguf::TensorInfo* info = file_.find_tensor(name);
+  const CatalogTensor* info = tensors_.find(name);
   if (info == nullptr)
-    raise(ErrorCode::kInvalidModel, "{}: missing tensor '{}' ({})", file_.path(), name, spec_.architecture);
+    raise(ErrorCode::kInvalidModel, "{}: missing tensor {} ({})", tensors_.path(), tensors_.describe(name),
+          spec_.architecture);
   if (info->dims != dims) {
     raise(ErrorCode::kInvalidModel,
-          "{}: tensor '{}' has shape [{}], expected [{}] for {} (n_embd {}, n_head {}, n_head_kv {}, head_dim {}, "
-          "n_ff {}, n_vocab {})",
-          file_.path(), name, fmt::join(info->dims, ", "), fmt::join(dims, ", "), spec_.architecture, spec_.n_embd,
+          "{}: tensor {} has shape [{}] (GGUF order), expected [{}] for {} (n_embd {}, n_head {}, n_head_kv {}, "
+          "head_dim {}, n_ff {}, n_vocab {})",
+          tensors_.path(), tensors_.describe(name), fmt::join(info->dims, ", "), fmt::join(dims, ", "), spec_.architecture, spec_.n_embd,
           spec_.n_head, spec_.n_head_kv, spec_.head_dim, spec_.n_ff, spec_.n_vocab);
   }
   if (dims.size() == 1 && info->type != DType::kF32) {
     raise(ErrorCode::kUnsupported,
-          "{}: vector tensor '{}' is {}, only f32 norm, bias and rope-factor vectors are supported", file_.path(), name,
+          "{}: vector tensor {} is {}, only f32 norm, bias and rope-factor vectors are supported", tensors_.path(),
+          tensors_.describe(name),
           sitsrt::name(info->type));
   }
   return graph_.add_weight({name, info->type, info->dims, info->bytes});

@@ -7,6 +7,7 @@
 #include "graph/graph.hpp"
 #include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
+#include "model/tensor_catalog.hpp"
 
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@ namespace sitsrt::detail {
 
 class DecoderBuilder {
  public:
-  DecoderBuilder(const ModelSpec& spec, const gguf::File& file, const ModelGraphOptions& options);
+  DecoderBuilder(const ModelSpec& spec, const TensorCatalog& tensors, const ModelGraphOptions& options);
 
   // Adds the tensor `name` after checking its shape (GGUF order). Vectors must be F32.
   graph::WeightId weight(const std::string& name, std::vector<std::int64_t> dims);
@@ -44,7 +45,7 @@ class DecoderBuilder {
   graph::RopeAttrs rope_for_layer(std::int32_t layer) const;
 
   const ModelSpec& spec_;
-  const gguf::File& file_;
+  const TensorCatalog& tensors_;
   ModelGraphOptions options_;
   graph::Graph graph_;
   graph::WeightId embedding_ = -1;

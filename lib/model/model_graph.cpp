@@ -1,8 +1,9 @@
 #include "model/model_graph.hpp"
 
 #include "core/check.hpp"
-#include "formats/gguf.hpp"
 #include "model/decoder_builder.hpp"
+#include "model/tensor_catalog.hpp"
+#include "formats/gguf.hpp"
 
 #include <array>
 
@@ -25,14 +26,18 @@ constexpr std::array<ArchitectureBuilder, 4> kBuilders = {{
 
 }  // namespace
 
-graph::Graph build_model_graph(const ModelSpec& spec, const gguf::File& file, const ModelGraphOptions& options) {
+graph::Graph build_model_graph(const ModelSpec& spec, const TensorCatalog& tensors, const ModelGraphOptions& options) {
   for (const auto& entry : kBuilders) {
     if (entry.architecture != spec.architecture) continue;
-    detail::DecoderBuilder builder(spec, file, options);
+    detail::DecoderBuilder builder(spec, tensors, options);
     return entry.build(builder);
   }
-  raise(ErrorCode::kUnsupported, "{}: no graph builder for architecture '{}' (supported: {})", file.path(),
+  raise(ErrorCode::kUnsupported, "{}: no graph builder for architecture '{}' (supported: {})", tensors.path(),
         spec.architecture, supported_architectures());
+}
+
+graph::Graph build_model_graph(const ModelSpec& spec, const gguf::File& file, const ModelGraphOptions& options) {
+  return build_model_graph(spec, TensorCatalog::from_gguf(file), options);
 }
 
 }  // namespace sitsrt

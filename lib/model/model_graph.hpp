@@ -14,6 +14,8 @@ class File;
 
 namespace sitsrt {
 
+class TensorCatalog;
+
 struct ModelGraphOptions {
   DType kv_type = DType::kF16;    // cache element type (kF32 or kF16)
   std::optional<bool> rope_neox;  // override the architecture's rope pairing (mislabelled files)
@@ -21,6 +23,9 @@ struct ModelGraphOptions {
 
 // Throws kUnsupported for an architecture without a builder, kInvalidModel for a missing or
 // mis-shaped tensor (naming it and the expected shape).
+graph::Graph build_model_graph(const ModelSpec& spec, const TensorCatalog& tensors, const ModelGraphOptions& options);
+
+// The same for a GGUF file's tensors.
 graph::Graph build_model_graph(const ModelSpec& spec, const gguf::File& file, const ModelGraphOptions& options);
 
 }  // namespace sitsrt

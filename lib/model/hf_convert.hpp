@@ -1,0 +1,29 @@
+// Converts a Hugging Face model directory to a GGUF file that llama.cpp-compatible readers
+// (and this library) load: llama.cpp's metadata keys and tensor names, Llama/Mistral Q/K rows
+// permuted back to GGUF's adjacent-pair rope convention, Gemma 3 norms stored as 1 + w, Llama 3
+// rope scaling as rope_freqs.weight. 2-D weights are written in the requested type (a matrix
+// whose rows are not whole blocks of it falls back to f16); vectors are f32.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace sitsrt {
+
+struct HfConvertSummary {
+  std::string architecture;  // GGUF general.architecture
+  std::size_t tensors = 0;
+  std::int64_t parameters = 0;
+  std::uint64_t bytes = 0;          // tensor bytes written
+  std::size_t fallback_f16 = 0;     // matrices written as f16 because rows are not whole blocks
+};
+
+// progress(done_tensors, total_tensors). Throws sitsrt::Error naming the directory/key/tensor;
+// the output file is written atomically (see gguf::Writer::write).
+HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, DType type, int threads,
+                                    const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+}  // namespace sitsrt
