@@ -129,7 +129,7 @@ def main():
     cli = sys.argv[1]
     for entry in os.listdir(HERE):
         path = os.path.join(HERE, entry)
-        if entry.startswith(("gguf_", "st_")):
+        if entry.startswith(("gguf_", "st_", "hf_")):
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     base_path = os.path.join(HERE, "valid_base.gguf")
     subprocess.run([cli, "make-model", "-o", base_path, "--dim", "32", "--layers", "1", "--heads", "2",
@@ -326,6 +326,100 @@ def main():
               {"s1.safetensors": [a], "s2.safetensors": [b]}, "'s1.safetensors'")
     shard_dir("st_index_missing_shard_file", {"a": "s1.safetensors", "b": "s9.safetensors"},
               {"s1.safetensors": [a]}, "s9.safetensors", code="io")
+
+    # --- Hugging Face directories (config.json + model.safetensors), loaded by the engine ------------
+    def hf_dir(name, config, entries, message, code="invalid_model"):
+        folder = os.path.join(HERE, name)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "config.json"), "w" if isinstance(config, str) else "w") as f:
+            f.write(config if isinstance(config, str) else json.dumps(config, indent=1))
+        with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+            f.write(safetensors(entries, metadata={"format": "pt"}))
+        cases.append((name, "engine", code, message))
+
+    base = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 1, "num_key_value_heads": 1, "vocab_size": 4, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 64, "torch_dtype": "float32"}
+
+    def cfg(**edits):
+        c = dict(base)
+        for k, v in edits.items():
+            if v is None:
+                c.pop(k, None)
+            else:
+                c[k] = v
+        return c
+
+    def llama_tensors(skip=(), shapes=None, dtype="F32"):
+        shapes = shapes or {}
+        names = {"model.embed_tokens.weight": [4, 8], "model.norm.weight": [8], "lm_head.weight": [4, 8]}
+        for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            names[f"model.layers.0.{proj}.weight"] = [8, 8]
+        names["model.layers.0.input_layernorm.weight"] = [8]
+        names["model.layers.0.post_attention_layernorm.weight"] = [8]
+        out = []
+        for i, (n, shape) in enumerate(sorted(names.items())):
+            if n in skip:
+                continue
+            shape = shapes.get(n, shape)
+            count = 1
+            for d in shape:
+                count *= d
+            out.append((n, dtype if len(shape) == 2 else "F32", shape, f32(count, 0.01 * i), None))
+        return out
+
+    def awq_tensors(scales_shape=(1, 8)):
+        """One AWQ GEMM layer set (group 8): qweight [in, out/8], qzeros [groups, out/8], scales f16."""
+        out = [e for e in llama_tensors() if not e[0].endswith("_proj.weight")]
+        for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            p = f"model.layers.0.{proj}."
+            out.append((p + "qweight", "I32", [8, 1], struct.pack("<8I", *[0x76543210] * 8), None))
+            out.append((p + "qzeros", "I32", [1, 1], struct.pack("<I", 0x88888888), None))
+            n = scales_shape[0] * scales_shape[1]
+            out.append((p + "scales", "F16", list(scales_shape), struct.pack(f"<{n}e", *[0.5] * n), None))
+        return out
+
+    hf_dir("hf_valid_llama", base, llama_tensors(), "", code="none")
+    hf_dir("hf_config_invalid_json", '{"architectures": ["LlamaForCausalLM"], "hidden_size": ', llama_tensors(),
+           "not valid JSON")
+    hf_dir("hf_config_not_an_object", "[1, 2]", llama_tensors(), "not a JSON object")
+    hf_dir("hf_config_missing_hidden_size", cfg(hidden_size=None), llama_tensors(), "key 'hidden_size' is missing")
+    hf_dir("hf_config_hidden_size_string", cfg(hidden_size="8"), llama_tensors(), "'hidden_size' must be an integer")
+    hf_dir("hf_config_heads_zero", cfg(num_attention_heads=0), llama_tensors(), "'num_attention_heads' = 0")
+    hf_dir("hf_config_kv_heads_not_divisor", cfg(num_attention_heads=2, num_key_value_heads=3), llama_tensors(),
+           "'num_key_value_heads'")
+    hf_dir("hf_config_eps_negative", cfg(rms_norm_eps=-1e-5), llama_tensors(), "'rms_norm_eps'")
+    hf_dir("hf_config_architectures_missing", cfg(architectures=None), llama_tensors(), "'architectures' is missing")
+    hf_dir("hf_config_unknown_architecture", cfg(architectures=["GPT2LMHeadModel"]), llama_tensors(),
+           "'GPT2LMHeadModel' is not supported", code="unsupported")
+    hf_dir("hf_config_rope_type_unknown", cfg(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), llama_tensors(),
+           "'rope_scaling.rope_type' = 'dynamic'", code="unsupported")
+    hf_dir("hf_config_llama3_rope_without_context", cfg(rope_scaling={"rope_type": "llama3", "factor": 8.0}),
+           llama_tensors(), "'rope_scaling.original_max_position_embeddings' is missing")
+    hf_dir("hf_config_hidden_act_gelu", cfg(hidden_act="gelu"), llama_tensors(), "'hidden_act' = 'gelu'",
+           code="unsupported")
+    hf_dir("hf_config_gemma3_text_config_missing", cfg(architectures=["Gemma3ForConditionalGeneration"]),
+           llama_tensors(), "'text_config' is missing")
+    hf_dir("hf_config_gemma3_layer_types_short",
+           {"architectures": ["Gemma3ForConditionalGeneration"],
+            "text_config": {**base, "architectures": None, "layer_types": ["sliding_attention"] * 3}},
+           llama_tensors(), "'text_config.layer_types' must list 1 layers")
+    hf_dir("hf_config_torch_dtype_unknown", cfg(torch_dtype="float8"), llama_tensors(), "'torch_dtype'")
+    hf_dir("hf_config_quant_method_unknown", cfg(quantization_config={"quant_method": "bitsandbytes"}),
+           llama_tensors(), "'quantization_config.quant_method' = 'bitsandbytes'", code="unsupported")
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 8, "zero_point": True, "version": "gemm"}
+    hf_dir("hf_awq_checkpoint_refused", cfg(quantization_config=awq), awq_tensors(),
+           "'awq' is not supported yet", code="unsupported")
+    hf_dir("hf_awq_scales_wrong_shape", cfg(quantization_config=awq), awq_tensors(scales_shape=(2, 8)),
+           "model.layers.0.self_attn.q_proj.scales")
+    hf_dir("hf_tensor_missing", base, llama_tensors(skip=("model.layers.0.self_attn.k_proj.weight",)),
+           "missing tensor 'model.layers.0.self_attn.k_proj.weight'")
+    hf_dir("hf_tensor_wrong_shape", base, llama_tensors(shapes={"model.layers.0.mlp.up_proj.weight": [8, 4]}),
+           "'model.layers.0.mlp.up_proj.weight' ('blk.0.ffn_up.weight') has shape [4, 8]")
+    hf_dir("hf_tensor_int_dtype", base, llama_tensors(dtype="I32"), "unquantized checkpoints must be F32, F16 or BF16",
+           code="unsupported")
 
     with open(os.path.join(HERE, "expected.tsv"), "w") as f:
         f.write("# file\tloader\terror code\tmessage substring (generated by make_corpus.py)\n")
