@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer audit_verify)
+targets=(gguf safetensors tokenizer audit_verify hf_config)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -44,6 +44,15 @@ for target in "${selected[@]}"; do
       for f in tests/data/malformed/st_index_*/model.safetensors.index.json; do
         { printf '\x01'; cat "$f"; } >"$corpus/$(basename "$(dirname "$f")").json"
       done ;;
+    hf_config)  # the malformed corpus's configs and every family the reference tests write
+      for f in tests/data/malformed/hf_*/config.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done
+      python3 -c "
+import json, sys
+sys.path.insert(0, 'tests/reference')
+from hf_checkpoints import VARIANTS, config_for
+for v in VARIANTS:
+    open('$corpus/' + v + '.json', 'w').write(json.dumps(config_for(v, 'bf16')))
+" 2>/dev/null || true ;;
     audit_verify)  # first byte: 0 plain SHA-256 chain, 1 HMAC under the target's fixed key
       if [ ! -f "$corpus/plain" ]; then
         rm -f build-fuzz/seed.jsonl* && printf 'fuzz-key' >build-fuzz/seed.key
