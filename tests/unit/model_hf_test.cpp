@@ -6,6 +6,7 @@
 #include "model/hf_config.hpp"
 #include "model/hf_names.hpp"
 #include "model/hf_quant.hpp"
+#include "model/tensor_catalog.hpp"
 #include "support/random.hpp"
 
 #include <sitsrt/error.hpp>
@@ -426,4 +427,31 @@ TEST_CASE("FP8 E4M3 decoding and scale layouts", "[model][hf][quant]") {
                     Catch::Contains("s_inv") && Catch::Contains("expected F32 [2, 2]"));
   CHECK_THROWS_WITH(sitsrt::hf::read_fp8(weight, {"s", ElementType::kF32, {3}, bytes_of(blocks)}, {}),
                     Catch::Contains("per-row [4]"));
+}
+
+TEST_CASE("TensorCatalog checks sizes and duplicates and names the checkpoint's tensor", "[model][hf]") {
+  sitsrt::TensorCatalog catalog("dir");
+  const std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  const auto bytes = std::as_bytes(std::span<const float>(values));
+  catalog.add({"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", sitsrt::DType::kF32, {3, 2}, 24,
+               bytes});
+  const sitsrt::CatalogTensor* t = catalog.find("blk.0.attn_q.weight");
+  REQUIRE(t != nullptr);
+  CHECK(t->data.data() == bytes.data());  // a view, not a copy
+  CHECK(t->elements() == 6);
+  CHECK(catalog.describe("blk.0.attn_q.weight") ==
+        "'model.layers.0.self_attn.q_proj.weight' ('blk.0.attn_q.weight')");
+  CHECK(catalog.describe("blk.0.attn_k.weight") == "'blk.0.attn_k.weight'");
+  catalog.set_source_namer([](const std::string& name) { return "hf." + name; });
+  CHECK(catalog.describe("blk.0.attn_k.weight") == "'hf.blk.0.attn_k.weight' ('blk.0.attn_k.weight')");
+  CHECK_THROWS_WITH(catalog.add({"blk.0.attn_q.weight", "x", sitsrt::DType::kF32, {6}, 24, bytes}),
+                    Catch::Contains("appears twice"));
+  CHECK_THROWS_WITH(catalog.add({"blk.0.attn_v.weight", "model.v", sitsrt::DType::kF32, {4, 2}, 32, bytes}),
+                    Catch::Contains("'model.v' has 24 bytes"));
+  std::vector<std::byte> owned(8, std::byte{1});
+  const std::byte* where = owned.data();
+  catalog.add_owned({"n.weight", "n", sitsrt::DType::kF32, {2}, 8, {}}, std::move(owned));
+  const sitsrt::TensorCatalog moved = std::move(catalog);  // owned bytes stay where the view points
+  CHECK(moved.find("n.weight")->data.data() == where);
+  CHECK(moved.tensors().size() == 2);
 }
