@@ -6,6 +6,8 @@
 #include "model/hf_names.hpp"
 #include "model/hf_quant.hpp"
 
+#include <fmt/ranges.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -58,34 +60,52 @@ hf::RawTensor raw(const safetensors::Checkpoint& ckpt, const std::string& dir, c
   return {entry->info->name, entry->info->type, entry->info->shape, ckpt.data(*entry)};
 }
 
-// Reads and validates every quantized linear layer (shapes, dtypes, packing), then refuses the
-// model: the weight formats that would hold these levels without a float round trip are not
-// in this build yet.
+// The companion tensors of one quantized linear layer, by method.
+std::vector<std::string> companions(const HfQuantization& q) {
+  if (q.method == "awq") return {"qweight", "qzeros", "scales"};
+  if (q.method == "gptq") return {"qweight", "qzeros", "scales", "g_idx"};
+  return {"weight", q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv"};
+}
+
+// Validates the quantized linear layers, then refuses the model: the weight formats that would
+// hold these levels without a float round trip are not in this build yet. Layer 0 is unpacked
+// completely (packing, zero points, g_idx ranges); later layers must hold the same companions
+// with the same dtypes and shapes (unpacking all of a 7B model would take seconds to refuse it).
 [[noreturn]] void refuse_quantized(const HfModel& model, const safetensors::Checkpoint& ckpt, const std::string& dir) {
   const HfQuantization& q = *model.config.quantization;
+  const std::vector<std::string> parts = companions(q);
   std::int64_t checked = 0;
-  for (std::int64_t l = 0; l < model.config.spec.n_layer; ++l) {
-    for (const std::string_view linear : kLinearLayers) {
-      const std::string base = fmt::format("{}layers.{}.{}.", model.prefix, l, linear);
-      try {
-        if (q.method == "awq") {
-          (void)hf::unpack_awq(raw(ckpt, dir, base + "qweight"), raw(ckpt, dir, base + "qzeros"),
-                               raw(ckpt, dir, base + "scales"), q.group_size);
-        } else if (q.method == "gptq") {
-          (void)hf::unpack_gptq(raw(ckpt, dir, base + "qweight"), raw(ckpt, dir, base + "qzeros"),
-                                raw(ckpt, dir, base + "scales"), raw(ckpt, dir, base + "g_idx", !q.desc_act),
-                                q.group_size, q.gptq_format == "gptq");
-        } else {
-          const bool block = !q.fp8_block.empty();
-          (void)hf::read_fp8(raw(ckpt, dir, base + "weight"),
-                             raw(ckpt, dir, base + (block ? "weight_scale_inv" : "weight_scale")), q.fp8_block);
-        }
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kInvalidModel) throw;
-        raise(ErrorCode::kInvalidModel, "{}: {}", dir, e.what());
+  for (const std::string_view linear : kLinearLayers) {
+    const std::string first = fmt::format("{}layers.0.{}.", model.prefix, linear);
+    const bool g_idx_optional = !q.desc_act;
+    try {
+      if (q.method == "awq") {
+        (void)hf::unpack_awq(raw(ckpt, dir, first + "qweight"), raw(ckpt, dir, first + "qzeros"),
+                             raw(ckpt, dir, first + "scales"), q.group_size);
+      } else if (q.method == "gptq") {
+        (void)hf::unpack_gptq(raw(ckpt, dir, first + "qweight"), raw(ckpt, dir, first + "qzeros"),
+                              raw(ckpt, dir, first + "scales"), raw(ckpt, dir, first + "g_idx", g_idx_optional),
+                              q.group_size, q.gptq_format == "gptq");
+      } else {
+        (void)hf::read_fp8(raw(ckpt, dir, first + parts[0]), raw(ckpt, dir, first + parts[1]), q.fp8_block);
       }
-      ++checked;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidModel) throw;
+      raise(ErrorCode::kInvalidModel, "{}: {}", dir, e.what());
     }
+    for (std::int64_t l = 1; l < model.config.spec.n_layer; ++l) {
+      const std::string base = fmt::format("{}layers.{}.{}.", model.prefix, l, linear);
+      for (const std::string& part : parts) {
+        const hf::RawTensor want = raw(ckpt, dir, first + part, true);
+        const hf::RawTensor got = raw(ckpt, dir, base + part, part == "g_idx" && g_idx_optional);
+        if (want.type != got.type || want.shape != got.shape) {
+          raise(ErrorCode::kInvalidModel, "{}: tensor '{}' is {} [{}], layer 0 has {} [{}]", dir, base + part,
+                safetensors::name(got.type), fmt::join(got.shape, ", "), safetensors::name(want.type),
+                fmt::join(want.shape, ", "));
+        }
+      }
+    }
+    checked += model.config.spec.n_layer;
   }
   raise(ErrorCode::kUnsupported,
         "{}: quantization_config.quant_method '{}' is not supported yet: its {} quantized linear layers are valid, "

@@ -381,6 +381,14 @@ def main():
             out.append((p + "scales", "F16", list(scales_shape), struct.pack(f"<{n}e", *[0.5] * n), None))
         return out
 
+    def quantized_tensors(parts):
+        """llama_tensors with every projection replaced by `parts` (name suffix, dtype, shape, bytes)."""
+        out = [e for e in llama_tensors() if not e[0].endswith("_proj.weight")]
+        for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            out += [(f"model.layers.0.{proj}.{suffix}", dt, shape, data, None) for suffix, dt, shape, data in parts]
+        return out
+
     hf_dir("hf_valid_llama", base, llama_tensors(), "", code="none")
     hf_dir("hf_config_invalid_json", '{"architectures": ["LlamaForCausalLM"], "hidden_size": ', llama_tensors(),
            "not valid JSON")
@@ -414,6 +422,23 @@ def main():
            "'awq' is not supported yet", code="unsupported")
     hf_dir("hf_awq_scales_wrong_shape", cfg(quantization_config=awq), awq_tensors(scales_shape=(2, 8)),
            "model.layers.0.self_attn.q_proj.scales")
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 8, "desc_act": True, "sym": True}
+    gptq_parts = [("qweight", "I32", [1, 8], struct.pack("<8I", *[0x76543210] * 8)),
+                  ("qzeros", "I32", [1, 1], struct.pack("<I", 0x77777777)),
+                  ("scales", "F16", [1, 8], struct.pack("<8e", *[0.25] * 8)),
+                  ("g_idx", "I32", [8], struct.pack("<8i", *[0] * 8))]
+    hf_dir("hf_gptq_act_order_refused", cfg(quantization_config=gptq), quantized_tensors(gptq_parts),
+           "'gptq' is not supported yet", code="unsupported")
+    hf_dir("hf_gptq_g_idx_out_of_range", cfg(quantization_config=gptq),
+           quantized_tensors(gptq_parts[:3] + [("g_idx", "I32", [8], struct.pack("<8i", *[0] * 7, 5))]),
+           "g_idx[7] = 5")
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    fp8_parts = [("weight", "F8_E4M3", [8, 8], bytes(range(0x30, 0x70))),
+                 ("weight_scale_inv", "F32", [1, 1], struct.pack("<f", 0.5))]
+    hf_dir("hf_fp8_block_refused", cfg(quantization_config=fp8), quantized_tensors(fp8_parts),
+           "'fp8' is not supported yet", code="unsupported")
+    hf_dir("hf_fp8_scale_missing", cfg(quantization_config=fp8), quantized_tensors(fp8_parts[:1]),
+           "missing tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv'")
     hf_dir("hf_tensor_missing", base, llama_tensors(skip=("model.layers.0.self_attn.k_proj.weight",)),
            "missing tensor 'model.layers.0.self_attn.k_proj.weight'")
     hf_dir("hf_tensor_wrong_shape", base, llama_tensors(shapes={"model.layers.0.mlp.up_proj.weight": [8, 4]}),
