@@ -8,19 +8,20 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <unistd.h>
+#include <chrono>
 
 namespace sitsrt::cli {
 
 int convert_command(int argc, char** argv) {
-  Args args("sitsrt convert",
-            "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
-            "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
-            {{"output", 'o', "FILE", "output GGUF path", ""},
-             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1", "the checkpoint's torch_dtype"},
-             {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
-             {"json", 0, "", "print a JSON summary on stdout", ""}});
+  Args args(
+      "sitsrt convert",
+      "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
+      "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
+      {{"output", 'o', "FILE", "output GGUF path", ""},
+       {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1", "the checkpoint's torch_dtype"},
+       {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
+       {"json", 0, "", "print a JSON summary on stdout", ""}});
   args.parse(argc, argv, 2);
   if (args.has("help")) {
     fmt::print("{}", args.help());
@@ -28,7 +29,8 @@ int convert_command(int argc, char** argv) {
   }
   if (args.positional().size() != 1) throw UsageError("pass one Hugging Face model directory");
   const std::string& directory = args.positional()[0];
-  if (!is_hf_model_directory(directory)) throw UsageError(fmt::format("'{}' is not a directory with config.json", directory));
+  if (!is_hf_model_directory(directory))
+    throw UsageError(fmt::format("'{}' is not a directory with config.json", directory));
   const auto out = args.get("output");
   if (!out) throw UsageError("no output file: pass -o FILE.gguf");
   std::optional<DType> type;
@@ -43,14 +45,21 @@ int convert_command(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   const HfConvertSummary s = convert_hf_to_gguf(directory, *out, *type, static_cast<int>(args.get_int("threads", 0)),
                                                 [&](std::size_t done, std::size_t total) {
-                                                  if (tty) fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
+                                                  if (tty)
+                                                    fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
                                                 });
   if (tty) fmt::print(stderr, "\n");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (args.has("json")) {
-    const nlohmann::json doc = {{"input", directory}, {"output", *out}, {"architecture", s.architecture},
-                                {"type", name(*type)}, {"tensors", s.tensors}, {"parameters", s.parameters},
-                                {"tensor_bytes", s.bytes}, {"fallback_f16", s.fallback_f16}, {"seconds", seconds}};
+    const nlohmann::json doc = {{"input", directory},
+                                {"output", *out},
+                                {"architecture", s.architecture},
+                                {"type", name(*type)},
+                                {"tensors", s.tensors},
+                                {"parameters", s.parameters},
+                                {"tensor_bytes", s.bytes},
+                                {"fallback_f16", s.fallback_f16},
+                                {"seconds", seconds}};
     fmt::print("{}\n", doc.dump());
   }
   fmt::print(stderr, "wrote {} ({}, {} tensors, {:.2f} M parameters, {}{}, {:.1f} s)\n", *out, s.architecture,

@@ -131,8 +131,7 @@ void read_rope_scaling(const Keys& k, ModelSpec& spec) {
     s.original_context = r.require_integer("original_max_position_embeddings", 1, std::int64_t{1} << 24);
     s.low_freq_factor = static_cast<float>(r.positive("low_freq_factor").value_or(1.0));
     s.high_freq_factor = static_cast<float>(r.positive("high_freq_factor").value_or(4.0));
-    if (!(s.high_freq_factor > s.low_freq_factor))
-      r.fail("high_freq_factor", "must be greater than low_freq_factor");
+    if (!(s.high_freq_factor > s.low_freq_factor)) r.fail("high_freq_factor", "must be greater than low_freq_factor");
   } else if (*type == "yarn") {
     s.type = RopeScalingType::kYarn;
     spec.rope_freq_scale = 1.0f / s.factor;
@@ -192,8 +191,10 @@ void read_sliding_window(const Keys& k, const Family& f, ModelSpec& spec) {
     if (k.boolean("use_sliding_window").value_or(false))
       spec.sliding_window = k.integer("sliding_window", 1, max_window).value_or(4096);
   }
-  if (spec.sliding_window > 0) read_window_layers(k, f, spec);
-  else spec.windowed_layers.assign(static_cast<std::size_t>(spec.n_layer), false);
+  if (spec.sliding_window > 0)
+    read_window_layers(k, f, spec);
+  else
+    spec.windowed_layers.assign(static_cast<std::size_t>(spec.n_layer), false);
 }
 
 std::optional<HfQuantization> read_quantization(const Keys& top) {
@@ -284,8 +285,8 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& display_
   spec.n_ctx_train = k.integer("max_position_embeddings", 1, std::int64_t{1} << 24).value_or(family->max_positions);
   spec.n_head_kv = k.integer("num_key_value_heads", 1, 4096).value_or(spec.n_head);
   if (spec.n_head % spec.n_head_kv != 0)
-    k.fail("num_key_value_heads", fmt::format("= {} does not divide num_attention_heads {}", spec.n_head_kv,
-                                              spec.n_head));
+    k.fail("num_key_value_heads",
+           fmt::format("= {} does not divide num_attention_heads {}", spec.n_head_kv, spec.n_head));
   if (const auto hd = k.integer("head_dim", 2, 4096)) {
     spec.head_dim = *hd;
   } else if (family->default_head_dim > 0) {
@@ -306,8 +307,8 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& display_
   read_sliding_window(k, *family, spec);
   spec.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.head_dim)));
   // Gemma 3 nests tie_word_embeddings at the top level of multimodal configs.
-  spec.tied_output = k.boolean("tie_word_embeddings")
-                         .value_or(top.boolean("tie_word_embeddings").value_or(family->tie_embeddings));
+  spec.tied_output =
+      k.boolean("tie_word_embeddings").value_or(top.boolean("tie_word_embeddings").value_or(family->tie_embeddings));
   if (k.boolean("attention_bias").value_or(false) && !family->qwen)
     raise(ErrorCode::kUnsupported, "{}: '{}' = true (biases on every attention projection) is not supported",
           display_name, k.path("attention_bias"));
@@ -324,12 +325,11 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& display_
     spec.post_norms = true;
     spec.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(spec.n_embd)));
     spec.rope_local_freq_base = static_cast<float>(k.positive("rope_local_base_freq").value_or(10000.0));
-    spec.attn_scale =
-        static_cast<float>(1.0 / std::sqrt(k.positive("query_pre_attn_scalar").value_or(256.0)));
+    spec.attn_scale = static_cast<float>(1.0 / std::sqrt(k.positive("query_pre_attn_scalar").value_or(256.0)));
     if (const auto cap = k.positive("final_logit_softcapping")) spec.final_logit_softcap = static_cast<float>(*cap);
     if (k.find("attn_logit_softcapping") != nullptr)
-      raise(ErrorCode::kUnsupported, "{}: '{}' is not supported (Gemma 2 style attention soft-capping)",
-            display_name, k.path("attn_logit_softcapping"));
+      raise(ErrorCode::kUnsupported, "{}: '{}' is not supported (Gemma 2 style attention soft-capping)", display_name,
+            k.path("attn_logit_softcapping"));
   } else {
     const auto act = k.string("hidden_act").value_or("silu");
     if (act != "silu")

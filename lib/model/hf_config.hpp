@@ -19,14 +19,14 @@ namespace sitsrt {
 
 // quantization_config of a quantized checkpoint.
 struct HfQuantization {
-  std::string method;               // "fp8", "awq", "gptq"
-  int bits = 0;                     // awq, gptq: 4
-  std::int64_t group_size = 0;      // awq, gptq: input columns per scale (-1: per channel)
-  bool desc_act = false;            // gptq act-order: rows carry g_idx
-  bool sym = true;                  // gptq
-  bool zero_point = true;           // awq
-  std::string awq_version;          // awq: "gemm" (the packing supported)
-  std::string gptq_format = "gptq";  // gptq checkpoint_format: "gptq" (zeros stored minus 1) or "gptq_v2"
+  std::string method;                   // "fp8", "awq", "gptq"
+  int bits = 0;                         // awq, gptq: 4
+  std::int64_t group_size = 0;          // awq, gptq: input columns per scale (-1: per channel)
+  bool desc_act = false;                // gptq act-order: rows carry g_idx
+  bool sym = true;                      // gptq
+  bool zero_point = true;               // awq
+  std::string awq_version;              // awq: "gemm" (the packing supported)
+  std::string gptq_format = "gptq";     // gptq checkpoint_format: "gptq" (zeros stored minus 1) or "gptq_v2"
   std::vector<std::int64_t> fp8_block;  // fp8: weight_block_size [128, 128]; empty: per-tensor/channel scales
 };
 

@@ -112,24 +112,25 @@ HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::str
     const std::int64_t cols = t.dims[0], rows = matrix ? t.dims[1] : 1;
     const std::size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(out_type, cols);
     const std::int64_t head_dim = spec.head_dim;
-    w.add_tensor(t.name, t.dims, out_type, [model, pool, &t, in_row, out_row, cols, rows, permute, head_dim,
-                                            in_type = t.type, out_type](std::span<std::byte> out) {
-      pool->run([&](int thread, int n) {
-        std::vector<float> row(static_cast<std::size_t>(cols));
-        const Range range = split_range(rows, thread, n);
-        for (std::int64_t r = range.begin; r < range.end; ++r) {
-          const std::int64_t src = permute ? hf_row_for_gguf_row(r, head_dim) : r;
-          const std::byte* from = t.data.data() + static_cast<std::size_t>(src) * in_row;
-          std::byte* to = out.data() + static_cast<std::size_t>(r) * out_row;
-          if (in_type == out_type) {
-            std::memcpy(to, from, in_row);  // same type: the bytes as stored
-          } else {
-            dequantize_row(in_type, from, row.data(), cols);
-            quantize_row(out_type, row.data(), to, cols);
-          }
-        }
-      });
-    });
+    w.add_tensor(t.name, t.dims, out_type,
+                 [model, pool, &t, in_row, out_row, cols, rows, permute, head_dim, in_type = t.type,
+                  out_type](std::span<std::byte> out) {
+                   pool->run([&](int thread, int n) {
+                     std::vector<float> row(static_cast<std::size_t>(cols));
+                     const Range range = split_range(rows, thread, n);
+                     for (std::int64_t r = range.begin; r < range.end; ++r) {
+                       const std::int64_t src = permute ? hf_row_for_gguf_row(r, head_dim) : r;
+                       const std::byte* from = t.data.data() + static_cast<std::size_t>(src) * in_row;
+                       std::byte* to = out.data() + static_cast<std::size_t>(r) * out_row;
+                       if (in_type == out_type) {
+                         std::memcpy(to, from, in_row);  // same type: the bytes as stored
+                       } else {
+                         dequantize_row(in_type, from, row.data(), cols);
+                         quantize_row(out_type, row.data(), to, cols);
+                       }
+                     }
+                   });
+                 });
     summary.tensors += 1;
     summary.parameters += t.elements();
     summary.bytes += static_cast<std::uint64_t>(rows) * out_row;

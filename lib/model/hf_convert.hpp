@@ -17,8 +17,8 @@ struct HfConvertSummary {
   std::string architecture;  // GGUF general.architecture
   std::size_t tensors = 0;
   std::int64_t parameters = 0;
-  std::uint64_t bytes = 0;          // tensor bytes written
-  std::size_t fallback_f16 = 0;     // matrices written as f16 because rows are not whole blocks
+  std::uint64_t bytes = 0;       // tensor bytes written
+  std::size_t fallback_f16 = 0;  // matrices written as f16 because rows are not whole blocks
 };
 
 // progress(done_tensors, total_tensors). Throws sitsrt::Error naming the directory/key/tensor;

@@ -47,7 +47,7 @@ std::optional<DType> weight_type(ElementType type) {
 
 // The projections of a block, as HF names them after "layers.N.".
 constexpr std::string_view kLinearLayers[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                              "self_attn.o_proj", "mlp.gate_proj",   "mlp.up_proj",
+                                              "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                               "mlp.down_proj"};
 
 hf::RawTensor raw(const safetensors::Checkpoint& ckpt, const std::string& dir, const std::string& name,

@@ -47,8 +47,12 @@ std::string_view lookup(std::string_view key, bool gemma, F pick_from, F pick_to
   return {};
 }
 
-std::string_view gguf_of(const NamePair& p) { return p.gguf; }
-std::string_view hf_of(const NamePair& p) { return p.hf; }
+std::string_view gguf_of(const NamePair& p) {
+  return p.gguf;
+}
+std::string_view hf_of(const NamePair& p) {
+  return p.hf;
+}
 
 // "N.<rest>" -> (N, rest); nullopt unless N is a plain decimal number.
 std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::string_view s) {

@@ -91,11 +91,13 @@ float Int4GroupWeights::value(std::int64_t row, std::int64_t col) const noexcept
 
 Int4GroupWeights unpack_awq(const RawTensor& qweight, const RawTensor& qzeros, const RawTensor& scales,
                             std::int64_t group_size) {
-  if (qweight.type != ElementType::kI32 || qweight.shape.size() != 2) bad(qweight, "AWQ qweight must be I32 [in, out/8]");
+  if (qweight.type != ElementType::kI32 || qweight.shape.size() != 2)
+    bad(qweight, "AWQ qweight must be I32 [in, out/8]");
   const std::int64_t cols = qweight.shape[0], rows = qweight.shape[1] * 8;
   expect(qweight, ElementType::kI32, {cols, rows / 8});
   Int4GroupWeights w = prepare(rows, cols, group_size, qzeros, scales, qweight);
-  if (cols % w.group_size != 0) bad(qweight, fmt::format("input features {} are not whole groups of {}", cols, w.group_size));
+  if (cols % w.group_size != 0)
+    bad(qweight, fmt::format("input features {} are not whole groups of {}", cols, w.group_size));
   for (std::int64_t c = 0; c < cols; ++c) {
     for (std::int64_t j = 0; j < rows / 8; ++j) {
       const std::uint32_t packed = word(qweight, c * (rows / 8) + j);
@@ -115,7 +117,8 @@ Int4GroupWeights unpack_awq(const RawTensor& qweight, const RawTensor& qzeros, c
 
 Int4GroupWeights unpack_gptq(const RawTensor& qweight, const RawTensor& qzeros, const RawTensor& scales,
                              const RawTensor& g_idx, std::int64_t group_size, bool zeros_minus_one) {
-  if (qweight.type != ElementType::kI32 || qweight.shape.size() != 2) bad(qweight, "GPTQ qweight must be I32 [in/8, out]");
+  if (qweight.type != ElementType::kI32 || qweight.shape.size() != 2)
+    bad(qweight, "GPTQ qweight must be I32 [in/8, out]");
   const std::int64_t cols = qweight.shape[0] * 8, rows = qweight.shape[1];
   expect(qweight, ElementType::kI32, {cols / 8, rows});
   Int4GroupWeights w = prepare(rows, cols, group_size, qzeros, scales, qweight);
@@ -181,7 +184,8 @@ float Fp8Weights::scale(std::int64_t row, std::int64_t col) const noexcept {
 }
 
 Fp8Weights read_fp8(const RawTensor& weight, const RawTensor& scale, std::span<const std::int64_t> block) {
-  if (weight.type != ElementType::kF8_E4M3 || weight.shape.size() != 2) bad(weight, "FP8 weight must be F8_E4M3 [out, in]");
+  if (weight.type != ElementType::kF8_E4M3 || weight.shape.size() != 2)
+    bad(weight, "FP8 weight must be F8_E4M3 [out, in]");
   Fp8Weights w;
   w.rows = weight.shape[0];
   w.cols = weight.shape[1];
@@ -200,7 +204,8 @@ Fp8Weights read_fp8(const RawTensor& weight, const RawTensor& scale, std::span<c
     const bool per_tensor = n == 1 && scale.shape.size() <= 1;
     const bool per_row = n == w.rows && (scale.shape == std::vector<std::int64_t>{w.rows} ||
                                          scale.shape == std::vector<std::int64_t>{w.rows, 1});
-    if (!per_tensor && !per_row) bad(scale, fmt::format("expected a per-tensor [] / [1] or per-row [{}] / [{}, 1] scale", w.rows, w.rows));
+    if (!per_tensor && !per_row)
+      bad(scale, fmt::format("expected a per-tensor [] / [1] or per-row [{}] / [{}, 1] scale", w.rows, w.rows));
     w.layout = per_tensor ? Fp8Weights::Scales::kPerTensor : Fp8Weights::Scales::kPerRow;
     expect(scale, scale.type, scale.shape);
   }

@@ -33,10 +33,10 @@ struct Int4GroupWeights {
   std::int64_t cols = 0;
   std::int64_t group_size = 0;
   std::int64_t groups = 0;
-  std::vector<std::uint8_t> levels;            // rows x cols, each 0..15
-  std::vector<std::uint8_t> zeros;             // rows x groups, each 0..16 (GPTQ v1 stores zero - 1)
-  std::vector<float> scales;                   // rows x groups (exact widenings of the stored fp16)
-  std::vector<std::int32_t> group_of_column;   // empty unless act-order reorders groups
+  std::vector<std::uint8_t> levels;           // rows x cols, each 0..15
+  std::vector<std::uint8_t> zeros;            // rows x groups, each 0..16 (GPTQ v1 stores zero - 1)
+  std::vector<float> scales;                  // rows x groups (exact widenings of the stored fp16)
+  std::vector<std::int32_t> group_of_column;  // empty unless act-order reorders groups
 
   [[nodiscard]] std::int64_t group(std::int64_t col) const noexcept {
     return group_of_column.empty() ? col / group_size : group_of_column[static_cast<std::size_t>(col)];

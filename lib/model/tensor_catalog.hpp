@@ -27,8 +27,8 @@ class File;
 namespace sitsrt {
 
 struct CatalogTensor {
-  std::string name;                // GGUF name ("blk.0.attn_q.weight")
-  std::string source_name;         // name in the file it came from (HF: "model.layers.0.self_attn.q_proj.weight")
+  std::string name;         // GGUF name ("blk.0.attn_q.weight")
+  std::string source_name;  // name in the file it came from (HF: "model.layers.0.self_attn.q_proj.weight")
   DType type = DType::kF32;
   std::vector<std::int64_t> dims;  // GGUF order: dims[0] is contiguous
   std::uint64_t bytes = 0;

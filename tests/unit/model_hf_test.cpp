@@ -25,13 +25,21 @@ using sitsrt::HfConfig;
 using sitsrt::parse_hf_config;
 
 json llama_config() {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 96},
-          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"vocab_size", 300}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 256},
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"hidden_size", 64},
+          {"intermediate_size", 96},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"vocab_size", 300},
+          {"rms_norm_eps", 1e-5},
+          {"max_position_embeddings", 256},
           {"torch_dtype", "bfloat16"}};
 }
 
-HfConfig parse(const json& config) { return parse_hf_config(config.dump(), "dir/config.json"); }
+HfConfig parse(const json& config) {
+  return parse_hf_config(config.dump(), "dir/config.json");
+}
 
 void require_error(const json& config, ErrorCode code, const std::string& substring) {
   try {
@@ -51,8 +59,11 @@ TEST_CASE("config.json of each family fills the spec", "[model][hf]") {
   SECTION("llama with llama3 rope scaling") {
     json c = llama_config();
     c["rope_theta"] = 500000.0;
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
     const HfConfig h = parse(c);
     CHECK(h.spec.architecture == "llama");
     CHECK(h.spec.n_embd == 64);
@@ -81,8 +92,8 @@ TEST_CASE("config.json of each family fills the spec", "[model][hf]") {
   SECTION("qwen2 with yarn and an explicit attention factor") {
     json c = llama_config();
     c["architectures"] = {"Qwen2ForCausalLM"};
-    c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
-                         {"attention_factor", 1.5}};
+    c["rope_scaling"] = {
+        {"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}, {"attention_factor", 1.5}};
     c["tie_word_embeddings"] = true;
     const HfConfig h = parse(c);
     CHECK(h.spec.qkv_bias);
@@ -212,13 +223,11 @@ TEST_CASE("HF and GGUF tensor names map both ways", "[model][hf]") {
   CHECK(gguf_name_for_hf("model.layers.3.mlp.down_proj.weight", false) == "blk.3.ffn_down.weight");
   CHECK(gguf_name_for_hf("model.layers.3.post_attention_layernorm.weight", false) == "blk.3.ffn_norm.weight");
   // Gemma 3: post_attention_layernorm is a post-norm; the FFN pre-norm is pre_feedforward_layernorm.
-  CHECK(gguf_name_for_hf("model.layers.3.post_attention_layernorm.weight", true) ==
-        "blk.3.post_attention_norm.weight");
+  CHECK(gguf_name_for_hf("model.layers.3.post_attention_layernorm.weight", true) == "blk.3.post_attention_norm.weight");
   CHECK(gguf_name_for_hf("model.layers.3.pre_feedforward_layernorm.weight", true) == "blk.3.ffn_norm.weight");
   CHECK(gguf_name_for_hf("model.layers.3.post_feedforward_layernorm.weight", true) == "blk.3.post_ffw_norm.weight");
   CHECK_FALSE(gguf_name_for_hf("model.layers.3.pre_feedforward_layernorm.weight", false));
-  CHECK(gguf_name_for_hf("model.language_model.layers.2.self_attn.q_norm.weight", true) ==
-        "blk.2.attn_q_norm.weight");
+  CHECK(gguf_name_for_hf("model.language_model.layers.2.self_attn.q_norm.weight", true) == "blk.2.attn_q_norm.weight");
   CHECK(gguf_name_for_hf("language_model.model.embed_tokens.weight", true) == "token_embd.weight");
   CHECK(gguf_name_for_hf("language_model.lm_head.weight", true) == "output.weight");
   // Not part of the text model, or not a plain layer number.
@@ -315,9 +324,9 @@ TEST_CASE("AWQ GEMM unpacking: hand-computed word and random round trip", "[mode
     CHECK(w.zeros == ref.zeros);
     for (std::int64_t r = 0; r < ref.rows; ++r)
       for (std::int64_t c = 0; c < ref.cols; c += 17)
-        CHECK(w.value(r, c) == ref.scale(r, c / 128) * static_cast<float>(
-                                   ref.levels[static_cast<std::size_t>(r * ref.cols + c)] -
-                                   ref.zeros[static_cast<std::size_t>(r * groups + c / 128)]));
+        CHECK(w.value(r, c) ==
+              ref.scale(r, c / 128) * static_cast<float>(ref.levels[static_cast<std::size_t>(r * ref.cols + c)] -
+                                                         ref.zeros[static_cast<std::size_t>(r * groups + c / 128)]));
   }
   SECTION("mis-shaped companions are named") {
     const std::vector<std::uint32_t> qweight(8, 0u), qzeros(2, 0u);
@@ -332,7 +341,7 @@ TEST_CASE("AWQ GEMM unpacking: hand-computed word and random round trip", "[mode
 TEST_CASE("GPTQ unpacking: hand-computed word, zero offset, act-order g_idx", "[model][hf][quant]") {
   SECTION("one word per output: nibble k holds input k; v1 zeros are stored minus one") {
     const std::vector<std::uint32_t> qweight(8, 0x76543210u);  // [1 word of 8 inputs, 8 outputs]
-    const std::vector<std::uint32_t> qzeros = {0x77777777u};     // sym: stored 7 = zero 8
+    const std::vector<std::uint32_t> qzeros = {0x77777777u};   // sym: stored 7 = zero 8
     const std::vector<std::uint16_t> scales(8, sitsrt::fp32_to_fp16(0.25f));
     const RawTensor none{};
     const auto w = sitsrt::hf::unpack_gptq({"q", ElementType::kI32, {1, 8}, bytes_of(qweight)},
@@ -367,27 +376,25 @@ TEST_CASE("GPTQ unpacking: hand-computed word, zero offset, act-order g_idx", "[
     std::vector<std::int32_t> g_idx(static_cast<std::size_t>(ref.cols));
     sitsrt::test::Rng rng(5);
     for (auto& g : g_idx) g = static_cast<std::int32_t>(rng.next() % 2);  // act-order: groups interleave
-    const auto w = sitsrt::hf::unpack_gptq(
-        {"q", ElementType::kI32, {ref.cols / 8, ref.rows}, bytes_of(qweight)},
-        {"z", ElementType::kI32, {groups, ref.rows / 8}, bytes_of(qzeros)},
-        {"s", ElementType::kF16, {groups, ref.rows}, bytes_of(ref.scales)},
-        {"g_idx", ElementType::kI32, {ref.cols}, bytes_of(g_idx)}, 128, true);
+    const auto w = sitsrt::hf::unpack_gptq({"q", ElementType::kI32, {ref.cols / 8, ref.rows}, bytes_of(qweight)},
+                                           {"z", ElementType::kI32, {groups, ref.rows / 8}, bytes_of(qzeros)},
+                                           {"s", ElementType::kF16, {groups, ref.rows}, bytes_of(ref.scales)},
+                                           {"g_idx", ElementType::kI32, {ref.cols}, bytes_of(g_idx)}, 128, true);
     CHECK(w.levels == ref.levels);
     CHECK(w.zeros == ref.zeros);
     REQUIRE(w.group_of_column.size() == static_cast<std::size_t>(ref.cols));
     for (std::int64_t r = 0; r < ref.rows; r += 3)
       for (std::int64_t c = 0; c < ref.cols; ++c) {
         const std::int32_t g = g_idx[static_cast<std::size_t>(c)];
-        CHECK(w.value(r, c) == ref.scale(r, g) * static_cast<float>(
-                                   ref.levels[static_cast<std::size_t>(r * ref.cols + c)] -
-                                   ref.zeros[static_cast<std::size_t>(r * groups + g)]));
+        CHECK(w.value(r, c) ==
+              ref.scale(r, g) * static_cast<float>(ref.levels[static_cast<std::size_t>(r * ref.cols + c)] -
+                                                   ref.zeros[static_cast<std::size_t>(r * groups + g)]));
       }
     g_idx[9] = 2;
-    CHECK_THROWS_WITH(sitsrt::hf::unpack_gptq(
-                          {"q", ElementType::kI32, {ref.cols / 8, ref.rows}, bytes_of(qweight)},
-                          {"z", ElementType::kI32, {groups, ref.rows / 8}, bytes_of(qzeros)},
-                          {"s", ElementType::kF16, {groups, ref.rows}, bytes_of(ref.scales)},
-                          {"g_idx", ElementType::kI32, {ref.cols}, bytes_of(g_idx)}, 128, true),
+    CHECK_THROWS_WITH(sitsrt::hf::unpack_gptq({"q", ElementType::kI32, {ref.cols / 8, ref.rows}, bytes_of(qweight)},
+                                              {"z", ElementType::kI32, {groups, ref.rows / 8}, bytes_of(qzeros)},
+                                              {"s", ElementType::kF16, {groups, ref.rows}, bytes_of(ref.scales)},
+                                              {"g_idx", ElementType::kI32, {ref.cols}, bytes_of(g_idx)}, 128, true),
                       Catch::Contains("g_idx[9] = 2"));
   }
 }
@@ -395,16 +402,16 @@ TEST_CASE("GPTQ unpacking: hand-computed word, zero offset, act-order g_idx", "[
 TEST_CASE("FP8 E4M3 decoding and scale layouts", "[model][hf][quant]") {
   using sitsrt::hf::e4m3_to_float;
   CHECK(e4m3_to_float(0x00) == 0.0f);
-  CHECK(e4m3_to_float(0x38) == 1.0f);                     // exponent 7 = 2^0
+  CHECK(e4m3_to_float(0x38) == 1.0f);  // exponent 7 = 2^0
   CHECK(e4m3_to_float(0xb8) == -1.0f);
-  CHECK(e4m3_to_float(0x3c) == 1.5f);                     // mantissa 4/8
-  CHECK(e4m3_to_float(0x7e) == 448.0f);                   // largest finite
-  CHECK(e4m3_to_float(0x08) == std::ldexp(1.0f, -6));     // smallest normal
-  CHECK(e4m3_to_float(0x01) == std::ldexp(1.0f, -9));     // smallest subnormal
+  CHECK(e4m3_to_float(0x3c) == 1.5f);                  // mantissa 4/8
+  CHECK(e4m3_to_float(0x7e) == 448.0f);                // largest finite
+  CHECK(e4m3_to_float(0x08) == std::ldexp(1.0f, -6));  // smallest normal
+  CHECK(e4m3_to_float(0x01) == std::ldexp(1.0f, -9));  // smallest subnormal
   CHECK(e4m3_to_float(0x07) == std::ldexp(7.0f, -9));
   CHECK(std::isnan(e4m3_to_float(0x7f)));
   CHECK(std::isnan(e4m3_to_float(0xff)));
-  CHECK(e4m3_to_float(0x78) == 256.0f);                   // exponent 15 is finite in e4m3fn
+  CHECK(e4m3_to_float(0x78) == 256.0f);  // exponent 15 is finite in e4m3fn
 
   std::vector<std::uint8_t> codes(4 * 6);
   for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(0x30 + i);
@@ -433,14 +440,13 @@ TEST_CASE("TensorCatalog checks sizes and duplicates and names the checkpoint's 
   sitsrt::TensorCatalog catalog("dir");
   const std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
   const auto bytes = std::as_bytes(std::span<const float>(values));
-  catalog.add({"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", sitsrt::DType::kF32, {3, 2}, 24,
-               bytes});
+  catalog.add(
+      {"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", sitsrt::DType::kF32, {3, 2}, 24, bytes});
   const sitsrt::CatalogTensor* t = catalog.find("blk.0.attn_q.weight");
   REQUIRE(t != nullptr);
   CHECK(t->data.data() == bytes.data());  // a view, not a copy
   CHECK(t->elements() == 6);
-  CHECK(catalog.describe("blk.0.attn_q.weight") ==
-        "'model.layers.0.self_attn.q_proj.weight' ('blk.0.attn_q.weight')");
+  CHECK(catalog.describe("blk.0.attn_q.weight") == "'model.layers.0.self_attn.q_proj.weight' ('blk.0.attn_q.weight')");
   CHECK(catalog.describe("blk.0.attn_k.weight") == "'blk.0.attn_k.weight'");
   catalog.set_source_namer([](const std::string& name) { return "hf." + name; });
   CHECK(catalog.describe("blk.0.attn_k.weight") == "'hf.blk.0.attn_k.weight' ('blk.0.attn_k.weight')");
