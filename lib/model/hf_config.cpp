@@ -296,6 +296,11 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& display_
       k.fail("hidden_size", fmt::format("= {} is not a multiple of num_attention_heads {}", spec.n_embd, spec.n_head));
     spec.head_dim = spec.n_embd / spec.n_head;
   }
+  // Rope rotates pairs: a head must be an even number >= 2 of dimensions.
+  if (spec.head_dim < 2 || spec.head_dim % 2 != 0) {
+    k.fail(k.present("head_dim") ? "head_dim" : "hidden_size",
+           fmt::format("gives a head width of {}, which must be even and at least 2", spec.head_dim));
+  }
   spec.rope_dims = spec.head_dim;
   spec.rms_eps = static_cast<float>(k.positive("rms_norm_eps").value_or(family->rms_eps));
   if (!(spec.rms_eps < 1.0f)) k.fail("rms_norm_eps", "must be < 1");

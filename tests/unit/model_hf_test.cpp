@@ -174,6 +174,12 @@ TEST_CASE("config.json errors name the file and the key", "[model][hf][malformed
   c["rms_norm_eps"] = "tiny";
   require_error(c, ErrorCode::kInvalidModel, "'rms_norm_eps' must be a number");
   c = llama_config();
+  c["hidden_size"] = 4;  // found by the fuzzer: 4 / 4 heads = a head of 1, which rope cannot pair
+  require_error(c, ErrorCode::kInvalidModel, "'hidden_size' gives a head width of 1");
+  c = llama_config();
+  c["head_dim"] = 33;
+  require_error(c, ErrorCode::kInvalidModel, "'head_dim' gives a head width of 33");
+  c = llama_config();
   c["architectures"] = {"GPT2LMHeadModel"};
   require_error(c, ErrorCode::kUnsupported, "'GPT2LMHeadModel' is not supported");
   c = llama_config();
