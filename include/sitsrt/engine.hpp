@@ -6,6 +6,7 @@
 #include <sitsrt/export.hpp>
 #include <sitsrt/generation.hpp>
 #include <sitsrt/model_info.hpp>
+#include <sitsrt/plan.hpp>
 #include <sitsrt/token_event.hpp>
 
 #include <cstdint>
@@ -87,6 +88,9 @@ class SITSRT_API Engine {
   [[nodiscard]] bool circuit_breaker_open() const noexcept;
   void reset_circuit_breaker() const noexcept;
   void open_circuit_breaker() const noexcept;  // e.g. by a shadow evaluator's divergence rule
+  // Devices, their memory against the budget, and the layers of each stage (print with
+  // to_table() / to_json()). One CPU device until the multi-device partitioner lands.
+  [[nodiscard]] const DevicePlan& plan() const noexcept;
   [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
   [[nodiscard]] std::string graph_json() const;
 

@@ -10,6 +10,7 @@
 #include "model/model_spec.hpp"
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
+#include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
@@ -97,6 +98,7 @@ struct Engine::Impl {
     backend.prepare(graph, plan.memory, context_length);
     prefault();
     fill_info(kv_type);
+    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes);
     fill_digest();
   }
 
@@ -222,6 +224,7 @@ struct Engine::Impl {
   mutable std::mutex pool_mutex;
   mutable std::vector<std::unique_ptr<Session>> idle;
   ModelInfo info;
+  DevicePlan device_plan;
   EngineDigest digest;
   mutable std::once_flag hash_once;
   mutable std::string model_sha256;
@@ -343,6 +346,7 @@ std::string Engine::token_bytes(std::int32_t token) const { return impl_->tokeni
 
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 
+const DevicePlan& Engine::plan() const noexcept { return impl_->device_plan; }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }
 std::string Engine::graph_json() const { return graph::to_json(impl_->graph, impl_->plan.memory); }
 

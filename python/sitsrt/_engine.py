@@ -55,6 +55,19 @@ def _key(key: Any) -> bytes:
     raise TypeError(f"audit_key: expected str or bytes, got {type(key).__name__}")
 
 
+def _devices(devices: Any) -> list[str]:
+    """Validates `devices`; this version runs on one CPU device."""
+    if devices is None:
+        return ["cpu"]
+    names = [devices] if isinstance(devices, str) else devices
+    if not isinstance(names, (list, tuple)) or not all(isinstance(d, str) for d in names):
+        raise TypeError("devices: expected a str or a list of str")
+    if list(names) not in (["cpu"], ["cpu:0"]):
+        raise ValueError(f"devices: {devices!r} is not available; this version runs on 'cpu' only "
+                         "(the CUDA backend and multi-device plans are later roadmap items)")
+    return ["cpu"]
+
+
 def _sinks(audit: Any, key: Any) -> list:
     """None, a path, a sink object, or a list of those -> C++ sinks."""
     if audit is None:
@@ -79,6 +92,8 @@ class Engine:
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
             on_request_begin/on_token/on_request_end methods, or a list of those.
         audit_key: HMAC key (str or bytes) for path sinks.
+        devices: where the model runs: None, "cpu" or ["cpu"] (the CPU backend is the only one
+            this version has; the CUDA backend and multi-device plans come later). See plan().
 
     Raises:
         sitsrt.InvalidModelError, sitsrt.IOError, ...: the model cannot be loaded.
@@ -88,13 +103,14 @@ class Engine:
     def __init__(self, model: str | os.PathLike, *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None) -> None:
+                 audit_key: str | bytes | None = None, devices: str | Sequence[str] | None = None) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype: expected 'f16' or 'f32', got {kv_dtype!r}")
         if cpu_isa not in ("auto", "avx512", "avx2", "generic"):
             raise ValueError(f"cpu_isa: expected 'auto', 'avx512', 'avx2' or 'generic', got {cpu_isa!r}")
+        _devices(devices)
         self.model = os.fspath(model)
         self._engine = _sitsrt.Engine(
             self.model,
@@ -197,6 +213,11 @@ class Engine:
             raise ImportError("Engine.logits needs numpy: pip install numpy") from e
         ids = self.tokenize(tokens) if isinstance(tokens, str) else _prompt(tokens)
         return self._engine.logits(ids, bool(all_positions))
+
+    def plan(self) -> dict:
+        """Devices, their memory (weights, KV and activations per request, budget) and the layers of
+        each pipeline stage, as a dict (what `DevicePlan::to_json` writes)."""
+        return json.loads(self._engine.plan_json())
 
     def graph(self) -> dict:
         """The computation graph and activation memory plan (what `sitsrt graph --json` prints)."""

@@ -166,6 +166,7 @@ void bind_engine(py::module_& m) {
                                   data, owner);
       }, py::arg("tokens"), py::arg("all_positions") = true)
       .def("graph_json", &Engine::graph_json, py::call_guard<py::gil_scoped_release>())
+      .def("plan_json", [](const Engine& e) { return e.plan().to_json(); })
       .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
       .def("model_sha256", &Engine::model_sha256, py::call_guard<py::gil_scoped_release>())
       .def("info", [](const Engine& e) {

@@ -59,6 +59,9 @@ check "info table" bash -c "'$cli' info '$model' | grep -q 'blk.1.ffn_down.weigh
 "$cli" graph -m "$model" --json >"$work/graph.json" 2>/dev/null
 check "graph --json" json_check "$work/graph.json" "len(doc['nodes']) == 1 + 15 * 2 + 3 and doc['memory_plan']['arena_bytes'] > 0"
 check "graph table" bash -c "'$cli' graph -m '$model' | grep -q 'attention'"
+"$cli" graph -m "$model" --plan --json -t 2 >"$work/plan.json" 2>/dev/null
+check "graph --plan --json" json_check "$work/plan.json" "doc['devices'][0]['name'] == 'cpu0' and doc['devices'][0]['weight_bytes'] > 0 and doc['stages'][0]['output_head'] and '2 threads' in doc['devices'][0]['detail']"
+check "graph --plan table" bash -c "'$cli' graph -m '$model' --plan | grep -q 'cpu0'"
 
 "$cli" logits -m "$model" --tokens 1,40,7 --all >"$work/logits.json" 2>/dev/null
 check "logits --all: one row of n_vocab per token" json_check "$work/logits.json" \
