@@ -322,8 +322,8 @@ Options parse(int argc, char** argv) {
   }
   if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
   if (opt.formats.empty()) {
-    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                   DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,     DType::kQ4_0,
+                   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128};
   }
   return opt;
 }

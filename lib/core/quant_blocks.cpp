@@ -51,9 +51,9 @@ double round_half_even(double v) {
 
 void quantize_fp8_block(const float* x, BlockFP8_E4M3& b) {
   float amax = 0.0f;
-  for (int j = 0; j < kGroup128; ++j) amax = std::max(amax, std::fabs(x[j]));
+  for (int j = 0; j < kFp8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
   b.d = amax / 448.0f;
-  for (int j = 0; j < kGroup128; ++j) b.qs[j] = b.d != 0.0f ? fp32_to_fp8_e4m3(x[j] / b.d) : 0;
+  for (int j = 0; j < kFp8Block; ++j) b.qs[j] = b.d != 0.0f ? fp32_to_fp8_e4m3(x[j] / b.d) : 0;
 }
 
 // GPTQ's min-max rule: the range is widened to contain 0 (so a constant block is exact and
@@ -192,8 +192,8 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
     }
     case DType::kFP8_E4M3: {
       const auto* b = static_cast<const BlockFP8_E4M3*>(src);
-      for (std::int64_t i = 0; i < nb; ++i, dst += kGroup128) {
-        for (int j = 0; j < kGroup128; ++j) dst[j] = b[i].d * fp8_e4m3_to_fp32(b[i].qs[j]);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kFp8Block) {
+        for (int j = 0; j < kFp8Block; ++j) dst[j] = b[i].d * fp8_e4m3_to_fp32(b[i].qs[j]);
       }
       return;
     }
@@ -319,7 +319,7 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
     }
     case DType::kFP8_E4M3: {
       auto* b = static_cast<BlockFP8_E4M3*>(dst);
-      for (std::int64_t i = 0; i < nb; ++i, src += kGroup128) quantize_fp8_block(src, b[i]);
+      for (std::int64_t i = 0; i < nb; ++i, src += kFp8Block) quantize_fp8_block(src, b[i]);
       return;
     }
     case DType::kQ4_G128: {

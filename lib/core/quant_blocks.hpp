@@ -37,12 +37,13 @@ struct BlockQ5_1 {
   std::uint8_t qs[kQBlock / 2];    // x = d * q + m
 };
 
-// 128-element formats (not GGUF types; see docs/quantization.md for their bytes).
+// Formats that are not GGUF types (see docs/quantization.md for their bytes).
+inline constexpr int kFp8Block = 64;
 inline constexpr int kGroup128 = 128;
 
 struct BlockFP8_E4M3 {
   float d;                      // scale (fp32): x[i] = d * e4m3(qs[i])
-  std::uint8_t qs[kGroup128];   // OCP FP8 E4M3FN codes
+  std::uint8_t qs[kFp8Block];   // OCP FP8 E4M3FN codes
 };
 struct BlockQ4_G128 {
   std::uint16_t d;                // scale (fp16)
@@ -54,7 +55,7 @@ struct BlockQ4_G128 {
 };
 
 static_assert(sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockFP8_E4M3) == 132);
+static_assert(sizeof(BlockFP8_E4M3) == 68);
 static_assert(sizeof(BlockQ4_G128) == 68);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);

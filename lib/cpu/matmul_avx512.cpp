@@ -202,8 +202,8 @@ using DecodeQ4_1 = DecodeQ4<BlockQ4_1, true>;
 using DecodeQ5_0 = DecodeQ5<BlockQ5_0, false>;
 using DecodeQ5_1 = DecodeQ5<BlockQ5_1, true>;
 
-// 128-element formats: dot(block, x, acc0, acc1) adds the block's 128 products (scale applied
-// once to the partial sums); values(block, dst) writes its 128 weights as dequantize_row does.
+// FP8 (64-element blocks) and INT4 g128: dot(block, x, acc0, acc1) adds the block's products (scale applied
+// once to the partial sums); values(block, dst) writes its weights as dequantize_row does.
 
 // 32 FP8 E4M3 codes -> their values / 256, exactly: the code in the high byte of a 16-bit lane,
 // shifted right arithmetically by one, has E4M3's exponent and mantissa in fp16's fields (bias 7
@@ -218,9 +218,10 @@ inline void fp8x32_over256(const std::uint8_t* codes, __m512& lo, __m512& hi) {
 
 struct DecodeFP8_E4M3 {
   using Block = BlockFP8_E4M3;
+  static constexpr int kSize = kFp8Block;
   static void dot(const Block& b, const float* x, __m512& acc0, __m512& acc1) {
     __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
-    for (int s = 0; s < kGroup128; s += 32) {
+    for (int s = 0; s < kFp8Block; s += 32) {
       __m512 lo, hi;
       fp8x32_over256(b.qs + s, lo, hi);
       p0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + s), p0);
@@ -232,7 +233,7 @@ struct DecodeFP8_E4M3 {
   }
   static void values(const Block& b, float* dst) {
     const __m512 scale = _mm512_set1_ps(b.d * 256.0f);
-    for (int s = 0; s < kGroup128; s += 32) {
+    for (int s = 0; s < kFp8Block; s += 32) {
       __m512 lo, hi;
       fp8x32_over256(b.qs + s, lo, hi);
       _mm512_storeu_ps(dst + s, _mm512_mul_ps(lo, scale));
@@ -244,6 +245,7 @@ struct DecodeFP8_E4M3 {
 // INT4 g128: the table of the block's 16 weights d * (q - z), looked up by nibble as in DecodeQ4.
 struct DecodeQ4_G128 {
   using Block = BlockQ4_G128;
+  static constexpr int kSize = kGroup128;
   static __m512 table(const Block& b) {
     return _mm512_mul_ps(levels_from(-static_cast<float>(b.zero & 0x0F)), broadcast_half_at(&b.d));
   }
@@ -273,33 +275,32 @@ struct DecodeQ4_G128 {
 };
 
 template <typename D>
-void matvec_g128_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
-                        std::int64_t n_rows) {
-  const std::int64_t nb = cols / kGroup128;
+void matvec_scaled_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
+                                 float* y, std::int64_t n_rows) {
+  const std::int64_t nb = cols / D::kSize;
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
     std::int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      prefetch_ahead(blocks + b);
+      prefetch_ahead(blocks + b);  // two blocks: 136 bytes, three cache lines at most
       prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64);
       prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 128);
-      if constexpr (sizeof(typename D::Block) > 96) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 192);
-      D::dot(blocks[b], x + b * kGroup128, acc0, acc1);
-      D::dot(blocks[b + 1], x + (b + 1) * kGroup128, acc2, acc3);
+      D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
+      D::dot(blocks[b + 1], x + (b + 1) * D::kSize, acc2, acc3);
     }
-    if (b < nb) D::dot(blocks[b], x + b * kGroup128, acc0, acc1);
+    if (b < nb) D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
     y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
   }
 }
 
 template <typename D>
-void dequant_g128_avx512(const std::byte* src, float* dst, std::int64_t n) {
+void dequant_scaled_blocks_avx512(const std::byte* src, float* dst, std::int64_t n) {
   const auto* blocks = reinterpret_cast<const typename D::Block*>(src);
-  for (std::int64_t b = 0; b < n / kGroup128; ++b) {
+  for (std::int64_t b = 0; b < n / D::kSize; ++b) {
     prefetch_ahead(blocks + b);
-    D::values(blocks[b], dst + b * kGroup128);
+    D::values(blocks[b], dst + b * D::kSize);
   }
 }
 
@@ -476,8 +477,8 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
-        {DType::kFP8_E4M3, matvec_g128_avx512<DecodeFP8_E4M3>, dequant_g128_avx512<DecodeFP8_E4M3>},
-        {DType::kQ4_G128, matvec_g128_avx512<DecodeQ4_G128>, dequant_g128_avx512<DecodeQ4_G128>},
+        {DType::kFP8_E4M3, matvec_scaled_blocks_avx512<DecodeFP8_E4M3>, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
+        {DType::kQ4_G128, matvec_scaled_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
     },
     gemm_tile_avx512,
     32,

@@ -122,9 +122,9 @@ const std::array<float, 256> kFp8Table = [] {
 }();
 struct DecodeFP8_E4M3 {
   using Block = BlockFP8_E4M3;
-  static constexpr int kSize = kGroup128;
+  static constexpr int kSize = kFp8Block;
   static void block(const Block& b, float* out) noexcept {
-    for (int j = 0; j < kGroup128; ++j) out[j] = b.d * kFp8Table[b.qs[j]];
+    for (int j = 0; j < kFp8Block; ++j) out[j] = b.d * kFp8Table[b.qs[j]];
   }
 };
 // INT4 g128: four Q4_0-shaped 32-element sub-blocks sharing one scale and zero point.

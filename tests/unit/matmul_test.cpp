@@ -273,16 +273,15 @@ TEST_CASE("fp8 e4m3 weights decode every code as dequantize_row on every ISA", "
   const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   if (!cpu::isa_supported(isa)) return;
   CAPTURE(cpu::name(isa));
-  // Two blocks holding the 256 codes, scales that keep every product normal and one that makes
+  // Four blocks holding the 256 codes, scales that keep every product normal and one that makes
   // the smallest ones subnormal floats (the scale-by-256 path must still round identically).
   for (const float d : {0.75f, 3.0e-3f, 1.0e-36f}) {
-    std::vector<BlockFP8_E4M3> blocks(2);
-    for (int c = 0; c < 256; ++c) blocks[static_cast<std::size_t>(c / 128)].qs[c % 128] = static_cast<std::uint8_t>(c);
-    blocks[0].d = d;
-    blocks[1].d = -d;
+    std::vector<BlockFP8_E4M3> blocks(4);
+    for (int c = 0; c < 256; ++c) blocks[static_cast<std::size_t>(c / 64)].qs[c % 64] = static_cast<std::uint8_t>(c);
+    for (int b = 0; b < 4; ++b) blocks[static_cast<std::size_t>(b)].d = b % 2 == 0 ? d : -d;
     std::vector<float> want(256), out(256);
     dequantize_row(DType::kFP8_E4M3, blocks.data(), want.data(), 256);
-    const cpu::WeightMatrix table{DType::kFP8_E4M3, reinterpret_cast<const std::byte*>(blocks.data()), 1, 256, 264};
+    const cpu::WeightMatrix table{DType::kFP8_E4M3, reinterpret_cast<const std::byte*>(blocks.data()), 1, 256, 272};
     const std::int32_t id = 0;
     cpu::CpuContext ctx(1, isa);
     cpu::get_rows(ctx, table, &id, 1, out.data(), 256);

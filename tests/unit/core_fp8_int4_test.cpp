@@ -1,4 +1,4 @@
-// The 128-element weight formats: FP8 E4M3 codes against an independent double-precision
+// The non-GGUF weight formats: FP8 E4M3 codes against an independent double-precision
 // model of the format (all 256 codes, rounding ties, saturation), and INT4 g128's layout,
 // its lossless round trip of integer (q, z, fp16 d) checkpoints and its quantization error.
 #include "core/dtype.hpp"
@@ -46,8 +46,9 @@ int nearest_code(double v) {
 
 }  // namespace
 
-TEST_CASE("group-128 formats in the dtype registry", "[core]") {
-  CHECK(row_bytes(DType::kFP8_E4M3, 256) == 264);
+TEST_CASE("fp8 and int4 g128 in the dtype registry", "[core]") {
+  CHECK(row_bytes(DType::kFP8_E4M3, 256) == 272);
+  CHECK_FALSE(fits_blocks(DType::kFP8_E4M3, 96));
   CHECK(row_bytes(DType::kQ4_G128, 384) == 204);
   CHECK(dtype_from_name("FP8_E4M3") == DType::kFP8_E4M3);
   CHECK(dtype_from_name("q4_g128") == DType::kQ4_G128);
@@ -113,20 +114,20 @@ TEST_CASE("fp8 e4m3 encode picks the nearest code for random floats (double sear
 
 TEST_CASE("fp8 e4m3 rows: block amax maps to 448, error within half a code step", "[core]") {
   test::Rng rng(31);
-  const std::int64_t n = 128 * 9;
+  const std::int64_t n = 64 * 9;
   std::vector<float> x(n);
-  for (std::int64_t i = 0; i < n; ++i) x[i] = rng.normal() * std::exp2(static_cast<float>(i / 128) - 4.0f);
-  std::vector<BlockFP8_E4M3> blocks(n / 128);
+  for (std::int64_t i = 0; i < n; ++i) x[i] = rng.normal() * std::exp2(static_cast<float>(i / 64) - 4.0f);
+  std::vector<BlockFP8_E4M3> blocks(n / 64);
   quantize_row(DType::kFP8_E4M3, x.data(), blocks.data(), n);
   std::vector<float> y(n);
   dequantize_row(DType::kFP8_E4M3, blocks.data(), y.data(), n);
-  for (std::int64_t b = 0; b < n / 128; ++b) {
+  for (std::int64_t b = 0; b < n / 64; ++b) {
     float amax = 0.0f;
-    for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[b * 128 + j]));
+    for (int j = 0; j < 64; ++j) amax = std::max(amax, std::fabs(x[b * 64 + j]));
     REQUIRE(blocks[b].d == amax / 448.0f);
     const double d = blocks[b].d;
-    for (int j = 0; j < 128; ++j) {
-      const double v = x[b * 128 + j], got = y[b * 128 + j];
+    for (int j = 0; j < 64; ++j) {
+      const double v = x[b * 64 + j], got = y[b * 64 + j];
       // Half the spacing of E4M3 at |v| / d (2^-4 relative for normals, 2^-10 absolute below
       // 2^-6), times d, plus the float rounding of x / d and of d * code.
       const double scaled = std::fabs(v) / d;
