@@ -90,14 +90,14 @@ TEST_CASE("weights conversion keeps a lookup-only token embedding as stored", "[
 TEST_CASE("weights=fp8 and q4g128 logits stay close to F32", "[engine]") {
   const std::string f32_path = model(DType::kF32, true);
   const std::vector<float> reference = engine(f32_path, "as-stored").logits(kTokens, true);
-  // Measured on this model: fp8 0.02, q4g128 0.09 relative RMS logit error (q8 0.004). The
-  // bounds leave about 2.5x margin and still fail for a wrong scale, layout or level (those
-  // give errors of order 1).
+  // Measured on this model (AVX-512 and generic alike): relative RMS logit error q8 0.0062,
+  // fp8 0.0395 (3 mantissa bits: ~8x Q8_0's error on uniform weights), q4g128 0.103. The bounds
+  // leave about 2x margin and still fail for a wrong scale, layout or level (order-1 errors).
   struct Case {
     const char* weights;
     double bound;
   };
-  for (const Case c : {Case{"q8", 0.01}, Case{"fp8", 0.05}, Case{"q4g128", 0.25}}) {
+  for (const Case c : {Case{"q8", 0.012}, Case{"fp8", 0.08}, Case{"q4g128", 0.2}}) {
     CAPTURE(c.weights);
     const Engine e = engine(f32_path, c.weights);
     CHECK(e.model_info().weights_converted_tensors == 15);
