@@ -140,6 +140,7 @@ inline __m512 scaled_levels(const B& b, __m512 levels) {
 // sum once instead of scaling each level (one multiply per block rather than two).
 struct DecodeQ8_0 {
   using Block = BlockQ8_0;
+  static constexpr int kSize = kQBlock;
   static void levels(const Block& b, __m512& lo, __m512& hi) {
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs))));
     hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16))));
@@ -162,6 +163,7 @@ struct DecodeQ8_0 {
 template <typename B, bool kMin>
 struct DecodeQ4 {
   using Block = B;
+  static constexpr int kSize = kQBlock;
   static void values(const Block& b, __m512& lo, __m512& hi) {
     const __m512 table = scaled_levels<kMin>(b, levels_from(kMin ? 0.0f : -8.0f));
     const __m512i v = widen_qs16(b.qs);
@@ -180,6 +182,7 @@ struct DecodeQ4 {
 template <typename B, bool kMin>
 struct DecodeQ5 {
   using Block = B;
+  static constexpr int kSize = kQBlock;
   static void values(const Block& b, __m512& lo, __m512& hi) {
     const __m512 low_half = scaled_levels<kMin>(b, levels_from(kMin ? 0.0f : -16.0f));
     const __m512 high_half = scaled_levels<kMin>(b, levels_from(kMin ? 16.0f : 0.0f));
@@ -275,27 +278,6 @@ struct DecodeQ4_G128 {
 };
 
 template <typename D>
-void matvec_scaled_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
-                                 float* y, std::int64_t n_rows) {
-  const std::int64_t nb = cols / D::kSize;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
-    std::int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      prefetch_ahead(blocks + b);  // two blocks: 136 bytes, three cache lines at most
-      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64);
-      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 128);
-      D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
-      D::dot(blocks[b + 1], x + (b + 1) * D::kSize, acc2, acc3);
-    }
-    if (b < nb) D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-  }
-}
-
-template <typename D>
 void dequant_scaled_blocks_avx512(const std::byte* src, float* dst, std::int64_t n) {
   const auto* blocks = reinterpret_cast<const typename D::Block*>(src);
   for (std::int64_t b = 0; b < n / D::kSize; ++b) {
@@ -309,18 +291,21 @@ void dequant_scaled_blocks_avx512(const std::byte* src, float* dst, std::int64_t
 template <typename D>
 void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                           std::int64_t n_rows) {
-  const std::int64_t nb = cols / kQBlock;
+  const std::int64_t nb = cols / D::kSize;
+  // Cache lines to prefetch per two blocks: the 32-element formats leave the second line of
+  // a pair to the hardware prefetcher; FP8 / INT4 g128 pairs span three lines.
+  constexpr int kLines = D::kSize > kQBlock ? 3 : 1;
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
     std::int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      prefetch_ahead(blocks + b);
-      D::dot(blocks[b], x + b * kQBlock, acc0, acc1);
-      D::dot(blocks[b + 1], x + (b + 1) * kQBlock, acc2, acc3);
+      for (int line = 0; line < kLines; ++line) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64 * line);
+      D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
+      D::dot(blocks[b + 1], x + (b + 1) * D::kSize, acc2, acc3);
     }
-    if (b < nb) D::dot(blocks[b], x + b * kQBlock, acc0, acc1);
+    if (b < nb) D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
     y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
   }
 }
@@ -477,8 +462,8 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
-        {DType::kFP8_E4M3, matvec_scaled_blocks_avx512<DecodeFP8_E4M3>, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
-        {DType::kQ4_G128, matvec_scaled_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
+        {DType::kFP8_E4M3, matvec_blocks_avx512<DecodeFP8_E4M3>, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
+        {DType::kQ4_G128, matvec_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
     },
     gemm_tile_avx512,
     32,
