@@ -4,6 +4,7 @@
 #include "core/half.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,14 +41,6 @@ float signed_absmax(const float* x) {
 
 // Q4_G128 zero point (its low 4 bits; the high bits are reserved).
 int q4_g128_zero(const BlockQ4_G128& b) { return b.zero & 0x0F; }
-
-// Round half to even of a non-negative double holding an exact value (no fenv dependence).
-double round_half_even(double v) {
-  const double floor = std::floor(v);
-  const double fraction = v - floor;
-  if (fraction > 0.5 || (fraction == 0.5 && std::fmod(floor, 2.0) != 0.0)) return floor + 1.0;
-  return floor;
-}
 
 void quantize_fp8_block(const float* x, BlockFP8_E4M3& b) {
   float amax = 0.0f;
@@ -97,20 +90,23 @@ float fp8_e4m3_to_fp32(std::uint8_t code) noexcept {
 }
 
 std::uint8_t fp32_to_fp8_e4m3(float value) noexcept {
-  const auto sign = static_cast<std::uint8_t>(std::signbit(value) ? 0x80 : 0x00);
-  if (std::isnan(value)) return sign | 0x7F;
-  const double a = std::fabs(static_cast<double>(value));
-  if (a >= 448.0) return sign | 0x7E;  // saturate (also inf): 448 is the largest finite code
-  int e2 = 0;
-  std::frexp(a, &e2);                          // a = m * 2^e2, m in [0.5, 1)
-  int exponent = std::max(e2 - 1, -6);         // binade of a; subnormals share 2^-6's quantum
-  int q = static_cast<int>(round_half_even(std::ldexp(a, 3 - exponent)));  // a / quantum, quantum 2^(e-3)
-  if (q >= 16) {  // rounded up into the next binade
-    ++exponent;
-    q = 8;
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
+  const std::uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return sign | 0x7F;                   // NaN
+  if (abs >= 0x43E00000u) return sign | 0x7E;                  // >= 448 (also inf): saturate
+  if (abs < 0x3C800000u) {                                     // below 2^-6: subnormal, quantum 2^-9
+    // |v| * 512 < 8 is exact; adding and subtracting 2^23 rounds it to an integer, ties to even.
+    const float scaled = std::bit_cast<float>(abs) * 512.0f;
+    const auto q = static_cast<std::uint32_t>((scaled + 8388608.0f) - 8388608.0f);
+    return static_cast<std::uint8_t>(sign | q);                // q = 8 is the smallest normal's code
   }
-  if (q < 8) return static_cast<std::uint8_t>(sign | q);  // subnormal or zero (exponent field 0)
-  return static_cast<std::uint8_t>(sign | ((exponent + 7) << 3) | (q - 8));
+  // Normal: rebias the exponent (127 -> 7) and round the 23-bit mantissa to 3 bits, ties to
+  // even; a carry out of the mantissa moves into the exponent, which is the right result.
+  const std::uint32_t truncated = (abs >> 20) - ((127u - 7u) << 3);
+  const std::uint32_t rest = abs & 0xFFFFFu;
+  const std::uint32_t round_up = rest > 0x80000u || (rest == 0x80000u && (truncated & 1u) != 0) ? 1u : 0u;
+  return static_cast<std::uint8_t>(sign | (truncated + round_up));
 }
 
 void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
