@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 namespace sitsrt::cli {
@@ -38,6 +39,34 @@ std::string value_to_text(const gguf::Value& v) {
   }
   const std::string s = value_to_json(v, true).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return s.size() > 120 ? s.substr(0, 117) + "..." : s;
+}
+
+}  // namespace
+
+namespace {
+
+// What the architecture adds to a plain llama block, in one line (empty for plain llama).
+std::string model_features(const ModelSpec& spec) {
+  std::vector<std::string> f;
+  if (spec.rope_neox) f.emplace_back("neox rope");
+  if (spec.rope_scaling.type != RopeScalingType::kNone) {
+    f.push_back(fmt::format("rope scaling {} x{:g}", name(spec.rope_scaling.type), spec.rope_scaling.factor));
+  }
+  if (spec.rope_freq_factors) f.emplace_back("rope factors (rope_freqs.weight)");
+  if (spec.sliding_window > 0) {
+    const auto windowed = std::count(spec.windowed_layers.begin(), spec.windowed_layers.end(), true);
+    f.push_back(fmt::format("sliding window {} on {} of {} layers", spec.sliding_window, windowed, spec.n_layer));
+  }
+  if (spec.rope_local_freq_base > 0.0f) f.push_back(fmt::format("local rope base {:g}", spec.rope_local_freq_base));
+  if (spec.qkv_bias) f.emplace_back("qkv bias");
+  if (spec.qk_norm) f.emplace_back("q/k norm");
+  if (spec.post_norms) f.emplace_back("post norms");
+  if (spec.embedding_scale != 1.0f) f.push_back(fmt::format("embedding x{:g}", spec.embedding_scale));
+  if (spec.ffn_activation == FfnActivation::kGeluTanh) f.emplace_back("GeGLU(tanh)");
+  if (spec.final_logit_softcap > 0.0f) f.push_back(fmt::format("logit soft-cap {:g}", spec.final_logit_softcap));
+  std::string out;
+  for (const auto& s : f) out += (out.empty() ? "" : ", ") + s;
+  return out;
 }
 
 }  // namespace
@@ -105,7 +134,7 @@ int info_command(int argc, char** argv) {
                       {"n_layer", spec->n_layer}, {"n_head", spec->n_head}, {"n_head_kv", spec->n_head_kv},
                       {"head_dim", spec->head_dim}, {"n_ff", spec->n_ff}, {"n_ctx_train", spec->n_ctx_train},
                       {"rms_eps", spec->rms_eps}, {"rope_freq_base", spec->rope_freq_base},
-                      {"tied_output", spec->tied_output}};
+                      {"tied_output", spec->tied_output}, {"features", model_features(*spec)}};
     } else {
       doc["model_error"] = spec_error;
     }
@@ -122,6 +151,8 @@ int info_command(int argc, char** argv) {
                spec->architecture, spec->name, spec->n_embd, spec->n_layer, spec->n_head, spec->n_head_kv,
                spec->head_dim, spec->n_ff, spec->n_vocab, spec->n_ctx_train,
                spec->tied_output ? ", tied output head" : "");
+    const std::string features = model_features(*spec);
+    if (!features.empty()) fmt::print("features    {}\n", features);
   } else {
     fmt::print("model       cannot be run: {}\n", spec_error);
   }

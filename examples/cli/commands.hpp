@@ -16,6 +16,7 @@ int info_command(int argc, char** argv);
 int graph_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
 int make_model_command(int argc, char** argv);
+int logits_command(int argc, char** argv);
 int audit_command(int argc, char** argv);
 
 // Options shared by every command that loads a model.

@@ -6,7 +6,7 @@
 #include "formats/gguf.hpp"
 #include "graph/graph_printer.hpp"
 #include "model/gguf_weights.hpp"
-#include "model/llama_graph.hpp"
+#include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
 #include "model/weight_conversion.hpp"
 #include "runtime/cpu_backend.hpp"
@@ -79,10 +79,10 @@ struct Engine::Impl {
     }
     context_length = requested > 0 ? requested : std::min(spec.n_ctx_train, kDefaultContextCap);
     const DType kv_type = options.kv_cache_type == KvCacheType::kF32 ? DType::kF32 : DType::kF16;
-    LlamaGraphOptions graph_options;
+    ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
-    graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
-    graph = build_llama_graph(spec, file, graph_options);
+    if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
+    graph = build_model_graph(spec, file, graph_options);
     if (const std::optional<DType> target = parse_weight_format(options.weights)) {
       converted = std::make_unique<ConvertedWeightSource>(graph, weights, *target, backend.context().pool());
     }

@@ -10,12 +10,27 @@ std::string_view name(OpKind op) noexcept {
   switch (op) {
     case OpKind::kEmbed: return "embed";
     case OpKind::kRmsNorm: return "rms_norm";
+    case OpKind::kHeadRmsNorm: return "head_rms_norm";
+    case OpKind::kGeGlu: return "geglu_tanh";
+    case OpKind::kAddBias: return "add_bias";
+    case OpKind::kScale: return "scale";
+    case OpKind::kSoftCap: return "soft_cap";
     case OpKind::kMatMul: return "matmul";
     case OpKind::kRope: return "rope";
     case OpKind::kAttention: return "attention";
     case OpKind::kSwiGlu: return "swiglu";
     case OpKind::kAdd: return "add";
     case OpKind::kTakeLast: return "take_last";
+  }
+  return "unknown";
+}
+
+std::string_view name(RopeScaling scaling) noexcept {
+  switch (scaling) {
+    case RopeScaling::kNone: return "none";
+    case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kYarn: return "yarn";
+    case RopeScaling::kLlama3: return "llama3";
   }
   return "unknown";
 }
@@ -84,7 +99,18 @@ void Graph::fill_cost(Node& node) const {
       c.flops = 2 * out * width(node.inputs[0]);
       break;
     case OpKind::kRmsNorm:
+    case OpKind::kHeadRmsNorm:
       c.flops = 3 * out;
+      break;
+    case OpKind::kGeGlu:
+      c.flops = 10 * out;
+      break;
+    case OpKind::kAddBias:
+    case OpKind::kScale:
+      c.flops = out;
+      break;
+    case OpKind::kSoftCap:
+      c.flops = 4 * out;
       break;
     case OpKind::kRope:
       c.flops = 3 * out;
