@@ -129,3 +129,20 @@ TEST_CASE("an unknown weights value names the option and lists the valid ones", 
                                           Contains("as-stored, f16, bf16, q8, q4, fp8, q4g128"));
   }
 }
+
+TEST_CASE("weights=q8 matches a Q8_0 file for every architecture's graph", "[engine]") {
+  for (const std::string arch : {"mistral", "qwen2", "qwen3", "gemma3"}) {
+    CAPTURE(arch);
+    const auto path = [&](DType type) {
+      RandomModelOptions o = model_options(type, true);
+      o.architecture = arch;
+      return test::random_model(o, "weights-" + arch);
+    };
+    const Engine converted = engine(path(DType::kF32), "q8");
+    const std::vector<float> a = converted.logits(kTokens, true);
+    const std::vector<float> b = engine(path(DType::kQ8_0), "as-stored").logits(kTokens, true);
+    REQUIRE(a.size() == b.size());
+    CHECK(converted.model_info().weights_converted_tensors == 2 * 7 + 1);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
+}
