@@ -76,6 +76,9 @@ def _sinks(audit: Any, key: Any) -> list:
     return [_sitsrt.make_sink(s, _key(key)) for s in specs]
 
 
+_WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128")
+
+
 class Engine:
     """A loaded model. Immutable and thread-safe: share one engine between threads.
 
@@ -87,6 +90,9 @@ class Engine:
         max_batch_tokens: prompt tokens per forward pass.
         cpu_isa: "auto", "avx512", "avx2" or "generic" (clamped to the CPU).
         memory_budget_bytes: limit for activations + KV caches (0: unlimited).
+        weights: matmul weight format: "as-stored" (read in place), or converted at load to
+            "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (E4M3) or "q4g128" (INT4 g128); the
+            cost is in info() (weights_convert_seconds, weights_converted_bytes).
         deterministic: results depend only on model, prompt, sampling and the recorded engine
             digest, never on the thread count (see docs/audit-log.md).
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
@@ -103,13 +109,16 @@ class Engine:
     def __init__(self, model: str | os.PathLike, *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None, devices: str | Sequence[str] | None = None) -> None:
+                 audit_key: str | bytes | None = None, weights: str = "as-stored",
+                 devices: str | Sequence[str] | None = None) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype: expected 'f16' or 'f32', got {kv_dtype!r}")
         if cpu_isa not in ("auto", "avx512", "avx2", "generic"):
             raise ValueError(f"cpu_isa: expected 'auto', 'avx512', 'avx2' or 'generic', got {cpu_isa!r}")
+        if weights not in _WEIGHT_FORMATS:
+            raise ValueError(f"weights: expected one of {', '.join(_WEIGHT_FORMATS)}, got {weights!r}")
         _devices(devices)
         self.model = os.fspath(model)
         self._engine = _sitsrt.Engine(
@@ -121,7 +130,8 @@ class Engine:
             cpu_isa=cpu_isa,
             memory_budget_bytes=_int("memory_budget_bytes", memory_budget_bytes, 0, _UINT64_MAX),
             deterministic=bool(deterministic),
-            sinks=_sinks(audit, audit_key))
+            sinks=_sinks(audit, audit_key),
+            weights=weights)
 
     # -- requests ---------------------------------------------------------------------------
 
