@@ -7,6 +7,7 @@
 // callback, and audit (none / JSONL sink per request, rotated and deleted as it grows).
 #include <sitsrt/audit.hpp>
 #include <sitsrt/engine.hpp>
+#include <sitsrt/error.hpp>
 
 #include <fmt/format.h>
 
@@ -72,11 +73,15 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
 
   std::atomic<bool> stop{false};
-  std::atomic<long> requests{0}, tokens{0}, cancelled{0}, audited{0};
+  std::atomic<long> requests{0}, tokens{0}, cancelled{0}, audited{0}, errors{0};
+  std::mutex error_mutex;
+  std::string first_error;
   std::vector<std::thread> workers;
   for (int c = 0; c < clients; ++c) {
     workers.emplace_back([&, c] {
       std::mt19937_64 rng(1000 + static_cast<std::uint64_t>(c));
+      const std::string own_dir = fmt::format("{}/client{}", dir, c);  // each client deletes only its logs
+      std::filesystem::create_directories(own_dir);
       int n = 0;
       while (!stop.load()) {
         GenerationConfig g;
@@ -91,7 +96,7 @@ int main(int argc, char** argv) {
         g.top_logprobs = static_cast<int>(rng() % 6);
         if (rng() % 5 == 0) g.stop = {"the"};
         std::shared_ptr<AuditSink> sink;
-        const std::string log = fmt::format("{}/c{}-{}.jsonl", dir, c, n++);
+        const std::string log = fmt::format("{}/{}.jsonl", own_dir, n++);
         if (rng() % 3 == 0) {
           JsonlAuditLogOptions lo;
           lo.path = log;
@@ -102,14 +107,21 @@ int main(int argc, char** argv) {
           ++audited;
         }
         const int cancel_at = rng() % 7 == 0 ? std::uniform_int_distribution<int>(0, 20)(rng) : -1;
-        const auto result = engine.generate(random_prompt(rng), g, [&](const TokenEvent& e) {
-          return cancel_at < 0 || e.index < cancel_at;
-        });
+        GenerationResult result;
+        try {
+          result = engine.generate(random_prompt(rng), g, [&](const TokenEvent& e) {
+            return cancel_at < 0 || e.index < cancel_at;
+          });
+        } catch (const Error& e) {  // counted and reported: a soak must see none
+          ++errors;
+          std::lock_guard lock(error_mutex);
+          if (first_error.empty()) first_error = e.what();
+        }
         if (cancel_at >= 0) ++cancelled;
         tokens += static_cast<long>(result.tokens.size());
         ++requests;
         sink.reset();
-        for (const auto& entry : std::filesystem::directory_iterator(dir)) std::filesystem::remove(entry.path());
+        for (const auto& entry : std::filesystem::directory_iterator(own_dir)) std::filesystem::remove(entry.path());
       }
     });
   }
@@ -144,8 +156,9 @@ int main(int argc, char** argv) {
     lo = std::min(lo, curve[i].second);
     hi = std::max(hi, curve[i].second);
   }
-  fmt::print("\nsoak: {} s, {} clients, {} requests ({} audited, {} cancelled), {} tokens\n", seconds, clients,
-             requests.load(), audited.load(), cancelled.load(), tokens.load());
+  fmt::print("\nsoak: {} s, {} clients, {} requests ({} audited, {} cancelled), {} tokens, {} errors{}\n", seconds,
+             clients, requests.load(), audited.load(), cancelled.load(), tokens.load(), errors.load(),
+             first_error.empty() ? "" : " (first: " + first_error + ")");
   fmt::print("RSS after warm-up {:.2f} MiB, at the end {:.2f} MiB, range after warm-up {:.2f} MiB, "
              "slope {:.4f} MiB/min\n",
              curve[from].second, curve.back().second, hi - lo, slope * 60.0);

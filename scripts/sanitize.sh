@@ -24,10 +24,11 @@ case $mode in
 esac
 scripts/install-deps.sh
 cmake --preset "$preset" >/dev/null
-cmake --build "$dir" -j "$jobs"
 if [ -n "${filter:-}" ]; then
+  cmake --build "$dir" -j "$jobs" --target $(echo "$filter" | tr '|' ' ')
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" -R "^(${filter})\$"
 else
+  cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs"
 fi
 echo "sanitize $mode: passed"

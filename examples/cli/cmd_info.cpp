@@ -126,7 +126,9 @@ int info_command(int argc, char** argv) {
   Args args("sitsrt info", "Describe a model (GGUF file or Hugging Face directory): metadata, tensors, parameters, bytes by type.",
             {{"model", 'm', "PATH", "GGUF file or Hugging Face directory; may also be given as the first argument", ""},
              {"json", 0, "", "machine-readable output", ""},
-             {"full", 0, "", "with --json: print whole metadata arrays (vocabularies can be large)", ""}});
+             {"full", 0, "", "with --json: print whole metadata arrays (vocabularies can be large)", ""},
+             weights_option_spec(),
+             {"threads", 't', "N", "with --weights: conversion threads", "all cores"}});
   args.parse(argc, argv, 2);
   if (args.has("help")) {
     fmt::print("{}", args.help());
@@ -144,6 +146,15 @@ int info_command(int argc, char** argv) {
     auto& entry = by_type[std::string(name(t.type))];
     entry.first += 1;
     entry.second += t.bytes;
+  }
+  // --weights: load an engine to convert the matmul weights and report the cost.
+  std::optional<ModelInfo> converted;
+  if (const std::string weights = args.get_or("weights", "as-stored"); weights != "as-stored") {
+    EngineOptions o;
+    o.model_path = path;
+    o.weights = weights;
+    o.threads = static_cast<int>(args.get_int("threads", 0));
+    converted = Engine(std::move(o)).model_info();
   }
   std::string spec_error;
   std::optional<ModelSpec> spec;
@@ -166,6 +177,10 @@ int info_command(int argc, char** argv) {
     nlohmann::json doc = {{"path", path}, {"gguf_version", file.version()}, {"file_bytes", file.file_size()},
                           {"alignment", file.alignment()}, {"parameters", params}, {"bytes_by_type", types},
                           {"metadata", metadata}, {"tensors", tensors}};
+    if (converted) {
+      doc["weights"] = weights_json(*converted);
+      doc["weights"]["weight_bytes"] = converted->weight_bytes;
+    }
     if (spec) {
       doc["model"] = spec_json(*spec);
     } else {
@@ -186,6 +201,10 @@ int info_command(int argc, char** argv) {
   fmt::print("\nbytes by type:\n");
   for (const auto& [type, e] : by_type) {
     fmt::print("  {:<6} {:>5} tensors {:>14} bytes\n", type, e.first, e.second);
+  }
+  if (converted) {
+    fmt::print("\nweights     {}\n", weights_text(*converted));
+    fmt::print("            {} bytes of weights in the engine after conversion\n", converted->weight_bytes);
   }
   fmt::print("\nmetadata ({} keys):\n", file.metadata().size());
   for (const auto& kv : file.metadata()) fmt::print("  {:<44} {}\n", kv.key, value_to_text(kv.value));

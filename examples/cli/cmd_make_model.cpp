@@ -2,6 +2,7 @@
 #include "commands.hpp"
 
 #include "core/dtype.hpp"
+#include "model/weight_conversion.hpp"
 #include "model/random_model.hpp"
 
 #include <fmt/format.h>
@@ -30,7 +31,7 @@ int make_model_command(int argc, char** argv) {
              {"ffn", 0, "N", "feed-forward width", "704"},
              {"vocab", 0, "N", "vocabulary size (>= 259)", "2048"},
              {"ctx", 0, "N", "training context length written to the metadata", "2048"},
-             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1", "q8_0"},
+             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8 (fp8_e4m3) q4g128 (q4_g128)", "q8_0"},
              {"tied", 0, "", "share the embedding as the output head (no output.weight)", ""},
              {"seed", 's', "N", "weight seed", "1234"},
              {"name", 0, "TEXT", "general.name", "sitsrt-random"},
@@ -59,7 +60,8 @@ int make_model_command(int argc, char** argv) {
   o.vocab = args.get_int("vocab", o.vocab);
   o.context = args.get_int("ctx", o.context);
   const std::string type = args.get_or("type", "q8_0");
-  const auto dtype = dtype_from_name(type);
+  auto dtype = dtype_from_name(type);
+  if (!dtype) dtype = weight_format_alias(type);  // the --weights spellings: fp8, q4g128, q8, q4
   if (!dtype) throw UsageError(fmt::format("unknown --type '{}'", type));
   o.type = *dtype;
   o.tied_embeddings = args.has("tied");

@@ -18,7 +18,7 @@ constexpr const char* kUsage = R"(usage: sitsrt <command> [options]
 commands:
   run         generate text from a prompt (streams text, or one JSON object per token with --json)
   info        print a model's (GGUF file or HF directory) metadata, tensor table, parameter count and bytes by type
-  graph       print the computation graph and activation memory plan (table or --json)
+  graph       print the computation graph and activation memory plan, or --plan the device plan
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
   logits      print the raw next-token logits for token ids or a prompt as JSON
   convert     convert a Hugging Face model directory (config.json + safetensors) to GGUF

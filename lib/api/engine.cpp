@@ -7,8 +7,10 @@
 #include "model/model_loader.hpp"
 #include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
+#include "model/weight_conversion.hpp"
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
+#include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
@@ -44,6 +46,7 @@ void validate(const EngineOptions& o) {
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
     raise(ErrorCode::kInvalidArgument, "max_batch_tokens = {} is out of range [1, 65536]", o.max_batch_tokens);
   }
+  (void)parse_weight_format(o.weights);  // throws naming the option and its valid values
   for (const auto& rule : o.anomaly_rules) audit::validate_rule(rule);
   for (const auto& sink : o.audit_sinks) {
     if (!sink) raise(ErrorCode::kInvalidArgument, "audit_sinks holds a null sink");
@@ -95,6 +98,9 @@ struct Engine::Impl {
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
     graph = build_model_graph(spec, model.tensors, graph_options);
+    if (const std::optional<DType> target = parse_weight_format(options.weights)) {
+      converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, backend.context().pool());
+    }
 
     const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
     plan.graph = &graph;
@@ -107,11 +113,17 @@ struct Engine::Impl {
     plan.n_vocab = spec.n_vocab;
     plan.step_mutex = &step_mutex;
 
-    backend.bind_weights(graph, model.tensors);
+    backend.bind_weights(graph, weight_source());
     backend.prepare(graph, plan.memory, context_length);
     prefault();
     fill_info(kv_type);
+    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes);
     fill_digest();
+  }
+
+  [[nodiscard]] const graph::WeightSource& weight_source() const {
+    if (converted) return *converted;
+    return model.tensors;
   }
 
   void fill_digest() {
@@ -151,7 +163,7 @@ struct Engine::Impl {
     std::uint64_t total = graph.total_weight_bytes(), done = 0;
     volatile unsigned char sink = 0;
     for (const graph::Weight& w : graph.weights()) {
-      const auto data = model.tensors.data(w);
+      const auto data = weight_source().data(w);
       for (std::size_t off = 0; off < data.size(); off += 4096) sink = sink ^ static_cast<unsigned char>(data[off]);
       done += data.size();
       options.on_progress("load", total ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
@@ -191,6 +203,15 @@ struct Engine::Impl {
     info.threads = backend.context().threads();
     info.cpu_isa = std::string(cpu::name(backend.context().isa()));
     info.int8_activations = backend.context().int8_activations();
+    info.weights = options.weights.empty() ? "as-stored" : options.weights;
+    if (converted) {
+      const WeightConversionReport& r = converted->report();
+      info.weights_converted_tensors = r.tensors_converted;
+      info.weights_kept_tensors = r.tensors_kept;
+      info.weights_converted_bytes = r.bytes_read;
+      info.weights_converted_to_bytes = r.bytes_written;
+      info.weights_convert_seconds = r.seconds;
+    }
     if (tokenizer) {
       info.bos = tokenizer->vocab().bos;
       info.eos = tokenizer->vocab().eos;
@@ -243,12 +264,14 @@ struct Engine::Impl {
   std::optional<SpmTokenizer> tokenizer;
   CpuBackend backend;
   graph::Graph graph;
+  std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"
   ExecutionPlan plan;
   std::int64_t context_length = 0;
   std::mutex step_mutex;
   mutable std::mutex pool_mutex;
   mutable std::vector<std::unique_ptr<Session>> idle;
   ModelInfo info;
+  DevicePlan device_plan;
   EngineDigest digest;
   mutable std::once_flag hash_once;
   mutable std::string model_sha256;
@@ -370,6 +393,7 @@ std::string Engine::token_bytes(std::int32_t token) const { return impl_->tok().
 
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 
+const DevicePlan& Engine::plan() const noexcept { return impl_->device_plan; }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }
 std::string Engine::graph_json() const { return graph::to_json(impl_->graph, impl_->plan.memory); }
 

@@ -40,6 +40,17 @@ WeightId Graph::add_weight(Weight weight) {
   return static_cast<WeightId>(weights_.size() - 1);
 }
 
+void Graph::set_weight_type(WeightId id, DType type) {
+  Weight& w = weights_.at(static_cast<std::size_t>(id));
+  std::uint64_t rows = 1;
+  for (std::size_t i = 1; i < w.dims.size(); ++i) rows *= static_cast<std::uint64_t>(w.dims[i]);
+  w.type = type;
+  w.bytes = row_bytes(type, w.dims[0]) * rows;
+  for (Node& node : nodes_) {
+    if (std::find(node.weights.begin(), node.weights.end(), id) != node.weights.end()) fill_cost(node);
+  }
+}
+
 ValueId Graph::add_node(OpKind op, std::string node_name, std::int32_t layer, std::vector<ValueId> inputs,
                         std::vector<WeightId> weights, NodeAttrs attrs, std::int64_t out_width, RowSpace rows,
                         bool in_place) {

@@ -111,6 +111,9 @@ class Graph {
                    std::vector<WeightId> weights, NodeAttrs attrs, std::int64_t out_width, RowSpace rows,
                    bool in_place = false);
   void set_output(ValueId value) noexcept { output_ = value; }
+  // Changes the stored format of a weight (load-time conversion): its bytes and the costs of
+  // the nodes that read it follow. Its rows (dims[0]) must be whole blocks of `type`.
+  void set_weight_type(WeightId id, DType type);
 
   [[nodiscard]] const std::vector<Node>& nodes() const noexcept { return nodes_; }
   [[nodiscard]] const std::vector<Value>& values() const noexcept { return values_; }
