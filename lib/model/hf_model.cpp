@@ -50,67 +50,62 @@ constexpr std::string_view kLinearLayers[] = {"self_attn.q_proj", "self_attn.k_p
                                               "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                               "mlp.down_proj"};
 
-hf::RawTensor raw(const safetensors::Checkpoint& ckpt, const std::string& dir, const std::string& name,
-                  bool optional = false) {
+hf::RawTensor raw(const safetensors::Checkpoint& ckpt, const std::string& name, bool optional = false) {
   const auto entry = ckpt.find(name);
   if (!entry) {
     if (optional) return {};
-    raise(ErrorCode::kInvalidModel, "{}: missing tensor '{}' of the quantized checkpoint", dir, name);
+    raise(ErrorCode::kInvalidModel, "missing tensor '{}' of the quantized checkpoint", name);
   }
   return {entry->info->name, entry->info->type, entry->info->shape, ckpt.data(*entry)};
 }
 
-// The companion tensors of one quantized linear layer, by method.
-std::vector<std::string> companions(const HfQuantization& q) {
-  if (q.method == "awq") return {"qweight", "qzeros", "scales"};
-  if (q.method == "gptq") return {"qweight", "qzeros", "scales", "g_idx"};
-  return {"weight", q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv"};
-}
-
-// Validates the quantized linear layers, then refuses the model: the weight formats that would
-// hold these levels without a float round trip are not in this build yet. Layer 0 is unpacked
-// completely (packing, zero points, g_idx ranges); later layers must hold the same companions
-// with the same dtypes and shapes (unpacking all of a 7B model would take seconds to refuse it).
-[[noreturn]] void refuse_quantized(const HfModel& model, const safetensors::Checkpoint& ckpt, const std::string& dir) {
+// Serves every quantized linear layer of the blocks in the internal weight format that holds
+// its stored values exactly (AWQ / GPTQ -> INT4 g128, FP8 -> FP8 E4M3; no float round trip), as
+// an owned catalog tensor under the unquantized weight's GGUF name. A layer stored unquantized
+// (a float `weight`, e.g. listed in modules_to_not_convert) is left to the general loop.
+void add_quantized_linears(HfModel& model, const safetensors::Checkpoint& ckpt, const std::string& dir) {
   const HfQuantization& q = *model.config.quantization;
-  const std::vector<std::string> parts = companions(q);
-  std::int64_t checked = 0;
-  for (const std::string_view linear : kLinearLayers) {
-    const std::string first = fmt::format("{}layers.0.{}.", model.prefix, linear);
-    const bool g_idx_optional = !q.desc_act;
-    try {
-      if (q.method == "awq") {
-        (void)hf::unpack_awq(raw(ckpt, dir, first + "qweight"), raw(ckpt, dir, first + "qzeros"),
-                             raw(ckpt, dir, first + "scales"), q.group_size);
-      } else if (q.method == "gptq") {
-        (void)hf::unpack_gptq(raw(ckpt, dir, first + "qweight"), raw(ckpt, dir, first + "qzeros"),
-                              raw(ckpt, dir, first + "scales"), raw(ckpt, dir, first + "g_idx", g_idx_optional),
-                              q.group_size, q.gptq_format == "gptq");
-      } else {
-        (void)hf::read_fp8(raw(ckpt, dir, first + parts[0]), raw(ckpt, dir, first + parts[1]), q.fp8_block);
-      }
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kInvalidModel) throw;
-      raise(ErrorCode::kInvalidModel, "{}: {}", dir, e.what());
-    }
-    for (std::int64_t l = 1; l < model.config.spec.n_layer; ++l) {
+  const bool fp8 = q.method == "fp8";
+  const bool gemma = model.config.spec.architecture == "gemma3";
+  for (std::int64_t l = 0; l < model.config.spec.n_layer; ++l) {
+    for (const std::string_view linear : kLinearLayers) {
       const std::string base = fmt::format("{}layers.{}.{}.", model.prefix, l, linear);
-      for (const std::string& part : parts) {
-        const hf::RawTensor want = raw(ckpt, dir, first + part, true);
-        const hf::RawTensor got = raw(ckpt, dir, base + part, part == "g_idx" && g_idx_optional);
-        if (want.type != got.type || want.shape != got.shape) {
-          raise(ErrorCode::kInvalidModel, "{}: tensor '{}' is {} [{}], layer 0 has {} [{}]", dir, base + part,
-                safetensors::name(got.type), fmt::join(got.shape, ", "), safetensors::name(want.type),
-                fmt::join(want.shape, ", "));
+      const auto plain = ckpt.find(base + "weight");
+      if (plain && (fp8 ? plain->info->type != ElementType::kF8_E4M3 : !ckpt.find(base + "qweight"))) continue;
+      const std::string packed = base + (fp8 ? "weight" : "qweight");
+      DType type = DType::kQ4_G128;
+      std::int64_t rows = 0, cols = 0;
+      std::vector<std::byte> bytes;
+      try {
+        if (fp8) {
+          const auto w = hf::read_fp8(raw(ckpt, packed),
+                                      raw(ckpt, base + (q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv")),
+                                      q.fp8_block);
+          type = DType::kFP8_E4M3;
+          rows = w.rows;
+          cols = w.cols;
+          bytes = hf::pack_fp8_e4m3(w, packed);
+        } else {
+          const auto w = q.method == "awq"
+                             ? hf::unpack_awq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
+                                              raw(ckpt, base + "scales"), q.group_size)
+                             : hf::unpack_gptq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
+                                               raw(ckpt, base + "scales"),
+                                               raw(ckpt, base + "g_idx", !q.desc_act), q.group_size,
+                                               q.gptq_format == "gptq");
+          rows = w.rows;
+          cols = w.cols;
+          bytes = hf::pack_q4_g128(w, packed);
         }
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kInvalidModel && e.code() != ErrorCode::kUnsupported) throw;
+        raise(e.code(), "{}: {} ({} checkpoint)", dir, e.what(), q.method);
       }
+      const auto gguf_name = gguf_name_for_hf(base + "weight", gemma);
+      CatalogTensor c{*gguf_name, packed, type, {cols, rows}, bytes.size(), {}};
+      model.tensors.add_owned(std::move(c), std::move(bytes));
     }
-    checked += model.config.spec.n_layer;
   }
-  raise(ErrorCode::kUnsupported,
-        "{}: quantization_config.quant_method '{}' is not supported yet: its {} quantized linear layers are valid, "
-        "but this build has no {} weight format to serve them without a float round trip",
-        dir, q.method, checked, q.method == "fp8" ? "FP8 E4M3" : "INT4 g128");
 }
 
 // Norm and bias vectors as owned F32; Gemma norms as 1 + w.
@@ -154,13 +149,14 @@ HfModel open_hf_model(const std::string& directory) {
     }
   }
   if (model.prefix.empty()) raise(ErrorCode::kInvalidModel, "{}: missing tensor 'model.{}'", directory, probe);
-  if (quantized) refuse_quantized(model, *ckpt, directory);
+  if (quantized) add_quantized_linears(model, *ckpt, directory);
 
   for (const safetensors::File& file : ckpt->files()) {
     for (const safetensors::TensorInfo& t : file.tensors()) {
       const auto gguf_name = gguf_name_for_hf(t.name, gemma);
       if (!gguf_name) continue;  // not part of the text model (vision tower, rotary buffers)
       if (!t.name.starts_with(model.prefix) && *gguf_name != "output.weight") continue;
+      if (model.tensors.find(*gguf_name) != nullptr) continue;  // a quantized linear, added above
       const auto type = weight_type(t.type);
       if (!type) {
         raise(ErrorCode::kUnsupported, "{}: tensor '{}' is {}; unquantized checkpoints must be F32, F16 or BF16",

@@ -2,6 +2,7 @@
 
 #include "core/check.hpp"
 #include "core/half.hpp"
+#include "core/quant_blocks.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -215,6 +216,90 @@ Fp8Weights read_fp8(const RawTensor& weight, const RawTensor& scale, std::span<c
     if (!std::isfinite(w.scales[i])) bad(scale, fmt::format("scale {} is not finite", i));
   }
   return w;
+}
+
+std::vector<std::byte> pack_q4_g128(const Int4GroupWeights& w, std::string_view name) {
+  if (w.group_size != kGroup128) {
+    raise(ErrorCode::kUnsupported,
+          "tensor '{}': group_size {} is not supported (the INT4 g128 weight format holds groups of {} input "
+          "features)",
+          name, w.group_size, kGroup128);
+  }
+  if (w.cols % kGroup128 != 0)
+    raise(ErrorCode::kUnsupported, "tensor '{}': {} input features are not whole groups of {}", name, w.cols, kGroup128);
+  const std::int64_t blocks = w.cols / kGroup128;
+  std::vector<std::int64_t> block_group(static_cast<std::size_t>(blocks));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t g = w.group(b * kGroup128);
+    for (std::int64_t c = b * kGroup128; c < (b + 1) * kGroup128; ++c) {
+      if (w.group(c) != g) {
+        raise(ErrorCode::kUnsupported,
+              "tensor '{}': act-order g_idx puts input features {} and {} (one {}-column block) in groups {} and {}; "
+              "serving it would need the columns and the input activations reordered, which is not supported",
+              name, b * kGroup128, c, kGroup128, g, w.group(c));
+      }
+    }
+    block_group[static_cast<std::size_t>(b)] = g;
+  }
+  std::vector<std::byte> out(static_cast<std::size_t>(w.rows * blocks) * sizeof(BlockQ4_G128));
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t g = block_group[static_cast<std::size_t>(b)];
+      const auto at = static_cast<std::size_t>(r * w.groups + g);
+      const std::uint8_t* levels = w.levels.data() + r * w.cols + b * kGroup128;
+      BlockQ4_G128 block{};
+      block.d = fp32_to_fp16(w.scales[at]);  // exact: the scale is a widened fp16
+      unsigned zero = w.zeros[at], shift = 0;
+      if (zero > 15) {  // GPTQ v1's stored 15: d * (q - 16) = d * ((q - 1) - 15) when no q is 0
+        for (int i = 0; i < kGroup128; ++i) {
+          if (levels[i] == 0) {
+            raise(ErrorCode::kUnsupported,
+                  "tensor '{}': output {} group {} has zero point {} and level 0, which INT4 g128 (zero points "
+                  "0..15) cannot hold",
+                  name, r, g, zero);
+          }
+        }
+        zero = 15;
+        shift = 1;
+      }
+      block.zero = static_cast<std::uint8_t>(zero);
+      for (int s = 0; s < kGroup128 / kQBlock; ++s) {
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          const unsigned lo = levels[s * kQBlock + j] - shift, hi = levels[s * kQBlock + kQBlock / 2 + j] - shift;
+          block.qs[s * kQBlock / 2 + j] = static_cast<std::uint8_t>(lo | (hi << 4));
+        }
+      }
+      std::memcpy(out.data() + static_cast<std::size_t>(r * blocks + b) * sizeof(BlockQ4_G128), &block, sizeof block);
+    }
+  }
+  return out;
+}
+
+std::vector<std::byte> pack_fp8_e4m3(const Fp8Weights& w, std::string_view name) {
+  if (w.cols % kFp8Block != 0) {
+    raise(ErrorCode::kUnsupported, "tensor '{}': {} input features are not whole FP8 E4M3 blocks of {}", name, w.cols,
+          kFp8Block);
+  }
+  if (w.layout == Fp8Weights::Scales::kBlock && w.block_cols % kFp8Block != 0) {
+    raise(ErrorCode::kUnsupported, "tensor '{}': weight_block_size columns {} are not a multiple of {}", name,
+          w.block_cols, kFp8Block);
+  }
+  const std::int64_t blocks = w.cols / kFp8Block;
+  std::vector<std::byte> out(static_cast<std::size_t>(w.rows * blocks) * sizeof(BlockFP8_E4M3));
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      BlockFP8_E4M3 block{};
+      block.d = w.scale(r, b * kFp8Block);  // one scale per 64 columns: block_cols is a multiple of 64
+      const std::uint8_t* codes = w.codes.data() + r * w.cols + b * kFp8Block;
+      for (int i = 0; i < kFp8Block; ++i) {
+        if ((codes[i] & 0x7fu) == 0x7fu)
+          raise(ErrorCode::kInvalidModel, "tensor '{}': element [{}, {}] is NaN", name, r, b * kFp8Block + i);
+      }
+      std::memcpy(block.qs, codes, kFp8Block);
+      std::memcpy(out.data() + static_cast<std::size_t>(r * blocks + b) * sizeof(BlockFP8_E4M3), &block, sizeof block);
+    }
+  }
+  return out;
 }
 
 }  // namespace sitsrt::hf

@@ -1,8 +1,8 @@
 // Quantized Hugging Face checkpoints: reading and validating the packed tensors of FP8 (E4M3
 // weights with per-tensor, per-channel or 128x128 block scales), AWQ (GEMM packing) and GPTQ
 // (incl. act-order g_idx) linear layers, and unpacking them exactly into integer levels,
-// scales and zero points. No float weights are produced: a weight format that holds these
-// levels and scales (FP8 E4M3, INT4 g128) serves them; wiring to it is the model loader's job.
+// scales and zero points, and repacking them into the internal block formats that hold them
+// exactly (INT4 g128, FP8 E4M3; lib/core/quant_blocks.hpp). No float weights are produced.
 //
 // Conventions: a linear layer maps `cols` input features to `rows` output features; unpacked
 // arrays are row-major with one row per output feature (the GGUF/graph weight layout, where
@@ -11,6 +11,7 @@
 
 #include "formats/safetensors.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -83,5 +84,20 @@ struct Fp8Weights {
 // `block` is {block_rows, block_cols}, weight_scale_inv [ceil(rows/br), ceil(cols/bc)].
 // Scales may be F32, BF16 or F16. Throws kInvalidModel naming the tensor.
 Fp8Weights read_fp8(const RawTensor& weight, const RawTensor& scale, std::span<const std::int64_t> block);
+
+// The weights as kQ4_G128 blocks, one row of cols / 128 blocks per output feature (the GGUF
+// [in, out] layout): levels, zero points and fp16 scales copied, nibbles repacked; decoding
+// gives value(r, c) bit for bit. kUnsupported (naming `name`) for a group size other than 128,
+// input features that are not whole groups, an act-order g_idx that mixes groups inside a
+// 128-column block (serving it would need the columns and the input activations reordered), and
+// a GPTQ v1 zero point of 16 in a group that also holds level 0 (16 with levels 1..15 is served
+// exactly as zero 15 with every level minus 1).
+std::vector<std::byte> pack_q4_g128(const Int4GroupWeights& w, std::string_view name);
+
+// The weights as kFP8_E4M3 blocks of 64 (codes copied, each block's fp32 scale the scale of its
+// row or of its weight_block_size block); decoding gives value(r, c) bit for bit. kUnsupported for
+// input features that are not whole blocks of 64 or block columns that are not a multiple of 64;
+// kInvalidModel for a NaN code (0x7f / 0xff), which the decode kernels do not reproduce.
+std::vector<std::byte> pack_fp8_e4m3(const Fp8Weights& w, std::string_view name);
 
 }  // namespace sitsrt::hf

@@ -59,9 +59,9 @@ def _stored(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray, str]:
     return b, (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64), "bfloat16"
 
 
-def config_for(variant: str, dtype: str) -> dict:
+def config_for(variant: str, dtype: str, shape: dict | None = None) -> dict:
     hf_arch, extra = VARIANTS[variant]
-    text = dict(SHAPE)
+    text = dict(SHAPE, **(shape or {}))
     text.update({k: v for k, v in extra.items() if v is not None})
     torch_dtype = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]
     if hf_arch == "Gemma3ForConditionalGeneration":
@@ -73,10 +73,17 @@ def config_for(variant: str, dtype: str) -> dict:
     return {"architectures": [hf_arch], "torch_dtype": torch_dtype, **text}
 
 
-def write_checkpoint(directory: pathlib.Path, variant: str, dtype: str, seed: int = 7, shards: int = 1) -> dict:
-    """Writes config.json and the weights; returns {gguf name: float64 array as the reference uses it}."""
+def write_checkpoint(directory: pathlib.Path, variant: str, dtype: str, seed: int = 7, shards: int = 1,
+                     shape: dict | None = None, quantizer=None) -> dict:
+    """Writes config.json and the weights; returns {gguf name: float64 array as the reference uses it}.
+
+    quantizer: None, or an object with `config` (the quantization_config) and `quantize(name, w)`
+    -> ({suffix: (buffer, safetensors dtype)}, float64 dequantized weight), applied to the seven
+    linear layers of every block (the other tensors are stored as `dtype`)."""
     hf_arch, _ = VARIANTS[variant]
-    config = config_for(variant, dtype)
+    config = config_for(variant, dtype, shape)
+    if quantizer is not None:
+        config["quantization_config"] = quantizer.config
     c = config.get("text_config", config)
     gemma = hf_arch.startswith("Gemma3")
     qwen2, qk_norm = hf_arch == "Qwen2ForCausalLM", hf_arch in ("Qwen3ForCausalLM",) or gemma
@@ -127,11 +134,17 @@ def write_checkpoint(directory: pathlib.Path, variant: str, dtype: str, seed: in
     (directory / "config.json").write_text(json.dumps(config, indent=1))
     reference, buffers, specs = {}, [], {}
     for hf_name, (gguf_name, value) in weights.items():
-        buf, stored, dt = _stored(value, dtype)
-        buf = np.ascontiguousarray(buf)
-        buffers.append(buf)
-        specs[hf_name] = safetensors.TensorSpec(dtype=dt, shape=buf.shape, data_ptr=buf.ctypes.data,
-                                                data_len=buf.nbytes)
+        if quantizer is not None and hf_name.startswith(prefix + "layers.") and hf_name.endswith("_proj.weight"):
+            parts, stored = quantizer.quantize(hf_name, value)
+            parts = {hf_name[: -len("weight")] + suffix: part for suffix, part in parts.items()}
+        else:
+            buf, stored, dt = _stored(value, dtype)
+            parts = {hf_name: (buf, dt)}
+        for name, (buf, dt) in parts.items():
+            buf = np.ascontiguousarray(buf)
+            buffers.append(buf)
+            specs[name] = safetensors.TensorSpec(dtype=dt, shape=buf.shape, data_ptr=buf.ctypes.data,
+                                                 data_len=buf.nbytes)
         if gguf_name is not None:
             reference[gguf_name] = stored + 1.0 if gemma and gguf_name.endswith("norm.weight") else stored
     names = sorted(specs)
@@ -147,6 +160,138 @@ def write_checkpoint(directory: pathlib.Path, variant: str, dtype: str, seed: in
         (directory / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": sum(b.nbytes for b in buffers)}, "weight_map": weight_map}))
     return reference
+
+
+# Quantized checkpoints need input widths that are whole groups of 128.
+QUANT_SHAPE = dict(hidden_size=128, intermediate_size=256)
+
+E4M3 = np.array([(-1.0 if c & 0x80 else 1.0) * (((c & 7) / 8.0) * 2.0 ** -6 if (c >> 3) & 15 == 0 else
+                                                (1 + (c & 7) / 8.0) * 2.0 ** (((c >> 3) & 15) - 7))
+                 for c in range(256)])
+E4M3[[0x7F, 0xFF]] = np.nan
+
+
+def e4m3_encode(x: np.ndarray) -> np.ndarray:
+    """Nearest finite E4M3 code of each value (saturating at +-448)."""
+    finite = np.array([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=np.uint8)
+    values = E4M3[finite]
+    order = np.argsort(values)
+    values, finite = values[order], finite[order]
+    i = np.clip(np.searchsorted(values, x), 1, len(values) - 1)
+    pick = np.where(np.abs(values[i - 1] - x) <= np.abs(values[i] - x), i - 1, i)
+    return finite[pick]
+
+
+def _fp16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float16)
+
+
+class Fp8:
+    """FP8 E4M3 weights (quant_method fp8): `weight` F8_E4M3 [out, in] with a per-tensor or
+    per-channel `weight_scale` (w = e4m3 * scale), or DeepSeek-V3 style 128x128 blocks with
+    `weight_scale_inv` [ceil(out/128), ceil(in/128)] (w = e4m3 * scale_inv)."""
+
+    def __init__(self, scales: str):
+        self.scales = scales
+        self.config = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+        if scales == "block":
+            self.config["weight_block_size"] = [128, 128]
+
+    def quantize(self, name: str, w: np.ndarray):
+        rows, cols = w.shape
+        if self.scales == "tensor":
+            scale = np.float32(np.abs(w).max() / 448)
+            codes = e4m3_encode(w / np.float64(scale))
+            return ({"weight": (codes, "float8_e4m3fn"), "weight_scale": (np.array(scale), "float32")},
+                    E4M3[codes] * np.float64(scale))
+        if self.scales == "channel":
+            scale = (np.abs(w).max(axis=1, keepdims=True) / 448).astype(np.float32)  # [out, 1]
+            codes = e4m3_encode(w / scale.astype(np.float64))
+            return ({"weight": (codes, "float8_e4m3fn"), "weight_scale": (scale, "float32")},
+                    E4M3[codes] * scale.astype(np.float64))
+        br = bc = 128
+        inv = np.zeros(((rows + br - 1) // br, (cols + bc - 1) // bc), dtype=np.float32)
+        for i in range(inv.shape[0]):
+            for j in range(inv.shape[1]):
+                inv[i, j] = np.abs(w[i * br:(i + 1) * br, j * bc:(j + 1) * bc]).max() / 448
+        full = np.repeat(np.repeat(inv.astype(np.float64), br, axis=0), bc, axis=1)[:rows, :cols]
+        codes = e4m3_encode(w / full)
+        return {"weight": (codes, "float8_e4m3fn"), "weight_scale_inv": (inv, "float32")}, E4M3[codes] * full
+
+
+def _int4_groups(w: np.ndarray, group: int, group_of_column: np.ndarray, min_zero: int):
+    """Min-max asymmetric 4-bit quantization per (output, group): levels [out, in], zeros and
+    fp16 scales [groups, out], and the dequantized weight scale * (level - zero)."""
+    rows, cols = w.shape
+    groups = int(group_of_column.max()) + 1
+    scales = np.zeros((groups, rows), dtype=np.float16)
+    zeros = np.zeros((groups, rows), dtype=np.int64)
+    for g in range(groups):
+        block = w[:, group_of_column == g]
+        lo, hi = np.minimum(block.min(axis=1), 0), np.maximum(block.max(axis=1), 0)
+        scales[g] = _fp16((hi - lo) / 15)
+        zeros[g] = np.clip(np.round(-lo / scales[g].astype(np.float64)), min_zero, 15)
+    s = scales[group_of_column].T.astype(np.float64)  # [out, in]
+    z = zeros[group_of_column].T
+    levels = np.clip(np.round(w / s) + z, 0, 15).astype(np.int64)
+    return levels, zeros, scales, s * (levels - z)
+
+
+def _pack_nibbles(values: np.ndarray, order=range(8)) -> np.ndarray:
+    """[n, 8m] values 0..15 -> int32 [n, m]: nibble k of word j = values[:, 8j + order[k]]."""
+    out = np.zeros((values.shape[0], values.shape[1] // 8), dtype=np.uint32)
+    for k, o in enumerate(order):
+        out |= values[:, o::8].astype(np.uint32) << np.uint32(4 * k)
+    return out.view(np.int32)
+
+
+class Awq:
+    """AutoAWQ GEMM: qweight int32 [in, out/8] with the output features of a word in the order
+    0 2 4 6 1 3 5 7, qzeros int32 [groups, out/8] alike, scales f16 [groups, out]."""
+
+    order = (0, 2, 4, 6, 1, 3, 5, 7)
+
+    def __init__(self, group_size: int = 128):
+        self.config = {"quant_method": "awq", "bits": 4, "group_size": group_size, "zero_point": True,
+                       "version": "gemm"}
+        self.group = group_size
+
+    def quantize(self, name: str, w: np.ndarray):
+        cols = w.shape[1]
+        levels, zeros, scales, value = _int4_groups(w, self.group, np.arange(cols) // self.group, 0)
+        return ({"qweight": (_pack_nibbles(levels.T, self.order), "int32"),
+                 "qzeros": (_pack_nibbles(zeros, self.order), "int32"), "scales": (scales, "float16")}, value)
+
+
+class Gptq:
+    """AutoGPTQ (checkpoint_format gptq): qweight int32 [in/8, out] (nibble k of word i: input
+    8i + k), qzeros int32 [groups, out/8] holding zero - 1, scales f16 [groups, out], g_idx int32
+    [in]. act_order: None (g_idx = c // 128), "blocks" (desc_act with whole 128-column blocks
+    taking permuted groups) or "columns" (a column-level act-order permutation)."""
+
+    def __init__(self, act_order: str | None = None, seed: int = 3):
+        self.config = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": act_order is not None,
+                       "sym": False, "checkpoint_format": "gptq"}
+        self.act_order = act_order
+        self.rng = np.random.default_rng(seed)
+
+    def quantize(self, name: str, w: np.ndarray):
+        cols = w.shape[1]
+        if self.act_order == "blocks":
+            g_idx = self.rng.permutation(cols // 128)[np.arange(cols) // 128]
+        elif self.act_order == "columns":
+            g_idx = self.rng.permutation(cols) // 128
+        else:
+            g_idx = np.arange(cols) // 128
+        levels, zeros, scales, value = _int4_groups(w, 128, g_idx, 1)  # v1 cannot store a zero of 0
+        return ({"qweight": (_pack_gptq_weight(levels), "int32"),
+                 "qzeros": (_pack_nibbles(zeros - 1), "int32"), "scales": (scales, "float16"),
+                 "g_idx": (g_idx.astype(np.int32), "int32")}, value)
+
+
+def _pack_gptq_weight(levels: np.ndarray) -> np.ndarray:
+    """levels [out, in] -> int32 [in/8, out]: nibble k of word (i, r) = levels[r, 8i + k]."""
+    return np.ascontiguousarray(_pack_nibbles(levels).T)
 
 
 class Reference(Model):

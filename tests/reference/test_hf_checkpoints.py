@@ -1,7 +1,9 @@
 """Hugging Face directories: `sitsrt logits -m DIR` against the NumPy reference on the stored
-weights, for every architecture and F32/F16/BF16 checkpoints (one of them sharded), and
-`sitsrt convert` to GGUF against the same reference (and against the `gguf` package's reading
-of the converted file through numpy_forward.Model). Run: SITSRT_BIN=build/bin/sitsrt pytest tests/reference
+weights, for every architecture and F32/F16/BF16 checkpoints (one of them sharded), FP8
+(per-tensor, per-channel, 128x128 blocks), AWQ and GPTQ checkpoints against the reference on
+their dequantized weights, and `sitsrt convert` to GGUF against the same reference (and against
+the `gguf` package's reading of the converted file through numpy_forward.Model).
+Run: SITSRT_BIN=build/bin/sitsrt pytest tests/reference
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from hf_checkpoints import VARIANTS, Reference, config_for, write_checkpoint
+from hf_checkpoints import QUANT_SHAPE, VARIANTS, Awq, Fp8, Gptq, Reference, config_for, write_checkpoint
 from numpy_forward import Model
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -85,3 +87,43 @@ def test_hf_directory_without_tokenizer_refuses_text(binary, tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 1
     assert "tokenizer.json support is pending" in run.stderr
+
+
+# label -> (quantizer, variant, dtype of the unquantized tensors)
+QUANTIZED = {
+    "fp8 per-tensor": (lambda: Fp8("tensor"), "llama", "bf16"),
+    "fp8 per-channel": (lambda: Fp8("channel"), "qwen3", "bf16"),
+    "fp8 128x128 blocks": (lambda: Fp8("block"), "gemma3", "bf16"),
+    "awq": (lambda: Awq(), "qwen2-yarn", "f16"),
+    "awq llama": (lambda: Awq(), "llama", "f16"),
+    "gptq": (lambda: Gptq(), "mistral", "f16"),
+    "gptq act-order by whole groups": (lambda: Gptq("blocks"), "llama", "f16"),
+}
+
+
+def info_types(binary: str, model: pathlib.Path) -> dict:
+    run = subprocess.run([binary, "info", "-m", str(model), "--json"], check=True, capture_output=True, text=True)
+    return {t["name"]: t["type"] for t in json.loads(run.stdout)["tensors"]}
+
+
+@pytest.mark.parametrize("label", list(QUANTIZED))
+def test_quantized_hf_directory_logits_match_dequantized_reference(binary, tmp_path, label):
+    make, variant, dtype = QUANTIZED[label]
+    weights = write_checkpoint(tmp_path / "hf", variant, dtype, shape=QUANT_SHAPE, quantizer=make())
+    want = Reference(config_for(variant, dtype, QUANT_SHAPE), weights).logits(TOKENS)
+    # Served in the internal format that holds the stored values (no float round trip).
+    internal = "fp8_e4m3" if label.startswith("fp8") else "q4_g128"
+    types = info_types(binary, tmp_path / "hf")
+    assert types["blk.0.attn_q.weight"] == internal and types["blk.1.ffn_down.weight"] == internal
+    check(f"hf {label} ({variant})", logits(binary, tmp_path / "hf"), want)
+
+
+@pytest.mark.parametrize("quantizer,message", [
+    (lambda: Gptq("columns"), "act-order g_idx puts input features"),
+    (lambda: Awq(group_size=64), "group_size 64 is not supported"),
+])
+def test_quantized_hf_directory_refusals(binary, tmp_path, quantizer, message):
+    write_checkpoint(tmp_path / "hf", "llama", "f16", shape=QUANT_SHAPE, quantizer=quantizer())
+    run = subprocess.run([binary, "logits", "-m", str(tmp_path / "hf"), "--tokens", "1,2"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and message in run.stderr, run.stderr

@@ -3,6 +3,7 @@
 // GPTQ weights against hand-computed words and an independent packer written from the
 // AutoAWQ / AutoGPTQ packing loops.
 #include "core/half.hpp"
+#include "core/quant_blocks.hpp"
 #include "model/hf_config.hpp"
 #include "model/hf_names.hpp"
 #include "model/hf_quant.hpp"
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 
 namespace {
@@ -440,6 +442,144 @@ TEST_CASE("FP8 E4M3 decoding and scale layouts", "[model][hf][quant]") {
                     Catch::Contains("s_inv") && Catch::Contains("expected F32 [2, 2]"));
   CHECK_THROWS_WITH(sitsrt::hf::read_fp8(weight, {"s", ElementType::kF32, {3}, bytes_of(blocks)}, {}),
                     Catch::Contains("per-row [4]"));
+}
+
+namespace {
+
+// Random unpacked INT4 weights [rows][cols] with per-group zeros (0..15) and fp16 scales.
+sitsrt::hf::Int4GroupWeights random_int4(std::int64_t rows, std::int64_t cols, std::int64_t group, std::uint64_t seed) {
+  sitsrt::test::Rng rng(seed);
+  sitsrt::hf::Int4GroupWeights w;
+  w.rows = rows;
+  w.cols = cols;
+  w.group_size = group;
+  w.groups = (cols + group - 1) / group;
+  for (std::int64_t i = 0; i < rows * cols; ++i) w.levels.push_back(static_cast<std::uint8_t>(rng.next() & 15));
+  for (std::int64_t i = 0; i < rows * w.groups; ++i) {
+    w.zeros.push_back(static_cast<std::uint8_t>(rng.next() % 16));
+    w.scales.push_back(sitsrt::fp16_to_fp32(sitsrt::fp32_to_fp16(rng.uniform(-0.1f, 0.1f))));
+  }
+  return w;
+}
+
+// Decodes every row of `packed` (rows of `type` blocks) and requires value(r, c) bit for bit.
+template <typename Weights>
+void require_decodes_to(const std::vector<std::byte>& packed, sitsrt::DType type, const Weights& w) {
+  const std::size_t row_bytes = sitsrt::row_bytes(type, w.cols);
+  REQUIRE(packed.size() == row_bytes * static_cast<std::size_t>(w.rows));
+  std::vector<float> row(static_cast<std::size_t>(w.cols));
+  std::int64_t mismatches = 0;
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    sitsrt::dequantize_row(type, packed.data() + static_cast<std::size_t>(r) * row_bytes, row.data(), w.cols);
+    for (std::int64_t c = 0; c < w.cols; ++c) mismatches += row[static_cast<std::size_t>(c)] != w.value(r, c);
+  }
+  CHECK(mismatches == 0);
+}
+
+void require_unsupported(const std::function<void()>& f, const std::string& substring) {
+  try {
+    f();
+    FAIL("no error");
+  } catch (const sitsrt::Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::kUnsupported);
+    CHECK(std::string(e.what()).find(substring) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("INT4 groups repack into INT4 g128 blocks that decode exactly", "[model][hf][quant]") {
+  using sitsrt::DType;
+  using sitsrt::hf::pack_q4_g128;
+  SECTION("contiguous groups: hand-checked first block, every element exact") {
+    const auto w = random_int4(6, 384, 128, 21);
+    const auto packed = pack_q4_g128(w, "t");
+    sitsrt::BlockQ4_G128 first{};
+    std::memcpy(&first, packed.data(), sizeof first);
+    CHECK(sitsrt::fp16_to_fp32(first.d) == w.scales[0]);
+    CHECK(first.zero == w.zeros[0]);
+    CHECK(first.reserved == 0);
+    CHECK(first.qs[0] == (w.levels[0] | (w.levels[16] << 4)));
+    CHECK(first.qs[17] == (w.levels[33] | (w.levels[49] << 4)));  // sub-block 1, j = 1
+    require_decodes_to(packed, DType::kQ4_G128, w);
+  }
+  SECTION("act-order whose g_idx gives each 128-column block one group is served exactly") {
+    auto w = random_int4(5, 384, 128, 22);
+    const std::int32_t order[3] = {2, 0, 1};
+    for (std::int64_t c = 0; c < w.cols; ++c) w.group_of_column.push_back(order[c / 128]);
+    require_decodes_to(pack_q4_g128(w, "t"), DType::kQ4_G128, w);
+    w.group_of_column[200] = 2;  // column-level act-order: block 1 mixes groups 0 and 2
+    require_unsupported([&] { (void)pack_q4_g128(w, "layer.qweight"); },
+                        "'layer.qweight': act-order g_idx puts input features 128 and 200");
+  }
+  SECTION("GPTQ v1 zero point 16: exact as zero 15 with levels - 1, refused when a level is 0") {
+    auto w = random_int4(4, 256, 128, 23);
+    for (auto& l : w.levels) l = static_cast<std::uint8_t>(1 + l % 15);
+    w.zeros[1 * w.groups + 1] = 16;  // row 1, group 1
+    require_decodes_to(pack_q4_g128(w, "t"), DType::kQ4_G128, w);
+    w.levels[1 * 256 + 130] = 0;
+    require_unsupported([&] { (void)pack_q4_g128(w, "t"); }, "output 1 group 1 has zero point 16 and level 0");
+  }
+  SECTION("group sizes other than 128 and partial groups are refused, naming the tensor") {
+    require_unsupported([&] { (void)pack_q4_g128(random_int4(8, 256, 64, 24), "a.qweight"); },
+                        "'a.qweight': group_size 64 is not supported");
+    require_unsupported([&] { (void)pack_q4_g128(random_int4(8, 200, 128, 25), "a.qweight"); },
+                        "200 input features are not whole groups of 128");
+  }
+}
+
+TEST_CASE("FP8 weights repack into FP8 E4M3 blocks of 64 that decode exactly", "[model][hf][quant]") {
+  using sitsrt::hf::Fp8Weights;
+  sitsrt::test::Rng rng(31);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(5 * 256));
+  for (auto& c : codes) {
+    c = static_cast<std::uint8_t>(rng.next() & 0xff);
+    if ((c & 0x7f) == 0x7f) c = 0x3c;  // no NaN codes
+  }
+  Fp8Weights w;
+  w.rows = 5;
+  w.cols = 256;
+  w.codes = codes;
+  SECTION("per tensor") {
+    w.scales = {rng.uniform(0.001f, 0.01f)};
+    require_decodes_to(sitsrt::hf::pack_fp8_e4m3(w, "t"), sitsrt::DType::kFP8_E4M3, w);
+  }
+  SECTION("per row") {
+    w.layout = Fp8Weights::Scales::kPerRow;
+    for (int r = 0; r < 5; ++r) w.scales.push_back(rng.uniform(0.001f, 0.01f));
+    require_decodes_to(sitsrt::hf::pack_fp8_e4m3(w, "t"), sitsrt::DType::kFP8_E4M3, w);
+  }
+  SECTION("128x128 blocks (partial last block row), and block columns that are not whole 64s") {
+    w.layout = Fp8Weights::Scales::kBlock;
+    w.block_rows = 128;
+    w.block_cols = 128;
+    w.scales = {rng.uniform(0.001f, 0.01f), rng.uniform(0.001f, 0.01f)};
+    require_decodes_to(sitsrt::hf::pack_fp8_e4m3(w, "t"), sitsrt::DType::kFP8_E4M3, w);
+    w.block_rows = 2;
+    w.scales.clear();
+    for (int i = 0; i < 3 * 2; ++i) w.scales.push_back(rng.uniform(0.001f, 0.01f));
+    require_decodes_to(sitsrt::hf::pack_fp8_e4m3(w, "t"), sitsrt::DType::kFP8_E4M3, w);
+    w.block_cols = 96;
+    require_unsupported([&] { (void)sitsrt::hf::pack_fp8_e4m3(w, "t"); }, "columns 96 are not a multiple of 64");
+  }
+  SECTION("widths that are not whole blocks are refused; NaN codes are invalid") {
+    w.scales = {1.0f};
+    w.cols = 128;
+    w.rows = 10;  // the same codes viewed as [10, 128]
+    codes[3 * 128 + 7] = 0xff;
+    try {
+      (void)sitsrt::hf::pack_fp8_e4m3(w, "f.weight");
+      FAIL("no error");
+    } catch (const sitsrt::Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidModel);
+      CHECK_THAT(e.what(), Catch::Contains("'f.weight': element [3, 7] is NaN"));
+    }
+    w.cols = 160;
+    w.rows = 8;
+    require_unsupported([&] { (void)sitsrt::hf::pack_fp8_e4m3(w, "f.weight"); },
+                        "160 input features are not whole FP8 E4M3 blocks of 64");
+  }
 }
 
 TEST_CASE("TensorCatalog checks sizes and duplicates and names the checkpoint's tensor", "[model][hf]") {

@@ -418,8 +418,8 @@ def main():
     hf_dir("hf_config_quant_method_unknown", cfg(quantization_config={"quant_method": "bitsandbytes"}),
            llama_tensors(), "'quantization_config.quant_method' = 'bitsandbytes'", code="unsupported")
     awq = {"quant_method": "awq", "bits": 4, "group_size": 8, "zero_point": True, "version": "gemm"}
-    hf_dir("hf_awq_checkpoint_refused", cfg(quantization_config=awq), awq_tensors(),
-           "'awq' is not supported yet", code="unsupported")
+    hf_dir("hf_awq_group_size_8_refused", cfg(quantization_config=awq), awq_tensors(),
+           "group_size 8 is not supported", code="unsupported")
     hf_dir("hf_awq_scales_wrong_shape", cfg(quantization_config=awq), awq_tensors(scales_shape=(2, 8)),
            "model.layers.0.self_attn.q_proj.scales")
     gptq = {"quant_method": "gptq", "bits": 4, "group_size": 8, "desc_act": True, "sym": True}
@@ -427,16 +427,16 @@ def main():
                   ("qzeros", "I32", [1, 1], struct.pack("<I", 0x77777777)),
                   ("scales", "F16", [1, 8], struct.pack("<8e", *[0.25] * 8)),
                   ("g_idx", "I32", [8], struct.pack("<8i", *[0] * 8))]
-    hf_dir("hf_gptq_act_order_refused", cfg(quantization_config=gptq), quantized_tensors(gptq_parts),
-           "'gptq' is not supported yet", code="unsupported")
+    hf_dir("hf_gptq_group_size_8_refused", cfg(quantization_config=gptq), quantized_tensors(gptq_parts),
+           "group_size 8 is not supported", code="unsupported")
     hf_dir("hf_gptq_g_idx_out_of_range", cfg(quantization_config=gptq),
            quantized_tensors(gptq_parts[:3] + [("g_idx", "I32", [8], struct.pack("<8i", *[0] * 7, 5))]),
            "g_idx[7] = 5")
     fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
     fp8_parts = [("weight", "F8_E4M3", [8, 8], bytes(range(0x30, 0x70))),
                  ("weight_scale_inv", "F32", [1, 1], struct.pack("<f", 0.5))]
-    hf_dir("hf_fp8_block_refused", cfg(quantization_config=fp8), quantized_tensors(fp8_parts),
-           "'fp8' is not supported yet", code="unsupported")
+    hf_dir("hf_fp8_width_not_blocks_of_64", cfg(quantization_config=fp8), quantized_tensors(fp8_parts),
+           "8 input features are not whole FP8 E4M3 blocks of 64", code="unsupported")
     hf_dir("hf_fp8_scale_missing", cfg(quantization_config=fp8), quantized_tensors(fp8_parts[:1]),
            "missing tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv'")
     hf_dir("hf_tensor_missing", base, llama_tensors(skip=("model.layers.0.self_attn.k_proj.weight",)),
