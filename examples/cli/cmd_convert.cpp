@@ -19,7 +19,9 @@ int convert_command(int argc, char** argv) {
       "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
       "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
       {{"output", 'o', "FILE", "output GGUF path", ""},
-       {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1", "the checkpoint's torch_dtype"},
+       {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 q4_g128",
+        "the checkpoint's torch_dtype; a quantized (FP8, AWQ, GPTQ) checkpoint's linears stay fp8_e4m3 / q4_g128 "
+        "(exact; libsitsrt-only GGUF types)"},
        {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
        {"json", 0, "", "print a JSON summary on stdout", ""}});
   args.parse(argc, argv, 2);
@@ -37,13 +39,13 @@ int convert_command(int argc, char** argv) {
   if (const auto t = args.get("type")) {
     type = dtype_from_name(*t);
     if (!type) throw UsageError(fmt::format("unknown --type '{}'", *t));
-  } else {
-    const std::string torch_dtype = open_hf_model(directory).config.torch_dtype;
+  } else if (const HfConfig config = open_hf_model(directory).config; !config.quantization) {
+    const std::string& torch_dtype = config.torch_dtype;
     type = torch_dtype == "float32" ? DType::kF32 : torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF16;
-  }
+  }  // else: every matrix as it is served (the quantized linears exactly)
   const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
-  const HfConvertSummary s = convert_hf_to_gguf(directory, *out, *type, static_cast<int>(args.get_int("threads", 0)),
+  const HfConvertSummary s = convert_hf_to_gguf(directory, *out, type, static_cast<int>(args.get_int("threads", 0)),
                                                 [&](std::size_t done, std::size_t total) {
                                                   if (tty)
                                                     fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
@@ -54,7 +56,7 @@ int convert_command(int argc, char** argv) {
     const nlohmann::json doc = {{"input", directory},
                                 {"output", *out},
                                 {"architecture", s.architecture},
-                                {"type", name(*type)},
+                                {"type", type ? std::string(name(*type)) : "as-stored"},
                                 {"tensors", s.tensors},
                                 {"parameters", s.parameters},
                                 {"tensor_bytes", s.bytes},
@@ -63,7 +65,7 @@ int convert_command(int argc, char** argv) {
     fmt::print("{}\n", doc.dump());
   }
   fmt::print(stderr, "wrote {} ({}, {} tensors, {:.2f} M parameters, {}{}, {:.1f} s)\n", *out, s.architecture,
-             s.tensors, static_cast<double>(s.parameters) / 1e6, name(*type),
+             s.tensors, static_cast<double>(s.parameters) / 1e6, type ? std::string(name(*type)) : "as stored",
              s.fallback_f16 ? fmt::format(", {} matrices as f16", s.fallback_f16) : "", seconds);
   return 0;
 }

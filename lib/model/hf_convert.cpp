@@ -90,7 +90,8 @@ void write_metadata(gguf::Writer& w, const ModelSpec& spec) {
 
 }  // namespace
 
-HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, DType type, int threads,
+HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
+                                    int threads,
                                     const std::function<void(std::size_t, std::size_t)>& progress) {
   auto model = std::make_shared<HfModel>(open_hf_model(directory));
   const ModelSpec& spec = model->config.spec;
@@ -105,8 +106,8 @@ HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::str
     const bool matrix = t.dims.size() == 2;
     DType out_type = DType::kF32;
     if (matrix) {
-      out_type = fits_blocks(type, t.dims[0]) ? type : DType::kF16;
-      if (out_type != type) ++summary.fallback_f16;
+      out_type = !type ? t.type : fits_blocks(*type, t.dims[0]) ? *type : DType::kF16;
+      if (out_type != type.value_or(t.type)) ++summary.fallback_f16;
     }
     const bool permute = permute_qk && (t.name.ends_with(".attn_q.weight") || t.name.ends_with(".attn_k.weight"));
     const std::int64_t cols = t.dims[0], rows = matrix ? t.dims[1] : 1;

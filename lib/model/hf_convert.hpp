@@ -2,13 +2,16 @@
 // (and this library) load: llama.cpp's metadata keys and tensor names, Llama/Mistral Q/K rows
 // permuted back to GGUF's adjacent-pair rope convention, Gemma 3 norms stored as 1 + w, Llama 3
 // rope scaling as rope_freqs.weight. 2-D weights are written in the requested type (a matrix
-// whose rows are not whole blocks of it falls back to f16); vectors are f32.
+// whose rows are not whole blocks of it falls back to f16), or with no type each in the type it
+// is served in (a quantized checkpoint's linears in FP8 E4M3 / INT4 g128, libsitsrt-only GGUF
+// types, bytes copied); vectors are f32.
 #pragma once
 
 #include "core/dtype.hpp"
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace sitsrt {
@@ -23,7 +26,8 @@ struct HfConvertSummary {
 
 // progress(done_tensors, total_tensors). Throws sitsrt::Error naming the directory/key/tensor;
 // the output file is written atomically (see gguf::Writer::write).
-HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, DType type, int threads,
+HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
+                                    int threads,
                                     const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 }  // namespace sitsrt

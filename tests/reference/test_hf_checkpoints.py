@@ -127,3 +127,19 @@ def test_quantized_hf_directory_refusals(binary, tmp_path, quantizer, message):
     run = subprocess.run([binary, "logits", "-m", str(tmp_path / "hf"), "--tokens", "1,2"],
                          capture_output=True, text=True)
     assert run.returncode == 1 and message in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("label", ["gptq", "fp8 128x128 blocks", "awq llama"])
+def test_convert_keeps_quantized_linears(binary, tmp_path, label):
+    make, variant, dtype = QUANTIZED[label]
+    weights = write_checkpoint(tmp_path / "hf", variant, dtype, shape=QUANT_SHAPE, quantizer=make())
+    want = Reference(config_for(variant, dtype, QUANT_SHAPE), weights).logits(TOKENS)
+    out = tmp_path / "model.gguf"
+    run = subprocess.run([binary, "convert", str(tmp_path / "hf"), "-o", str(out), "--json"],
+                         check=True, capture_output=True, text=True)
+    assert json.loads(run.stdout)["type"] == "as-stored"
+    internal = "fp8_e4m3" if label.startswith("fp8") else "q4_g128"
+    types = info_types(binary, out)
+    assert types["blk.0.attn_q.weight"] == internal and types["blk.1.ffn_up.weight"] == internal
+    assert types["token_embd.weight"] == dtype
+    check(f"converted {label} ({variant})", logits(binary, out), want)
