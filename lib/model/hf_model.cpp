@@ -2,12 +2,16 @@
 
 #include "core/check.hpp"
 #include "core/half.hpp"
+#include "core/thread_pool.hpp"
 #include "formats/safetensors.hpp"
 #include "model/hf_names.hpp"
 #include "model/hf_quant.hpp"
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -59,52 +63,79 @@ hf::RawTensor raw(const safetensors::Checkpoint& ckpt, const std::string& name, 
   return {entry->info->name, entry->info->type, entry->info->shape, ckpt.data(*entry)};
 }
 
-// Serves every quantized linear layer of the blocks in the internal weight format that holds
-// its stored values exactly (AWQ / GPTQ -> INT4 g128, FP8 -> FP8 E4M3; no float round trip), as
-// an owned catalog tensor under the unquantized weight's GGUF name. A layer stored unquantized
-// (a float `weight`, e.g. listed in modules_to_not_convert) is left to the general loop.
+// One quantized linear layer in the internal weight format that holds its stored values
+// exactly (AWQ / GPTQ -> INT4 g128, FP8 -> FP8 E4M3; no float round trip), as a catalog tensor
+// under the unquantized weight's GGUF name (its bytes in `bytes`, for add_owned).
+struct QuantizedLinear {
+  CatalogTensor tensor;
+  std::vector<std::byte> bytes;
+};
+
+QuantizedLinear quantized_linear(const HfQuantization& q, const safetensors::Checkpoint& ckpt, const std::string& base,
+                                 const std::string& gguf_name) {
+  const bool fp8 = q.method == "fp8";
+  const std::string packed = base + (fp8 ? "weight" : "qweight");
+  QuantizedLinear out{{gguf_name, packed, fp8 ? DType::kFP8_E4M3 : DType::kQ4_G128, {}, 0, {}}, {}};
+  if (fp8) {
+    const auto w = hf::read_fp8(raw(ckpt, packed),
+                                raw(ckpt, base + (q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv")),
+                                q.fp8_block);
+    out.tensor.dims = {w.cols, w.rows};
+    out.bytes = hf::pack_fp8_e4m3(w, packed);
+  } else {
+    const auto w = q.method == "awq" ? hf::unpack_awq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
+                                                      raw(ckpt, base + "scales"), q.group_size)
+                                     : hf::unpack_gptq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
+                                                       raw(ckpt, base + "scales"), raw(ckpt, base + "g_idx", !q.desc_act),
+                                                       q.group_size, q.gptq_format == "gptq");
+    out.tensor.dims = {w.cols, w.rows};
+    out.bytes = hf::pack_q4_g128(w, packed);
+  }
+  out.tensor.bytes = out.bytes.size();
+  return out;
+}
+
+// Adds every quantized linear layer of the blocks to the catalog, unpacked and repacked in
+// parallel (a 7B checkpoint holds ~6.5e9 levels); a layer stored unquantized (a float `weight`,
+// e.g. in modules_to_not_convert) is left to the general loop. Errors are reported for the
+// first failing layer in model order, whichever thread met it.
 void add_quantized_linears(HfModel& model, const safetensors::Checkpoint& ckpt, const std::string& dir) {
   const HfQuantization& q = *model.config.quantization;
-  const bool fp8 = q.method == "fp8";
   const bool gemma = model.config.spec.architecture == "gemma3";
+  std::vector<std::string> bases;
   for (std::int64_t l = 0; l < model.config.spec.n_layer; ++l) {
     for (const std::string_view linear : kLinearLayers) {
-      const std::string base = fmt::format("{}layers.{}.{}.", model.prefix, l, linear);
+      std::string base = fmt::format("{}layers.{}.{}.", model.prefix, l, linear);
       const auto plain = ckpt.find(base + "weight");
-      if (plain && (fp8 ? plain->info->type != ElementType::kF8_E4M3 : !ckpt.find(base + "qweight"))) continue;
-      const std::string packed = base + (fp8 ? "weight" : "qweight");
-      DType type = DType::kQ4_G128;
-      std::int64_t rows = 0, cols = 0;
-      std::vector<std::byte> bytes;
+      const bool quantized = q.method == "fp8" ? !plain || plain->info->type == ElementType::kF8_E4M3
+                                               : !plain || ckpt.find(base + "qweight").has_value();
+      if (quantized) bases.push_back(std::move(base));
+    }
+  }
+  if (bases.empty()) return;
+  std::vector<QuantizedLinear> done(bases.size());
+  std::vector<std::exception_ptr> errors(bases.size());
+  std::atomic<std::size_t> next{0};
+  ThreadPool pool(static_cast<int>(std::min<std::size_t>(bases.size(), ThreadPool::hardware_threads())));
+  pool.run([&](int, int) {
+    for (std::size_t i = next++; i < bases.size(); i = next++) {
       try {
-        if (fp8) {
-          const auto w = hf::read_fp8(raw(ckpt, packed),
-                                      raw(ckpt, base + (q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv")),
-                                      q.fp8_block);
-          type = DType::kFP8_E4M3;
-          rows = w.rows;
-          cols = w.cols;
-          bytes = hf::pack_fp8_e4m3(w, packed);
-        } else {
-          const auto w = q.method == "awq"
-                             ? hf::unpack_awq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
-                                              raw(ckpt, base + "scales"), q.group_size)
-                             : hf::unpack_gptq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
-                                               raw(ckpt, base + "scales"),
-                                               raw(ckpt, base + "g_idx", !q.desc_act), q.group_size,
-                                               q.gptq_format == "gptq");
-          rows = w.rows;
-          cols = w.cols;
-          bytes = hf::pack_q4_g128(w, packed);
-        }
+        done[i] = quantized_linear(q, ckpt, bases[i], *gguf_name_for_hf(bases[i] + "weight", gemma));
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  });
+  for (std::size_t i = 0; i < bases.size(); ++i) {
+    if (errors[i]) {
+      try {
+        std::rethrow_exception(errors[i]);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kInvalidModel && e.code() != ErrorCode::kUnsupported) throw;
         raise(e.code(), "{}: {} ({} checkpoint)", dir, e.what(), q.method);
       }
-      const auto gguf_name = gguf_name_for_hf(base + "weight", gemma);
-      CatalogTensor c{*gguf_name, packed, type, {cols, rows}, bytes.size(), {}};
-      model.tensors.add_owned(std::move(c), std::move(bytes));
     }
+    model.tensors.add_owned(std::move(done[i].tensor), std::move(done[i].bytes));
   }
 }
 

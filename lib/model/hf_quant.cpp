@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -99,11 +100,16 @@ Int4GroupWeights unpack_awq(const RawTensor& qweight, const RawTensor& qzeros, c
   Int4GroupWeights w = prepare(rows, cols, group_size, qzeros, scales, qweight);
   if (cols % w.group_size != 0)
     bad(qweight, fmt::format("input features {} are not whole groups of {}", cols, w.group_size));
-  for (std::int64_t c = 0; c < cols; ++c) {
+  // A transpose ([in, out] words -> [out, in] levels), in tiles of input columns so that both
+  // the words read and the level rows written stay in cache.
+  constexpr std::int64_t kTile = 64;
+  for (std::int64_t c0 = 0; c0 < cols; c0 += kTile) {
+    const std::int64_t c1 = std::min(cols, c0 + kTile);
     for (std::int64_t j = 0; j < rows / 8; ++j) {
-      const std::uint32_t packed = word(qweight, c * (rows / 8) + j);
-      for (int k = 0; k < 8; ++k)
-        w.levels[static_cast<std::size_t>((8 * j + kAwqOrder[k]) * cols + c)] = (packed >> (4 * k)) & 15u;
+      for (int k = 0; k < 8; ++k) {
+        std::uint8_t* out = w.levels.data() + (8 * j + kAwqOrder[k]) * cols;
+        for (std::int64_t c = c0; c < c1; ++c) out[c] = (word(qweight, c * (rows / 8) + j) >> (4 * k)) & 15u;
+      }
     }
   }
   for (std::int64_t g = 0; g < w.groups; ++g) {
