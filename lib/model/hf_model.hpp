@@ -5,7 +5,8 @@
 // the same bytes, so F32/F16/BF16 matrices are served in place from the mmapped shards. Vectors
 // (norms, biases) become owned F32 copies when stored as F16/BF16 (the graph wants F32 vectors),
 // and Gemma 3 norm weights become 1 + w (HF applies (1 + w); GGUF files store 1 + w). Q/K are
-// not permuted: HF checkpoints rotate halves, so the spec selects neox rope.
+// not permuted: HF checkpoints rotate halves, so the spec selects neox rope. The linear layers of
+// FP8 / AWQ / GPTQ checkpoints are repacked exactly into owned FP8 E4M3 / INT4 g128 tensors.
 #pragma once
 
 #include "model/hf_config.hpp"
@@ -25,8 +26,8 @@ struct HfModel {
 bool is_hf_model_directory(const std::string& path);
 
 // Throws sitsrt::Error naming the directory, file, key or tensor (kIo, kInvalidModel;
-// kUnsupported for an architecture, dtype or quantization method this build cannot run: FP8,
-// AWQ and GPTQ checkpoints are validated, then refused until their weight formats exist).
+// kUnsupported for an architecture, dtype or quantization method this build cannot run, and for
+// quantized layouts without an exact internal format: see pack_q4_g128 / pack_fp8_e4m3).
 HfModel open_hf_model(const std::string& directory);
 
 }  // namespace sitsrt
