@@ -14,16 +14,15 @@
 namespace sitsrt::cli {
 
 int convert_command(int argc, char** argv) {
-  Args args(
-      "sitsrt convert",
-      "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
-      "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
-      {{"output", 'o', "FILE", "output GGUF path", ""},
-       {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 q4_g128",
-        "the checkpoint's torch_dtype; a quantized (FP8, AWQ, GPTQ) checkpoint's linears stay fp8_e4m3 / q4_g128 "
-        "(exact; libsitsrt-only GGUF types)"},
-       {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
-       {"json", 0, "", "print a JSON summary on stdout", ""}});
+  Args args("sitsrt convert",
+            "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
+            "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
+            {{"output", 'o', "FILE", "output GGUF path", ""},
+             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 q4_g128",
+              "the checkpoint's torch_dtype; a quantized (FP8, AWQ, GPTQ) checkpoint's linears stay fp8_e4m3 / q4_g128 "
+              "(exact; libsitsrt-only GGUF types)"},
+             {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
+             {"json", 0, "", "print a JSON summary on stdout", ""}});
   args.parse(argc, argv, 2);
   if (args.has("help")) {
     fmt::print("{}", args.help());

@@ -91,8 +91,7 @@ void write_metadata(gguf::Writer& w, const ModelSpec& spec) {
 }  // namespace
 
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
-                                    int threads,
-                                    const std::function<void(std::size_t, std::size_t)>& progress) {
+                                    int threads, const std::function<void(std::size_t, std::size_t)>& progress) {
   auto model = std::make_shared<HfModel>(open_hf_model(directory));
   const ModelSpec& spec = model->config.spec;
   HfConvertSummary summary;

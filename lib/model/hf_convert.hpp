@@ -27,7 +27,6 @@ struct HfConvertSummary {
 // progress(done_tensors, total_tensors). Throws sitsrt::Error naming the directory/key/tensor;
 // the output file is written atomically (see gguf::Writer::write).
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
-                                    int threads,
-                                    const std::function<void(std::size_t, std::size_t)>& progress = {});
+                                    int threads, const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 }  // namespace sitsrt

@@ -77,17 +77,16 @@ QuantizedLinear quantized_linear(const HfQuantization& q, const safetensors::Che
   const std::string packed = base + (fp8 ? "weight" : "qweight");
   QuantizedLinear out{{gguf_name, packed, fp8 ? DType::kFP8_E4M3 : DType::kQ4_G128, {}, 0, {}}, {}};
   if (fp8) {
-    const auto w = hf::read_fp8(raw(ckpt, packed),
-                                raw(ckpt, base + (q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv")),
-                                q.fp8_block);
+    const auto w = hf::read_fp8(
+        raw(ckpt, packed), raw(ckpt, base + (q.fp8_block.empty() ? "weight_scale" : "weight_scale_inv")), q.fp8_block);
     out.tensor.dims = {w.cols, w.rows};
     out.bytes = hf::pack_fp8_e4m3(w, packed);
   } else {
-    const auto w = q.method == "awq" ? hf::unpack_awq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
-                                                      raw(ckpt, base + "scales"), q.group_size)
-                                     : hf::unpack_gptq(raw(ckpt, packed), raw(ckpt, base + "qzeros"),
-                                                       raw(ckpt, base + "scales"), raw(ckpt, base + "g_idx", !q.desc_act),
-                                                       q.group_size, q.gptq_format == "gptq");
+    const auto w =
+        q.method == "awq"
+            ? hf::unpack_awq(raw(ckpt, packed), raw(ckpt, base + "qzeros"), raw(ckpt, base + "scales"), q.group_size)
+            : hf::unpack_gptq(raw(ckpt, packed), raw(ckpt, base + "qzeros"), raw(ckpt, base + "scales"),
+                              raw(ckpt, base + "g_idx", !q.desc_act), q.group_size, q.gptq_format == "gptq");
     out.tensor.dims = {w.cols, w.rows};
     out.bytes = hf::pack_q4_g128(w, packed);
   }

@@ -232,7 +232,8 @@ std::vector<std::byte> pack_q4_g128(const Int4GroupWeights& w, std::string_view 
           name, w.group_size, kGroup128);
   }
   if (w.cols % kGroup128 != 0)
-    raise(ErrorCode::kUnsupported, "tensor '{}': {} input features are not whole groups of {}", name, w.cols, kGroup128);
+    raise(ErrorCode::kUnsupported, "tensor '{}': {} input features are not whole groups of {}", name, w.cols,
+          kGroup128);
   const std::int64_t blocks = w.cols / kGroup128;
   std::vector<std::int64_t> block_group(static_cast<std::size_t>(blocks));
   for (std::int64_t b = 0; b < blocks; ++b) {

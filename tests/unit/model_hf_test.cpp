@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <functional>
 #include <cstring>
+#include <functional>
 
 namespace {
 
