@@ -219,15 +219,20 @@ class Fp8:
         return {"weight": (codes, "float8_e4m3fn"), "weight_scale_inv": (inv, "float32")}, E4M3[codes] * full
 
 
-def _int4_groups(w: np.ndarray, group: int, group_of_column: np.ndarray, min_zero: int):
-    """Min-max asymmetric 4-bit quantization per (output, group): levels [out, in], zeros and
-    fp16 scales [groups, out], and the dequantized weight scale * (level - zero)."""
+def _int4_groups(w: np.ndarray, group: int, group_of_column: np.ndarray, min_zero: int, sym: bool = False):
+    """4-bit quantization per (output, group), min-max asymmetric or (sym) GPTQ's symmetric rule
+    (scale = 2 max|w| / 15, zero 8): levels [out, in], zeros and fp16 scales [groups, out], and
+    the dequantized weight scale * (level - zero)."""
     rows, cols = w.shape
     groups = int(group_of_column.max()) + 1
     scales = np.zeros((groups, rows), dtype=np.float16)
     zeros = np.zeros((groups, rows), dtype=np.int64)
     for g in range(groups):
         block = w[:, group_of_column == g]
+        if sym:
+            scales[g] = _fp16(2 * np.abs(block).max(axis=1) / 15)
+            zeros[g] = 8
+            continue
         lo, hi = np.minimum(block.min(axis=1), 0), np.maximum(block.max(axis=1), 0)
         scales[g] = _fp16((hi - lo) / 15)
         zeros[g] = np.clip(np.round(-lo / scales[g].astype(np.float64)), min_zero, 15)
@@ -264,28 +269,30 @@ class Awq:
 
 
 class Gptq:
-    """AutoGPTQ (checkpoint_format gptq): qweight int32 [in/8, out] (nibble k of word i: input
-    8i + k), qzeros int32 [groups, out/8] holding zero - 1, scales f16 [groups, out], g_idx int32
-    [in]. act_order: None (g_idx = c // 128), "blocks" (desc_act with whole 128-column blocks
-    taking permuted groups) or "columns" (a column-level act-order permutation)."""
+    """AutoGPTQ: qweight int32 [in/8, out] (nibble k of word i: input 8i + k), qzeros int32
+    [groups, out/8] holding zero - 1 (checkpoint_format gptq) or the zero (gptq_v2), scales f16
+    [groups, out], g_idx int32 [in]. act_order: None (g_idx = c // 128), "blocks" (desc_act with
+    whole 128-column blocks taking their groups in reverse order: non-trivial wherever a layer has
+    two or more blocks) or "columns" (a random column-level act-order permutation)."""
 
-    def __init__(self, act_order: str | None = None, seed: int = 3):
+    def __init__(self, act_order: str | None = None, seed: int = 3, sym: bool = False, v2: bool = False):
         self.config = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": act_order is not None,
-                       "sym": False, "checkpoint_format": "gptq"}
-        self.act_order = act_order
+                       "sym": sym, "checkpoint_format": "gptq_v2" if v2 else "gptq"}
+        self.act_order, self.sym, self.v2 = act_order, sym, v2
         self.rng = np.random.default_rng(seed)
 
     def quantize(self, name: str, w: np.ndarray):
         cols = w.shape[1]
         if self.act_order == "blocks":
-            g_idx = self.rng.permutation(cols // 128)[np.arange(cols) // 128]
+            g_idx = cols // 128 - 1 - np.arange(cols) // 128  # groups in reverse block order
         elif self.act_order == "columns":
             g_idx = self.rng.permutation(cols) // 128
         else:
             g_idx = np.arange(cols) // 128
-        levels, zeros, scales, value = _int4_groups(w, 128, g_idx, 1)  # v1 cannot store a zero of 0
+        # v1 cannot store a zero of 0 (zero - 1 = -1 spills into the other nibbles)
+        levels, zeros, scales, value = _int4_groups(w, 128, g_idx, 0 if self.v2 else 1, self.sym)
         return ({"qweight": (_pack_gptq_weight(levels), "int32"),
-                 "qzeros": (_pack_nibbles(zeros - 1), "int32"), "scales": (scales, "float16"),
+                 "qzeros": (_pack_nibbles(zeros if self.v2 else zeros - 1), "int32"), "scales": (scales, "float16"),
                  "g_idx": (g_idx.astype(np.int32), "int32")}, value)
 
 

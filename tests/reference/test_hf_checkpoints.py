@@ -98,6 +98,8 @@ QUANTIZED = {
     "awq llama": (lambda: Awq(), "llama", "f16"),
     "gptq": (lambda: Gptq(), "mistral", "f16"),
     "gptq act-order by whole groups": (lambda: Gptq("blocks"), "llama", "f16"),
+    "gptq symmetric": (lambda: Gptq(sym=True), "qwen3", "bf16"),
+    "gptq_v2": (lambda: Gptq(v2=True), "gemma3", "f16"),
 }
 
 
