@@ -18,9 +18,17 @@ enum class DType : std::uint8_t {
   kQ4_1,  // 32 x 4-bit + fp16 scale + fp16 min
   kQ5_0,  // 32 x 5-bit + fp16 scale, offset 16
   kQ5_1,  // 32 x 5-bit + fp16 scale + fp16 min
+  // K-quants (256-element super-blocks) and IQ4_NL; layouts in core/kquant_blocks.hpp.
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ8_K,
+  kIQ4_NL,
 };
 
-inline constexpr int kDTypeCount = 8;
+inline constexpr int kDTypeCount = 15;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

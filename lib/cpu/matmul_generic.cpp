@@ -1,8 +1,10 @@
 // Portable matmul kernels: plain C++ written so the compiler can vectorise it for the baseline
 // target (fixed-width lane arrays, no branches in the inner loops). Also the reference the
 // ISA files are tested against through the same matmul_test cases.
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
 #include <array>
@@ -201,6 +203,26 @@ void matvec_blocks_generic(const std::byte* w, std::size_t row_stride, std::int6
   }
 }
 
+// K-quants and IQ4_NL: each block is decoded by the reference decoder (kquant_blocks.cpp) into a
+// stack buffer, then dotted as above. The reference decoders are scalar; the ISA files carry
+// faster kernels for the formats that matter most.
+template <DType kType>
+void matvec_decoded_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows) {
+  using F = KquantFormat<kType>;
+  const std::int64_t nb = cols / F::kElements;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename F::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    Vec4 acc0 = zero4(), acc1 = zero4();
+    float buf[F::kElements];
+    for (std::int64_t b = 0; b < nb; ++b) {
+      F::decode(blocks[b], buf);
+      for (int c = 0; c < F::kElements; c += kChunk) dot_chunk(buf + c, x + b * F::kElements + c, acc0, acc1);
+    }
+    y[r] = sum4(acc0 + acc1);
+  }
+}
+
 // ---- Dequantize n elements (GEMM tiles, get_rows). ----
 
 template <typename D>
@@ -284,6 +306,14 @@ constexpr MatmulKernels kGenericKernels = {
         {DType::kQ4_1, matvec_q4_1_generic, dequant_blocks_generic<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_generic, dequant_blocks_generic<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_generic, dequant_blocks_generic<DecodeQ5_1>},
+        // K-quant section
+        {DType::kQ2_K, matvec_kquant_generic<DType::kQ2_K>, dequant_kquant_generic<DType::kQ2_K>},
+        {DType::kQ3_K, matvec_kquant_generic<DType::kQ3_K>, dequant_kquant_generic<DType::kQ3_K>},
+        {DType::kQ4_K, matvec_kquant_generic<DType::kQ4_K>, dequant_kquant_generic<DType::kQ4_K>},
+        {DType::kQ5_K, matvec_kquant_generic<DType::kQ5_K>, dequant_kquant_generic<DType::kQ5_K>},
+        {DType::kQ6_K, matvec_kquant_generic<DType::kQ6_K>, dequant_kquant_generic<DType::kQ6_K>},
+        {DType::kQ8_K, matvec_kquant_generic<DType::kQ8_K>, dequant_kquant_generic<DType::kQ8_K>},
+        {DType::kIQ4_NL, matvec_kquant_generic<DType::kIQ4_NL>, dequant_kquant_generic<DType::kIQ4_NL>},
     },
     gemm_tile_generic,
     32,
@@ -291,6 +321,30 @@ constexpr MatmulKernels kGenericKernels = {
 static_assert(formats_in_dtype_order(kGenericKernels.formats));
 
 }  // namespace
+
+template <DType kType>
+void matvec_kquant_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                           std::int64_t n_rows) {
+  matvec_decoded_generic<kType>(w, row_stride, cols, x, y, n_rows);
+}
+template <DType kType>
+void dequant_kquant_generic(const std::byte* src, float* dst, std::int64_t n) {
+  using F = KquantFormat<kType>;
+  const auto* blocks = reinterpret_cast<const typename F::Block*>(src);
+  for (std::int64_t b = 0; b < n / F::kElements; ++b) F::decode(blocks[b], dst + b * F::kElements);
+}
+#define SITSRT_INSTANTIATE(type)                                                                             \
+  template void matvec_kquant_generic<type>(const std::byte*, std::size_t, std::int64_t, const float*, float*, \
+                                            std::int64_t);                                                   \
+  template void dequant_kquant_generic<type>(const std::byte*, float*, std::int64_t)
+SITSRT_INSTANTIATE(DType::kQ2_K);
+SITSRT_INSTANTIATE(DType::kQ3_K);
+SITSRT_INSTANTIATE(DType::kQ4_K);
+SITSRT_INSTANTIATE(DType::kQ5_K);
+SITSRT_INSTANTIATE(DType::kQ6_K);
+SITSRT_INSTANTIATE(DType::kQ8_K);
+SITSRT_INSTANTIATE(DType::kIQ4_NL);
+#undef SITSRT_INSTANTIATE
 
 const MatmulKernels& matmul_kernels_generic() noexcept {
   return kGenericKernels;

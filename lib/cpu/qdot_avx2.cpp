@@ -160,6 +160,8 @@ constexpr QdotKernels kAvx2 = {{
     qdot_avx2<DotQ4<BlockQ4_1, true>>,     // q4_1
     qdot_avx2<DotQ5<BlockQ5_0, false>>,    // q5_0
     qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
+    // K-quant section (no integer path yet): q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 }, quantize_avx2};
 
 }  // namespace

@@ -184,6 +184,8 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
+    // K-quant section (no integer path yet): q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 }, quantize_avx512};
 
 }  // namespace

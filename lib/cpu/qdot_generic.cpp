@@ -157,6 +157,8 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
     qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
+    // K-quant section (no integer path yet): q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 }, quantize_row_q8_act};
 
 }  // namespace

@@ -25,6 +25,8 @@ constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     3,   // kQ4_1
     6,   // kQ5_0
     7,   // kQ5_1
+    // K-quant section: kQ2_K .. kQ8_K, kIQ4_NL
+    10, 11, 12, 13, 14, 15, 20,
 };
 
 }  // namespace

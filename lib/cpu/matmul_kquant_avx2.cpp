@@ -1,0 +1,220 @@
+// AVX2 + FMA + F16C kernels of the K-quant super-block formats Q4_K, Q5_K, Q6_K and Q8_K
+// (float activations). Decode unpacks each 32-element sub-block to 8-lane float vectors in
+// registers, dots it with x and scales the partial sum by the sub-block scale once; the formats
+// with a min add fl(dmin * m) * sum(x) per sub-block separately (as the reference formula
+// d sc q - dmin m splits). Dequant (prefill tiles, get_rows) reproduces dequantize_row bit for
+// bit: multiply, then subtract, each rounded (no FMA). Listed by the AVX2 and AVX-512 tables.
+#include "core/kquant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+constexpr int kPrefetchBytes = 1536;  // as matmul_avx2.cpp
+inline void prefetch_ahead(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float half_at(const std::uint16_t& h) {
+  std::uint16_t v;
+  std::memcpy(&v, &h, 2);
+  return _cvtsh_ss(v);
+}
+
+// 32 levels (bytes) -> four 8-lane float vectors; kSigned picks sign or zero extension.
+template <bool kSigned>
+inline void widen32(__m256i bytes, __m256 (&q)[4]) {
+  const __m128i lo = _mm256_castsi256_si128(bytes), hi = _mm256_extracti128_si256(bytes, 1);
+  const auto widen = [](__m128i v) {
+    return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+  };
+  q[0] = widen(lo);
+  q[1] = widen(_mm_srli_si128(lo, 8));
+  q[2] = widen(hi);
+  q[3] = widen(_mm_srli_si128(hi, 8));
+}
+
+inline __m256i load32(const std::uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// ---- Per-format unpacking: scales(b, dl, ml) writes the per-sub-block fl(d sc) and fl(dmin m)
+// (kSub-element sub-blocks), levels(b, k, q) the 32 levels of 32-element group k. ----
+
+// Q4_K / Q5_K 6-bit scales and mins (layout: docs/quantization.md; same arithmetic as
+// unpack_scale_min_k4, repeated here per the ODR note in matmul_kernels.hpp).
+inline void scales_k4(const std::uint8_t* packed, float d, float dmin, float* dl, float* ml) {
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    if (s < 4) {
+      sc = packed[s] & 63;
+      m = packed[s + 4] & 63;
+    } else {
+      sc = (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4);
+      m = (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
+    }
+    dl[s] = d * static_cast<float>(sc);
+    ml[s] = dmin * static_cast<float>(m);
+  }
+}
+
+struct Q4K {
+  using Block = BlockQ4_K;
+  static constexpr int kSub = 32;
+  static constexpr bool kHasMin = true;
+  static void scales(const Block& b, float* dl, float* ml) { scales_k4(b.scales, half_at(b.d), half_at(b.dmin), dl, ml); }
+  static void levels(const Block& b, int k, __m256 (&q)[4]) {
+    const __m256i v = load32(b.qs + 32 * (k / 2));
+    widen32<false>(_mm256_and_si256(k % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)), q);
+  }
+};
+struct Q5K {
+  using Block = BlockQ5_K;
+  static constexpr int kSub = 32;
+  static constexpr bool kHasMin = true;
+  static void scales(const Block& b, float* dl, float* ml) { scales_k4(b.scales, half_at(b.d), half_at(b.dmin), dl, ml); }
+  static void levels(const Block& b, int k, __m256 (&q)[4]) {
+    const __m256i v = load32(b.qs + 32 * (k / 2));
+    const __m256i nibble = _mm256_and_si256(k % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
+    const __m256i has = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b.qh), bit), bit);
+    widen32<false>(_mm256_or_si256(nibble, _mm256_and_si256(has, _mm256_set1_epi8(16))), q);
+  }
+};
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr int kSub = 16;
+  static constexpr bool kHasMin = false;
+  static void scales(const Block& b, float* dl, float* /*ml*/) {
+    const float d = half_at(b.d);
+    for (int s = 0; s < 16; ++s) dl[s] = d * static_cast<float>(b.scales[s]);
+  }
+  // Group k = 4 h + j: low nibble (j >> 1) of ql[64 h + 32 (j & 1) + l], bits 2 j of qh[32 h + l].
+  static void levels(const Block& b, int k, __m256 (&q)[4]) {
+    const int h = k / 4, j = k % 4;
+    const __m256i low_src = load32(b.ql + 64 * h + 32 * (j & 1));
+    const __m256i low = _mm256_and_si256(j < 2 ? low_src : _mm256_srli_epi16(low_src, 4), _mm256_set1_epi8(0x0F));
+    const __m256i high_src = load32(b.qh + 32 * h);
+    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(high_src, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+    const __m256i u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));  // 0..63, no carry across bytes
+    widen32<true>(_mm256_sub_epi8(u, _mm256_set1_epi8(32)), q);
+  }
+};
+struct Q8K {
+  using Block = BlockQ8_K;
+  static constexpr int kSub = 256;  // one scale for the whole block
+  static constexpr bool kHasMin = false;
+  static void scales(const Block& b, float* dl, float* /*ml*/) { std::memcpy(dl, &b.d, 4); }
+  static void levels(const Block& b, int k, __m256 (&q)[4]) {
+    widen32<true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * k)), q);
+  }
+};
+
+template <typename F>
+void matvec_k_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                   std::int64_t n_rows) {
+  const std::int64_t nb = cols / kSuperBlock;
+  constexpr int kScales = kSuperBlock / F::kSub;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename F::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (std::int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(blocks + b);
+      alignas(32) float dl[kScales], ml[kScales > 8 ? kScales : 8];
+      F::scales(blocks[b], dl, ml);
+      const float* xb = x + b * kSuperBlock;
+      __m256 block_sum = _mm256_setzero_ps();  // Q8_K: one scale per block
+      for (int k = 0; k < kSuperBlock / 32; ++k) {
+        __m256 q[4];
+        F::levels(blocks[b], k, q);
+        const float* xk = xb + 32 * k;
+        const __m256 x0 = _mm256_loadu_ps(xk), x1 = _mm256_loadu_ps(xk + 8);
+        const __m256 x2 = _mm256_loadu_ps(xk + 16), x3 = _mm256_loadu_ps(xk + 24);
+        const __m256 p01 = _mm256_fmadd_ps(q[1], x1, _mm256_mul_ps(q[0], x0));
+        const __m256 p23 = _mm256_fmadd_ps(q[3], x3, _mm256_mul_ps(q[2], x2));
+        if constexpr (F::kSub == 32) {
+          acc = _mm256_fmadd_ps(_mm256_add_ps(p01, p23), _mm256_broadcast_ss(dl + k), acc);
+          const __m256 xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
+          accm = _mm256_fmadd_ps(xs, _mm256_broadcast_ss(ml + k), accm);
+        } else if constexpr (F::kSub == 16) {
+          acc = _mm256_fmadd_ps(p01, _mm256_broadcast_ss(dl + 2 * k), acc);
+          acc = _mm256_fmadd_ps(p23, _mm256_broadcast_ss(dl + 2 * k + 1), acc);
+        } else {
+          block_sum = _mm256_add_ps(block_sum, _mm256_add_ps(p01, p23));
+        }
+      }
+      if constexpr (F::kSub == kSuperBlock) acc = _mm256_fmadd_ps(block_sum, _mm256_broadcast_ss(dl), acc);
+    }
+    y[r] = F::kHasMin ? hsum(acc) - hsum(accm) : hsum(acc);
+  }
+}
+
+template <typename F>
+void dequant_k_avx2(const std::byte* src, float* dst, std::int64_t n) {
+  const auto* blocks = reinterpret_cast<const typename F::Block*>(src);
+  constexpr int kScales = kSuperBlock / F::kSub;
+  for (std::int64_t b = 0; b < n / kSuperBlock; ++b) {
+    alignas(32) float dl[kScales], ml[kScales > 8 ? kScales : 8];
+    F::scales(blocks[b], dl, ml);
+    for (int k = 0; k < kSuperBlock / 32; ++k) {
+      __m256 q[4];
+      F::levels(blocks[b], k, q);
+      float* out = dst + b * kSuperBlock + 32 * k;
+      for (int i = 0; i < 4; ++i) {
+        const int s = (32 * k + 8 * i) / F::kSub;
+        __m256 v = _mm256_mul_ps(q[i], _mm256_broadcast_ss(dl + s));
+        if constexpr (F::kHasMin) v = _mm256_sub_ps(v, _mm256_broadcast_ss(ml + s));
+        _mm256_storeu_ps(out + 8 * i, v);
+      }
+    }
+  }
+}
+
+template <DType kType>
+struct Avx2Format;
+template <>
+struct Avx2Format<DType::kQ4_K> : Q4K {};
+template <>
+struct Avx2Format<DType::kQ5_K> : Q5K {};
+template <>
+struct Avx2Format<DType::kQ6_K> : Q6K {};
+template <>
+struct Avx2Format<DType::kQ8_K> : Q8K {};
+
+}  // namespace
+
+template <DType kType>
+void matvec_kquant_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                        std::int64_t n_rows) {
+  matvec_k_avx2<Avx2Format<kType>>(w, row_stride, cols, x, y, n_rows);
+}
+template <DType kType>
+void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n) {
+  dequant_k_avx2<Avx2Format<kType>>(src, dst, n);
+}
+
+template void matvec_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                               std::int64_t);
+template void matvec_kquant_avx2<DType::kQ5_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                               std::int64_t);
+template void matvec_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                               std::int64_t);
+template void matvec_kquant_avx2<DType::kQ8_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                               std::int64_t);
+template void dequant_kquant_avx2<DType::kQ4_K>(const std::byte*, float*, std::int64_t);
+template void dequant_kquant_avx2<DType::kQ5_K>(const std::byte*, float*, std::int64_t);
+template void dequant_kquant_avx2<DType::kQ6_K>(const std::byte*, float*, std::int64_t);
+template void dequant_kquant_avx2<DType::kQ8_K>(const std::byte*, float*, std::int64_t);
+
+}  // namespace sitsrt::cpu::detail
