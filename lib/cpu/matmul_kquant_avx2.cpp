@@ -6,6 +6,7 @@
 // bit: multiply, then subtract, each rounded (no FMA). Listed by the AVX2 and AVX-512 tables.
 #include "core/kquant_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
+#include "cpu/qdot_kernels.hpp"
 
 #include <immintrin.h>
 
@@ -181,6 +182,76 @@ void dequant_k_avx2(const std::byte* src, float* dst, std::int64_t n) {
   }
 }
 
+// ---- Int8 activations (qdot_kernels.hpp): a super-block spans 8 activation blocks. ----
+
+inline __m256i dot_lanes_unsigned(__m256i u, const std::int8_t* q) {  // u <= 15: pair sums fit int16
+  const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// Q4_K: sub-block s is activation block 8 B + s; mins use ds of the 8 blocks as one vector.
+void qdot_q4_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (std::int64_t B = 0; B < nb; ++B) {
+      prefetch_ahead(blocks + B);
+      const BlockQ4_K& blk = blocks[B];
+      alignas(32) float dl[8], ml[8];
+      scales_k4(blk.scales, half_at(blk.d), half_at(blk.dmin), dl, ml);
+      for (int p = 0; p < 4; ++p) {
+        const __m256i v = load32(blk.qs + 32 * p);
+        const std::int64_t b0 = 8 * B + 2 * p;
+        const __m256i lanes0 = dot_lanes_unsigned(_mm256_and_si256(v, low4), x.qs + 32 * b0);
+        const __m256i lanes1 = dot_lanes_unsigned(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), x.qs + 32 * b0 + 32);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes0),
+                               _mm256_mul_ps(_mm256_broadcast_ss(dl + 2 * p), _mm256_load_ps(x.d8 + 8 * b0)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes1),
+                               _mm256_mul_ps(_mm256_broadcast_ss(dl + 2 * p + 1), _mm256_load_ps(x.d8 + 8 * b0 + 8)),
+                               acc1);
+      }
+      accm = _mm256_fmadd_ps(_mm256_load_ps(ml), _mm256_loadu_ps(x.ds + 8 * B), accm);
+    }
+    y[r] = hsum(_mm256_add_ps(acc0, acc1)) - hsum(accm);
+  }
+}
+
+// Q6_K: signed levels u - 32 in [-32, 31]; as Q8_0 in qdot_avx2.cpp, |w| against sign(w) q keeps
+// the int16 pair sums within 2 * 32 * 127. Lanes 0-3 of a block are its first 16 elements
+// (scale 2 k), lanes 4-7 the second 16 (scale 2 k + 1).
+void qdot_q6_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (std::int64_t B = 0; B < nb; ++B) {
+      prefetch_ahead(blocks + B);
+      const BlockQ6_K& blk = blocks[B];
+      alignas(32) float dl[16];
+      Q6K::scales(blk, dl, nullptr);
+      for (int k = 0; k < 8; ++k) {
+        const int h = k / 4, j = k % 4;
+        const __m256i low_src = load32(blk.ql + 64 * h + 32 * (j & 1));
+        const __m256i low = _mm256_and_si256(j < 2 ? low_src : _mm256_srli_epi16(low_src, 4), _mm256_set1_epi8(0x0F));
+        const __m256i high =
+            _mm256_and_si256(_mm256_srl_epi16(load32(blk.qh + 32 * h), _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+        const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+        const std::int64_t b = 8 * B + k;
+        const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b));
+        const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xq, wv)),
+                                                _mm256_set1_epi16(1));
+        const __m256 scales = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(dl[2 * k])),
+                                                   _mm_set1_ps(dl[2 * k + 1]), 1);
+        __m256& acc = k % 2 == 0 ? acc0 : acc1;
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(scales, _mm256_load_ps(x.d8 + 8 * b)), acc);
+      }
+    }
+    y[r] = hsum(_mm256_add_ps(acc0, acc1));
+  }
+}
+
 template <DType kType>
 struct Avx2Format;
 template <>
@@ -204,6 +275,19 @@ void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n) {
   dequant_k_avx2<Avx2Format<kType>>(src, dst, n);
 }
 
+template <DType kType>
+void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                      std::int64_t n_rows) {
+  static_assert(kType == DType::kQ4_K || kType == DType::kQ6_K);
+  if constexpr (kType == DType::kQ4_K) {
+    qdot_q4_k(w, row_stride, x, y, n_rows);
+  } else {
+    qdot_q6_k(w, row_stride, x, y, n_rows);
+  }
+}
+
+template void qdot_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
+template void qdot_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void matvec_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
                                                std::int64_t);
 template void matvec_kquant_avx2<DType::kQ5_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,

@@ -5,6 +5,7 @@
 // the int16 pair sums below 2^15, where w ^ 0x80 would saturate); Q4/Q5 levels are < 32 and
 // their offset is cancelled exactly by starting the int32 lanes at -offset * sum(q) / 8.
 #include "core/quant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
 #include <immintrin.h>
@@ -160,8 +161,8 @@ constexpr QdotKernels kAvx2 = {{
     qdot_avx2<DotQ4<BlockQ4_1, true>>,     // q4_1
     qdot_avx2<DotQ5<BlockQ5_0, false>>,    // q5_0
     qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
-    // K-quant section (no integer path yet): q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl (Q4_K / Q6_K: the AVX2 kernels)
+    nullptr, nullptr, qdot_kquant_avx2<DType::kQ4_K>, nullptr, qdot_kquant_avx2<DType::kQ6_K>, nullptr, nullptr,
 }, quantize_avx2};
 
 }  // namespace

@@ -6,6 +6,7 @@
 // lanes are converted once and FMAed with [d_w0 d_x0 x8, d_w1 d_x1 x8]: no horizontal sums
 // until the end of the row.
 #include "core/quant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -184,8 +185,8 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
-    // K-quant section (no integer path yet): q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl (Q4_K / Q6_K: the AVX2 kernels)
+    nullptr, nullptr, qdot_kquant_avx2<DType::kQ4_K>, nullptr, qdot_kquant_avx2<DType::kQ6_K>, nullptr, nullptr,
 }, quantize_avx512};
 
 }  // namespace

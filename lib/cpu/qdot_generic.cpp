@@ -1,5 +1,6 @@
 // Portable integer-dot decode kernels and the activation quantizer every ISA shares (so the
 // quantized row, and with it the integer dot products, are identical on every ISA level).
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
 #include "cpu/qdot_kernels.hpp"
@@ -148,6 +149,65 @@ void qdot_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow
   }
 }
 
+// K-quants: a 256-element super-block spans 8 activation blocks. Q4_K sub-block s (32 elements,
+// w = fl(d sc) u - fl(dmin m)) is activation block 8 B + s and adds fl(fl(d sc) d_x) (u . q) -
+// fl(dmin m) ds_x; Q6_K's 16-element sub-blocks (w = fl(d sc) (u - 32)) are the halves of one.
+void qdot_q4_k_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                       std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t B = 0; B < nb; ++B) {
+      const BlockQ4_K& blk = blocks[B];
+      const float d = half_to_float_generic(load_u16(&blk.d)), dmin = half_to_float_generic(load_u16(&blk.dmin));
+      for (int s = 0; s < 8; ++s) {
+        const std::int64_t xb = 8 * B + s;
+        const std::int8_t* q = x.qs + 32 * xb;
+        const std::uint8_t* qs = blk.qs + 32 * (s / 2);
+        const int shift = 4 * (s % 2);
+        std::int32_t dot = 0;
+        for (int i = 0; i < 32; ++i) dot += ((qs[i] >> shift) & 15) * q[i];
+        const ScaleMin sm = unpack_scale_min_k4(blk.scales, s);
+        const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
+        acc += dl * x.d8[xb * 8] * static_cast<float>(dot);
+        acc -= ml * x.ds[xb];
+      }
+    }
+    y[r] = acc;
+  }
+}
+
+void qdot_q6_k_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                       std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t B = 0; B < nb; ++B) {
+      const BlockQ6_K& blk = blocks[B];
+      const float d = half_to_float_generic(load_u16(&blk.d));
+      for (int k = 0; k < 8; ++k) {  // element e = 32 k + l = 128 h + 32 j + l
+        const int h = k / 4, j = k % 4;
+        const std::int64_t xb = 8 * B + k;
+        const std::int8_t* q = x.qs + 32 * xb;
+        const std::uint8_t* ql = blk.ql + 64 * h + 32 * (j % 2);
+        const std::uint8_t* qh = blk.qh + 32 * h;
+        std::int32_t dot[2] = {0, 0};
+        for (int l = 0; l < 32; ++l) {
+          const int u = ((ql[l] >> (4 * (j / 2))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4);
+          dot[l / 16] += (u - 32) * q[l];
+        }
+        for (int half = 0; half < 2; ++half) {
+          const float dl = d * static_cast<float>(blk.scales[2 * k + half]);
+          acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+        }
+      }
+    }
+    y[r] = acc;
+  }
+}
+
 constexpr QdotKernels kGeneric = {{
     nullptr,                                                   // f32
     nullptr,                                                   // f16
@@ -157,8 +217,8 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
     qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
-    // K-quant section (no integer path yet): q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
+    nullptr, nullptr, qdot_q4_k_generic, nullptr, qdot_q6_k_generic, nullptr, nullptr,
 }, quantize_row_q8_act};
 
 }  // namespace

@@ -110,6 +110,35 @@ TEST_CASE("engine logits match the double-precision reference for k-quant models
   CHECK(c.max_error <= 2e-5 * c.scale);
 }
 
+TEST_CASE("int8-activation decode of a q4_k_m model stays close to the float decode", "[model][qdot][kquant]") {
+  RandomModelOptions o = test::tiny_options(DType::kQ8_0);
+  o.dim = 256;
+  o.ffn = 512;
+  REQUIRE(set_weight_type(o, "q4_k_m"));
+  const std::string path = test::random_model(o, "reference-k-q4_k_m");
+  EngineOptions options;
+  options.model_path = path;
+  options.threads = 2;
+  options.kv_cache_type = KvCacheType::kF32;
+  options.max_batch_tokens = 1;
+  options.int8_activations = true;
+  const Engine int8_decode(options);
+  options.int8_activations = false;
+  const Engine float_decode(options);
+  const auto tokens = some_tokens(20, 300, 9);
+  const auto a = int8_decode.logits(tokens, true);
+  const auto b = float_decode.logits(tokens, true);
+  REQUIRE(a.size() == b.size());
+  double scale = 0, err = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+    err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  INFO("max |error| " << err << ", logit scale " << scale);
+  CHECK(err <= 0.03 * scale);  // as the test above: activation rounding only
+  CHECK(err > 0.0);            // the Q4_K / Q6_K integer paths did run
+}
+
 TEST_CASE("decoding token by token equals one batched prefill", "[model]") {
   const std::string path = test::random_model(test::tiny_options(DType::kQ8_0), "reference");
   EngineOptions options;
