@@ -136,24 +136,33 @@ void pack_scale_min_k4(const int* sc, const int* m, std::uint8_t* packed) {
 
 // ---- Decode ----
 
+// The decoders walk each format in storage order (whole 32-byte runs of qs per sub-block) so
+// the compiler vectorises them: they are also the portable kernels' block decoders.
+
 void decode_block_q2_k(const BlockQ2_K& b, float* out) noexcept {
   const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
-  for (int s = 0; s < 16; ++s) {
-    const float dl = d * static_cast<float>(b.scales[s] & 15), ml = dmin * static_cast<float>(b.scales[s] >> 4);
-    for (int e = 16 * s; e < 16 * s + 16; ++e) {
-      out[e] = dl * static_cast<float>((b.qs[low2_byte(e)] >> low2_shift(e)) & 3) - ml;
+  for (int k = 0; k < 8; ++k) {  // elements 32 k .. 32 k + 31 = sub-blocks 2 k, 2 k + 1
+    const std::uint8_t* qs = b.qs + low2_byte(32 * k);
+    const int shift = low2_shift(32 * k);
+    for (int half = 0; half < 2; ++half) {
+      const int s = 2 * k + half;
+      const float dl = d * static_cast<float>(b.scales[s] & 15), ml = dmin * static_cast<float>(b.scales[s] >> 4);
+      for (int l = 16 * half; l < 16 * half + 16; ++l) out[32 * k + l] = dl * static_cast<float>((qs[l] >> shift) & 3) - ml;
     }
   }
 }
 
 void decode_block_q3_k(const BlockQ3_K& b, float* out) noexcept {
   const float d = fp16_to_fp32(b.d);
-  for (int s = 0; s < 16; ++s) {
-    const float dl = d * static_cast<float>(unpack_scale_q3_k(b.scales, s));
-    for (int e = 16 * s; e < 16 * s + 16; ++e) {
-      const int low = (b.qs[low2_byte(e)] >> low2_shift(e)) & 3;
-      const bool high = ((b.hmask[e % 32] >> (e / 32)) & 1) != 0;
-      out[e] = dl * static_cast<float>(high ? low : low - 4);
+  for (int k = 0; k < 8; ++k) {  // the hmask bit of element 32 k + l is bit k of hmask[l]
+    const std::uint8_t* qs = b.qs + low2_byte(32 * k);
+    const int shift = low2_shift(32 * k);
+    for (int half = 0; half < 2; ++half) {
+      const float dl = d * static_cast<float>(unpack_scale_q3_k(b.scales, 2 * k + half));
+      for (int l = 16 * half; l < 16 * half + 16; ++l) {
+        const int level = ((qs[l] >> shift) & 3) - 4 + 4 * ((b.hmask[l] >> k) & 1);
+        out[32 * k + l] = dl * static_cast<float>(level);
+      }
     }
   }
 }
@@ -163,9 +172,9 @@ void decode_block_q4_k(const BlockQ4_K& b, float* out) noexcept {
   for (int s = 0; s < 8; ++s) {
     const ScaleMin sm = unpack_scale_min_k4(b.scales, s);
     const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
-    for (int e = 32 * s; e < 32 * s + 32; ++e) {
-      out[e] = dl * static_cast<float>((b.qs[nibble_byte(e)] >> nibble_shift(e)) & 15) - ml;
-    }
+    const std::uint8_t* qs = b.qs + nibble_byte(32 * s);
+    const int shift = nibble_shift(32 * s);
+    for (int l = 0; l < 32; ++l) out[32 * s + l] = dl * static_cast<float>((qs[l] >> shift) & 15) - ml;
   }
 }
 
@@ -174,21 +183,27 @@ void decode_block_q5_k(const BlockQ5_K& b, float* out) noexcept {
   for (int s = 0; s < 8; ++s) {
     const ScaleMin sm = unpack_scale_min_k4(b.scales, s);
     const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
-    for (int e = 32 * s; e < 32 * s + 32; ++e) {
-      const int q = ((b.qs[nibble_byte(e)] >> nibble_shift(e)) & 15) | (((b.qh[e % 32] >> s) & 1) << 4);
-      out[e] = dl * static_cast<float>(q) - ml;
+    const std::uint8_t* qs = b.qs + nibble_byte(32 * s);
+    const int shift = nibble_shift(32 * s);
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((qs[l] >> shift) & 15) | (((b.qh[l] >> s) & 1) << 4);
+      out[32 * s + l] = dl * static_cast<float>(q) - ml;
     }
   }
 }
 
 void decode_block_q6_k(const BlockQ6_K& b, float* out) noexcept {
   const float d = fp16_to_fp32(b.d);
-  for (int s = 0; s < 16; ++s) {
-    const float dl = d * static_cast<float>(b.scales[s]);
-    for (int e = 16 * s; e < 16 * s + 16; ++e) {
-      const int q = ((b.ql[q6_low_byte(e)] >> q6_low_shift(e)) & 15) |
-                    (((b.qh[q6_high_byte(e)] >> q6_high_shift(e)) & 3) << 4);
-      out[e] = dl * static_cast<float>(q - 32);
+  for (int k = 0; k < 8; ++k) {
+    const std::uint8_t* ql = b.ql + q6_low_byte(32 * k);
+    const std::uint8_t* qh = b.qh + q6_high_byte(32 * k);
+    const int low_shift = q6_low_shift(32 * k), high_shift = q6_high_shift(32 * k);
+    for (int half = 0; half < 2; ++half) {
+      const float dl = d * static_cast<float>(b.scales[2 * k + half]);
+      for (int l = 16 * half; l < 16 * half + 16; ++l) {
+        const int q = ((ql[l] >> low_shift) & 15) | (((qh[l] >> high_shift) & 3) << 4);
+        out[32 * k + l] = dl * static_cast<float>(q - 32);
+      }
     }
   }
 }

@@ -1,10 +1,8 @@
-// Internal: matvec / dequant kernels of the K-quant and IQ4_NL formats, declared here so every
-// ISA table can list them. The portable ones (defined and explicitly instantiated in
-// matmul_generic.cpp for every K-quant type and IQ4_NL) serve each format an ISA file has no
-// SIMD kernel for; the AVX2 ones (matmul_kquant_avx2.cpp, instantiated for Q4_K, Q5_K, Q6_K and
-// Q8_K; int8-activation ones for Q4_K and Q6_K) also serve the AVX-512 tables, since every
-// AVX-512 CPU runs AVX2 code. Explicit
-// instantiations are not inline, so the ODR note of matmul_kernels.hpp holds.
+// Internal: the AVX2 kernels of the K-quant and IQ4_NL formats (matmul_kquant_avx2.cpp,
+// explicitly instantiated for every K type and IQ4_NL; int8-activation ones for Q4_K and Q6_K),
+// declared here so the AVX2 and both AVX-512 tables can list them: every AVX-512 CPU runs AVX2
+// code. Explicit instantiations are not inline, so the ODR note of matmul_kernels.hpp holds.
+// (The portable versions live in matmul_generic.cpp / qdot_generic.cpp.)
 // Signatures: MatvecFn / DequantFn of matmul_kernels.hpp.
 #pragma once
 
@@ -14,12 +12,6 @@
 #include <cstdint>
 
 namespace sitsrt::cpu::detail {
-
-template <DType kType>
-void matvec_kquant_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
-                           std::int64_t n_rows);
-template <DType kType>
-void dequant_kquant_generic(const std::byte* src, float* dst, std::int64_t n);
 
 template <DType kType>
 void matvec_kquant_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,

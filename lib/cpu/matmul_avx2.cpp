@@ -338,14 +338,14 @@ constexpr MatmulKernels kAvx2Kernels = {
         {DType::kQ4_1, matvec_q4_1_avx2, dequant_blocks_avx2<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_avx2, dequant_blocks_avx2<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_avx2, dequant_blocks_avx2<DecodeQ5_1>},
-        // K-quant section: AVX2 kernels for Q4_K/Q5_K/Q6_K/Q8_K, portable ones for the rest
-        {DType::kQ2_K, matvec_kquant_generic<DType::kQ2_K>, dequant_kquant_generic<DType::kQ2_K>},
-        {DType::kQ3_K, matvec_kquant_generic<DType::kQ3_K>, dequant_kquant_generic<DType::kQ3_K>},
+        // K-quant section: the AVX2 kernels of matmul_kquant_avx2.cpp
+        {DType::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
+        {DType::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
         {DType::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
         {DType::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
         {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
         {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
-        {DType::kIQ4_NL, matvec_kquant_generic<DType::kIQ4_NL>, dequant_kquant_generic<DType::kIQ4_NL>},
+        {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
     },
     gemm_tile_avx2,
     30,

@@ -4,7 +4,6 @@
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
-#include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
 #include <array>
@@ -204,8 +203,8 @@ void matvec_blocks_generic(const std::byte* w, std::size_t row_stride, std::int6
 }
 
 // K-quants and IQ4_NL: each block is decoded by the reference decoder (kquant_blocks.cpp) into a
-// stack buffer, then dotted as above. The reference decoders are scalar; the ISA files carry
-// faster kernels for the formats that matter most.
+// stack buffer, then dotted as above. The reference decoders are scalar (slow: this is the
+// portable fallback; the AVX2 and AVX-512 tables use matmul_kquant_avx2.cpp).
 template <DType kType>
 void matvec_decoded_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                             std::int64_t n_rows) {
@@ -230,6 +229,13 @@ void dequant_float_generic(const std::byte* src, float* dst, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + kChunk <= n; i += kChunk) D::chunk(src + i * D::kBytes, dst + i);
   for (; i < n; ++i) dst[i] = D::element(src, i);
+}
+
+template <DType kType>
+void dequant_decoded_generic(const std::byte* src, float* dst, std::int64_t n) {
+  using F = KquantFormat<kType>;
+  const auto* blocks = reinterpret_cast<const typename F::Block*>(src);
+  for (std::int64_t b = 0; b < n / F::kElements; ++b) F::decode(blocks[b], dst + b * F::kElements);
 }
 
 template <typename D>
@@ -307,13 +313,13 @@ constexpr MatmulKernels kGenericKernels = {
         {DType::kQ5_0, matvec_q5_0_generic, dequant_blocks_generic<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_generic, dequant_blocks_generic<DecodeQ5_1>},
         // K-quant section
-        {DType::kQ2_K, matvec_kquant_generic<DType::kQ2_K>, dequant_kquant_generic<DType::kQ2_K>},
-        {DType::kQ3_K, matvec_kquant_generic<DType::kQ3_K>, dequant_kquant_generic<DType::kQ3_K>},
-        {DType::kQ4_K, matvec_kquant_generic<DType::kQ4_K>, dequant_kquant_generic<DType::kQ4_K>},
-        {DType::kQ5_K, matvec_kquant_generic<DType::kQ5_K>, dequant_kquant_generic<DType::kQ5_K>},
-        {DType::kQ6_K, matvec_kquant_generic<DType::kQ6_K>, dequant_kquant_generic<DType::kQ6_K>},
-        {DType::kQ8_K, matvec_kquant_generic<DType::kQ8_K>, dequant_kquant_generic<DType::kQ8_K>},
-        {DType::kIQ4_NL, matvec_kquant_generic<DType::kIQ4_NL>, dequant_kquant_generic<DType::kIQ4_NL>},
+        {DType::kQ2_K, matvec_decoded_generic<DType::kQ2_K>, dequant_decoded_generic<DType::kQ2_K>},
+        {DType::kQ3_K, matvec_decoded_generic<DType::kQ3_K>, dequant_decoded_generic<DType::kQ3_K>},
+        {DType::kQ4_K, matvec_decoded_generic<DType::kQ4_K>, dequant_decoded_generic<DType::kQ4_K>},
+        {DType::kQ5_K, matvec_decoded_generic<DType::kQ5_K>, dequant_decoded_generic<DType::kQ5_K>},
+        {DType::kQ6_K, matvec_decoded_generic<DType::kQ6_K>, dequant_decoded_generic<DType::kQ6_K>},
+        {DType::kQ8_K, matvec_decoded_generic<DType::kQ8_K>, dequant_decoded_generic<DType::kQ8_K>},
+        {DType::kIQ4_NL, matvec_decoded_generic<DType::kIQ4_NL>, dequant_decoded_generic<DType::kIQ4_NL>},
     },
     gemm_tile_generic,
     32,
@@ -321,30 +327,6 @@ constexpr MatmulKernels kGenericKernels = {
 static_assert(formats_in_dtype_order(kGenericKernels.formats));
 
 }  // namespace
-
-template <DType kType>
-void matvec_kquant_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
-                           std::int64_t n_rows) {
-  matvec_decoded_generic<kType>(w, row_stride, cols, x, y, n_rows);
-}
-template <DType kType>
-void dequant_kquant_generic(const std::byte* src, float* dst, std::int64_t n) {
-  using F = KquantFormat<kType>;
-  const auto* blocks = reinterpret_cast<const typename F::Block*>(src);
-  for (std::int64_t b = 0; b < n / F::kElements; ++b) F::decode(blocks[b], dst + b * F::kElements);
-}
-#define SITSRT_INSTANTIATE(type)                                                                             \
-  template void matvec_kquant_generic<type>(const std::byte*, std::size_t, std::int64_t, const float*, float*, \
-                                            std::int64_t);                                                   \
-  template void dequant_kquant_generic<type>(const std::byte*, float*, std::int64_t)
-SITSRT_INSTANTIATE(DType::kQ2_K);
-SITSRT_INSTANTIATE(DType::kQ3_K);
-SITSRT_INSTANTIATE(DType::kQ4_K);
-SITSRT_INSTANTIATE(DType::kQ5_K);
-SITSRT_INSTANTIATE(DType::kQ6_K);
-SITSRT_INSTANTIATE(DType::kQ8_K);
-SITSRT_INSTANTIATE(DType::kIQ4_NL);
-#undef SITSRT_INSTANTIATE
 
 const MatmulKernels& matmul_kernels_generic() noexcept {
   return kGenericKernels;

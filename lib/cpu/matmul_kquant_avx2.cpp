@@ -1,5 +1,5 @@
-// AVX2 + FMA + F16C kernels of the K-quant super-block formats Q4_K, Q5_K, Q6_K and Q8_K
-// (float activations). Decode unpacks each 32-element sub-block to 8-lane float vectors in
+// AVX2 + FMA + F16C kernels of the K-quant super-block formats and IQ4_NL (float activations;
+// int8-activation decode for Q4_K and Q6_K at the end). Decode unpacks each 32-element sub-block to 8-lane float vectors in
 // registers, dots it with x and scales the partial sum by the sub-block scale once; the formats
 // with a min add fl(dmin * m) * sum(x) per sub-block separately (as the reference formula
 // d sc q - dmin m splits). Dequant (prefill tiles, get_rows) reproduces dequantize_row bit for
@@ -70,8 +70,70 @@ inline void scales_k4(const std::uint8_t* packed, float d, float dmin, float* dl
   }
 }
 
+// Q2_K / Q3_K: group k (elements 32 k .. 32 k + 31) = half n = k / 4, bit pair j = k % 4 of
+// qs[32 n + l].
+inline __m256i low2_bits(const std::uint8_t* qs, int k) {
+  const __m256i v = load32(qs + 32 * (k / 4));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
+}
+
+struct Q2K {
+  using Block = BlockQ2_K;
+  static constexpr int kElements = kSuperBlock;
+  static constexpr int kSub = 16;
+  static constexpr bool kHasMin = true;
+  static void scales(const Block& b, float* dl, float* ml) {
+    const float d = half_at(b.d), dmin = half_at(b.dmin);
+    for (int s = 0; s < 16; ++s) {
+      dl[s] = d * static_cast<float>(b.scales[s] & 15);
+      ml[s] = dmin * static_cast<float>(b.scales[s] >> 4);
+    }
+  }
+  static void levels(const Block& b, int k, __m256 (&q)[4]) { widen32<false>(low2_bits(b.qs, k), q); }
+};
+struct Q3K {
+  using Block = BlockQ3_K;
+  static constexpr int kElements = kSuperBlock;
+  static constexpr int kSub = 16;
+  static constexpr bool kHasMin = false;
+  // 6-bit scales stored + 32 (same arithmetic as unpack_scale_q3_k, see scales_k4).
+  static void scales(const Block& b, float* dl, float* /*ml*/) {
+    const float d = half_at(b.d);
+    for (int s = 0; s < 16; ++s) {
+      const int low = s < 8 ? b.scales[s] & 15 : b.scales[s - 8] >> 4;
+      const int high = (b.scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+      dl[s] = d * static_cast<float>((low | (high << 4)) - 32);
+    }
+  }
+  // level = low 2 bits + 4 * (hmask bit k of byte l) - 4.
+  static void levels(const Block& b, int k, __m256 (&q)[4]) {
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
+    const __m256i has = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b.hmask), bit), bit);
+    const __m256i u = _mm256_or_si256(low2_bits(b.qs, k), _mm256_and_si256(has, _mm256_set1_epi8(4)));
+    widen32<true>(_mm256_sub_epi8(u, _mm256_set1_epi8(4)), q);
+  }
+};
+// IQ4_NL: a 32-element block; the 16 levels are looked up with vpshufb (both 128-bit lanes hold
+// the table; lane 0 indexes with the low nibbles = elements 0-15, lane 1 with the high ones).
+struct IQ4NL {
+  using Block = BlockIQ4_NL;
+  static constexpr int kElements = 32;
+  static constexpr int kSub = 32;
+  static constexpr bool kHasMin = false;
+  static void scales(const Block& b, float* dl, float* /*ml*/) { dl[0] = half_at(b.d); }
+  static __m256i signed_levels(const Block& b) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m256i index = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), _mm256_set1_epi8(0x0F));
+    const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                           -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    return _mm256_shuffle_epi8(table, index);
+  }
+  static void levels(const Block& b, int /*k*/, __m256 (&q)[4]) { widen32<true>(signed_levels(b), q); }
+};
 struct Q4K {
   using Block = BlockQ4_K;
+  static constexpr int kElements = kSuperBlock;
   static constexpr int kSub = 32;
   static constexpr bool kHasMin = true;
   static void scales(const Block& b, float* dl, float* ml) { scales_k4(b.scales, half_at(b.d), half_at(b.dmin), dl, ml); }
@@ -82,6 +144,7 @@ struct Q4K {
 };
 struct Q5K {
   using Block = BlockQ5_K;
+  static constexpr int kElements = kSuperBlock;
   static constexpr int kSub = 32;
   static constexpr bool kHasMin = true;
   static void scales(const Block& b, float* dl, float* ml) { scales_k4(b.scales, half_at(b.d), half_at(b.dmin), dl, ml); }
@@ -95,6 +158,7 @@ struct Q5K {
 };
 struct Q6K {
   using Block = BlockQ6_K;
+  static constexpr int kElements = kSuperBlock;
   static constexpr int kSub = 16;
   static constexpr bool kHasMin = false;
   static void scales(const Block& b, float* dl, float* /*ml*/) {
@@ -114,6 +178,7 @@ struct Q6K {
 };
 struct Q8K {
   using Block = BlockQ8_K;
+  static constexpr int kElements = kSuperBlock;
   static constexpr int kSub = 256;  // one scale for the whole block
   static constexpr bool kHasMin = false;
   static void scales(const Block& b, float* dl, float* /*ml*/) { std::memcpy(dl, &b.d, 4); }
@@ -125,8 +190,8 @@ struct Q8K {
 template <typename F>
 void matvec_k_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                    std::int64_t n_rows) {
-  const std::int64_t nb = cols / kSuperBlock;
-  constexpr int kScales = kSuperBlock / F::kSub;
+  const std::int64_t nb = cols / F::kElements;
+  constexpr int kScales = F::kElements / F::kSub > 0 ? F::kElements / F::kSub : 1;
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const auto* blocks = reinterpret_cast<const typename F::Block*>(w + static_cast<std::size_t>(r) * row_stride);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
@@ -134,9 +199,9 @@ void matvec_k_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols
       prefetch_ahead(blocks + b);
       alignas(32) float dl[kScales], ml[kScales > 8 ? kScales : 8];
       F::scales(blocks[b], dl, ml);
-      const float* xb = x + b * kSuperBlock;
+      const float* xb = x + b * F::kElements;
       __m256 block_sum = _mm256_setzero_ps();  // Q8_K: one scale per block
-      for (int k = 0; k < kSuperBlock / 32; ++k) {
+      for (int k = 0; k < F::kElements / 32; ++k) {
         __m256 q[4];
         F::levels(blocks[b], k, q);
         const float* xk = xb + 32 * k;
@@ -146,11 +211,17 @@ void matvec_k_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols
         const __m256 p23 = _mm256_fmadd_ps(q[3], x3, _mm256_mul_ps(q[2], x2));
         if constexpr (F::kSub == 32) {
           acc = _mm256_fmadd_ps(_mm256_add_ps(p01, p23), _mm256_broadcast_ss(dl + k), acc);
-          const __m256 xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
-          accm = _mm256_fmadd_ps(xs, _mm256_broadcast_ss(ml + k), accm);
+          if constexpr (F::kHasMin) {
+            const __m256 xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
+            accm = _mm256_fmadd_ps(xs, _mm256_broadcast_ss(ml + k), accm);
+          }
         } else if constexpr (F::kSub == 16) {
           acc = _mm256_fmadd_ps(p01, _mm256_broadcast_ss(dl + 2 * k), acc);
           acc = _mm256_fmadd_ps(p23, _mm256_broadcast_ss(dl + 2 * k + 1), acc);
+          if constexpr (F::kHasMin) {
+            accm = _mm256_fmadd_ps(_mm256_add_ps(x0, x1), _mm256_broadcast_ss(ml + 2 * k), accm);
+            accm = _mm256_fmadd_ps(_mm256_add_ps(x2, x3), _mm256_broadcast_ss(ml + 2 * k + 1), accm);
+          }
         } else {
           block_sum = _mm256_add_ps(block_sum, _mm256_add_ps(p01, p23));
         }
@@ -164,14 +235,14 @@ void matvec_k_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols
 template <typename F>
 void dequant_k_avx2(const std::byte* src, float* dst, std::int64_t n) {
   const auto* blocks = reinterpret_cast<const typename F::Block*>(src);
-  constexpr int kScales = kSuperBlock / F::kSub;
-  for (std::int64_t b = 0; b < n / kSuperBlock; ++b) {
+  constexpr int kScales = F::kElements / F::kSub > 0 ? F::kElements / F::kSub : 1;
+  for (std::int64_t b = 0; b < n / F::kElements; ++b) {
     alignas(32) float dl[kScales], ml[kScales > 8 ? kScales : 8];
     F::scales(blocks[b], dl, ml);
-    for (int k = 0; k < kSuperBlock / 32; ++k) {
+    for (int k = 0; k < F::kElements / 32; ++k) {
       __m256 q[4];
       F::levels(blocks[b], k, q);
-      float* out = dst + b * kSuperBlock + 32 * k;
+      float* out = dst + b * F::kElements + 32 * k;
       for (int i = 0; i < 4; ++i) {
         const int s = (32 * k + 8 * i) / F::kSub;
         __m256 v = _mm256_mul_ps(q[i], _mm256_broadcast_ss(dl + s));
@@ -255,6 +326,12 @@ void qdot_q6_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
 template <DType kType>
 struct Avx2Format;
 template <>
+struct Avx2Format<DType::kQ2_K> : Q2K {};
+template <>
+struct Avx2Format<DType::kQ3_K> : Q3K {};
+template <>
+struct Avx2Format<DType::kIQ4_NL> : IQ4NL {};
+template <>
 struct Avx2Format<DType::kQ4_K> : Q4K {};
 template <>
 struct Avx2Format<DType::kQ5_K> : Q5K {};
@@ -288,6 +365,15 @@ void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const Quantize
 
 template void qdot_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void qdot_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
+template void matvec_kquant_avx2<DType::kQ2_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                               std::int64_t);
+template void matvec_kquant_avx2<DType::kQ3_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                               std::int64_t);
+template void matvec_kquant_avx2<DType::kIQ4_NL>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
+                                                 std::int64_t);
+template void dequant_kquant_avx2<DType::kQ2_K>(const std::byte*, float*, std::int64_t);
+template void dequant_kquant_avx2<DType::kQ3_K>(const std::byte*, float*, std::int64_t);
+template void dequant_kquant_avx2<DType::kIQ4_NL>(const std::byte*, float*, std::int64_t);
 template void matvec_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
                                                std::int64_t);
 template void matvec_kquant_avx2<DType::kQ5_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
