@@ -53,21 +53,21 @@ inline __m256i load32(const std::uint8_t* p) {
 // ---- Per-format unpacking: scales(b, dl, ml) writes the per-sub-block fl(d sc) and fl(dmin m)
 // (kSub-element sub-blocks), levels(b, k, q) the 32 levels of 32-element group k. ----
 
-// Q4_K / Q5_K 6-bit scales and mins (layout: docs/quantization.md; same arithmetic as
-// unpack_scale_min_k4, repeated here per the ODR note in matmul_kernels.hpp).
+// Q4_K / Q5_K 6-bit scales and mins (layout: docs/quantization.md), all 8 pairs at once on
+// 32-bit words: word 0 holds scales 0-3 (+ top bits of scales 4-7), word 1 mins 0-3 (+ top bits
+// of mins 4-7), word 2 the low nibbles of scales / mins 4-7. Shifting a whole word moves bits
+// across bytes, but each mask keeps only bits that came from the intended byte. Writes
+// dl[s] = fl(d * scale_s) and ml[s] = fl(dmin * min_s) (32-byte aligned arrays).
 inline void scales_k4(const std::uint8_t* packed, float d, float dmin, float* dl, float* ml) {
-  for (int s = 0; s < 8; ++s) {
-    int sc, m;
-    if (s < 4) {
-      sc = packed[s] & 63;
-      m = packed[s + 4] & 63;
-    } else {
-      sc = (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4);
-      m = (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
-    }
-    dl[s] = d * static_cast<float>(sc);
-    ml[s] = dmin * static_cast<float>(m);
-  }
+  std::uint32_t word[3];
+  std::memcpy(word, packed, 12);
+  const std::uint32_t scales_lo = word[0] & 0x3F3F3F3Fu, mins_lo = word[1] & 0x3F3F3F3Fu;
+  const std::uint32_t scales_hi = (word[2] & 0x0F0F0F0Fu) | (((word[0] >> 6) & 0x03030303u) << 4);
+  const std::uint32_t mins_hi = ((word[2] >> 4) & 0x0F0F0F0Fu) | (((word[1] >> 6) & 0x03030303u) << 4);
+  const __m128i sc = _mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi), 0, 0);
+  const __m128i mn = _mm_setr_epi32(static_cast<int>(mins_lo), static_cast<int>(mins_hi), 0, 0);
+  _mm256_store_ps(dl, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+  _mm256_store_ps(ml, _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))));
 }
 
 // Q2_K / Q3_K: group k (elements 32 k .. 32 k + 31) = half n = k / 4, bit pair j = k % 4 of
