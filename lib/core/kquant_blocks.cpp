@@ -167,18 +167,10 @@ void decode_block_q3_k(const BlockQ3_K& b, float* out) noexcept {
   }
 }
 
-void decode_block_q4_k(const BlockQ4_K& b, float* out) noexcept {
-  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
-  for (int s = 0; s < 8; ++s) {
-    const ScaleMin sm = unpack_scale_min_k4(b.scales, s);
-    const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
-    const std::uint8_t* qs = b.qs + nibble_byte(32 * s);
-    const int shift = nibble_shift(32 * s);
-    for (int l = 0; l < 32; ++l) out[32 * s + l] = dl * static_cast<float>((qs[l] >> shift) & 15) - ml;
-  }
-}
-
-void decode_block_q5_k(const BlockQ5_K& b, float* out) noexcept {
+namespace {
+// Q4_K and Q5_K: same header and nibble runs; Q5_K adds bit s of qh[l] as 16.
+template <typename Block, bool kFifthBit>
+void decode_k4(const Block& b, float* out) noexcept {
   const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
   for (int s = 0; s < 8; ++s) {
     const ScaleMin sm = unpack_scale_min_k4(b.scales, s);
@@ -186,11 +178,17 @@ void decode_block_q5_k(const BlockQ5_K& b, float* out) noexcept {
     const std::uint8_t* qs = b.qs + nibble_byte(32 * s);
     const int shift = nibble_shift(32 * s);
     for (int l = 0; l < 32; ++l) {
-      const int q = ((qs[l] >> shift) & 15) | (((b.qh[l] >> s) & 1) << 4);
+      int q = (qs[l] >> shift) & 15;
+      if constexpr (kFifthBit) q |= ((b.qh[l] >> s) & 1) << 4;
       out[32 * s + l] = dl * static_cast<float>(q) - ml;
     }
   }
 }
+
+}  // namespace
+
+void decode_block_q4_k(const BlockQ4_K& b, float* out) noexcept { decode_k4<BlockQ4_K, false>(b, out); }
+void decode_block_q5_k(const BlockQ5_K& b, float* out) noexcept { decode_k4<BlockQ5_K, true>(b, out); }
 
 void decode_block_q6_k(const BlockQ6_K& b, float* out) noexcept {
   const float d = fp16_to_fp32(b.d);
@@ -251,29 +249,28 @@ void encode_block_q3_k(const float* x, BlockQ3_K& b) noexcept {
   }
 }
 
-void encode_block_q4_k(const float* x, BlockQ4_K& b) noexcept {
+namespace {
+// Q4_K and Q5_K share d, dmin, the packed scales and the nibble runs; Q5_K adds the qh bits.
+template <typename Block, int kNmax>
+void encode_k4(const float* x, Block& b) noexcept {
+  constexpr bool kFifthBit = kNmax == 31;
   AffineScales<32, 8> f;
-  fit_affine(x, 15, 63, f);
+  fit_affine(x, kNmax, 63, f);
   b.d = f.d.bits;
   b.dmin = f.dmin.bits;
   pack_scale_min_k4(f.sc, f.m, b.scales);
   std::memset(b.qs, 0, sizeof b.qs);
-  for (int e = 0; e < kSuperBlock; ++e) b.qs[nibble_byte(e)] |= static_cast<std::uint8_t>(f.q[e] << nibble_shift(e));
-}
-
-void encode_block_q5_k(const float* x, BlockQ5_K& b) noexcept {
-  AffineScales<32, 8> f;
-  fit_affine(x, 31, 63, f);
-  b.d = f.d.bits;
-  b.dmin = f.dmin.bits;
-  pack_scale_min_k4(f.sc, f.m, b.scales);
-  std::memset(b.qs, 0, sizeof b.qs);
-  std::memset(b.qh, 0, sizeof b.qh);
+  if constexpr (kFifthBit) std::memset(b.qh, 0, sizeof b.qh);
   for (int e = 0; e < kSuperBlock; ++e) {
     b.qs[nibble_byte(e)] |= static_cast<std::uint8_t>((f.q[e] & 15) << nibble_shift(e));
-    b.qh[e % 32] |= static_cast<std::uint8_t>((f.q[e] >> 4) << (e / 32));
+    if constexpr (kFifthBit) b.qh[e % 32] |= static_cast<std::uint8_t>((f.q[e] >> 4) << (e / 32));
   }
 }
+
+}  // namespace
+
+void encode_block_q4_k(const float* x, BlockQ4_K& b) noexcept { encode_k4<BlockQ4_K, 15>(x, b); }
+void encode_block_q5_k(const float* x, BlockQ5_K& b) noexcept { encode_k4<BlockQ5_K, 31>(x, b); }
 
 void encode_block_q6_k(const float* x, BlockQ6_K& b) noexcept {
   SignedScales<16, 16> f;

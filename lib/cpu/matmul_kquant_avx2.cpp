@@ -365,26 +365,18 @@ void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const Quantize
 
 template void qdot_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void qdot_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
-template void matvec_kquant_avx2<DType::kQ2_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                               std::int64_t);
-template void matvec_kquant_avx2<DType::kQ3_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                               std::int64_t);
-template void matvec_kquant_avx2<DType::kIQ4_NL>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                                 std::int64_t);
-template void dequant_kquant_avx2<DType::kQ2_K>(const std::byte*, float*, std::int64_t);
-template void dequant_kquant_avx2<DType::kQ3_K>(const std::byte*, float*, std::int64_t);
-template void dequant_kquant_avx2<DType::kIQ4_NL>(const std::byte*, float*, std::int64_t);
-template void matvec_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                               std::int64_t);
-template void matvec_kquant_avx2<DType::kQ5_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                               std::int64_t);
-template void matvec_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                               std::int64_t);
-template void matvec_kquant_avx2<DType::kQ8_K>(const std::byte*, std::size_t, std::int64_t, const float*, float*,
-                                               std::int64_t);
-template void dequant_kquant_avx2<DType::kQ4_K>(const std::byte*, float*, std::int64_t);
-template void dequant_kquant_avx2<DType::kQ5_K>(const std::byte*, float*, std::int64_t);
-template void dequant_kquant_avx2<DType::kQ6_K>(const std::byte*, float*, std::int64_t);
-template void dequant_kquant_avx2<DType::kQ8_K>(const std::byte*, float*, std::int64_t);
+
+#define SITSRT_INSTANTIATE_KQUANT_AVX2(type)                                                                  \
+  template void matvec_kquant_avx2<type>(const std::byte*, std::size_t, std::int64_t, const float*, float*, \
+                                         std::int64_t);                                                   \
+  template void dequant_kquant_avx2<type>(const std::byte*, float*, std::int64_t)
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ2_K);
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ3_K);
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ4_K);
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ5_K);
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ6_K);
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ8_K);
+SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kIQ4_NL);
+#undef SITSRT_INSTANTIATE_KQUANT_AVX2
 
 }  // namespace sitsrt::cpu::detail

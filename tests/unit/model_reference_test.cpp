@@ -48,6 +48,20 @@ Comparison compare(const std::vector<float>& got, const std::vector<std::vector<
   return c;
 }
 
+// Largest |a - b| and largest |b| of two engines' logits for the same tokens.
+struct RunDifference {
+  double max_error = 0, scale = 0;
+};
+RunDifference difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  RunDifference d;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d.scale = std::max(d.scale, static_cast<double>(std::fabs(b[i])));
+    d.max_error = std::max(d.max_error, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("engine logits match the double-precision reference for every weight type", "[model]") {
@@ -126,17 +140,10 @@ TEST_CASE("int8-activation decode of a q4_k_m model stays close to the float dec
   options.int8_activations = false;
   const Engine float_decode(options);
   const auto tokens = some_tokens(20, 300, 9);
-  const auto a = int8_decode.logits(tokens, true);
-  const auto b = float_decode.logits(tokens, true);
-  REQUIRE(a.size() == b.size());
-  double scale = 0, err = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
-    err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
-  INFO("max |error| " << err << ", logit scale " << scale);
-  CHECK(err <= 0.03 * scale);  // as the test above: activation rounding only
-  CHECK(err > 0.0);            // the Q4_K / Q6_K integer paths did run
+  const RunDifference d = difference(int8_decode.logits(tokens, true), float_decode.logits(tokens, true));
+  INFO("max |error| " << d.max_error << ", logit scale " << d.scale);
+  CHECK(d.max_error <= 0.03 * d.scale);  // as "int8-activation decode stays close ...": activation rounding only
+  CHECK(d.max_error > 0.0);              // the Q4_K / Q6_K integer paths did run
 }
 
 TEST_CASE("decoding token by token equals one batched prefill", "[model]") {
@@ -184,14 +191,8 @@ TEST_CASE("int8-activation decode stays close to the float prefill", "[model][qd
   const Engine float_decode(options);
   CHECK_FALSE(float_decode.model_info().int8_activations);
   const auto tokens = some_tokens(20, 300, 9);
-  const auto a = int8_decode.logits(tokens, true);
-  const auto b = float_decode.logits(tokens, true);
-  REQUIRE(a.size() == b.size());
-  double scale = 0, err = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
-    err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
+  const RunDifference d = difference(int8_decode.logits(tokens, true), float_decode.logits(tokens, true));
+  const double err = d.max_error, scale = d.scale;
   INFO("max |error| " << err << ", logit scale " << scale);
   // Each matmul input element moves by at most 1/254 of its block's max |x| (relative 2^-8 in
   // the worst case); through 2 layers of this random model that compounds to ~1% of the logit
