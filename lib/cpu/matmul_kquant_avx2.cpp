@@ -300,23 +300,28 @@ void qdot_q6_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
     for (std::int64_t B = 0; B < nb; ++B) {
       prefetch_ahead(blocks + B);
       const BlockQ6_K& blk = blocks[B];
-      alignas(32) float dl[16];
-      Q6K::scales(blk, dl, nullptr);
-      for (int k = 0; k < 8; ++k) {
-        const int h = k / 4, j = k % 4;
-        const __m256i low_src = load32(blk.ql + 64 * h + 32 * (j & 1));
-        const __m256i low = _mm256_and_si256(j < 2 ? low_src : _mm256_srli_epi16(low_src, 4), _mm256_set1_epi8(0x0F));
-        const __m256i high =
-            _mm256_and_si256(_mm256_srl_epi16(load32(blk.qh + 32 * h), _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
-        const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
-        const std::int64_t b = 8 * B + k;
-        const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b));
-        const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xq, wv)),
-                                                _mm256_set1_epi16(1));
-        const __m256 scales = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(dl[2 * k])),
-                                                   _mm_set1_ps(dl[2 * k + 1]), 1);
-        __m256& acc = k % 2 == 0 ? acc0 : acc1;
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(scales, _mm256_load_ps(x.d8 + 8 * b)), acc);
+      // fl(d * scale) of sub-blocks 8 h .. 8 h + 7, one vector per half.
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+      const __m256 d = _mm256_set1_ps(half_at(blk.d));
+      const __m256 dl[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))),
+                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))))};
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql[2] = {load32(blk.ql + 64 * h), load32(blk.ql + 64 * h + 32)};
+        const __m256i qh = load32(blk.qh + 32 * h);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const __m256i low = _mm256_and_si256(j < 2 ? ql[j & 1] : _mm256_srli_epi16(ql[j & 1], 4), _mm256_set1_epi8(0x0F));
+          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
+          const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+          const std::int64_t b = 8 * B + 4 * h + j;
+          const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b));
+          const __m256i lanes = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xq, wv)), _mm256_set1_epi16(1));
+          const __m256i pick = _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1);
+          const __m256 scales = _mm256_permutevar8x32_ps(dl[h], pick);
+          __m256& acc = j % 2 == 0 ? acc0 : acc1;
+          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(scales, _mm256_load_ps(x.d8 + 8 * b)), acc);
+        }
       }
     }
     y[r] = hsum(_mm256_add_ps(acc0, acc1));
