@@ -1,5 +1,5 @@
 // AVX2 + FMA + F16C kernels of the K-quant super-block formats and IQ4_NL (float activations;
-// int8-activation decode for Q4_K and Q6_K at the end). Decode unpacks each 32-element sub-block to 8-lane float vectors in
+// int8-activation decode for Q4_K, Q5_K, Q6_K and IQ4_NL at the end). Decode unpacks each 32-element sub-block to 8-lane float vectors in
 // registers, dots it with x and scales the partial sum by the sub-block scale once; the formats
 // with a min add fl(dmin * m) * sum(x) per sub-block separately (as the reference formula
 // d sc q - dmin m splits). Dequant (prefill tiles, get_rows) reproduces dequantize_row bit for
@@ -260,23 +260,36 @@ inline __m256i dot_lanes_unsigned(__m256i u, const std::int8_t* q) {  // u <= 15
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
-// Q4_K: sub-block s is activation block 8 B + s; mins use ds of the 8 blocks as one vector.
-void qdot_q4_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+// Q4_K / Q5_K: sub-block s is activation block 8 B + s; mins use ds of the 8 blocks as one
+// vector. Q5_K levels (<= 31) still keep vpmaddubsw's int16 pair sums below 2 * 31 * 127.
+template <bool kFifthBit, typename Block>
+void qdot_k4(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   const std::int64_t nb = x.blocks / 8;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (std::int64_t B = 0; B < nb; ++B) {
       prefetch_ahead(blocks + B);
-      const BlockQ4_K& blk = blocks[B];
+      const Block& blk = blocks[B];
       alignas(32) float dl[8], ml[8];
       scales_k4(blk.scales, half_at(blk.d), half_at(blk.dmin), dl, ml);
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (kFifthBit) qh = load32(blk.qh);
+#pragma GCC unroll 4
       for (int p = 0; p < 4; ++p) {
         const __m256i v = load32(blk.qs + 32 * p);
+        __m256i u0 = _mm256_and_si256(v, low4), u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        if constexpr (kFifthBit) {  // bit 2p / 2p + 1 of qh[l] -> 16
+          const __m256i bit0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * p)));
+          const __m256i bit1 = _mm256_set1_epi8(static_cast<char>(2 << (2 * p)));
+          const __m256i sixteen = _mm256_set1_epi8(16);
+          u0 = _mm256_or_si256(u0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit0), bit0), sixteen));
+          u1 = _mm256_or_si256(u1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), sixteen));
+        }
         const std::int64_t b0 = 8 * B + 2 * p;
-        const __m256i lanes0 = dot_lanes_unsigned(_mm256_and_si256(v, low4), x.qs + 32 * b0);
-        const __m256i lanes1 = dot_lanes_unsigned(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), x.qs + 32 * b0 + 32);
+        const __m256i lanes0 = dot_lanes_unsigned(u0, x.qs + 32 * b0);
+        const __m256i lanes1 = dot_lanes_unsigned(u1, x.qs + 32 * b0 + 32);
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes0),
                                _mm256_mul_ps(_mm256_broadcast_ss(dl + 2 * p), _mm256_load_ps(x.d8 + 8 * b0)), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes1),
@@ -286,6 +299,34 @@ void qdot_q4_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
       accm = _mm256_fmadd_ps(_mm256_load_ps(ml), _mm256_loadu_ps(x.ds + 8 * B), accm);
     }
     y[r] = hsum(_mm256_add_ps(acc0, acc1)) - hsum(accm);
+  }
+}
+
+// |w| against sign(w) q for signed 8-bit levels with |w| <= 127 (pair sums <= 2 * 127 * 127).
+inline __m256i dot_lanes_signed(__m256i wv, const std::int8_t* q) {
+  const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xq, wv)),
+                           _mm256_set1_epi16(1));
+}
+
+// IQ4_NL: one activation block per weight block, levels from the vpshufb table.
+void qdot_iq4_nl(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockIQ4_NL*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const auto block = [&](std::int64_t b, __m256& acc) {
+      const __m256i lanes = dot_lanes_signed(IQ4NL::signed_levels(blocks[b]), x.qs + 32 * b);
+      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(half_at(blocks[b].d)), _mm256_load_ps(x.d8 + 8 * b));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, acc);
+    };
+    std::int64_t b = 0;
+    for (; b + 2 <= x.blocks; b += 2) {
+      prefetch_ahead(blocks + b);
+      block(b, acc0);
+      block(b + 1, acc1);
+    }
+    if (b < x.blocks) block(b, acc0);
+    y[r] = hsum(_mm256_add_ps(acc0, acc1));
   }
 }
 
@@ -314,9 +355,7 @@ void qdot_q6_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
           const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
           const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
           const std::int64_t b = 8 * B + 4 * h + j;
-          const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b));
-          const __m256i lanes = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xq, wv)), _mm256_set1_epi16(1));
+          const __m256i lanes = dot_lanes_signed(wv, x.qs + 32 * b);
           const __m256i pick = _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1);
           const __m256 scales = _mm256_permutevar8x32_ps(dl[h], pick);
           __m256& acc = j % 2 == 0 ? acc0 : acc1;
@@ -360,16 +399,23 @@ void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n) {
 template <DType kType>
 void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                       std::int64_t n_rows) {
-  static_assert(kType == DType::kQ4_K || kType == DType::kQ6_K);
   if constexpr (kType == DType::kQ4_K) {
-    qdot_q4_k(w, row_stride, x, y, n_rows);
-  } else {
+    qdot_k4<false, BlockQ4_K>(w, row_stride, x, y, n_rows);
+  } else if constexpr (kType == DType::kQ5_K) {
+    qdot_k4<true, BlockQ5_K>(w, row_stride, x, y, n_rows);
+  } else if constexpr (kType == DType::kQ6_K) {
     qdot_q6_k(w, row_stride, x, y, n_rows);
+  } else {
+    static_assert(kType == DType::kIQ4_NL);
+    qdot_iq4_nl(w, row_stride, x, y, n_rows);
   }
 }
 
 template void qdot_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
+template void qdot_kquant_avx2<DType::kQ5_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void qdot_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
+template void qdot_kquant_avx2<DType::kIQ4_NL>(const std::byte*, std::size_t, const QuantizedRow&, float*,
+                                               std::int64_t);
 
 #define SITSRT_INSTANTIATE_KQUANT_AVX2(type)                                                                  \
   template void matvec_kquant_avx2<type>(const std::byte*, std::size_t, std::int64_t, const float*, float*, \

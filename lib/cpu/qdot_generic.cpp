@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace sitsrt::cpu::detail {
 
@@ -152,14 +153,16 @@ void qdot_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow
 // K-quants: a 256-element super-block spans 8 activation blocks. Q4_K sub-block s (32 elements,
 // w = fl(d sc) u - fl(dmin m)) is activation block 8 B + s and adds fl(fl(d sc) d_x) (u . q) -
 // fl(dmin m) ds_x; Q6_K's 16-element sub-blocks (w = fl(d sc) (u - 32)) are the halves of one.
-void qdot_q4_k_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                       std::int64_t n_rows) {
+template <typename Block>
+void qdot_k4_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                     std::int64_t n_rows) {
+  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;  // Q5_K: bit s of qh[l] adds 16
   const std::int64_t nb = x.blocks / 8;
   for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
     float acc = 0.0f;
     for (std::int64_t B = 0; B < nb; ++B) {
-      const BlockQ4_K& blk = blocks[B];
+      const Block& blk = blocks[B];
       const float d = half_to_float_generic(load_u16(&blk.d)), dmin = half_to_float_generic(load_u16(&blk.dmin));
       for (int s = 0; s < 8; ++s) {
         const std::int64_t xb = 8 * B + s;
@@ -167,12 +170,34 @@ void qdot_q4_k_generic(const std::byte* w, std::size_t row_stride, const Quantiz
         const std::uint8_t* qs = blk.qs + 32 * (s / 2);
         const int shift = 4 * (s % 2);
         std::int32_t dot = 0;
-        for (int i = 0; i < 32; ++i) dot += ((qs[i] >> shift) & 15) * q[i];
+        for (int i = 0; i < 32; ++i) {
+          int u = (qs[i] >> shift) & 15;
+          if constexpr (kFifthBit) u |= ((blk.qh[i] >> s) & 1) << 4;
+          dot += u * q[i];
+        }
         const ScaleMin sm = unpack_scale_min_k4(blk.scales, s);
         const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
         acc += dl * x.d8[xb * 8] * static_cast<float>(dot);
         acc -= ml * x.ds[xb];
       }
+    }
+    y[r] = acc;
+  }
+}
+
+// IQ4_NL: one activation block per weight block; w = d * T[index].
+void qdot_iq4_nl_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                         std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockIQ4_NL*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t b = 0; b < x.blocks; ++b) {
+      const std::int8_t* q = x.qs + 32 * b;
+      std::int32_t dot = 0;
+      for (int i = 0; i < 16; ++i) {
+        dot += kIq4nlLevels[blocks[b].qs[i] & 15] * q[i] + kIq4nlLevels[blocks[b].qs[i] >> 4] * q[i + 16];
+      }
+      acc += half_to_float_generic(load_u16(&blocks[b].d)) * x.d8[b * 8] * static_cast<float>(dot);
     }
     y[r] = acc;
   }
@@ -218,7 +243,8 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
     // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
-    nullptr, nullptr, qdot_q4_k_generic, nullptr, qdot_q6_k_generic, nullptr, nullptr,
+    nullptr, nullptr, qdot_k4_generic<BlockQ4_K>, qdot_k4_generic<BlockQ5_K>, qdot_q6_k_generic, nullptr,
+    qdot_iq4_nl_generic,
 }, quantize_row_q8_act};
 
 }  // namespace

@@ -25,8 +25,8 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                               DType::kQ5_1, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
 
 // Independent scalar reference of the documented activation quantization.
 struct RefRow {
@@ -76,7 +76,7 @@ int offset_bound(DType type) {  // the largest offset any ISA's kernel may fold 
   return type == DType::kQ8_0 ? 128 : type == DType::kQ6_K ? 32 : type == DType::kQ5_0 || type == DType::kQ5_1 ? 16 : 8;
 }
 bool has_min(DType type) {
-  return type == DType::kQ4_1 || type == DType::kQ5_1 || type == DType::kQ4_K;
+  return type == DType::kQ4_1 || type == DType::kQ5_1 || type == DType::kQ4_K || type == DType::kQ5_K;
 }
 float half_at(const std::byte* p) {
   std::uint16_t h;
@@ -90,14 +90,30 @@ struct WeightElement {
 };
 WeightElement element(DType type, const std::byte* row, std::int64_t c) {
   const int bb = traits(type).block_bytes;
-  if (type == DType::kQ4_K) {
-    BlockQ4_K b;
-    std::memcpy(&b, row + c / 256 * bb, sizeof b);
+  if (type == DType::kQ4_K || type == DType::kQ5_K) {
+    BlockQ5_K b5{};
+    BlockQ4_K b{};  // Q5_K: same d, dmin, scales; qs after its qh
+    std::memcpy(&b, row + c / 256 * bb, 16);
+    const std::uint8_t* qs = b.qs;
+    if (type == DType::kQ5_K) {
+      std::memcpy(&b5, row + c / 256 * bb, sizeof b5);
+      qs = b5.qs;
+    } else {
+      std::memcpy(&b, row + c / 256 * bb, sizeof b);
+    }
     const int e = static_cast<int>(c % 256);
     const ScaleMin sm = unpack_scale_min_k4(b.scales, e / 32);
-    const int u = (b.qs[32 * (e / 64) + e % 32] >> (4 * ((e % 64) / 32))) & 15;
+    int u = (qs[32 * (e / 64) + e % 32] >> (4 * ((e % 64) / 32))) & 15;
+    if (type == DType::kQ5_K) u |= ((b5.qh[e % 32] >> (e / 32)) & 1) << 4;
     return {fp16_to_fp32(b.d) * static_cast<double>(sm.scale), static_cast<double>(u),
             -static_cast<double>(fp16_to_fp32(b.dmin)) * sm.min};
+  }
+  if (type == DType::kIQ4_NL) {
+    BlockIQ4_NL b;
+    std::memcpy(&b, row + c / 32 * bb, sizeof b);
+    const int i = static_cast<int>(c % 32);
+    const int index = i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+    return {fp16_to_fp32(b.d), static_cast<double>(kIq4nlLevels[index]), 0.0};
   }
   if (type == DType::kQ6_K) {
     BlockQ6_K b;
