@@ -5,6 +5,7 @@
 // -offset * sum(q) / 8 per lane so the offset (128, 8 or 16) cancels exactly in integers. The
 // lanes are converted once and FMAed with [d_w0 d_x0 x8, d_w1 d_x1 x8]: no horizontal sums
 // until the end of the row.
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
@@ -152,6 +153,66 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
   }
 }
 
+// Q4_K / Q5_K: sub-blocks 2p and 2p + 1 of a super-block are activation blocks 8B + 2p and
+// 8B + 2p + 1, consecutive in x: one zmm holds the 32-byte qs run p twice, the upper copy shifted
+// right by 4, so after the mask it is [levels of 2p, levels of 2p + 1] (Q5_K: plus 16 where bit
+// 2p / 2p + 1 of qh[l] is set). vpdpbusd needs no offset (levels are unsigned); the scale pair
+// [fl(d sc_2p) x8, fl(d sc_2p+1) x8] times d_x multiplies the lanes, and the mins
+// fl(dmin m_s) ds_x of all 8 sub-blocks are one 8-lane FMA per super-block.
+template <bool kFifthBit, typename Block>
+void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (std::int64_t B = 0; B < nb; ++B) {
+      prefetch_ahead(blocks + B);
+      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + B) + 64);
+      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + B) + 128);
+      const Block& blk = blocks[B];
+      // The 8 (scale, min) pairs from the 12 packed bytes (as matmul_kquant_avx2.cpp's scales_k4).
+      std::uint32_t word[3];
+      std::memcpy(word, blk.scales, 12);
+      const std::uint32_t scales_lo = word[0] & 0x3F3F3F3Fu, mins_lo = word[1] & 0x3F3F3F3Fu;
+      const std::uint32_t scales_hi = (word[2] & 0x0F0F0F0Fu) | (((word[0] >> 6) & 0x03030303u) << 4);
+      const std::uint32_t mins_hi = ((word[2] >> 4) & 0x0F0F0F0Fu) | (((word[1] >> 6) & 0x03030303u) << 4);
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u16(&blk.d) | (load_u16(&blk.dmin) << 16))));
+      const __m256 dl = _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                                                     _mm_setr_epi32(static_cast<int>(scales_lo),
+                                                                                    static_cast<int>(scales_hi), 0, 0))));
+      const __m256 ml = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(
+                                          static_cast<int>(mins_lo), static_cast<int>(mins_hi), 0, 0))));
+      const __m512 dl512 = _mm512_castps256_ps512(dl);  // only lanes 0-7 are indexed below
+      __m512i qh = _mm512_setzero_si512();
+      if constexpr (kFifthBit) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * p)));
+        __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, static_cast<__mmask32>(0xFFFF0000u), v, 4),
+                                     _mm512_set1_epi8(0x0F));
+        if constexpr (kFifthBit) {
+          const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * p))),
+                                                  _mm256_set1_epi8(static_cast<char>(2 << (2 * p))), 1);
+          u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits), u, _mm512_set1_epi8(16));
+        }
+        const std::int64_t b0 = 8 * B + 2 * p;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(x.qs + 32 * b0));
+        const __m512i pick = _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+                                               2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl512), _mm512_load_ps(x.d8 + 8 * b0));
+        __m512& acc = p % 2 == 0 ? acc0 : acc1;
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+      }
+      accm = _mm256_fmadd_ps(ml, _mm256_loadu_ps(x.ds + 8 * B), accm);
+    }
+    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
+    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
+}
+
 // quantize_row_q8_act with 16 lanes: same operations (max of |x|, d = amax / 127 and 1 / d in
 // scalar, x * id rounded to nearest even by vcvtps2dq), so the output is bit-identical.
 QuantizedRow quantize_avx512(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
@@ -185,8 +246,8 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
-    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl (the AVX2 kernels of matmul_kquant_avx2.cpp)
-    nullptr, nullptr, qdot_kquant_avx2<DType::kQ4_K>, qdot_kquant_avx2<DType::kQ5_K>, qdot_kquant_avx2<DType::kQ6_K>,
+    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl (Q6_K, IQ4_NL: the AVX2 kernels)
+    nullptr, nullptr, qdot_k4_vnni<false, BlockQ4_K>, qdot_k4_vnni<true, BlockQ5_K>, qdot_kquant_avx2<DType::kQ6_K>,
     nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
 }, quantize_avx512};
 
