@@ -1,5 +1,5 @@
 // AVX2 + FMA + F16C kernels of the K-quant super-block formats and IQ4_NL (float activations;
-// int8-activation decode for Q4_K, Q5_K, Q6_K and IQ4_NL at the end). Decode unpacks each 32-element sub-block to 8-lane float vectors in
+// int8-activation decode for all of them but Q8_K at the end). Decode unpacks each 32-element sub-block to 8-lane float vectors in
 // registers, dots it with x and scales the partial sum by the sub-block scale once; the formats
 // with a min add fl(dmin * m) * sum(x) per sub-block separately (as the reference formula
 // d sc q - dmin m splits). Dequant (prefill tiles, get_rows) reproduces dequantize_row bit for
@@ -311,6 +311,49 @@ inline __m256i dot_lanes_signed(__m256i wv, const std::int8_t* q) {
                            _mm256_set1_epi16(1));
 }
 
+// Q2_K / Q3_K: group k is activation block 8 B + k; lanes 0-3 / 4-7 are its sub-blocks 2 k and
+// 2 k + 1. Q3_K's signed levels (-4..3) use the sign trick; Q2_K's unsigned levels (0..3) go
+// straight into vpmaddubsw and its mins take the half sums of q from a second vpmaddubsw of ones.
+template <typename F>
+void qdot_k2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr bool kQ2 = F::kHasMin;
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename F::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (std::int64_t B = 0; B < nb; ++B) {
+      prefetch_ahead(blocks + B);
+      const auto& blk = blocks[B];
+      alignas(32) float dl[16], ml[16];
+      F::scales(blk, dl, ml);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const std::int64_t b = 8 * B + k;
+        const __m256 d8 = _mm256_load_ps(x.d8 + 8 * b);
+        const __m256 scales = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(dl[2 * k])),
+                                                   _mm_set1_ps(dl[2 * k + 1]), 1);
+        __m256i lanes;
+        __m256& acc = k % 2 == 0 ? acc0 : acc1;
+        if constexpr (kQ2) {
+          const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b));
+          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(low2_bits(blk.qs, k), xq), _mm256_set1_epi16(1));
+          const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), _mm256_set1_epi16(1));
+          const __m256 mins = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(ml[2 * k])),
+                                                   _mm_set1_ps(ml[2 * k + 1]), 1);
+          acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(mins, d8), acc);
+        } else {
+          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
+          const __m256i has = _mm256_cmpeq_epi8(_mm256_and_si256(load32(blk.hmask), bit), bit);
+          const __m256i u = _mm256_or_si256(low2_bits(blk.qs, k), _mm256_and_si256(has, _mm256_set1_epi8(4)));
+          lanes = dot_lanes_signed(_mm256_sub_epi8(u, _mm256_set1_epi8(4)), x.qs + 32 * b);
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(scales, d8), acc);
+      }
+    }
+    y[r] = hsum(_mm256_add_ps(acc0, acc1));
+  }
+}
+
 // IQ4_NL: one activation block per weight block, levels from the vpshufb table.
 void qdot_iq4_nl(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   for (std::int64_t r = 0; r < n_rows; ++r) {
@@ -401,7 +444,11 @@ void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n) {
 template <DType kType>
 void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                       std::int64_t n_rows) {
-  if constexpr (kType == DType::kQ4_K) {
+  if constexpr (kType == DType::kQ2_K) {
+    qdot_k2<Q2K>(w, row_stride, x, y, n_rows);
+  } else if constexpr (kType == DType::kQ3_K) {
+    qdot_k2<Q3K>(w, row_stride, x, y, n_rows);
+  } else if constexpr (kType == DType::kQ4_K) {
     qdot_k4<false, BlockQ4_K>(w, row_stride, x, y, n_rows);
   } else if constexpr (kType == DType::kQ5_K) {
     qdot_k4<true, BlockQ5_K>(w, row_stride, x, y, n_rows);
@@ -413,6 +460,8 @@ void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const Quantize
   }
 }
 
+template void qdot_kquant_avx2<DType::kQ2_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
+template void qdot_kquant_avx2<DType::kQ3_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void qdot_kquant_avx2<DType::kQ4_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void qdot_kquant_avx2<DType::kQ5_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);
 template void qdot_kquant_avx2<DType::kQ6_K>(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t);

@@ -161,9 +161,9 @@ constexpr QdotKernels kAvx2 = {{
     qdot_avx2<DotQ4<BlockQ4_1, true>>,     // q4_1
     qdot_avx2<DotQ5<BlockQ5_0, false>>,    // q5_0
     qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
-    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl (the AVX2 kernels of matmul_kquant_avx2.cpp)
-    nullptr, nullptr, qdot_kquant_avx2<DType::kQ4_K>, qdot_kquant_avx2<DType::kQ5_K>, qdot_kquant_avx2<DType::kQ6_K>,
-    nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
+    // K-quant section (the AVX2 kernels of matmul_kquant_avx2.cpp; no Q8_K path)
+    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_kquant_avx2<DType::kQ4_K>,
+    qdot_kquant_avx2<DType::kQ5_K>, qdot_kquant_avx2<DType::kQ6_K>, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
 }, quantize_avx2};
 
 }  // namespace

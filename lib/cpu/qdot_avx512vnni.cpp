@@ -292,9 +292,9 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
-    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl (IQ4_NL: the AVX2 kernel)
-    nullptr, nullptr, qdot_k4_vnni<false, BlockQ4_K>, qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni,
-    nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
+    // K-quant section (Q2_K, Q3_K, IQ4_NL: the AVX2 kernels; no Q8_K path)
+    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_k4_vnni<false, BlockQ4_K>,
+    qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
 }, quantize_avx512};
 
 }  // namespace

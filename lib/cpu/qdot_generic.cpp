@@ -185,6 +185,50 @@ void qdot_k4_generic(const std::byte* w, std::size_t row_stride, const Quantized
   }
 }
 
+// Q2_K / Q3_K: group k (activation block 8 B + k) holds sub-blocks 2 k and 2 k + 1; element
+// 32 k + l has its low two bits at bit pair k % 4 of qs[32 (k / 4) + l] (Q3_K: bit k of hmask[l]
+// adds 4 to the level - 4; Q2_K: w = fl(d sc) u - fl(dmin m), the min times the half's sum of q).
+template <typename Block>
+void qdot_k2_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                     std::int64_t n_rows) {
+  constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>;
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t B = 0; B < nb; ++B) {
+      const Block& blk = blocks[B];
+      const float d = half_to_float_generic(load_u16(&blk.d));
+      for (int k = 0; k < 8; ++k) {
+        const std::int64_t xb = 8 * B + k;
+        const std::int8_t* q = x.qs + 32 * xb;
+        const std::uint8_t* qs = blk.qs + 32 * (k / 4);
+        const int shift = 2 * (k % 4);
+        std::int32_t dot[2] = {0, 0}, qsum[2] = {0, 0};
+        for (int l = 0; l < 32; ++l) {
+          int u = (qs[l] >> shift) & 3;
+          if constexpr (kQ3) u += 4 * ((blk.hmask[l] >> k) & 1) - 4;
+          dot[l / 16] += u * q[l];
+          qsum[l / 16] += q[l];
+        }
+        for (int half = 0; half < 2; ++half) {
+          const int s = 2 * k + half;
+          if constexpr (kQ3) {
+            const float dl = d * static_cast<float>(unpack_scale_q3_k(blk.scales, s));
+            acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+          } else {
+            const float dl = d * static_cast<float>(blk.scales[s] & 15);
+            const float ml = half_to_float_generic(load_u16(&blk.dmin)) * static_cast<float>(blk.scales[s] >> 4);
+            acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+            acc -= ml * x.d8[xb * 8] * static_cast<float>(qsum[half]);
+          }
+        }
+      }
+    }
+    y[r] = acc;
+  }
+}
+
 // IQ4_NL: one activation block per weight block; w = d * T[index].
 void qdot_iq4_nl_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                          std::int64_t n_rows) {
@@ -242,9 +286,9 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
     qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
-    // K-quant section: q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl
-    nullptr, nullptr, qdot_k4_generic<BlockQ4_K>, qdot_k4_generic<BlockQ5_K>, qdot_q6_k_generic, nullptr,
-    qdot_iq4_nl_generic,
+    // K-quant section (no Q8_K path)
+    qdot_k2_generic<BlockQ2_K>, qdot_k2_generic<BlockQ3_K>, qdot_k4_generic<BlockQ4_K>, qdot_k4_generic<BlockQ5_K>,
+    qdot_q6_k_generic, nullptr, qdot_iq4_nl_generic,
 }, quantize_row_q8_act};
 
 }  // namespace

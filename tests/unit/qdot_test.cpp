@@ -25,8 +25,8 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
+constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,
+                               DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
 
 // Independent scalar reference of the documented activation quantization.
 struct RefRow {
@@ -76,7 +76,8 @@ int offset_bound(DType type) {  // the largest offset any ISA's kernel may fold 
   return type == DType::kQ8_0 ? 128 : type == DType::kQ6_K ? 32 : type == DType::kQ5_0 || type == DType::kQ5_1 ? 16 : 8;
 }
 bool has_min(DType type) {
-  return type == DType::kQ4_1 || type == DType::kQ5_1 || type == DType::kQ4_K || type == DType::kQ5_K;
+  return type == DType::kQ4_1 || type == DType::kQ5_1 || type == DType::kQ2_K || type == DType::kQ4_K ||
+         type == DType::kQ5_K;
 }
 float half_at(const std::byte* p) {
   std::uint16_t h;
@@ -107,6 +108,22 @@ WeightElement element(DType type, const std::byte* row, std::int64_t c) {
     if (type == DType::kQ5_K) u |= ((b5.qh[e % 32] >> (e / 32)) & 1) << 4;
     return {fp16_to_fp32(b.d) * static_cast<double>(sm.scale), static_cast<double>(u),
             -static_cast<double>(fp16_to_fp32(b.dmin)) * sm.min};
+  }
+  if (type == DType::kQ2_K || type == DType::kQ3_K) {  // 2-bit planes: byte 32 n + l, bit pair j
+    const int e = static_cast<int>(c % 256), n = e / 128, j = (e % 128) / 32, l = e % 32;
+    if (type == DType::kQ2_K) {
+      BlockQ2_K b;
+      std::memcpy(&b, row + c / 256 * bb, sizeof b);
+      const int sm = b.scales[e / 16];
+      return {fp16_to_fp32(b.d) * static_cast<double>(sm & 15), static_cast<double>((b.qs[32 * n + l] >> (2 * j)) & 3),
+              -static_cast<double>(fp16_to_fp32(b.dmin)) * (sm >> 4)};
+    }
+    BlockQ3_K b;
+    std::memcpy(&b, row + c / 256 * bb, sizeof b);
+    const int low = (b.qs[32 * n + l] >> (2 * j)) & 3;
+    const bool high = (b.hmask[l] >> (e / 32)) & 1;
+    return {fp16_to_fp32(b.d) * static_cast<double>(unpack_scale_q3_k(b.scales, e / 16)),
+            static_cast<double>(high ? low : low - 4), 0.0};
   }
   if (type == DType::kIQ4_NL) {
     BlockIQ4_NL b;
@@ -160,7 +177,9 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
     const std::byte* row = bytes.data() + static_cast<std::size_t>(r) * stride;
     for (std::int64_t b = 0; b < nb; ++b) {
       const double dx = xq.d[static_cast<std::size_t>(b)];
-      double min_q = 0.0;  // sum of min * q over the block (one min per block except for K-quants)
+      // Sum of min * q over each stretch with one min: the block, or (Q2_K) each 16-element half.
+      double min_q = 0.0;
+      const int min_stretch = type == DType::kQ2_K ? 16 : 32;
       for (int i = 0; i < 32; ++i) {
         const double q = xq.q[static_cast<std::size_t>(b * 32 + i)];
         const WeightElement we = element(type, row, b * 32 + i);
@@ -170,8 +189,11 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
         min_q += we.min * q;
         sum_f += (we.scale * we.level + we.min) * xv;
         rounding += std::fabs(we.scale * we.level + we.min) * dx * 0.5;  // |x - dx q| <= dx / 2 per element
+        if ((i + 1) % min_stretch == 0) {
+          mag += std::fabs(dx * min_q);
+          min_q = 0.0;
+        }
       }
-      mag += std::fabs(dx * min_q);
     }
     const auto i = static_cast<std::size_t>(r);
     want[i] = sum;
