@@ -1,10 +1,8 @@
-// Internal: the AVX2 kernels of the K-quant and IQ4_NL formats (matmul_kquant_avx2.cpp,
-// explicitly instantiated for every K type and IQ4_NL; int8-activation ones for all of them but
-// Q8_K),
-// declared here so the AVX2 and both AVX-512 tables can list them: every AVX-512 CPU runs AVX2
-// code. Explicit instantiations are not inline, so the ODR note of matmul_kernels.hpp holds.
-// (The portable versions live in matmul_generic.cpp / qdot_generic.cpp.)
-// Signatures: MatvecFn / DequantFn of matmul_kernels.hpp.
+// Internal: the AVX2 kernels of the K-quant and IQ4_NL formats (matmul_kquant_avx2.cpp): float
+// matvec and dequant for every K type and IQ4_NL, int8-activation decode for all but Q8_K.
+// Declared here so the AVX2 and both AVX-512 tables can list them (every AVX-512 CPU runs AVX2
+// code); explicit instantiations are not inline, so the ODR note of matmul_kernels.hpp holds.
+// The portable versions live in matmul_generic.cpp / qdot_generic.cpp.
 #pragma once
 
 #include "core/dtype.hpp"
@@ -20,8 +18,7 @@ void matvec_kquant_avx2(const std::byte* w, std::size_t row_stride, std::int64_t
 template <DType kType>
 void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n);
 
-// Int8-activation decode (QdotFn of qdot_kernels.hpp), instantiated for every K type but Q8_K
-// and for IQ4_NL; listed by the AVX2, AVX-512 and AVX-512 VNNI qdot tables.
+// Int8-activation decode (QdotFn of qdot_kernels.hpp).
 struct QuantizedRow;
 template <DType kType>
 void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
