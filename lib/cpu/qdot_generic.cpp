@@ -150,83 +150,79 @@ void qdot_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow
   }
 }
 
+// Row loop of the K-quant integer kernels: add(block, B, acc) adds super-block B of the row.
+template <typename Block, typename AddBlock>
+void qdot_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows,
+               AddBlock add) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t B = 0; B < x.blocks / 8; ++B) add(blocks[B], B, acc);
+    y[r] = acc;
+  }
+}
+
 // K-quants: a 256-element super-block spans 8 activation blocks. Q4_K sub-block s (32 elements,
 // w = fl(d sc) u - fl(dmin m)) is activation block 8 B + s and adds fl(fl(d sc) d_x) (u . q) -
 // fl(dmin m) ds_x; Q6_K's 16-element sub-blocks (w = fl(d sc) (u - 32)) are the halves of one.
 template <typename Block>
-void qdot_k4_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                     std::int64_t n_rows) {
+void qdot_k4_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;  // Q5_K: bit s of qh[l] adds 16
-  const std::int64_t nb = x.blocks / 8;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
-    float acc = 0.0f;
-    for (std::int64_t B = 0; B < nb; ++B) {
-      const Block& blk = blocks[B];
-      const float d = half_to_float_generic(load_u16(&blk.d)), dmin = half_to_float_generic(load_u16(&blk.dmin));
-      for (int s = 0; s < 8; ++s) {
-        const std::int64_t xb = 8 * B + s;
-        const std::int8_t* q = x.qs + 32 * xb;
-        const std::uint8_t* qs = blk.qs + 32 * (s / 2);
-        const int shift = 4 * (s % 2);
-        std::int32_t dot = 0;
-        for (int i = 0; i < 32; ++i) {
-          int u = (qs[i] >> shift) & 15;
-          if constexpr (kFifthBit) u |= ((blk.qh[i] >> s) & 1) << 4;
-          dot += u * q[i];
-        }
-        const ScaleMin sm = unpack_scale_min_k4(blk.scales, s);
-        const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
-        acc += dl * x.d8[xb * 8] * static_cast<float>(dot);
-        acc -= ml * x.ds[xb];
+  qdot_rows<Block>(w, row_stride, x, y, n_rows, [&x](const Block& blk, std::int64_t B, float& acc) {
+    const float d = half_to_float_generic(load_u16(&blk.d)), dmin = half_to_float_generic(load_u16(&blk.dmin));
+    for (int s = 0; s < 8; ++s) {
+      const std::int64_t xb = 8 * B + s;
+      const std::int8_t* q = x.qs + 32 * xb;
+      const std::uint8_t* qs = blk.qs + 32 * (s / 2);
+      const int shift = 4 * (s % 2);
+      std::int32_t dot = 0;
+      for (int i = 0; i < 32; ++i) {
+        int u = (qs[i] >> shift) & 15;
+        if constexpr (kFifthBit) u |= ((blk.qh[i] >> s) & 1) << 4;
+        dot += u * q[i];
       }
+      const ScaleMin sm = unpack_scale_min_k4(blk.scales, s);
+      const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
+      acc += dl * x.d8[xb * 8] * static_cast<float>(dot);
+      acc -= ml * x.ds[xb];
     }
-    y[r] = acc;
-  }
+  });
 }
 
 // Q2_K / Q3_K: group k (activation block 8 B + k) holds sub-blocks 2 k and 2 k + 1; element
 // 32 k + l has its low two bits at bit pair k % 4 of qs[32 (k / 4) + l] (Q3_K: bit k of hmask[l]
 // adds 4 to the level - 4; Q2_K: w = fl(d sc) u - fl(dmin m), the min times the half's sum of q).
 template <typename Block>
-void qdot_k2_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                     std::int64_t n_rows) {
+void qdot_k2_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>;
-  const std::int64_t nb = x.blocks / 8;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
-    float acc = 0.0f;
-    for (std::int64_t B = 0; B < nb; ++B) {
-      const Block& blk = blocks[B];
-      const float d = half_to_float_generic(load_u16(&blk.d));
-      for (int k = 0; k < 8; ++k) {
-        const std::int64_t xb = 8 * B + k;
-        const std::int8_t* q = x.qs + 32 * xb;
-        const std::uint8_t* qs = blk.qs + 32 * (k / 4);
-        const int shift = 2 * (k % 4);
-        std::int32_t dot[2] = {0, 0}, qsum[2] = {0, 0};
-        for (int l = 0; l < 32; ++l) {
-          int u = (qs[l] >> shift) & 3;
-          if constexpr (kQ3) u += 4 * ((blk.hmask[l] >> k) & 1) - 4;
-          dot[l / 16] += u * q[l];
-          qsum[l / 16] += q[l];
-        }
-        for (int half = 0; half < 2; ++half) {
-          const int s = 2 * k + half;
-          if constexpr (kQ3) {
-            const float dl = d * static_cast<float>(unpack_scale_q3_k(blk.scales, s));
-            acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
-          } else {
-            const float dl = d * static_cast<float>(blk.scales[s] & 15);
-            const float ml = half_to_float_generic(load_u16(&blk.dmin)) * static_cast<float>(blk.scales[s] >> 4);
-            acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
-            acc -= ml * x.d8[xb * 8] * static_cast<float>(qsum[half]);
-          }
+  qdot_rows<Block>(w, row_stride, x, y, n_rows, [&x](const Block& blk, std::int64_t B, float& acc) {
+    const float d = half_to_float_generic(load_u16(&blk.d));
+    for (int k = 0; k < 8; ++k) {
+      const std::int64_t xb = 8 * B + k;
+      const std::int8_t* q = x.qs + 32 * xb;
+      const std::uint8_t* qs = blk.qs + 32 * (k / 4);
+      const int shift = 2 * (k % 4);
+      std::int32_t dot[2] = {0, 0}, qsum[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        int u = (qs[l] >> shift) & 3;
+        if constexpr (kQ3) u += 4 * ((blk.hmask[l] >> k) & 1) - 4;
+        dot[l / 16] += u * q[l];
+        qsum[l / 16] += q[l];
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * k + half;
+        if constexpr (kQ3) {
+          const float dl = d * static_cast<float>(unpack_scale_q3_k(blk.scales, s));
+          acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+        } else {
+          const float dl = d * static_cast<float>(blk.scales[s] & 15);
+          const float ml = half_to_float_generic(load_u16(&blk.dmin)) * static_cast<float>(blk.scales[s] >> 4);
+          acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+          acc -= ml * x.d8[xb * 8] * static_cast<float>(qsum[half]);
         }
       }
     }
-    y[r] = acc;
-  }
+  });
 }
 
 // IQ4_NL: one activation block per weight block; w = d * T[index].
@@ -249,32 +245,25 @@ void qdot_iq4_nl_generic(const std::byte* w, std::size_t row_stride, const Quant
 
 void qdot_q6_k_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                        std::int64_t n_rows) {
-  const std::int64_t nb = x.blocks / 8;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
-    float acc = 0.0f;
-    for (std::int64_t B = 0; B < nb; ++B) {
-      const BlockQ6_K& blk = blocks[B];
-      const float d = half_to_float_generic(load_u16(&blk.d));
-      for (int k = 0; k < 8; ++k) {  // element e = 32 k + l = 128 h + 32 j + l
-        const int h = k / 4, j = k % 4;
-        const std::int64_t xb = 8 * B + k;
-        const std::int8_t* q = x.qs + 32 * xb;
-        const std::uint8_t* ql = blk.ql + 64 * h + 32 * (j % 2);
-        const std::uint8_t* qh = blk.qh + 32 * h;
-        std::int32_t dot[2] = {0, 0};
-        for (int l = 0; l < 32; ++l) {
-          const int u = ((ql[l] >> (4 * (j / 2))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4);
-          dot[l / 16] += (u - 32) * q[l];
-        }
-        for (int half = 0; half < 2; ++half) {
-          const float dl = d * static_cast<float>(blk.scales[2 * k + half]);
-          acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
-        }
+  qdot_rows<BlockQ6_K>(w, row_stride, x, y, n_rows, [&x](const BlockQ6_K& blk, std::int64_t B, float& acc) {
+    const float d = half_to_float_generic(load_u16(&blk.d));
+    for (int k = 0; k < 8; ++k) {  // element e = 32 k + l = 128 h + 32 j + l
+      const int h = k / 4, j = k % 4;
+      const std::int64_t xb = 8 * B + k;
+      const std::int8_t* q = x.qs + 32 * xb;
+      const std::uint8_t* ql = blk.ql + 64 * h + 32 * (j % 2);
+      const std::uint8_t* qh = blk.qh + 32 * h;
+      std::int32_t dot[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        const int u = ((ql[l] >> (4 * (j / 2))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4);
+        dot[l / 16] += (u - 32) * q[l];
+      }
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * static_cast<float>(blk.scales[2 * k + half]);
+        acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
       }
     }
-    y[r] = acc;
-  }
+  });
 }
 
 constexpr QdotKernels kGeneric = {{
