@@ -18,6 +18,8 @@ enum class DType : std::uint8_t {
   kQ4_1,  // 32 x 4-bit + fp16 scale + fp16 min
   kQ5_0,  // 32 x 5-bit + fp16 scale, offset 16
   kQ5_1,  // 32 x 5-bit + fp16 scale + fp16 min
+  kFP8_E4M3,  // 64 x OCP FP8 E4M3FN + fp32 scale (per-channel checkpoints repeat theirs per block)
+  kQ4_G128,   // 128 x 4-bit + fp16 scale + 4-bit zero (INT4 g128 asymmetric, AWQ/GPTQ)
   // K-quants (256-element super-blocks) and IQ4_NL; layouts in core/kquant_blocks.hpp.
   kQ2_K,
   kQ3_K,
@@ -28,7 +30,7 @@ enum class DType : std::uint8_t {
   kIQ4_NL,
 };
 
-inline constexpr int kDTypeCount = 15;
+inline constexpr int kDTypeCount = 17;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

@@ -25,8 +25,8 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,
-                               DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
+constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128,
+                               DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
 
 // Independent scalar reference of the documented activation quantization.
 struct RefRow {
@@ -55,6 +55,10 @@ RefRow reference_quantize(const float* x, std::int64_t cols) {
 int level(DType type, const std::byte* block, int i) {
   std::uint32_t qh = 0;
   switch (type) {
+    case DType::kQ4_G128: {  // i < 128; sub-block i / 32 packed as Q4_0, zero point in byte 2
+      const auto byte = static_cast<int>(block[4 + 16 * (i / 32) + i % 16]);
+      return (i % 32 < 16 ? byte & 15 : byte >> 4) - (static_cast<int>(block[2]) & 15);
+    }
     case DType::kQ8_0:
       return static_cast<int>(static_cast<std::int8_t>(block[2 + i]));
     case DType::kQ4_0:
@@ -73,7 +77,10 @@ int level(DType type, const std::byte* block, int i) {
   }
 }
 int offset_bound(DType type) {  // the largest offset any ISA's kernel may fold into its lanes
-  return type == DType::kQ8_0 ? 128 : type == DType::kQ6_K ? 32 : type == DType::kQ5_0 || type == DType::kQ5_1 ? 16 : 8;
+  return type == DType::kQ8_0   ? 128
+         : type == DType::kQ6_K ? 32
+         : type == DType::kQ5_0 || type == DType::kQ5_1 || type == DType::kQ4_G128 ? 16
+                                                                                    : 8;
 }
 bool has_min(DType type) {
   return type == DType::kQ4_1 || type == DType::kQ5_1 || type == DType::kQ2_K || type == DType::kQ4_K ||
@@ -139,8 +146,9 @@ WeightElement element(DType type, const std::byte* row, std::int64_t c) {
     const int u = ((b.ql[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 15) | (((b.qh[32 * h + l] >> (2 * j)) & 3) << 4);
     return {fp16_to_fp32(b.d) * static_cast<double>(b.scales[e / 16]), static_cast<double>(u - 32), 0.0};
   }
-  const std::byte* blk = row + c / 32 * bb;
-  return {half_at(blk), static_cast<double>(level(type, blk, static_cast<int>(c % 32))), has_min(type) ? half_at(blk + 2) : 0.0};
+  const int bs = traits(type).block_size;  // 32, or 128 for Q4_G128
+  const std::byte* blk = row + c / bs * bb;
+  return {half_at(blk), static_cast<double>(level(type, blk, static_cast<int>(c % bs))), has_min(type) ? half_at(blk + 2) : 0.0};
 }
 
 void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows, std::int64_t cols) {
@@ -250,7 +258,7 @@ TEST_CASE("int8-activation decode matches its integer reference on every ISA", "
   const int threads = GENERATE(1, 3);
   if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
   for (std::int64_t rows : {1, 3, 17, 64, 129}) {
-    for (std::int64_t cols : {32, 64, 96, 256, 1056, 4096, 512, 2304}) {
+    for (std::int64_t cols : {32, 64, 96, 128, 256, 640, 1056, 4096, 512, 2304}) {
       if (fits_blocks(type, cols)) check_int8_matvec(type, isa, threads, rows, cols);
     }
   }
@@ -258,7 +266,7 @@ TEST_CASE("int8-activation decode matches its integer reference on every ISA", "
 
 TEST_CASE("int8 activations leave float formats and prefill on the float path", "[qdot][matmul]") {
   cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3}) {
     const cpu::WeightMatrix w{t, nullptr, 4, 64, row_bytes(t, 64)};
     CHECK(cpu::matmul_shared_bytes(ctx, w, 1) == 0);
   }
