@@ -115,13 +115,17 @@ void add_quantized_linears(HfModel& model, const safetensors::Checkpoint& ckpt, 
   std::vector<QuantizedLinear> done(bases.size());
   std::vector<std::exception_ptr> errors(bases.size());
   std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
   ThreadPool pool(static_cast<int>(std::min<std::size_t>(bases.size(), ThreadPool::hardware_threads())));
   pool.run([&](int, int) {
-    for (std::size_t i = next++; i < bases.size(); i = next++) {
+    // Layers are claimed in order and no new one after a failure: every layer before the failing
+    // one has been claimed and finishes, so the first error in model order is always found.
+    for (std::size_t i = next++; i < bases.size() && !failed; i = next++) {
       try {
         done[i] = quantized_linear(q, ckpt, bases[i], *gguf_name_for_hf(bases[i] + "weight", gemma));
       } catch (...) {
         errors[i] = std::current_exception();
+        failed = true;
       }
     }
   });
