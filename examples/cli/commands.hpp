@@ -15,6 +15,7 @@ int graph_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
 int make_model_command(int argc, char** argv);
 int audit_command(int argc, char** argv);
+int tokenize_command(int argc, char** argv);
 
 // Options shared by every command that loads a model.
 std::vector<OptionSpec> engine_option_specs();

@@ -20,6 +20,7 @@ commands:
   info        print a model file's metadata, tensor table, parameter count and bytes by type
   graph       print the computation graph and activation memory plan (table or --json)
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
+  tokenize    print the token ids of a text (GGUF model or tokenizer.json; --json, --batch)
   make-model  write a deterministic random-weight llama GGUF of a given shape and type
   audit       verify, replay or show an audit log (sitsrt audit verify|replay|show --help)
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (command == "graph") return sitsrt::cli::graph_command(argc, argv);
     if (command == "bench") return sitsrt::cli::bench_command(argc, argv);
     if (command == "audit") return sitsrt::cli::audit_command(argc, argv);
+    if (command == "tokenize") return sitsrt::cli::tokenize_command(argc, argv);
     if (command == "make-model") return sitsrt::cli::make_model_command(argc, argv);
     fmt::print(stderr, "sitsrt: unknown command '{}'\n\n{}", command, kUsage);
     return 2;

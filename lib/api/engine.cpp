@@ -13,7 +13,7 @@
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
-#include "tokenizer/spm_tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/version.hpp>
 
@@ -63,12 +63,12 @@ struct Engine::Impl {
       : options(std::move(o)),
         file(gguf::File::open(options.model_path)),
         spec(read_model_spec(file)),
-        tokenizer(read_vocabulary(file)),
+        tokenizer(make_tokenizer(read_vocabulary(file), file.path())),
         backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations),
         weights(file) {
-    if (tokenizer.vocab().size() != spec.n_vocab) {
+    if (tokenizer->vocab().size() != spec.n_vocab) {
       raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", file.path(),
-            tokenizer.vocab().size(), spec.n_vocab);
+            tokenizer->vocab().size(), spec.n_vocab);
     }
     const std::int64_t requested = options.context_length;
     if (requested > spec.n_ctx_train * 16) {
@@ -176,8 +176,8 @@ struct Engine::Impl {
     info.threads = backend.context().threads();
     info.cpu_isa = std::string(cpu::name(backend.context().isa()));
     info.int8_activations = backend.context().int8_activations();
-    info.bos = tokenizer.vocab().bos;
-    info.eos = tokenizer.vocab().eos;
+    info.bos = tokenizer->vocab().bos;
+    info.eos = tokenizer->vocab().eos;
   }
 
   // Sessions (KV cache + activation arena) are reused across requests: allocated once per
@@ -212,7 +212,7 @@ struct Engine::Impl {
   EngineOptions options;
   gguf::File file;
   ModelSpec spec;
-  SpmTokenizer tokenizer;
+  std::unique_ptr<const Tokenizer> tokenizer;  // SentencePiece or BPE, per tokenizer.ggml.model
   CpuBackend backend;
   GgufWeightSource weights;
   graph::Graph graph;
@@ -254,8 +254,8 @@ SamplingRecord sampling_record(const GenerationConfig& c) {
 
 GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
                                   const TokenCallback& on_token) const {
-  const bool add_bos = config.add_bos.value_or(impl_->tokenizer.vocab().add_bos);
-  const std::vector<std::int32_t> tokens = impl_->tokenizer.encode(prompt, add_bos);
+  const bool add_bos = config.add_bos.value_or(impl_->tokenizer->vocab().add_bos);
+  const std::vector<std::int32_t> tokens = impl_->tokenizer->encode(prompt, add_bos);
   return run_request(prompt, tokens, config, on_token);
 }
 
@@ -280,7 +280,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
   if (!audit.active()) {
     return impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, config, on_token); });
+        [&](Session& s) { return generate_tokens(s, *impl_->tokenizer, prompt_tokens, config, on_token); });
   }
   // The seed is resolved here so that the begin record carries it.
   GenerationConfig resolved = config;
@@ -305,7 +305,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   };
   try {
     GenerationResult result = impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tokenizer, prompt_tokens, resolved, hooked); });
+        [&](Session& s) { return generate_tokens(s, *impl_->tokenizer, prompt_tokens, resolved, hooked); });
     audit.end(result);
     return result;
   } catch (const std::exception& e) {
@@ -329,17 +329,17 @@ std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all
 }
 
 std::vector<std::int32_t> Engine::tokenize(std::string_view text, bool add_bos) const {
-  return impl_->tokenizer.encode(text, add_bos);
+  return impl_->tokenizer->encode(text, add_bos);
 }
 
 std::string Engine::detokenize(std::span<const std::int32_t> tokens) const {
   // A sequence that starts with BOS was encoded from text with the dummy-prefix space: drop it
   // so detokenize(tokenize(text)) == text.
-  const bool from_text = !tokens.empty() && tokens.front() == impl_->tokenizer.vocab().bos;
-  return impl_->tokenizer.decode(tokens, from_text);
+  const bool from_text = !tokens.empty() && tokens.front() == impl_->tokenizer->vocab().bos;
+  return impl_->tokenizer->decode(tokens, from_text);
 }
 
-std::string Engine::token_bytes(std::int32_t token) const { return impl_->tokenizer.token_bytes(token); }
+std::string Engine::token_bytes(std::int32_t token) const { return impl_->tokenizer->token_bytes(token); }
 
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 

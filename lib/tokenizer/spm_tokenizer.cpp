@@ -57,12 +57,6 @@ void append_unescaped(std::string_view piece, std::string& out) {
   out.append(piece.substr(pos));
 }
 
-void check_special_id(std::int32_t id, std::int32_t size, std::string_view name) {
-  if (id < -1 || id >= size) {
-    raise(ErrorCode::kInvalidArgument, "vocabulary: {} id {} is out of range for {} tokens", name, id, size);
-  }
-}
-
 // One character or merged run of characters in the working text.
 struct Symbol {
   std::size_t offset;
@@ -87,19 +81,8 @@ struct LowerPriority {
 
 }  // namespace
 
-SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
+SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::move(vocab))), specials_(vocab_) {
   const std::int32_t size = vocab_.size();
-  if (size == 0) raise(ErrorCode::kInvalidArgument, "vocabulary: no tokens");
-  if (vocab_.scores.empty()) vocab_.scores.assign(vocab_.pieces.size(), 0.0f);
-  if (vocab_.types.empty()) vocab_.types.assign(vocab_.pieces.size(), TokenType::kNormal);
-  if (vocab_.scores.size() != vocab_.pieces.size() || vocab_.types.size() != vocab_.pieces.size()) {
-    raise(ErrorCode::kInvalidArgument, "vocabulary: {} pieces but {} scores and {} types", vocab_.pieces.size(),
-          vocab_.scores.size(), vocab_.types.size());
-  }
-  check_special_id(vocab_.bos, size, "bos");
-  check_special_id(vocab_.eos, size, "eos");
-  check_special_id(vocab_.unk, size, "unk");
-  check_special_id(vocab_.pad, size, "pad");
 
   std::fill(std::begin(byte_tokens_), std::end(byte_tokens_), -1);
   piece_to_id_.reserve(vocab_.pieces.size());
@@ -118,15 +101,35 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
   }
 }
 
-std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<std::int32_t> ids;
   if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
-  if (text.empty()) return ids;  // no dummy prefix for empty text (llama.cpp gives [BOS] or [])
+  if (!parse_special) {
+    encode_fragment(text, vocab_.add_space_prefix, ids);
+    return ids;
+  }
+  // As llama.cpp: the dummy prefix goes before the first text and before text that follows
+  // a special token.
+  bool after_special = true;
+  for (const detail::TextFragment& fragment : specials_.split(text)) {
+    if (fragment.token >= 0) {
+      ids.push_back(fragment.token);
+      after_special = true;
+    } else {
+      encode_fragment(fragment.text, vocab_.add_space_prefix && after_special, ids);
+      after_special = false;
+    }
+  }
+  return ids;
+}
+
+void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::vector<std::int32_t>& ids) const {
+  if (text.empty()) return;  // no dummy prefix for empty text (llama.cpp gives [BOS] or [])
 
   // Dummy prefix and spaces as U+2581, as SentencePiece sees the text.
   std::string escaped;
   escaped.reserve(text.size() + text.size() / 2 + kSpaceMarker.size());
-  if (vocab_.add_space_prefix) escaped.append(kSpaceMarker);
+  if (add_prefix) escaped.append(kSpaceMarker);
   for (const char c : text) {
     if (c == ' ') {
       escaped.append(kSpaceMarker);
@@ -185,7 +188,6 @@ std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_b
   for (std::int32_t i = 0; i != -1; i = symbols[i].next) {
     emit_symbol(working.substr(symbols[i].offset, symbols[i].length), ids);
   }
-  return ids;
 }
 
 void SpmTokenizer::emit_symbol(std::string_view text, std::vector<std::int32_t>& out) const {
@@ -240,11 +242,11 @@ std::string SpmTokenizer::token_bytes(std::int32_t id) const {
   return bytes;
 }
 
-std::string SpmTokenizer::decode(std::span<const std::int32_t> ids, bool strip_leading_space) const {
+std::string SpmTokenizer::decode(std::span<const std::int32_t> ids, bool strip_dummy_prefix) const {
   std::string raw;
   for (const std::int32_t id : ids) append_token_bytes(id, raw);
   std::string_view bytes(raw);
-  if (strip_leading_space && bytes.starts_with(' ')) bytes.remove_prefix(1);
+  if (strip_dummy_prefix && bytes.starts_with(' ')) bytes.remove_prefix(1);
   std::string text;
   text.reserve(bytes.size());
   detail::append_sanitized_utf8(bytes, text, /*hold_incomplete_tail=*/false);

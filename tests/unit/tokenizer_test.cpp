@@ -507,7 +507,7 @@ TEST_CASE("read_vocabulary rejects bad tokenizer metadata, naming the key", "[to
     std::vector<std::string> message_parts;
   };
   const std::vector<Case> cases = {
-      {"tokenizer.ggml.model", gguf::Value::string("gpt2"), ErrorCode::kUnsupported, {"gpt2", "supported: llama"}},
+      {"tokenizer.ggml.model", gguf::Value::string("t5"), ErrorCode::kUnsupported, {"t5", "supported: llama, gpt2"}},
       {"tokenizer.ggml.model", std::nullopt, ErrorCode::kInvalidModel, {"tokenizer.ggml.model"}},
       {"tokenizer.ggml.model", gguf::Value::u32(1), ErrorCode::kInvalidModel, {"tokenizer.ggml.model", "string"}},
       {"tokenizer.ggml.tokens", std::nullopt, ErrorCode::kInvalidModel, {"tokenizer.ggml.tokens", "missing"}},
