@@ -499,6 +499,29 @@ TEST_CASE("read_vocabulary defaults for optional keys", "[tokenizer][gguf]") {
   CHECK(vocab.add_space_prefix);
 }
 
+TEST_CASE("read_vocabulary reads byte-level BPE keys (gpt2 model)", "[tokenizer][gguf]") {
+  std::vector<gguf::KeyValue> metadata = small_vocab_metadata();
+  set_key(metadata, "tokenizer.ggml.model", gguf::Value::string("gpt2"));
+  set_key(metadata, "tokenizer.ggml.tokens", string_array({"h", "i", "hi", "<|endoftext|>"}));
+  set_key(metadata, "tokenizer.ggml.merges", string_array({"h i"}));
+  set_key(metadata, "tokenizer.ggml.pre", gguf::Value::string("qwen2"));
+  set_key(metadata, "tokenizer.chat_template", gguf::Value::string("{{ messages }}"));
+  const Vocabulary vocab = read_from_image(metadata);
+  CHECK(vocab.model == "gpt2");
+  CHECK(vocab.merges == std::vector<std::string>{"h i"});
+  CHECK(vocab.pre == "qwen2");
+  CHECK(vocab.chat_template == "{{ messages }}");
+  CHECK_FALSE(vocab.add_space_prefix);  // byte-level BPE defaults: no dummy prefix, no BOS
+  CHECK_FALSE(vocab.add_bos);
+
+  set_key(metadata, "tokenizer.ggml.pre", std::nullopt);
+  CHECK(read_from_image(metadata).pre == "default");
+  set_key(metadata, "tokenizer.ggml.merges", std::nullopt);
+  CHECK_THROWS_WITH(read_from_image(metadata), Catch::Contains("test.gguf") && Catch::Contains("tokenizer.ggml.merges"));
+  set_key(metadata, "tokenizer.ggml.merges", f32_array({1.0f}));
+  CHECK_THROWS_WITH(read_from_image(metadata), Catch::Contains("tokenizer.ggml.merges") && Catch::Contains("string"));
+}
+
 TEST_CASE("read_vocabulary rejects bad tokenizer metadata, naming the key", "[tokenizer][gguf]") {
   struct Case {
     std::string key;
