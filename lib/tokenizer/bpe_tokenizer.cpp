@@ -74,7 +74,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
   for (std::int32_t id = 0; id < size; ++id) {
     const TokenType type = vocab_.types[id];
     const bool mergeable = type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined;
-    if (mergeable && !vocab_.pieces[id].empty()) piece_to_id_.emplace(vocab_.pieces[id], id);
+    if (mergeable && !vocab_.pieces[id].empty()) piece_to_id_.insert(vocab_.pieces[id], id, /*overwrite=*/false);
     if (type == TokenType::kControl) {
       const std::string& piece = vocab_.pieces[id];
       if (std::find(kEndOfTurnTexts.begin(), kEndOfTurnTexts.end(), piece) != kEndOfTurnTexts.end()) {
@@ -87,8 +87,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
   end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()), end_of_generation_.end());
 
   for (int byte = 0; byte < 256; ++byte) {
-    const auto found = piece_to_id_.find(detail::byte_level_char(static_cast<std::uint8_t>(byte)));
-    byte_tokens_[byte] = found == piece_to_id_.end() ? -1 : found->second;
+    byte_tokens_[byte] = piece_to_id_.find(detail::byte_level_char(static_cast<std::uint8_t>(byte)));
   }
 
   if (vocab_.merges.size() > static_cast<std::size_t>(INT32_MAX)) {
@@ -106,12 +105,12 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
     const std::string_view right = merge.substr(space + 1);
     joined.assign(left).append(right);
     const auto find = [&](std::string_view piece) {
-      const auto found = piece_to_id_.find(piece);
-      if (found == piece_to_id_.end()) {
+      const std::int32_t found = piece_to_id_.find(piece);
+      if (found < 0) {
         raise(ErrorCode::kInvalidModel, "{}: merge {} ('{}'): '{}' is not a token of the vocabulary", source, rank,
               merge, piece);
       }
-      return found->second;
+      return found;
     };
     const std::int32_t left_id = find(left);
     const std::int32_t right_id = find(right);
@@ -154,8 +153,8 @@ void BpeTokenizer::encode_pre_token(std::string_view bytes, std::vector<std::int
   if (vocab_.ignore_merges) {
     scratch.mapped.clear();
     detail::append_byte_level(bytes, scratch.mapped);
-    if (const auto found = piece_to_id_.find(scratch.mapped); found != piece_to_id_.end()) {
-      out.push_back(found->second);
+    if (const std::int32_t found = piece_to_id_.find(scratch.mapped); found >= 0) {
+      out.push_back(found);
       return;
     }
   }

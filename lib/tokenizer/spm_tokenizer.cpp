@@ -2,6 +2,8 @@
 // characters held in a doubly linked list, every adjacent pair whose concatenation is a
 // vocabulary piece goes into a max-heap keyed by (score, leftmost), and the best pair is merged
 // until the heap is empty; stale heap entries are skipped lazily. O(n log n) in the text length.
+// When no mergeable piece has U+2581 after its start (SentencePiece's default splitting by
+// whitespace guarantees that), each word is merged on its own: same result, small heaps.
 //
 // Deliberate differences from llama.cpp (both only affect unusual input or vocabularies):
 //  - control, byte, unknown and unused pieces never take part in merges or match a character
@@ -20,7 +22,6 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <queue>
 
 namespace sitsrt {
 namespace {
@@ -81,6 +82,11 @@ struct LowerPriority {
 
 }  // namespace
 
+struct SpmTokenizer::MergeScratch {
+  std::vector<Symbol> symbols;
+  std::vector<Bigram> heap;  // a max-heap under LowerPriority
+};
+
 SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::move(vocab))), specials_(vocab_) {
   const std::int32_t size = vocab_.size();
 
@@ -91,8 +97,9 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::m
     const TokenType type = vocab_.types[id];
     if (std::isnan(vocab_.scores[id])) raise(ErrorCode::kInvalidArgument, "vocabulary: score of token {} is NaN", id);
     if (is_mergeable(type) && !piece.empty()) {
-      piece_to_id_[piece] = id;  // a duplicated piece maps to its last id, as in llama.cpp
+      piece_to_id_.insert(piece, id, /*overwrite=*/true);  // a duplicated piece keeps its last id, as in llama.cpp
       max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
+      if (piece.find(kSpaceMarker, 1) != std::string::npos) words_are_independent_ = false;
     }
     if (const auto byte = parse_byte_piece(piece)) {
       std::int32_t& slot = byte_tokens_[*byte];
@@ -137,14 +144,33 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
       escaped.push_back(c);
     }
   }
+  ids.reserve(ids.size() + escaped.size() / 4);
 
-  std::vector<Symbol> symbols;
-  symbols.reserve(escaped.size());
-  for (std::size_t offset = 0; offset < escaped.size();) {
-    const detail::Utf8Sequence character = detail::scan_utf8(std::string_view(escaped).substr(offset));
+  const std::string_view working(escaped);
+  MergeScratch scratch;
+  if (!words_are_independent_) {
+    merge_segment(working, ids, scratch);
+    return;
+  }
+  // No merge can cross the start of a U+2581: encode word by word, which keeps the heap
+  // small (and in cache) without changing the result.
+  std::size_t start = 0;
+  while (start < working.size()) {
+    std::size_t next = working.find(kSpaceMarker, start + 1);
+    if (next == std::string_view::npos) next = working.size();
+    merge_segment(working.substr(start, next - start), ids, scratch);
+    start = next;
+  }
+}
+
+void SpmTokenizer::merge_segment(std::string_view working, std::vector<std::int32_t>& ids, MergeScratch& scratch) const {
+  auto& symbols = scratch.symbols;
+  symbols.clear();
+  for (std::size_t offset = 0; offset < working.size();) {
+    const detail::Utf8Sequence character = detail::scan_utf8(working.substr(offset));
     const std::size_t length = character.status == detail::Utf8Status::kComplete ? character.length : 1;
     if (symbols.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-      raise(ErrorCode::kInvalidArgument, "encode: text of {} bytes has too many characters", text.size());
+      raise(ErrorCode::kInvalidArgument, "encode: text of {} bytes has too many characters", working.size());
     }
     const auto index = static_cast<std::int32_t>(symbols.size());
     symbols.push_back({offset, length, index - 1, index + 1});
@@ -152,24 +178,24 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
   }
   symbols.back().next = -1;
 
-  const std::string_view working(escaped);
-  std::vector<Bigram> heap_storage;
-  heap_storage.reserve(symbols.size());
-  std::priority_queue<Bigram, std::vector<Bigram>, LowerPriority> queue(LowerPriority{}, std::move(heap_storage));
+  auto& heap = scratch.heap;
+  heap.clear();
   const auto try_add_bigram = [&](std::int32_t left, std::int32_t right) {
     if (left < 0 || right < 0) return;
     const std::size_t length = symbols[left].length + symbols[right].length;
     if (length > max_piece_bytes_) return;
-    const auto found = piece_to_id_.find(working.substr(symbols[left].offset, length));
-    if (found == piece_to_id_.end()) return;
-    queue.push({vocab_.scores[found->second], left, right, length});
+    const std::int32_t found = piece_to_id_.find(working.substr(symbols[left].offset, length));
+    if (found < 0) return;
+    heap.push_back({vocab_.scores[found], left, right, length});
+    std::push_heap(heap.begin(), heap.end(), LowerPriority{});
   };
 
   for (std::int32_t i = 1; i < static_cast<std::int32_t>(symbols.size()); ++i) try_add_bigram(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), LowerPriority{});
+    const Bigram bigram = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[bigram.left];
     Symbol& right = symbols[bigram.right];
     // Lengths only grow, so an unchanged sum means neither side was merged since queuing.
@@ -184,15 +210,14 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
     try_add_bigram(bigram.left, left.next);
   }
 
-  ids.reserve(ids.size() + symbols.size());
   for (std::int32_t i = 0; i != -1; i = symbols[i].next) {
     emit_symbol(working.substr(symbols[i].offset, symbols[i].length), ids);
   }
 }
 
 void SpmTokenizer::emit_symbol(std::string_view text, std::vector<std::int32_t>& out) const {
-  if (const auto found = piece_to_id_.find(text); found != piece_to_id_.end()) {
-    out.push_back(found->second);
+  if (const std::int32_t found = piece_to_id_.find(text); found >= 0) {
+    out.push_back(found);
     return;
   }
   const bool bytes_representable =

@@ -45,16 +45,20 @@ class SpmTokenizer final : public Tokenizer {
   [[nodiscard]] bool is_end_of_generation(std::int32_t id) const noexcept override;  // EOS
 
  private:
+  struct MergeScratch;
   void encode_fragment(std::string_view text, bool add_prefix, std::vector<std::int32_t>& ids) const;
+  // Merges one run of escaped text (spaces as U+2581) and appends its ids.
+  void merge_segment(std::string_view working, std::vector<std::int32_t>& ids, MergeScratch& scratch) const;
   void emit_symbol(std::string_view text, std::vector<std::int32_t>& out) const;
   void append_token_bytes(std::int32_t id, std::string& out) const;
 
   Vocabulary vocab_;
   detail::SpecialTokenMatcher specials_;
   // Pieces that text may be merged into (normal, user-defined, undefined types).
-  detail::PieceToId piece_to_id_;
+  detail::PieceIndex piece_to_id_;
   std::size_t max_piece_bytes_ = 0;  // longest mergeable piece: longer pairs need no lookup
   std::int32_t byte_tokens_[256];    // id of "<0xNN>" per byte, -1 when absent
+  bool words_are_independent_ = true;  // no mergeable piece has U+2581 after its first byte
 };
 
 }  // namespace sitsrt

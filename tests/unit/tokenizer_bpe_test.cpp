@@ -3,6 +3,7 @@
 // random UTF-8 and random bytes, and the Tokenizer factory. Parity with Hugging Face's
 // `tokenizers` on trained vocabularies is in python/tests/test_tokenizer_parity.py.
 #include "support/random.hpp"
+#include "support/synthetic_vocab.hpp"
 #include "tokenizer/bpe_tokenizer.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/pre_tokenizer.hpp"
@@ -12,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <iostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -298,4 +301,22 @@ TEST_CASE("make_tokenizer picks the implementation from the model name", "[token
     CHECK_THAT(e.what(), Catch::Contains("m.gguf") && Catch::Contains("tokenizer.ggml.model") &&
                              Catch::Contains("'t5'") && Catch::Contains("llama, gpt2"));
   }
+}
+
+TEST_CASE("BPE encodes 1 MB with a 262k-entry vocabulary in under a second", "[tokenizer][bpe][speed]") {
+  test::Rng rng(262145);
+  const std::vector<std::string> words = test::random_words(rng, 60000);
+  const BpeTokenizer tokenizer(test::synthetic_bpe_vocab(words, 262144), "synthetic");
+  const std::string text = test::synthetic_text(rng, words, 1 << 20);
+  double best_ms = 1e9;
+  std::vector<std::int32_t> ids;
+  for (int run = 0; run < 2; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    ids = tokenizer.encode(text, false);
+    best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::cout << "BPE 262k: " << text.size() << " bytes -> " << ids.size() << " tokens in " << best_ms << " ms\n";
+  CHECK(ids.size() < text.size() / 4);
+  CHECK(tokenizer.decode(ids) == text);
+  CHECK(best_ms < 1000.0);
 }
