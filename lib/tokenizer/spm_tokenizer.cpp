@@ -27,6 +27,9 @@ namespace sitsrt {
 namespace {
 
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+// Word cache bounds per encode call: long runs are rarely repeated, and the cache stays small.
+constexpr std::size_t kMaxCachedWordBytes = 64;
+constexpr std::size_t kMaxCachedWords = 1 << 16;
 
 bool is_mergeable(TokenType type) {
   return type == TokenType::kNormal || type == TokenType::kUserDefined || type == TokenType::kUndefined;
@@ -82,9 +85,13 @@ struct LowerPriority {
 
 }  // namespace
 
+// Per-call state: reused buffers and the word cache (per call, so encode stays lock-free).
 struct SpmTokenizer::MergeScratch {
   std::vector<Symbol> symbols;
   std::vector<Bigram> heap;  // a max-heap under LowerPriority
+  detail::PieceIndex word_cache;  // word -> index into cached_ids
+  std::vector<std::pair<std::size_t, std::size_t>> cached_ids;  // (offset, count) in cached_id_arena
+  std::vector<std::int32_t> cached_id_arena;
 };
 
 SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::move(vocab))), specials_(vocab_) {
@@ -153,13 +160,27 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
     return;
   }
   // No merge can cross the start of a U+2581: encode word by word, which keeps the heap
-  // small (and in cache) without changing the result.
+  // small (and in cache) without changing the result, and remember each word's ids, since
+  // text repeats its words (one lookup then replaces a dozen pair lookups).
   std::size_t start = 0;
   while (start < working.size()) {
     std::size_t next = working.find(kSpaceMarker, start + 1);
     if (next == std::string_view::npos) next = working.size();
-    merge_segment(working.substr(start, next - start), ids, scratch);
+    const std::string_view word = working.substr(start, next - start);
     start = next;
+    if (const std::int32_t cached = scratch.word_cache.find(word); cached >= 0) {
+      const auto [offset, count] = scratch.cached_ids[static_cast<std::size_t>(cached)];
+      ids.insert(ids.end(), scratch.cached_id_arena.begin() + offset, scratch.cached_id_arena.begin() + offset + count);
+      continue;
+    }
+    const std::size_t before = ids.size();
+    merge_segment(word, ids, scratch);
+    if (word.size() <= kMaxCachedWordBytes && scratch.cached_ids.size() < kMaxCachedWords) {
+      scratch.word_cache.insert(word, static_cast<std::int32_t>(scratch.cached_ids.size()), /*overwrite=*/false);
+      scratch.cached_ids.emplace_back(scratch.cached_id_arena.size(), ids.size() - before);
+      scratch.cached_id_arena.insert(scratch.cached_id_arena.end(), ids.begin() + static_cast<std::ptrdiff_t>(before),
+                                     ids.end());
+    }
   }
 }
 
