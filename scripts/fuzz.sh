@@ -6,7 +6,7 @@
 # Corpora live in build-fuzz/corpus/TARGET, seeded from the shared models and generated files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(gguf tokenizer)
+targets=(gguf tokenizer bpe)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -35,6 +35,7 @@ for target in "${selected[@]}"; do
       --heads 2 --kv-heads 1 --ffn 32 --vocab 260 --type q4_0 2>/dev/null
   else
     printf 'Once upon a time' >"$corpus/ascii"
+    printf '\x10<|im_start|>user\nI'"'"'m 12345 <tag>x' >"$corpus/special"
     printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \t\n' >"$corpus/utf8"
     printf '\xff\xfe\xc0\xaf\xed\xa0\x80' >"$corpus/invalid"
   fi
