@@ -201,9 +201,6 @@ void BpeTokenizer::encode_pre_token(std::string_view bytes, std::vector<std::int
 }
 
 void BpeTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
-  if (id < 0 || id >= vocab_.size()) {
-    raise(ErrorCode::kInvalidArgument, "token id {} is out of range for a vocabulary of {} tokens", id, vocab_.size());
-  }
   switch (vocab_.types[id]) {
     case TokenType::kNormal:
     case TokenType::kUndefined:
@@ -218,21 +215,6 @@ void BpeTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
     case TokenType::kUnused:
       return;
   }
-}
-
-std::string BpeTokenizer::token_bytes(std::int32_t id) const {
-  std::string bytes;
-  append_token_bytes(id, bytes);
-  return bytes;
-}
-
-std::string BpeTokenizer::decode(std::span<const std::int32_t> ids, bool /*strip_dummy_prefix*/) const {
-  std::string raw;
-  for (const std::int32_t id : ids) append_token_bytes(id, raw);
-  std::string text;
-  text.reserve(raw.size());
-  detail::append_sanitized_utf8(raw, text, /*hold_incomplete_tail=*/false);
-  return text;
 }
 
 bool BpeTokenizer::is_end_of_generation(std::int32_t id) const noexcept {

@@ -28,9 +28,6 @@ class BpeTokenizer final : public Tokenizer {
 
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text, bool add_bos,
                                                  bool parse_special = false) const override;
-  [[nodiscard]] std::string token_bytes(std::int32_t id) const override;
-  // Byte-level BPE inserts no dummy prefix, so `strip_dummy_prefix` has nothing to undo.
-  [[nodiscard]] std::string decode(std::span<const std::int32_t> ids, bool strip_dummy_prefix = false) const override;
   [[nodiscard]] const Vocabulary& vocab() const noexcept override { return vocab_; }
   // EOS, and control tokens that end a turn in the common chat formats (<|eot_id|>,
   // <|im_end|>, <|endoftext|>, ...), as llama.cpp treats them.
@@ -46,7 +43,7 @@ class BpeTokenizer final : public Tokenizer {
   void encode_text(std::string_view text, std::vector<std::int32_t>& out, Scratch& scratch) const;
   void encode_pre_token(std::string_view bytes, std::vector<std::int32_t>& out, Scratch& scratch) const;
   [[nodiscard]] const Merge* find_merge(std::int32_t left, std::int32_t right) const;
-  void append_token_bytes(std::int32_t id, std::string& out) const;
+  void append_token_bytes(std::int32_t id, std::string& out) const override;
 
   Vocabulary vocab_;
   detail::RegexSplitter splitter_;

@@ -256,9 +256,6 @@ void SpmTokenizer::emit_symbol(std::string_view text, std::vector<std::int32_t>&
 }
 
 void SpmTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
-  if (id < 0 || id >= vocab_.size()) {
-    raise(ErrorCode::kInvalidArgument, "token id {} is out of range for a vocabulary of {} tokens", id, vocab_.size());
-  }
   const std::string& piece = vocab_.pieces[id];
   switch (vocab_.types[id]) {
     case TokenType::kNormal:
@@ -280,23 +277,6 @@ void SpmTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
     case TokenType::kUnused:
       return;
   }
-}
-
-std::string SpmTokenizer::token_bytes(std::int32_t id) const {
-  std::string bytes;
-  append_token_bytes(id, bytes);
-  return bytes;
-}
-
-std::string SpmTokenizer::decode(std::span<const std::int32_t> ids, bool strip_dummy_prefix) const {
-  std::string raw;
-  for (const std::int32_t id : ids) append_token_bytes(id, raw);
-  std::string_view bytes(raw);
-  if (strip_dummy_prefix && bytes.starts_with(' ')) bytes.remove_prefix(1);
-  std::string text;
-  text.reserve(bytes.size());
-  detail::append_sanitized_utf8(bytes, text, /*hold_incomplete_tail=*/false);
-  return text;
 }
 
 bool SpmTokenizer::is_end_of_generation(std::int32_t id) const noexcept {

@@ -31,15 +31,9 @@ class SpmTokenizer final : public Tokenizer {
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text, bool add_bos,
                                                  bool parse_special = false) const override;
 
-  // Bytes a token stands for when printed: U+2581 becomes ' ', <0xNN> becomes the byte 0xNN,
-  // control, unknown-type and unused tokens print nothing, user-defined tokens print their
-  // piece verbatim. May be an incomplete UTF-8 sequence. Throws kInvalidArgument for an id
-  // outside the vocabulary.
-  [[nodiscard]] std::string token_bytes(std::int32_t id) const override;
-
-  // Whole-sequence decode (invalid UTF-8 is replaced by U+FFFD per maximal subpart). Drops one
-  // leading space of the result (the dummy prefix) when `strip_dummy_prefix`.
-  [[nodiscard]] std::string decode(std::span<const std::int32_t> ids, bool strip_dummy_prefix = false) const override;
+  // token_bytes(): U+2581 becomes ' ', <0xNN> becomes the byte 0xNN, control, unknown-type and
+  // unused tokens print nothing, user-defined tokens print their piece verbatim.
+  // decode(ids, strip_dummy_prefix): drops one leading space (the dummy prefix).
 
   [[nodiscard]] const Vocabulary& vocab() const noexcept override { return vocab_; }
   [[nodiscard]] bool is_end_of_generation(std::int32_t id) const noexcept override;  // EOS
@@ -50,7 +44,8 @@ class SpmTokenizer final : public Tokenizer {
   // Merges one run of escaped text (spaces as U+2581) and appends its ids.
   void merge_segment(std::string_view working, std::vector<std::int32_t>& ids, MergeScratch& scratch) const;
   void emit_symbol(std::string_view text, std::vector<std::int32_t>& out) const;
-  void append_token_bytes(std::int32_t id, std::string& out) const;
+  void append_token_bytes(std::int32_t id, std::string& out) const override;
+  [[nodiscard]] bool inserts_dummy_prefix() const noexcept override { return true; }
 
   Vocabulary vocab_;
   detail::SpecialTokenMatcher specials_;

@@ -28,15 +28,24 @@ class Tokenizer {
 
   // Bytes one token prints as (possibly an incomplete UTF-8 sequence); control tokens print
   // nothing, user-defined tokens their text. Throws kInvalidArgument for an id out of range.
-  [[nodiscard]] virtual std::string token_bytes(std::int32_t id) const = 0;
+  [[nodiscard]] std::string token_bytes(std::int32_t id) const;
 
   // Whole-sequence decode; invalid UTF-8 becomes U+FFFD per maximal subpart. With
   // `strip_dummy_prefix`, undoes the leading space encode() inserted (SentencePiece's dummy
-  // prefix); tokenizers that insert none ignore it.
-  [[nodiscard]] virtual std::string decode(std::span<const std::int32_t> ids, bool strip_dummy_prefix = false) const = 0;
+  // prefix); tokenizers that insert none ignore it. Throws kInvalidArgument for a bad id.
+  [[nodiscard]] std::string decode(std::span<const std::int32_t> ids, bool strip_dummy_prefix = false) const;
 
   [[nodiscard]] virtual const Vocabulary& vocab() const noexcept = 0;
   [[nodiscard]] virtual bool is_end_of_generation(std::int32_t id) const noexcept = 0;
+
+ protected:
+  // Appends the bytes of token `id`, which the caller has checked to be in range.
+  virtual void append_token_bytes(std::int32_t id, std::string& out) const = 0;
+  // Whether encode() puts a space before the text that decode() may strip.
+  [[nodiscard]] virtual bool inserts_dummy_prefix() const noexcept { return false; }
+
+ private:
+  void check_id(std::int32_t id) const;
 };
 
 // The implementation named by vocab.model ("llama" -> SentencePiece, "gpt2" -> byte-level BPE).

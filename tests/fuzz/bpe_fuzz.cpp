@@ -5,10 +5,9 @@
 // byte for byte (control tokens standing for their own text when parsed); decode(encode(x)) ==
 // x for valid UTF-8; the stream decoder emits valid UTF-8 that adds up to decode().
 // The vocabulary: SITSRT_FUZZ_BPE (a tokenizer.json or a byte-level GGUF) or a synthetic one.
+#include "fuzz/stream_check.hpp"
 #include "support/synthetic_vocab.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "tokenizer/utf8.hpp"
-#include "tokenizer/utf8_stream.hpp"
 
 #include <array>
 #include <cstdlib>
@@ -43,33 +42,6 @@ const std::array<std::unique_ptr<Tokenizer>, 3>& tokenizers() {
   return all;
 }
 
-bool valid_utf8(std::string_view s) {
-  while (!s.empty()) {
-    const auto seq = sitsrt::detail::scan_utf8(s);
-    if (seq.status != sitsrt::detail::Utf8Status::kComplete) return false;
-    s.remove_prefix(seq.length);
-  }
-  return true;
-}
-
-void append_code_point(std::uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -83,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::uint32_t cp = (static_cast<std::uint32_t>(data[i]) << 16 | data[i + 1] << 8 | data[i + 2]) % 0x110000;
       if (cp >= 0xD800 && cp <= 0xDFFF) cp -= 0x800;
       if ((data[i] & 0x80) != 0) cp %= 0x80;  // keep ASCII (spaces, digits, quotes) frequent
-      append_code_point(cp, text);
+      sitsrt::test::append_code_point(cp, text);
     }
   } else {
     text.assign(reinterpret_cast<const char*>(data + 1), size - 1);
@@ -96,16 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bytes += control ? tok.vocab().pieces[static_cast<std::size_t>(id)] : tok.token_bytes(id);
   }
   if (bytes != text) __builtin_trap();
-  if (valid_utf8(text) && !parse_special && tok.decode(ids) != text) __builtin_trap();
-
-  sitsrt::Utf8StreamDecoder stream;
-  std::string streamed;
-  for (const auto id : ids) {
-    const std::string piece = stream.push(tok.token_bytes(id));
-    if (!valid_utf8(piece)) __builtin_trap();
-    streamed += piece;
-  }
-  streamed += stream.flush();
-  if (!valid_utf8(streamed) || streamed != tok.decode(ids)) __builtin_trap();
+  if (sitsrt::fuzz::valid_utf8(text) && !parse_special && tok.decode(ids) != text) __builtin_trap();
+  sitsrt::fuzz::check_stream_decode(tok, ids);
   return 0;
 }

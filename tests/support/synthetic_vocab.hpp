@@ -8,12 +8,44 @@
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/vocabulary.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 namespace sitsrt::test {
+
+// Appends the UTF-8 form of a Unicode scalar value (cp < 0x110000, no surrogate).
+inline void append_code_point(std::uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// The fastest of `runs` calls of `run`, in milliseconds (rides out a busy machine).
+inline double best_of_ms(int runs, const std::function<void()>& run) {
+  double best = 1e300;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
 
 inline std::vector<std::string> random_words(Rng& rng, std::size_t count) {
   static const std::vector<std::string> kLetters = {

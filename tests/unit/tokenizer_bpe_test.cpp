@@ -91,21 +91,7 @@ std::string random_utf8(test::Rng& rng, int characters) {
     const auto& [lo, hi] = kRanges[static_cast<std::size_t>(rng.uniform_int(0, static_cast<int>(kRanges.size()) - 1))];
     std::uint32_t cp = lo + static_cast<std::uint32_t>(rng.next() % (hi - lo + 1));
     if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
+    test::append_code_point(cp, out);
   }
   return out;
 }
@@ -308,13 +294,8 @@ TEST_CASE("BPE encodes 1 MB with a 262k-entry vocabulary in under a second", "[t
   const std::vector<std::string> words = test::random_words(rng, 60000);
   const BpeTokenizer tokenizer(test::synthetic_bpe_vocab(words, 262144), "synthetic");
   const std::string text = test::synthetic_text(rng, words, 1 << 20);
-  double best_ms = 1e9;
   std::vector<std::int32_t> ids;
-  for (int run = 0; run < 2; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    ids = tokenizer.encode(text, false);
-    best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
+  const double best_ms = test::best_of_ms(2, [&] { ids = tokenizer.encode(text, false); });
   std::cout << "BPE 262k: " << text.size() << " bytes -> " << ids.size() << " tokens in " << best_ms << " ms\n";
   CHECK(ids.size() < text.size() / 4);
   CHECK(tokenizer.decode(ids) == text);

@@ -742,13 +742,8 @@ TEST_CASE("SentencePiece encodes 1 MB with a 262k-entry vocabulary in under a se
   const SpmTokenizer tokenizer(test::synthetic_spm_vocab(rng, words, 262144));
   REQUIRE(tokenizer.vocab().size() == 262144);
   const std::string text = test::synthetic_text(rng, words, 1 << 20);
-  double best_ms = 1e9;
   std::vector<std::int32_t> ids;
-  for (int run = 0; run < 2; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    ids = tokenizer.encode(text, false);
-    best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
+  const double best_ms = test::best_of_ms(2, [&] { ids = tokenizer.encode(text, false); });
   std::cout << "SentencePiece 262k: " << text.size() << " bytes -> " << ids.size() << " tokens in " << best_ms << " ms\n";
   CHECK(ids.size() < text.size() / 4);  // merges ran: whole words, not characters
   CHECK(tokenizer.decode(ids, true) == text);
