@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -107,26 +108,57 @@ std::string quote_regex(std::string_view literal) {
   return out;
 }
 
-void read_normalizer(const Reader& r, const Json& normalizer, const std::string& path) {
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// What the normalizer, pre-tokenizer and decoder amount to.
+struct Pipeline {
+  std::vector<std::string> patterns;  // pre-tokenizer regexes, in order
+  bool byte_level = false;            // a ByteLevel pre-tokenizer step
+  bool spaces_to_marker = false;      // Replace(" " -> U+2581) normalizer or Metaspace pre-tokenizer
+  bool prepend_marker = false;        // Prepend(U+2581) normalizer or Metaspace with a prepend scheme
+};
+
+// A Replace / Split pattern given as {"String": text}; empty when it is a regex.
+std::string string_pattern(const Reader& r, const Json& component, const std::string& path) {
+  const std::string pattern_path = Reader::join(path, "pattern");
+  const Json& pattern = r.object(r.require(component, "pattern", path), pattern_path);
+  if (const Json* literal = r.optional(pattern, "String")) return r.string(*literal, Reader::join(pattern_path, "String"));
+  return {};
+}
+
+void read_normalizer(const Reader& r, const Json& normalizer, const std::string& path, Pipeline& pipeline) {
   const std::string type = r.type_of(normalizer, path);
-  if (type == "NFC") return;  // not applied: see the header and docs/architecture.md
+  if (type == "NFC") return;  // not applied: see the header and docs/tokenizers.md
   if (type == "Sequence") {
     const Json& list = r.array(r.require(normalizer, "normalizers", path), Reader::join(path, "normalizers"));
     for (std::size_t i = 0; i < list.size(); ++i) {
-      read_normalizer(r, list[i], Reader::index(Reader::join(path, "normalizers"), i));
+      read_normalizer(r, list[i], Reader::index(Reader::join(path, "normalizers"), i), pipeline);
     }
     return;
   }
-  r.unsupported(Reader::join(path, "type"), type, "NFC, Sequence (or null)");
+  if (type == "Prepend") {  // SentencePiece's dummy prefix
+    const std::string text = r.string(r.require(normalizer, "prepend", path), Reader::join(path, "prepend"));
+    if (text != kSpaceMarker) r.unsupported(Reader::join(path, "prepend"), text, "U+2581");
+    pipeline.prepend_marker = true;
+    return;
+  }
+  if (type == "Replace") {  // spaces as U+2581
+    const std::string content = r.string(r.require(normalizer, "content", path), Reader::join(path, "content"));
+    if (string_pattern(r, normalizer, path) != " " || content != kSpaceMarker) {
+      r.unsupported(path, "Replace other than ' ' -> U+2581", "Replace(' ' -> U+2581)");
+    }
+    pipeline.spaces_to_marker = true;
+    return;
+  }
+  r.unsupported(Reader::join(path, "type"), type, "NFC, Prepend(U+2581), Replace(' ' -> U+2581), Sequence (or null)");
 }
 
-// Appends the regexes a pre-tokenizer applies; `byte_level` is set when a ByteLevel step is seen.
-void read_pre_tokenizer(const Reader& r, const Json& pre, const std::string& path, std::vector<std::string>& patterns,
-                        bool& byte_level) {
+void read_pre_tokenizer(const Reader& r, const Json& pre, const std::string& path, Pipeline& pipeline) {
+  std::vector<std::string>& patterns = pipeline.patterns;
   const std::string type = r.type_of(pre, path);
   if (type == "ByteLevel") {
     r.expect_flag(pre, "add_prefix_space", false, path);
-    byte_level = true;
+    pipeline.byte_level = true;
     const Json* use_regex = r.optional(pre, "use_regex");
     if (use_regex == nullptr || r.boolean(*use_regex, Reader::join(path, "use_regex"))) {
       patterns.emplace_back(detail::gpt2_pattern());
@@ -153,23 +185,43 @@ void read_pre_tokenizer(const Reader& r, const Json& pre, const std::string& pat
     const std::string list_path = Reader::join(path, "pretokenizers");
     const Json& list = r.array(r.require(pre, "pretokenizers", path), list_path);
     for (std::size_t i = 0; i < list.size(); ++i) {
-      read_pre_tokenizer(r, list[i], Reader::index(list_path, i), patterns, byte_level);
+      read_pre_tokenizer(r, list[i], Reader::index(list_path, i), pipeline);
     }
     return;
   }
-  r.unsupported(Reader::join(path, "type"), type, "ByteLevel, Split, Sequence");
+  if (type == "Metaspace") {  // SentencePiece: spaces as U+2581, optionally a dummy prefix
+    const std::string replacement =
+        r.string(r.require(pre, "replacement", path), Reader::join(path, "replacement"));
+    if (replacement != kSpaceMarker) r.unsupported(Reader::join(path, "replacement"), replacement, "U+2581");
+    pipeline.spaces_to_marker = true;
+    if (const Json* scheme = r.optional(pre, "prepend_scheme")) {
+      const std::string name = r.string(*scheme, Reader::join(path, "prepend_scheme"));
+      if (name != "first" && name != "always" && name != "never") {
+        r.unsupported(Reader::join(path, "prepend_scheme"), name, "first, always, never");
+      }
+      pipeline.prepend_marker = name != "never";
+    } else if (const Json* add = r.optional(pre, "add_prefix_space")) {  // older files
+      pipeline.prepend_marker = r.boolean(*add, Reader::join(path, "add_prefix_space"));
+    }
+    return;
+  }
+  r.unsupported(Reader::join(path, "type"), type, "ByteLevel, Split, Metaspace, Sequence");
 }
 
 void read_decoder(const Reader& r, const Json& decoder, const std::string& path) {
   const std::string type = r.type_of(decoder, path);
-  if (type == "ByteLevel") return;
+  // ByteLevel undoes byte-level BPE's mapping; the others are SentencePiece's decoding steps
+  // (U+2581 -> space, <0xNN> -> byte, drop the dummy prefix), which SpmTokenizer performs.
+  for (const std::string_view known : {"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"}) {
+    if (type == known) return;
+  }
   if (type == "Sequence") {
     const std::string list_path = Reader::join(path, "decoders");
     const Json& list = r.array(r.require(decoder, "decoders", path), list_path);
     for (std::size_t i = 0; i < list.size(); ++i) read_decoder(r, list[i], Reader::index(list_path, i));
     return;
   }
-  r.unsupported(Reader::join(path, "type"), type, "ByteLevel, Sequence");
+  r.unsupported(Reader::join(path, "type"), type, "ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence");
 }
 
 struct TemplateSpecials {
@@ -203,15 +255,11 @@ void read_post_processor(const Reader& r, const Json& post, const std::string& p
 }
 
 void read_model(const Reader& r, const Json& model, Vocabulary& vocab, std::unordered_map<std::int32_t, std::string>& by_id,
-                std::string& unk_text) {
+                std::string& unk_text, bool& byte_fallback) {
   const std::string type = r.type_of(model, "model");
   if (type != "BPE") r.unsupported("model.type", type, "BPE");
-  if (const Json* fallback = r.optional(model, "byte_fallback");
-      fallback != nullptr && r.boolean(*fallback, "model.byte_fallback")) {
-    raise(ErrorCode::kUnsupported,
-          "{}: model.byte_fallback = true (SentencePiece-style BPE, as Llama 2 and Gemma ship) is not supported yet; "
-          "use the GGUF file of the model",
-          r.file());
+  if (const Json* fallback = r.optional(model, "byte_fallback")) {
+    byte_fallback = r.boolean(*fallback, "model.byte_fallback");
   }
   if (r.optional(model, "dropout") != nullptr) raise(ErrorCode::kUnsupported, "{}: model.dropout is not supported", r.file());
   for (const std::string_view affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -248,6 +296,50 @@ void read_model(const Reader& r, const Json& model, Vocabulary& vocab, std::unor
     }
     vocab.merges.push_back(left + " " + right);
   }
+}
+
+bool is_byte_piece(std::string_view piece) {
+  return piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>' &&
+         std::isxdigit(static_cast<unsigned char>(piece[3])) && std::isxdigit(static_cast<unsigned char>(piece[4]));
+}
+
+// SentencePiece-style BPE (Llama 2, Gemma: byte_fallback, spaces as U+2581) becomes a "llama"
+// vocabulary for SpmTokenizer: each merge result scores minus its rank, so the SentencePiece
+// loop (highest score first) merges in rank order; pieces no merge produces score lowest.
+void to_sentencepiece(const Reader& r, const Pipeline& pipeline, Vocabulary& vocab) {
+  if (pipeline.byte_level || !pipeline.patterns.empty()) {
+    raise(ErrorCode::kUnsupported, "{}: model.byte_fallback with a ByteLevel or Split pre-tokenizer is not supported",
+          r.file());
+  }
+  if (!pipeline.spaces_to_marker) {
+    raise(ErrorCode::kUnsupported,
+          "{}: model.byte_fallback needs spaces as U+2581 (normalizer Replace or pre_tokenizer Metaspace)", r.file());
+  }
+  vocab.model = "llama";
+  vocab.add_space_prefix = pipeline.prepend_marker;
+  std::unordered_map<std::string_view, std::int32_t> id_of;
+  for (std::int32_t id = 0; id < vocab.size(); ++id) {
+    if (vocab.types[id] == TokenType::kNormal) id_of.emplace(vocab.pieces[id], id);
+  }
+  constexpr float kNeverMerged = std::numeric_limits<float>::lowest();
+  vocab.scores.assign(vocab.pieces.size(), kNeverMerged);
+  for (std::size_t rank = 0; rank < vocab.merges.size(); ++rank) {
+    std::string joined = vocab.merges[rank];
+    const std::size_t space = joined.find(' ');
+    if (space != std::string::npos) joined.erase(space, 1);
+    const auto found = id_of.find(joined);
+    if (space == std::string::npos || found == id_of.end()) {
+      raise(ErrorCode::kInvalidModel, "{}: model.merges[{}] ('{}') does not make a token of model.vocab", r.file(), rank,
+            vocab.merges[rank]);
+    }
+    float& score = vocab.scores[static_cast<std::size_t>(found->second)];
+    if (score == kNeverMerged) score = -static_cast<float>(rank);
+  }
+  vocab.merges.clear();
+  for (std::int32_t id = 0; id < vocab.size(); ++id) {
+    if (vocab.types[id] == TokenType::kNormal && is_byte_piece(vocab.pieces[id])) vocab.types[id] = TokenType::kByte;
+  }
+  if (vocab.unk >= 0 && vocab.types[vocab.unk] == TokenType::kNormal) vocab.types[vocab.unk] = TokenType::kUnknown;
 }
 
 // A token named in tokenizer_config.json: a string, an AddedToken object {"content": ...} or null.
@@ -313,7 +405,8 @@ Vocabulary parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view 
 
   std::unordered_map<std::int32_t, std::string> by_id;
   std::string unk_text;
-  read_model(r, r.require(root, "model", ""), vocab, by_id, unk_text);
+  bool byte_fallback = false;
+  read_model(r, r.require(root, "model", ""), vocab, by_id, unk_text, byte_fallback);
 
   // Added tokens: their id (often beyond model.vocab, as in Llama 3) and whether special.
   std::unordered_map<std::int32_t, bool> added_special;
@@ -350,13 +443,19 @@ Vocabulary parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view 
   for (const auto& [id, special] : added_special) vocab.types[id] = special ? TokenType::kControl : TokenType::kUserDefined;
   if (!unk_text.empty()) vocab.unk = require_piece(vocab, unk_text, r.file(), "model.unk_token");
 
-  if (const Json* normalizer = r.optional(root, "normalizer")) read_normalizer(r, *normalizer, "normalizer");
-  bool byte_level = false;
-  if (const Json* pre = r.optional(root, "pre_tokenizer")) {
-    read_pre_tokenizer(r, *pre, "pre_tokenizer", vocab.pre_patterns, byte_level);
-  }
-  if (!byte_level) {
-    raise(ErrorCode::kUnsupported, "{}: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", r.file());
+  Pipeline pipeline;
+  if (const Json* normalizer = r.optional(root, "normalizer")) read_normalizer(r, *normalizer, "normalizer", pipeline);
+  if (const Json* pre = r.optional(root, "pre_tokenizer")) read_pre_tokenizer(r, *pre, "pre_tokenizer", pipeline);
+  if (byte_fallback) {
+    to_sentencepiece(r, pipeline, vocab);
+  } else {
+    if (!pipeline.byte_level || pipeline.spaces_to_marker || pipeline.prepend_marker) {
+      raise(ErrorCode::kUnsupported,
+            "{}: without model.byte_fallback only byte-level BPE (a ByteLevel pre-tokenizer, no U+2581 steps) is "
+            "supported",
+            r.file());
+    }
+    vocab.pre_patterns = std::move(pipeline.patterns);
   }
   const Json* decoder = r.optional(root, "decoder");
   if (decoder == nullptr) raise(ErrorCode::kInvalidModel, "{}: decoder is missing", r.file());

@@ -5,10 +5,12 @@
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/pre_tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/error.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -169,8 +171,8 @@ TEST_CASE("tokenizer.json: strict errors name the file and the key", "[tokenizer
                   ErrorCode::kUnsupported, {"pre_tokenizer.pretokenizers[0].behavior", "Removed"});
   expect_rejected([](Json& j) { j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
                   ErrorCode::kUnsupported, {"pre_tokenizer.pretokenizers[1].add_prefix_space"});
-  expect_rejected([](Json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, ErrorCode::kUnsupported,
-                  {"pre_tokenizer.type", "Metaspace"});
+  expect_rejected([](Json& j) { j["pre_tokenizer"] = {{"type", "Punctuation"}}; }, ErrorCode::kUnsupported,
+                  {"pre_tokenizer.type", "Punctuation"});
   expect_rejected([](Json& j) { j["pre_tokenizer"] = nullptr; }, ErrorCode::kUnsupported, {"ByteLevel"});
   expect_rejected([](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = Json::object(); },
                   ErrorCode::kInvalidModel, {"pre_tokenizer.pretokenizers[0].pattern"});
@@ -192,4 +194,71 @@ TEST_CASE("read_hf_tokenizer reads tokenizer_config.json beside the file", "[tok
   CHECK(tokenizer->is_end_of_generation(261));
   std::filesystem::remove_all(folder);
   CHECK_THROWS_WITH(read_hf_tokenizer((folder / "tokenizer.json").string()), Catch::Contains("cannot open"));
+}
+
+TEST_CASE("tokenizer.json: SentencePiece-style BPE (byte_fallback) becomes a SentencePiece vocabulary",
+          "[tokenizer][hf]") {
+  // Llama 2's layout: Prepend + Replace normalizers, no pre-tokenizer, <0xNN> byte tokens.
+  const std::string marker = "\xE2\x96\x81";
+  Json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
+  const std::vector<std::string> pieces = {marker, "h", "e", "l", "o", "he", "ll", marker + "he", marker + "hell",
+                                           marker + "hello"};
+  for (std::size_t i = 0; i < pieces.size(); ++i) vocab[pieces[i]] = 259 + static_cast<int>(i);
+  Json tokenizer = {
+      {"added_tokens", Json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers", Json::array({{{"type", "Prepend"}, {"prepend", marker}},
+                                     {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}})}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", Json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders", Json::array({{{"type", "Replace"}, {"pattern", {{"String", marker}}}, {"content", " "}},
+                                  {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"byte_fallback", true},
+        {"vocab", vocab},
+        {"merges", Json::array({"h e", "l l", marker + " he", marker + "he ll", marker + "hell o"})}}},
+  };
+  const Vocabulary spm = parse(tokenizer);
+  CHECK(spm.model == "llama");
+  CHECK(spm.add_space_prefix);
+  CHECK(spm.merges.empty());
+  CHECK(spm.types[3 + 'A'] == TokenType::kByte);
+  CHECK(spm.scores[259 + 5] == 0.0f);    // "he": rank 0
+  CHECK(spm.scores[259 + 9] == -4.0f);   // "_hello": rank 4
+  CHECK(spm.bos == 1);
+  const auto t = make_tokenizer(spm, "tokenizer.json");
+  const std::int32_t hello = 259 + 9;
+  CHECK(t->encode("hello", true) == std::vector<std::int32_t>{1, hello});
+  // "hello hello!": the second word gets U+2581 from the space; '!' falls back to its byte.
+  CHECK(t->encode("hello hello!", false) == std::vector<std::int32_t>{hello, hello, 3 + '!'});
+  CHECK(t->decode(t->encode("hello hello!", true), true) == "hello hello!");
+
+  // Gemma's layout: Replace only (no dummy prefix).
+  Json no_prefix = tokenizer;
+  no_prefix["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}};
+  CHECK_FALSE(parse(no_prefix).add_space_prefix);
+  // Newer files: Metaspace pre-tokenizer instead of the normalizers.
+  Json metaspace = tokenizer;
+  metaspace["normalizer"] = nullptr;
+  metaspace["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", marker}, {"prepend_scheme", "first"}, {"split", false}};
+  CHECK(parse(metaspace).add_space_prefix);
+
+  Json bad_merge = tokenizer;
+  bad_merge["model"]["merges"].push_back("o o");
+  CHECK_THROWS_WITH(parse(bad_merge), Catch::Contains("model.merges[5]"));
+  Json no_marker = tokenizer;
+  no_marker["normalizer"] = nullptr;
+  CHECK_THROWS_WITH(parse(no_marker), Catch::Contains("U+2581"));
 }
