@@ -116,6 +116,7 @@ struct Pipeline {
   bool byte_level = false;            // a ByteLevel pre-tokenizer step
   bool spaces_to_marker = false;      // Replace(" " -> U+2581) normalizer or Metaspace pre-tokenizer
   bool prepend_marker = false;        // Prepend(U+2581) normalizer or Metaspace with a prepend scheme
+  bool metaspace_prefix = false;      // Metaspace's prefix, skipped when the text starts with a space
 };
 
 // A Replace / Split pattern given as {"String": text}; empty when it is a regex.
@@ -203,6 +204,7 @@ void read_pre_tokenizer(const Reader& r, const Json& pre, const std::string& pat
     } else if (const Json* add = r.optional(pre, "add_prefix_space")) {  // older files
       pipeline.prepend_marker = r.boolean(*add, Reader::join(path, "add_prefix_space"));
     }
+    pipeline.metaspace_prefix = pipeline.prepend_marker;
     return;
   }
   r.unsupported(Reader::join(path, "type"), type, "ByteLevel, Split, Metaspace, Sequence");
@@ -317,6 +319,7 @@ void to_sentencepiece(const Reader& r, const Pipeline& pipeline, Vocabulary& voc
   }
   vocab.model = "llama";
   vocab.add_space_prefix = pipeline.prepend_marker;
+  vocab.space_prefix_unless_leading_space = pipeline.metaspace_prefix;
   std::unordered_map<std::string_view, std::int32_t> id_of;
   for (std::int32_t id = 0; id < vocab.size(); ++id) {
     if (vocab.types[id] == TokenType::kNormal) id_of.emplace(vocab.pieces[id], id);

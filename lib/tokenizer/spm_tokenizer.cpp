@@ -143,7 +143,7 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
   // Dummy prefix and spaces as U+2581, as SentencePiece sees the text.
   std::string escaped;
   escaped.reserve(text.size() + text.size() / 2 + kSpaceMarker.size());
-  if (add_prefix) escaped.append(kSpaceMarker);
+  if (add_prefix && !(vocab_.space_prefix_unless_leading_space && text.front() == ' ')) escaped.append(kSpaceMarker);
   for (const char c : text) {
     if (c == ' ') {
       escaped.append(kSpaceMarker);

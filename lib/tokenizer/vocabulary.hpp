@@ -37,6 +37,8 @@ struct Vocabulary {
   bool add_bos = true;
   bool add_eos = false;
   bool add_space_prefix = true;  // SentencePiece dummy prefix (ignored by byte-level BPE)
+  // ... but not before text that already starts with a space (Hugging Face's Metaspace).
+  bool space_prefix_unless_leading_space = false;
 
   // Byte-level BPE only.
   std::vector<std::string> merges;  // tokenizer.ggml.merges: "left right" pieces, highest priority first

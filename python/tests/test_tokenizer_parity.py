@@ -153,3 +153,38 @@ def test_malformed_tokenizer_json_names_the_key(cli, trained, tmp_path):
                          text=True, timeout=60)
     assert run.returncode == 1
     assert "model.merges" in run.stderr and "tokenizer.json" in run.stderr
+
+
+def train_sentencepiece_style() -> Tokenizer:
+    """A SentencePiece-style BPE as Llama 2 ships it in tokenizer.json: U+2581 for spaces
+    (Metaspace), <0xNN> byte-fallback tokens, rank-ordered merges that never cross a word."""
+    metaspace = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    base = Tokenizer(models.BPE(unk_token="<unk>"))
+    base.pre_tokenizer = metaspace
+    base.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=800, min_frequency=1, show_progress=False,
+                                                         special_tokens=["<unk>", "<s>", "</s>"]))
+    spec = json.loads(base.to_str())
+    vocab = spec["model"]["vocab"]
+    for byte in range(256):
+        vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in spec["model"]["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.pre_tokenizer = metaspace
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    return tok
+
+
+def test_sentencepiece_style_tokenizer_json_matches_hugging_face(cli, tmp_path):
+    # tokenizer.json only: the package writes no SentencePiece GGUF scores. Special-token
+    # strings are left out (Hugging Face prefixes U+2581 to every text between added tokens,
+    # llama.cpp and we only after a special token; see docs/tokenizers.md).
+    tok = train_sentencepiece_style()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    texts = [t for t in TRICKY if "<" not in t]
+    ours = our_ids(cli, tmp_path / "tokenizer.json", texts)
+    for text, got in zip(texts, ours):
+        assert got["ids"] == tok.encode(text, add_special_tokens=False).ids, repr(text)
+    assert any(id_ >= 0 and tok.id_to_token(id_).startswith("<0x") for got in ours for id_ in got["ids"]), \
+        "the table should exercise byte fallback"
