@@ -73,7 +73,9 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
   piece_to_id_.reserve(vocab_.pieces.size());
   for (std::int32_t id = 0; id < size; ++id) {
     const TokenType type = vocab_.types[id];
-    const bool mergeable = type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined;
+    // User-defined pieces hold raw text, not mapped bytes: they are found by the special-token
+    // matcher, never built by merges.
+    const bool mergeable = type == TokenType::kNormal || type == TokenType::kUndefined;
     if (mergeable && !vocab_.pieces[id].empty()) piece_to_id_.insert(vocab_.pieces[id], id, /*overwrite=*/false);
     if (type == TokenType::kControl) {
       const std::string& piece = vocab_.pieces[id];

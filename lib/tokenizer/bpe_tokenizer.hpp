@@ -48,7 +48,7 @@ class BpeTokenizer final : public Tokenizer {
   Vocabulary vocab_;
   detail::RegexSplitter splitter_;
   detail::SpecialTokenMatcher specials_;
-  detail::PieceIndex piece_to_id_;                      // normal (mergeable) pieces
+  detail::PieceIndex piece_to_id_;                      // normal and undefined-type pieces
   std::unordered_map<std::uint64_t, Merge> merges_;     // (left id << 32 | right id) -> merge
   std::array<std::int32_t, 256> byte_tokens_{};         // id of each byte's one-character piece, -1 if none
   std::vector<std::int32_t> end_of_generation_;         // sorted
