@@ -2,8 +2,8 @@
 // characters held in a doubly linked list, every adjacent pair whose concatenation is a
 // vocabulary piece goes into a max-heap keyed by (score, leftmost), and the best pair is merged
 // until the heap is empty; stale heap entries are skipped lazily. O(n log n) in the text length.
-// When no mergeable piece has U+2581 after its start (SentencePiece's default splitting by
-// whitespace guarantees that), each word is merged on its own: same result, small heaps.
+// When every mergeable piece has U+2581 only in a leading run (SentencePiece's whitespace
+// splitting guarantees that), each word is merged on its own: same result, small heaps.
 //
 // Deliberate differences from llama.cpp (both only affect unusual input or vocabularies):
 //  - control, byte, unknown and unused pieces never take part in merges or match a character
@@ -30,6 +30,20 @@ constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 LOWER ONE E
 // Word cache bounds per encode call: long runs are rarely repeated, and the cache stays small.
 constexpr std::size_t kMaxCachedWordBytes = 64;
 constexpr std::size_t kMaxCachedWords = 1 << 16;
+
+// Whether the U+2581 at `pos` comes right after another U+2581.
+bool follows_marker(std::string_view text, std::size_t pos) {
+  return pos >= kSpaceMarker.size() && text.substr(pos - kSpaceMarker.size(), kSpaceMarker.size()) == kSpaceMarker;
+}
+
+// True when every U+2581 of the piece belongs to its leading run ("__ab", not "a_b" or "_a_").
+bool markers_only_in_leading_run(std::string_view piece) {
+  for (std::size_t pos = piece.find(kSpaceMarker, 1); pos != std::string_view::npos;
+       pos = piece.find(kSpaceMarker, pos + 1)) {
+    if (!follows_marker(piece, pos)) return false;
+  }
+  return true;
+}
 
 bool is_mergeable(TokenType type) {
   return type == TokenType::kNormal || type == TokenType::kUserDefined || type == TokenType::kUndefined;
@@ -106,7 +120,7 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::m
     if (is_mergeable(type) && !piece.empty()) {
       piece_to_id_.insert(piece, id, /*overwrite=*/true);  // a duplicated piece keeps its last id, as in llama.cpp
       max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
-      if (piece.find(kSpaceMarker, 1) != std::string::npos) words_are_independent_ = false;
+      if (!markers_only_in_leading_run(piece)) words_are_independent_ = false;
     }
     if (const auto byte = parse_byte_piece(piece)) {
       std::int32_t& slot = byte_tokens_[*byte];
@@ -159,12 +173,17 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
     merge_segment(working, ids, scratch);
     return;
   }
-  // No merge can cross the start of a U+2581: encode word by word, which keeps the heap
-  // small (and in cache) without changing the result, and remember each word's ids, since
-  // text repeats its words (one lookup then replaces a dozen pair lookups).
+  // No merge can cross a U+2581 that follows another character (pieces have U+2581 only in
+  // a leading run, as "__word" in Gemma's vocabulary): encode word by word, a word being a
+  // run of U+2581 and what follows up to the next such boundary. That keeps the heap small
+  // (and in cache) without changing the result; each word's ids are remembered, since text
+  // repeats its words (one lookup then replaces a dozen pair lookups).
   std::size_t start = 0;
   while (start < working.size()) {
-    std::size_t next = working.find(kSpaceMarker, start + 1);
+    std::size_t next = start;
+    do {
+      next = working.find(kSpaceMarker, next + 1);
+    } while (next != std::string_view::npos && follows_marker(working, next));
     if (next == std::string_view::npos) next = working.size();
     const std::string_view word = working.substr(start, next - start);
     start = next;

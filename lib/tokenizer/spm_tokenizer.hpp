@@ -53,7 +53,7 @@ class SpmTokenizer final : public Tokenizer {
   detail::PieceIndex piece_to_id_;
   std::size_t max_piece_bytes_ = 0;  // longest mergeable piece: longer pairs need no lookup
   std::int32_t byte_tokens_[256];    // id of "<0xNN>" per byte, -1 when absent
-  bool words_are_independent_ = true;  // no mergeable piece has U+2581 after its first byte
+  bool words_are_independent_ = true;  // every mergeable piece has U+2581 only in a leading run
 };
 
 }  // namespace sitsrt

@@ -93,7 +93,8 @@ inline Vocabulary synthetic_spm_vocab(Rng& rng, const std::vector<std::string>& 
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     add(name, TokenType::kByte);
   }
-  add(std::string(kMarker), TokenType::kNormal);  // real vocabularies have it: a lone space is no byte fallback
+  // Real vocabularies have "_" (a lone space is no byte fallback) and, like Gemma's, runs "__", "___", ...
+  for (std::string run(kMarker); run.size() <= 16 * kMarker.size(); run += kMarker) add(run, TokenType::kNormal);
   for (std::size_t round = 0; v.pieces.size() < size; ++round) {
     for (const std::string& word : words) {
       std::string piece = round % 2 == 0 ? std::string(kMarker) : std::string();

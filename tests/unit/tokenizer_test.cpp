@@ -21,6 +21,7 @@
 #include <functional>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -748,4 +749,28 @@ TEST_CASE("SentencePiece encodes 1 MB with a 262k-entry vocabulary in under a se
   CHECK(ids.size() < text.size() / 4);  // merges ran: whole words, not characters
   CHECK(tokenizer.decode(ids, true) == text);
   CHECK(best_ms < 1000.0);
+}
+
+TEST_CASE("SentencePiece word-by-word merging gives the whole-text result", "[tokenizer]") {
+  // Pieces with U+2581 only in a leading run ("__ab", as Gemma has) let encode() merge word by
+  // word; one extra piece "q_z" (never matched: the texts have no q or z) forces the whole-text
+  // path. Both must give the same ids on random texts, including runs of spaces.
+  test::Rng rng(2581);
+  std::vector<std::pair<std::string, float>> pieces;
+  std::set<std::string> seen;
+  while (pieces.size() < 300) {
+    std::string piece(static_cast<std::size_t>(rng.uniform_int(0, 3)), '_');
+    const int letters = rng.uniform_int(piece.empty() ? 2 : 0, 4);
+    for (int i = 0; i < letters; ++i) piece += "abc"[rng.uniform_int(0, 2)];
+    if (piece.size() >= 2 && seen.insert(piece).second) pieces.emplace_back(piece, rng.uniform(-10.0f, 0.0f));
+  }
+  const SpmTokenizer by_word(make_vocab(pieces));
+  pieces.emplace_back("q_z", -1.0f);
+  const SpmTokenizer whole(make_vocab(pieces));
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text(static_cast<std::size_t>(rng.uniform_int(0, 40)), ' ');
+    for (char& c : text) c = " abc"[rng.uniform_int(0, 3)];
+    CAPTURE(text);
+    REQUIRE(by_word.encode(text, false) == whole.encode(text, false));
+  }
 }
