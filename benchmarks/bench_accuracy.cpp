@@ -2,8 +2,10 @@
 // of next-token distributions and top-1 agreement, over text the F32 model generates at
 // temperature 1 with fixed seeds (so the positions are in-distribution for the model).
 //
-// usage: bench_accuracy REF_F32.gguf MODEL.gguf [MODEL.gguf ...] [--positions N] [--seq-len L]
-//                       [--threads T] [--seed S]
+// usage: bench_accuracy REF_F32.gguf [MODEL.gguf ...] [--weights f16,q8,fp8,q4g128,...]
+//                       [--positions N] [--seq-len L] [--threads T] [--seed S]
+// --weights adds the reference file converted at load (EngineOptions::weights) to each listed
+// format as candidates.
 // Each candidate runs twice, with float and with int8 decode activations; every position is a
 // decode step (max_batch_tokens = 1), which is where int8 activations apply.
 #include <sitsrt/engine.hpp>
@@ -23,9 +25,14 @@ namespace {
 using sitsrt::Engine;
 using sitsrt::EngineOptions;
 
+struct Candidate {
+  std::string path;
+  std::string weights = "as-stored";
+};
+
 struct Options {
   std::string reference;
-  std::vector<std::string> models;
+  std::vector<Candidate> models;
   std::int64_t positions = 2048;
   std::int32_t seq_len = 256;
   int threads = 2;
@@ -44,9 +51,10 @@ std::vector<double> log_softmax(const float* logits, std::size_t n) {
   return out;
 }
 
-EngineOptions engine_options(const std::string& path, const Options& opt, bool int8, std::int64_t batch) {
+EngineOptions engine_options(const Candidate& c, const Options& opt, bool int8, std::int64_t batch) {
   EngineOptions o;
-  o.model_path = path;
+  o.model_path = c.path;
+  o.weights = c.weights;
   o.threads = opt.threads;
   o.int8_activations = int8;
   o.max_batch_tokens = batch;
@@ -60,7 +68,7 @@ struct Score {
 };
 
 void run(const Options& opt) {
-  const Engine reference(engine_options(opt.reference, opt, false, 512));
+  const Engine reference(engine_options({opt.reference}, opt, false, 512));
   const auto vocab = static_cast<std::size_t>(reference.model_info().n_vocab);
   const std::int32_t seq_len =
       static_cast<std::int32_t>(std::min<std::int64_t>(opt.seq_len, reference.model_info().context_length));
@@ -88,9 +96,11 @@ void run(const Options& opt) {
              total, sequences.size(), opt.seed);
   fmt::print("{:<40} {:>6} {:>10} {:>12} {:>10} {:>9}\n", "model", "acts", "positions", "mean KLD", "max KLD",
              "top-1");
-  for (const std::string& path : opt.models) {
+  for (const Candidate& candidate : opt.models) {
+    const std::string label =
+        candidate.weights == "as-stored" ? candidate.path : candidate.path + " --weights " + candidate.weights;
     for (bool int8 : {false, true}) {
-      const Engine engine(engine_options(path, opt, int8, 1));  // every position a decode step
+      const Engine engine(engine_options(candidate, opt, int8, 1));  // every position a decode step
       Score score;
       for (std::size_t s = 0; s < sequences.size(); ++s) {
         const std::vector<float> got = engine.logits(sequences[s], true);
@@ -110,7 +120,7 @@ void run(const Options& opt) {
           ++score.n;
         }
       }
-      fmt::print("{:<40} {:>6} {:>10} {:>12.6f} {:>10.5f} {:>8.2f}%\n", path, int8 ? "int8" : "f32", score.n,
+      fmt::print("{:<40} {:>6} {:>10} {:>12.6f} {:>10.5f} {:>8.2f}%\n", label, int8 ? "int8" : "f32", score.n,
                  score.kld_sum / static_cast<double>(score.n), score.kld_max,
                  100.0 * static_cast<double>(score.agree) / static_cast<double>(score.n));
       std::fflush(stdout);
@@ -122,6 +132,7 @@ void run(const Options& opt) {
 
 int main(int argc, char** argv) {
   Options opt;
+  std::vector<std::string> weights;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -133,15 +144,23 @@ int main(int argc, char** argv) {
       opt.threads = std::atoi(argv[++i]);
     } else if (a == "--seed" && has_value) {
       opt.seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--weights" && has_value) {
+      std::string_view list = argv[++i];
+      while (!list.empty()) {
+        const std::size_t comma = list.find(',');
+        weights.emplace_back(list.substr(0, comma));
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+      }
     } else if (opt.reference.empty()) {
       opt.reference = std::string(a);
     } else {
-      opt.models.emplace_back(a);
+      opt.models.push_back({std::string(a)});
     }
   }
+  for (const std::string& w : weights) opt.models.push_back({opt.reference, w});
   if (opt.reference.empty() || opt.models.empty()) {
-    fmt::print(stderr, "usage: bench_accuracy REF_F32.gguf MODEL.gguf [...] [--positions N] [--seq-len L] "
-                       "[--threads T] [--seed S]\n");
+    fmt::print(stderr, "usage: bench_accuracy REF_F32.gguf [MODEL.gguf ...] [--weights f16,q8,fp8,...] "
+                       "[--positions N] [--seq-len L] [--threads T] [--seed S]\n");
     return 2;
   }
   try {

@@ -239,7 +239,7 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
               std::string(cpu::name(isa)).c_str(), ctx.threads(), bw / 1e9, peak / 1e9);
   std::printf("  matvec: f32 activations / int8 activations (Q formats); GB/s from DRAM, and ns per 32-element\n"
               "  block per thread with 64 rows in cache (compute cost)\n");
-  std::printf("  %-6s %10s %6s %10s %6s %9s %9s %8s %13s %8s\n", "format", "mv GB/s", "of bw", "int8 GB/s", "of bw",
+  std::printf("  %-8s %10s %6s %10s %6s %9s %9s %8s %13s %8s\n", "format", "mv GB/s", "of bw", "int8 GB/s", "of bw",
               "ns/blk", "int8 ns", "copies", "gemm GFLOP/s", "of peak");
   std::vector<float> x(static_cast<std::size_t>(opt.cols * opt.m)), y(static_cast<std::size_t>(opt.rows * opt.m));
   std::mt19937 rng(1);
@@ -261,12 +261,12 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
     const double flops =
         2.0 * static_cast<double>(opt.m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
     if (has_int8) {
-      std::printf("  %-6s %10.1f %5.0f%% %10.1f %5.0f%% %9.2f %9.2f %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
+      std::printf("  %-8s %10.1f %5.0f%% %10.1f %5.0f%% %9.2f %9.2f %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
                   total / f.dram / 1e9, 100.0 * total / f.dram / bw, total / q.dram / 1e9, 100.0 * total / q.dram / bw,
                   f.cached / blocks_per_thread * 1e9, q.cached / blocks_per_thread * 1e9, mats.copies, flops / gm / 1e9,
                   100.0 * flops / gm / peak);
     } else {
-      std::printf("  %-6s %10.1f %5.0f%% %10s %6s %9.2f %9s %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
+      std::printf("  %-8s %10.1f %5.0f%% %10s %6s %9.2f %9s %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
                   total / f.dram / 1e9, 100.0 * total / f.dram / bw, "-", "-", f.cached / blocks_per_thread * 1e9, "-",
                   mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
     }
@@ -322,8 +322,8 @@ Options parse(int argc, char** argv) {
   }
   if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
   if (opt.formats.empty()) {
-    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                   DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,     DType::kQ4_0,
+                   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128};
   }
   return opt;
 }

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     const std::string path = fmt::format("{}/bench-0.35b-{}.gguf", dir, type_name);
     if (!std::filesystem::exists(path)) {
       fmt::print(stderr, "writing {} ...\n", path);
-      write_random_llama(o, path);
+      write_random_model(o, path);
     }
     for (int threads : thread_counts) {
       EngineOptions eo;

@@ -5,8 +5,9 @@
 #   scripts/fuzz.sh --all SECONDS     every target in turn
 # Corpora live in build-fuzz/corpus/TARGET, seeded from the shared models and generated files.
 set -euo pipefail
+shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf tokenizer bpe)
+targets=(gguf safetensors tokenizer bpe audit_verify)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -29,19 +30,43 @@ for target in "${selected[@]}"; do
   cmake --build build-fuzz --target "${target}_fuzz" sitsrt_cli >/dev/null
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus"
-  if [ "$target" = gguf ]; then
-    [ -d "$shared/models" ] && cp -n "$shared"/models/*.gguf "$corpus"/ 2>/dev/null || true
-    [ -f "$corpus/tiny.gguf" ] || build-fuzz/bin/sitsrt make-model -o "$corpus/tiny.gguf" --dim 32 --layers 1 \
-      --heads 2 --kv-heads 1 --ffn 32 --vocab 260 --type q4_0 2>/dev/null
-  else
-    printf 'Once upon a time' >"$corpus/ascii"
-    printf '\x10<|im_start|>user\nI'"'"'m 12345 <tag>x' >"$corpus/special"
-    printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \t\n' >"$corpus/utf8"
-    printf '\xff\xfe\xc0\xaf\xed\xa0\x80' >"$corpus/invalid"
-  fi
+  tiny=build-fuzz/tiny.gguf
+  [ -f "$tiny" ] || build-fuzz/bin/sitsrt make-model -o "$tiny" --dim 32 --layers 1 --heads 2 --kv-heads 1 \
+    --ffn 32 --vocab 260 --type q4_0 >/dev/null 2>&1
+  case $target in
+    gguf)
+      [ -d "$shared/models" ] && cp -n "$shared"/models/*.gguf "$corpus"/ 2>/dev/null || true
+      cp -n "$tiny" tests/data/malformed/*.gguf "$corpus"/ ;;
+    safetensors)  # first byte 0: a safetensors file, 1: an index JSON
+      for f in tests/data/malformed/*.safetensors; do
+        { printf '\x00'; cat "$f"; } >"$corpus/$(basename "$f")"
+      done
+      for f in tests/data/malformed/st_index_*/model.safetensors.index.json; do
+        { printf '\x01'; cat "$f"; } >"$corpus/$(basename "$(dirname "$f")").json"
+      done ;;
+    audit_verify)  # first byte: 0 plain SHA-256 chain, 1 HMAC under the target's fixed key
+      if [ ! -f "$corpus/plain" ]; then
+        rm -f build-fuzz/seed.jsonl* && printf 'fuzz-key' >build-fuzz/seed.key
+        build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q --audit-log build-fuzz/seed.jsonl \
+          --audit-level topk >/dev/null
+        { printf '\x00'; cat build-fuzz/seed.jsonl; } >"$corpus/plain"
+        rm -f build-fuzz/seed.jsonl* && build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q \
+          --audit-log build-fuzz/seed.jsonl --audit-key-file build-fuzz/seed.key --audit-rotate-bytes 1500 >/dev/null
+        { printf '\x01'; cat build-fuzz/seed.jsonl; for r in build-fuzz/seed.jsonl.*; do
+            printf '\n#--\n'; cat "$r"; done; } >"$corpus/hmac-rotated"
+      fi ;;
+    *)
+      printf 'Once upon a time' >"$corpus/ascii"
+      printf '\x10<|im_start|>user\nI'"'"'m 12345 <tag>x' >"$corpus/special"
+      printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \t\n' >"$corpus/utf8"
+      printf '\xff\xfe\xc0\xaf\xed\xa0\x80' >"$corpus/invalid" ;;
+  esac
+  dict=tests/fuzz/dict/$target.dict
+  dict_arg=()
+  [ -f "$dict" ] && dict_arg=(-dict="$dict")
   log=build-fuzz/$target.log
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-    "build-fuzz/fuzz/${target}_fuzz" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+    "build-fuzz/fuzz/${target}_fuzz" "${dict_arg[@]}" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
     -max_len=1048576 -print_final_stats=1 >"$log" 2>&1 || { tail -40 "$log"; echo "fuzz $target: FAILED"; exit 1; }
   execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
   echo "fuzz $target: ${execs:-?} executions in ${seconds}s, no crash"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything and runs the whole test suite: unit and end-to-end tests (CTest), the CLI
 # tests, a build of the examples against the installed package (find_package(sitsrt)), and the
-# Python tests (pytest, with the in-tree module; one of them builds a wheel with pip).
+# Python tests (pytest, with the in-tree module; one of them builds a wheel with pip), and the
+# NumPy references of every architecture against `sitsrt logits` (tests/reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -9,7 +10,7 @@ jobs=$(nproc)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
-"$py" -c "import pybind11, pytest, numpy, tokenizers, gguf" 2>/dev/null || "$py" -m pip install -q pybind11 pytest numpy tokenizers gguf
+"$py" -c "import pybind11, pytest, numpy, gguf, tokenizers" 2>/dev/null || "$py" -m pip install -q pybind11 pytest numpy gguf tokenizers
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" \
   -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"
@@ -19,3 +20,4 @@ cmake -S examples/minimal -B build/examples-installed -G Ninja -DCMAKE_PREFIX_PA
 cmake --build build/examples-installed
 tests/cli/cli_test.sh build/bin/sitsrt build/examples-installed
 PYTHONPATH="$PWD/build/python" "$py" -m pytest -q -p no:cacheprovider python/tests
+SITSRT_BIN="$PWD/build/bin/sitsrt" "$py" -m pytest -q -p no:cacheprovider tests/reference

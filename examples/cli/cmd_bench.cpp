@@ -86,6 +86,7 @@ int bench_command(int argc, char** argv) {
     const nlohmann::json doc = {
         {"model", info.path}, {"threads", info.threads}, {"cpu_isa", info.cpu_isa},
         {"activations", info.int8_activations ? "int8" : "f32"},
+        {"weights", weights_json(info)},
         {"prompt_tokens", n_prompt}, {"gen_tokens", n_gen}, {"reps", reps},
         {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
         {"weight_bytes_per_token", info.weight_bytes_per_token},
@@ -100,6 +101,7 @@ int bench_command(int argc, char** argv) {
              static_cast<double>(info.weight_bytes_per_token) / (1 << 20));
   fmt::print("threads      {} ({}, {} activations)\n", info.threads, info.cpu_isa,
              info.int8_activations ? "int8" : "f32");
+  fmt::print("weights      {}\n", weights_text(info));
   fmt::print("prefill      {:9.1f} tok/s  ({} prompt tokens, median of {})\n", prefill_tps, n_prompt, reps);
   fmt::print("decode       {:9.1f} tok/s  ({} tokens, median of {})\n", decode_tps, n_gen, reps);
   if (bandwidth > 0) {

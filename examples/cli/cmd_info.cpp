@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 namespace sitsrt::cli {
@@ -42,11 +43,41 @@ std::string value_to_text(const gguf::Value& v) {
 
 }  // namespace
 
+namespace {
+
+// What the architecture adds to a plain llama block, in one line (empty for plain llama).
+std::string model_features(const ModelSpec& spec) {
+  std::vector<std::string> f;
+  if (spec.rope_neox) f.emplace_back("neox rope");
+  if (spec.rope_scaling.type != RopeScalingType::kNone) {
+    f.push_back(fmt::format("rope scaling {} x{:g}", name(spec.rope_scaling.type), spec.rope_scaling.factor));
+  }
+  if (spec.rope_freq_factors) f.emplace_back("rope factors (rope_freqs.weight)");
+  if (spec.sliding_window > 0) {
+    const auto windowed = std::count(spec.windowed_layers.begin(), spec.windowed_layers.end(), true);
+    f.push_back(fmt::format("sliding window {} on {} of {} layers", spec.sliding_window, windowed, spec.n_layer));
+  }
+  if (spec.rope_local_freq_base > 0.0f) f.push_back(fmt::format("local rope base {:g}", spec.rope_local_freq_base));
+  if (spec.qkv_bias) f.emplace_back("qkv bias");
+  if (spec.qk_norm) f.emplace_back("q/k norm");
+  if (spec.post_norms) f.emplace_back("post norms");
+  if (spec.embedding_scale != 1.0f) f.push_back(fmt::format("embedding x{:g}", spec.embedding_scale));
+  if (spec.ffn_activation == FfnActivation::kGeluTanh) f.emplace_back("GeGLU(tanh)");
+  if (spec.final_logit_softcap > 0.0f) f.push_back(fmt::format("logit soft-cap {:g}", spec.final_logit_softcap));
+  std::string out;
+  for (const auto& s : f) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
 int info_command(int argc, char** argv) {
   Args args("sitsrt info", "Describe a GGUF model file: metadata, tensors, parameters, bytes by type.",
             {{"model", 'm', "FILE", "model file (GGUF); may also be given as the first argument", ""},
              {"json", 0, "", "machine-readable output", ""},
-             {"full", 0, "", "with --json: print whole metadata arrays (vocabularies can be large)", ""}});
+             {"full", 0, "", "with --json: print whole metadata arrays (vocabularies can be large)", ""},
+             weights_option_spec(),
+             {"threads", 't', "N", "with --weights: conversion threads", "all cores"}});
   args.parse(argc, argv, 2);
   if (args.has("help")) {
     fmt::print("{}", args.help());
@@ -63,6 +94,15 @@ int info_command(int argc, char** argv) {
     auto& entry = by_type[std::string(name(t.type))];
     entry.first += 1;
     entry.second += t.bytes;
+  }
+  // --weights: load an engine to convert the matmul weights and report the cost.
+  std::optional<ModelInfo> converted;
+  if (const std::string weights = args.get_or("weights", "as-stored"); weights != "as-stored") {
+    EngineOptions o;
+    o.model_path = path;
+    o.weights = weights;
+    o.threads = static_cast<int>(args.get_int("threads", 0));
+    converted = Engine(std::move(o)).model_info();
   }
   std::string spec_error;
   std::optional<ModelSpec> spec;
@@ -85,12 +125,16 @@ int info_command(int argc, char** argv) {
     nlohmann::json doc = {{"path", path}, {"gguf_version", file.version()}, {"file_bytes", file.file_size()},
                           {"alignment", file.alignment()}, {"parameters", params}, {"bytes_by_type", types},
                           {"metadata", metadata}, {"tensors", tensors}};
+    if (converted) {
+      doc["weights"] = weights_json(*converted);
+      doc["weights"]["weight_bytes"] = converted->weight_bytes;
+    }
     if (spec) {
       doc["model"] = {{"architecture", spec->architecture}, {"n_vocab", spec->n_vocab}, {"n_embd", spec->n_embd},
                       {"n_layer", spec->n_layer}, {"n_head", spec->n_head}, {"n_head_kv", spec->n_head_kv},
                       {"head_dim", spec->head_dim}, {"n_ff", spec->n_ff}, {"n_ctx_train", spec->n_ctx_train},
                       {"rms_eps", spec->rms_eps}, {"rope_freq_base", spec->rope_freq_base},
-                      {"tied_output", spec->tied_output}};
+                      {"tied_output", spec->tied_output}, {"features", model_features(*spec)}};
     } else {
       doc["model_error"] = spec_error;
     }
@@ -107,12 +151,18 @@ int info_command(int argc, char** argv) {
                spec->architecture, spec->name, spec->n_embd, spec->n_layer, spec->n_head, spec->n_head_kv,
                spec->head_dim, spec->n_ff, spec->n_vocab, spec->n_ctx_train,
                spec->tied_output ? ", tied output head" : "");
+    const std::string features = model_features(*spec);
+    if (!features.empty()) fmt::print("features    {}\n", features);
   } else {
     fmt::print("model       cannot be run: {}\n", spec_error);
   }
   fmt::print("\nbytes by type:\n");
   for (const auto& [type, e] : by_type) {
     fmt::print("  {:<6} {:>5} tensors {:>14} bytes\n", type, e.first, e.second);
+  }
+  if (converted) {
+    fmt::print("\nweights     {}\n", weights_text(*converted));
+    fmt::print("            {} bytes of weights in the engine after conversion\n", converted->weight_bytes);
   }
   fmt::print("\nmetadata ({} keys):\n", file.metadata().size());
   for (const auto& kv : file.metadata()) fmt::print("  {:<44} {}\n", kv.key, value_to_text(kv.value));

@@ -1,7 +1,8 @@
-// sitsrt make-model: a deterministic random-weight llama GGUF of any shape and tensor type.
+// sitsrt make-model: a deterministic random-weight GGUF of any supported architecture, shape and tensor type.
 #include "commands.hpp"
 
 #include "core/dtype.hpp"
+#include "model/weight_conversion.hpp"
 #include "model/random_model.hpp"
 
 #include <fmt/format.h>
@@ -12,9 +13,17 @@ namespace sitsrt::cli {
 
 int make_model_command(int argc, char** argv) {
   Args args("sitsrt make-model",
-            "Write a llama-architecture GGUF with deterministic random weights (not a trained model)\n"
+            "Write a GGUF of the chosen architecture with deterministic random weights (not a trained model)\n"
             "and a byte-level ASCII vocabulary in which every token decodes. Same options, same bytes.",
             {{"output", 'o', "FILE", "output path", ""},
+             {"arch", 0, "NAME", "architecture: llama mistral qwen2 qwen3 gemma3", "llama"},
+             {"head-dim", 0, "N", "attention head width (written as key_length)", "dim/heads"},
+             {"sliding-window", 0, "N", "sliding-window length (mistral, gemma3)", "4096 mistral, 512 gemma3"},
+             {"rope-scaling", 0, "TYPE", "rope scaling: none linear yarn llama3", "none"},
+             {"rope-factor", 0, "X", "rope scaling factor", "4"},
+             {"rope-original-ctx", 0, "N", "context before scaling (yarn, llama3)", "ctx/factor"},
+             {"rope-base", 0, "X", "rope frequency base (global layers)", "10000"},
+             {"logit-softcap", 0, "X", "final logit soft-cap (0: none)", "0"},
              {"dim", 0, "N", "embedding width", "256"},
              {"layers", 0, "N", "transformer blocks", "4"},
              {"heads", 0, "N", "attention heads", "8"},
@@ -22,7 +31,7 @@ int make_model_command(int argc, char** argv) {
              {"ffn", 0, "N", "feed-forward width", "704"},
              {"vocab", 0, "N", "vocabulary size (>= 259)", "2048"},
              {"ctx", 0, "N", "training context length written to the metadata", "2048"},
-             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1", "q8_0"},
+             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8 (fp8_e4m3) q4g128 (q4_g128)", "q8_0"},
              {"tied", 0, "", "share the embedding as the output head (no output.weight)", ""},
              {"seed", 's', "N", "weight seed", "1234"},
              {"name", 0, "TEXT", "general.name", "sitsrt-random"},
@@ -35,6 +44,14 @@ int make_model_command(int argc, char** argv) {
   const auto out = args.get("output");
   if (!out) throw UsageError("no output file: pass -o FILE.gguf");
   RandomModelOptions o;
+  o.architecture = args.get_or("arch", o.architecture);
+  o.head_dim = args.get_int("head-dim", 0);
+  o.sliding_window = args.get_int("sliding-window", 0);
+  o.rope_scaling = args.get_or("rope-scaling", o.rope_scaling);
+  o.rope_scaling_factor = static_cast<float>(args.get_double("rope-factor", o.rope_scaling_factor));
+  o.rope_original_context = args.get_int("rope-original-ctx", 0);
+  o.rope_freq_base = static_cast<float>(args.get_double("rope-base", o.rope_freq_base));
+  o.final_logit_softcap = static_cast<float>(args.get_double("logit-softcap", 0.0));
   o.dim = args.get_int("dim", o.dim);
   o.layers = args.get_int("layers", o.layers);
   o.heads = args.get_int("heads", o.heads);
@@ -43,7 +60,8 @@ int make_model_command(int argc, char** argv) {
   o.vocab = args.get_int("vocab", o.vocab);
   o.context = args.get_int("ctx", o.context);
   const std::string type = args.get_or("type", "q8_0");
-  const auto dtype = dtype_from_name(type);
+  auto dtype = dtype_from_name(type);
+  if (!dtype) dtype = weight_format_alias(type);  // the --weights spellings: fp8, q4g128, q8, q4
   if (!dtype) throw UsageError(fmt::format("unknown --type '{}'", type));
   o.type = *dtype;
   o.tied_embeddings = args.has("tied");
@@ -51,12 +69,12 @@ int make_model_command(int argc, char** argv) {
   o.name = args.get_or("name", o.name);
   o.threads = static_cast<int>(args.get_int("threads", 0));
   const bool tty = isatty(STDERR_FILENO) != 0;
-  write_random_llama(o, *out, [&](std::size_t done, std::size_t total) {
+  write_random_model(o, *out, [&](std::size_t done, std::size_t total) {
     if (tty) fmt::print(stderr, "\rwriting tensors: {}/{}", done, total);
   });
   if (tty) fmt::print(stderr, "\n");
-  fmt::print(stderr, "wrote {} ({:.1f} M parameters, {}, random weights seed {})\n", *out,
-             static_cast<double>(random_llama_parameters(o)) / 1e6, name(o.type), o.seed);
+  fmt::print(stderr, "wrote {} ({}, {:.1f} M parameters, {}, random weights seed {})\n", *out, o.architecture,
+             static_cast<double>(random_model_parameters(o)) / 1e6, name(o.type), o.seed);
   return 0;
 }
 

@@ -137,6 +137,7 @@ int run_command(int argc, char** argv) {
         {"prompt_tokens", result.prompt_tokens},
         {"tokens", result.tokens},
         {"seed", result.seed},
+        {"weights", weights_json(engine.model_info())},
         {"timings", {{"prompt_tokens", t.prompt_tokens}, {"generated_tokens", t.generated_tokens},
                      {"prefill_seconds", t.prefill_seconds}, {"decode_seconds", t.decode_seconds},
                      {"prefill_tokens_per_s", t.prefill_tokens_per_second()},

@@ -5,6 +5,8 @@
 
 #include <sitsrt/engine.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <vector>
 
 namespace sitsrt::cli {
@@ -14,12 +16,18 @@ int info_command(int argc, char** argv);
 int graph_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
 int make_model_command(int argc, char** argv);
+int logits_command(int argc, char** argv);
 int audit_command(int argc, char** argv);
 int tokenize_command(int argc, char** argv);
 
 // Options shared by every command that loads a model.
 std::vector<OptionSpec> engine_option_specs();
 EngineOptions engine_options_from(const Args& args);
+
+// --weights (EngineOptions::weights) and how a loaded engine reports its conversion.
+OptionSpec weights_option_spec();
+nlohmann::json weights_json(const ModelInfo& info);
+std::string weights_text(const ModelInfo& info);
 
 // An HMAC key from a file: its bytes, less one trailing newline. Throws UsageError.
 std::string read_key_file(const std::string& path);

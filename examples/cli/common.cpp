@@ -17,6 +17,7 @@ std::vector<OptionSpec> engine_option_specs() {
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
       {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512vnni, avx512, avx2, generic", "auto"},
       {"activations", 0, "KIND", "decode activations for quantized weights: int8 or f32", "int8"},
+      weights_option_spec(),
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
       {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
   };
@@ -53,8 +54,34 @@ EngineOptions engine_options_from(const Args& args) {
   const std::string act = args.get_or("activations", "int8");
   if (act != "int8" && act != "f32") throw UsageError(fmt::format("--activations must be int8 or f32, got '{}'", act));
   o.int8_activations = act == "int8";
+  o.weights = args.get_or("weights", "as-stored");  // the Engine rejects a bad value, listing the valid ones
   o.on_progress = print_progress;
   return o;
+}
+
+OptionSpec weights_option_spec() {
+  return {"weights", 0, "FORMAT",
+          "matmul weight format: as-stored, or converted at load to f16, bf16, q8 (Q8_0), q4 (Q4_0), fp8 (E4M3) "
+          "or q4g128 (INT4 g128)",
+          "as-stored"};
+}
+
+nlohmann::json weights_json(const ModelInfo& info) {
+  return {{"format", info.weights},
+          {"converted_tensors", info.weights_converted_tensors},
+          {"kept_tensors", info.weights_kept_tensors},
+          {"converted_bytes", info.weights_converted_bytes},
+          {"converted_to_bytes", info.weights_converted_to_bytes},
+          {"convert_seconds", info.weights_convert_seconds}};
+}
+
+std::string weights_text(const ModelInfo& info) {
+  if (info.weights == "as-stored") return "as stored";
+  return fmt::format("{}: {} matmul tensors converted ({:.1f} MiB -> {:.1f} MiB in {:.3f} s), {} kept as stored",
+                     info.weights, info.weights_converted_tensors,
+                     static_cast<double>(info.weights_converted_bytes) / (1 << 20),
+                     static_cast<double>(info.weights_converted_to_bytes) / (1 << 20), info.weights_convert_seconds,
+                     info.weights_kept_tensors);
 }
 
 std::string read_key_file(const std::string& path) {

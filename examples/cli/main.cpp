@@ -18,10 +18,11 @@ constexpr const char* kUsage = R"(usage: sitsrt <command> [options]
 commands:
   run         generate text from a prompt (streams text, or one JSON object per token with --json)
   info        print a model file's metadata, tensor table, parameter count and bytes by type
-  graph       print the computation graph and activation memory plan (table or --json)
+  graph       print the computation graph and activation memory plan, or --plan the device plan
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
   tokenize    print the token ids of a text (GGUF model or tokenizer.json; --json, --batch)
-  make-model  write a deterministic random-weight llama GGUF of a given shape and type
+  logits      print the raw next-token logits for token ids or a prompt as JSON
+  make-model  write a deterministic random-weight GGUF (llama, mistral, qwen2, qwen3, gemma3)
   audit       verify, replay or show an audit log (sitsrt audit verify|replay|show --help)
 
 'sitsrt <command> --help' describes a command's options.
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return sitsrt::cli::bench_command(argc, argv);
     if (command == "audit") return sitsrt::cli::audit_command(argc, argv);
     if (command == "tokenize") return sitsrt::cli::tokenize_command(argc, argv);
+    if (command == "logits") return sitsrt::cli::logits_command(argc, argv);
     if (command == "make-model") return sitsrt::cli::make_model_command(argc, argv);
     fmt::print(stderr, "sitsrt: unknown command '{}'\n\n{}", command, kUsage);
     return 2;

@@ -6,6 +6,7 @@
 #include <sitsrt/export.hpp>
 #include <sitsrt/generation.hpp>
 #include <sitsrt/model_info.hpp>
+#include <sitsrt/plan.hpp>
 #include <sitsrt/token_event.hpp>
 
 #include <cstdint>
@@ -29,10 +30,16 @@ struct EngineOptions {
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
   RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints
   std::string cpu_isa = "auto";  // "auto", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU)
-  // Decode matmuls of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 weights quantize their input row to int8 per
+  // Decode matmuls of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_G128 weights quantize their input row to int8 per
   // 32-block and use integer dot products (faster; adds the activation rounding error, see
   // docs/quantization.md). false: float activations everywhere. Recorded in ModelInfo.
   bool int8_activations = true;
+  // Format of the matmul weights: "as-stored" (read in place from the file), or converted at
+  // load to "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (FP8 E4M3) or "q4g128" (INT4 g128).
+  // Norms stay f32 and a token embedding that is not also the output head stays as stored;
+  // weights whose rows are not whole blocks of the target are kept too. The cost is reported
+  // in ModelInfo (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.
+  std::string weights = "as-stored";
   std::uint64_t memory_budget_bytes = 0;  // activations + KV caches; 0: unlimited
   // Called during load with a stage name and a fraction in [0, 1] (e.g. for a progress line).
   std::function<void(std::string_view stage, double fraction)> on_progress;
@@ -87,6 +94,9 @@ class SITSRT_API Engine {
   [[nodiscard]] bool circuit_breaker_open() const noexcept;
   void reset_circuit_breaker() const noexcept;
   void open_circuit_breaker() const noexcept;  // e.g. by a shadow evaluator's divergence rule
+  // Devices, their memory against the budget, and the layers of each stage (print with
+  // to_table() / to_json()). One CPU device until the multi-device partitioner lands.
+  [[nodiscard]] const DevicePlan& plan() const noexcept;
   [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
   [[nodiscard]] std::string graph_json() const;
 

@@ -29,6 +29,12 @@ struct ModelInfo {
   int threads = 0;
   std::string cpu_isa;                // kernel level in use
   bool int8_activations = false;      // decode uses int8-quantized activations (EngineOptions)
+  std::string weights = "as-stored";  // EngineOptions::weights
+  int weights_converted_tensors = 0;  // matmul weights converted at load
+  int weights_kept_tensors = 0;       // matmul weights left as stored (already that format / rows not whole blocks)
+  std::uint64_t weights_converted_bytes = 0;  // stored bytes of the converted tensors (read)
+  std::uint64_t weights_converted_to_bytes = 0;  // their bytes after conversion
+  double weights_convert_seconds = 0.0;  // wall time of the load-time conversion
   std::int32_t bos = -1;
   std::int32_t eos = -1;
 };

@@ -6,10 +6,12 @@
 #include "formats/gguf.hpp"
 #include "graph/graph_printer.hpp"
 #include "model/gguf_weights.hpp"
-#include "model/llama_graph.hpp"
+#include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
+#include "model/weight_conversion.hpp"
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
+#include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
@@ -45,6 +47,7 @@ void validate(const EngineOptions& o) {
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
     raise(ErrorCode::kInvalidArgument, "max_batch_tokens = {} is out of range [1, 65536]", o.max_batch_tokens);
   }
+  (void)parse_weight_format(o.weights);  // throws naming the option and its valid values
   for (const auto& rule : o.anomaly_rules) audit::validate_rule(rule);
   for (const auto& sink : o.audit_sinks) {
     if (!sink) raise(ErrorCode::kInvalidArgument, "audit_sinks holds a null sink");
@@ -77,10 +80,13 @@ struct Engine::Impl {
     }
     context_length = requested > 0 ? requested : std::min(spec.n_ctx_train, kDefaultContextCap);
     const DType kv_type = options.kv_cache_type == KvCacheType::kF32 ? DType::kF32 : DType::kF16;
-    LlamaGraphOptions graph_options;
+    ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
-    graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
-    graph = build_llama_graph(spec, file, graph_options);
+    if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
+    graph = build_model_graph(spec, file, graph_options);
+    if (const std::optional<DType> target = parse_weight_format(options.weights)) {
+      converted = std::make_unique<ConvertedWeightSource>(graph, weights, *target, backend.context().pool());
+    }
 
     const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
     plan.graph = &graph;
@@ -93,11 +99,17 @@ struct Engine::Impl {
     plan.n_vocab = spec.n_vocab;
     plan.step_mutex = &step_mutex;
 
-    backend.bind_weights(graph, weights);
+    backend.bind_weights(graph, weight_source());
     backend.prepare(graph, plan.memory, context_length);
     prefault();
     fill_info(kv_type);
+    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes);
     fill_digest();
+  }
+
+  [[nodiscard]] const graph::WeightSource& weight_source() const {
+    if (converted) return *converted;
+    return weights;
   }
 
   void fill_digest() {
@@ -136,7 +148,7 @@ struct Engine::Impl {
     std::uint64_t total = graph.total_weight_bytes(), done = 0;
     volatile unsigned char sink = 0;
     for (const graph::Weight& w : graph.weights()) {
-      const auto data = weights.data(w);
+      const auto data = weight_source().data(w);
       for (std::size_t off = 0; off < data.size(); off += 4096) sink = sink ^ static_cast<unsigned char>(data[off]);
       done += data.size();
       options.on_progress("load", total ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
@@ -176,6 +188,15 @@ struct Engine::Impl {
     info.threads = backend.context().threads();
     info.cpu_isa = std::string(cpu::name(backend.context().isa()));
     info.int8_activations = backend.context().int8_activations();
+    info.weights = options.weights.empty() ? "as-stored" : options.weights;
+    if (converted) {
+      const WeightConversionReport& r = converted->report();
+      info.weights_converted_tensors = r.tensors_converted;
+      info.weights_kept_tensors = r.tensors_kept;
+      info.weights_converted_bytes = r.bytes_read;
+      info.weights_converted_to_bytes = r.bytes_written;
+      info.weights_convert_seconds = r.seconds;
+    }
     info.bos = tokenizer->vocab().bos;
     info.eos = tokenizer->vocab().eos;
   }
@@ -216,12 +237,14 @@ struct Engine::Impl {
   CpuBackend backend;
   GgufWeightSource weights;
   graph::Graph graph;
+  std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"
   ExecutionPlan plan;
   std::int64_t context_length = 0;
   std::mutex step_mutex;
   mutable std::mutex pool_mutex;
   mutable std::vector<std::unique_ptr<Session>> idle;
   ModelInfo info;
+  DevicePlan device_plan;
   EngineDigest digest;
   mutable std::once_flag hash_once;
   mutable std::string model_sha256;
@@ -343,6 +366,7 @@ std::string Engine::token_bytes(std::int32_t token) const { return impl_->tokeni
 
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 
+const DevicePlan& Engine::plan() const noexcept { return impl_->device_plan; }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }
 std::string Engine::graph_json() const { return graph::to_json(impl_->graph, impl_->plan.memory); }
 

@@ -35,7 +35,6 @@ class JsonlSink final : public AuditSink {
     if (options_.path.empty()) raise(ErrorCode::kInvalidArgument, "audit log path is empty");
     if (options_.queue_records == 0) raise(ErrorCode::kInvalidArgument, "audit queue_records must be > 0");
     open_file(options_.path);
-    write_pending();
     writer_ = std::thread([this] { run(); });
   }
 
@@ -80,17 +79,36 @@ class JsonlSink final : public AuditSink {
     not_empty_.notify_one();
   }
 
+  // A log file appears under its name only once it holds its whole header record: the header is
+  // written to a side file that is then hard-linked into place. A crash at any point (even
+  // mid-rotation) therefore leaves no file or one that starts with a header, never an empty log
+  // file, which the verifier must treat as tampering. link() also refuses an existing name, so
+  // a log is never overwritten even when two writers race.
   void open_file(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      raise(ErrorCode::kIo, "{}: cannot create audit log ({}){}", path, std::strerror(errno),
-            errno == EEXIST ? "; an audit log is never overwritten or appended to" : "");
-    }
+    const auto refuse = [&](int error) {
+      raise(ErrorCode::kIo, "{}: cannot create audit log ({}){}", path, std::strerror(error),
+            error == EEXIST ? "; an audit log is never overwritten or appended to" : "");
+    };
+    if (::access(path.c_str(), F_OK) == 0) refuse(EEXIST);
+    const std::string staging = path + ".partial";
+    // A leftover staging file is from a crash before its link: it holds at most a header.
+    fd_ = ::open(staging.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) refuse(errno);
     file_bytes_ = 0;
     nlohmann::json header{{"type", "file"}, {"version", audit::kLogFormatVersion}, {"file_index", file_index_},
                           {"alg", options_.hmac_key.empty() ? "sha256" : "hmac-sha256"}};
     pending_ += audit::seal_record(header, chain_, options_.hmac_key);
     pending_ += '\n';
+    write_pending();
+    if (options_.durability != Durability::kNever) ::fsync(fd_);
+    if (failed_.load() || ::link(staging.c_str(), path.c_str()) != 0) {
+      const int error = failed_.load() ? EIO : errno;
+      ::close(fd_);
+      fd_ = -1;
+      ::unlink(staging.c_str());
+      refuse(error);
+    }
+    ::unlink(staging.c_str());
   }
 
   void write_pending() {
@@ -166,20 +184,26 @@ class JsonlSink final : public AuditSink {
       not_full_.notify_all();
       bool sync = false;
       for (const Item& item : batch) {
-        bool end_of_request = false;
-        nlohmann::json record = to_record(item, end_of_request);
-        if (record.is_null()) continue;
-        const std::string line = seal_into_file(record);
-        pending_ += line;
-        pending_ += '\n';
-        if (options_.durability == Durability::kPerRecord) {
-          write_pending();
-          ::fsync(fd_);
+        if (failed_.load()) break;  // nothing after a failure: a hole would break the chain
+        try {
+          bool end_of_request = false;
+          nlohmann::json record = to_record(item, end_of_request);
+          if (record.is_null()) continue;
+          const std::string line = seal_into_file(record);
+          pending_ += line;
+          pending_ += '\n';
+          if (options_.durability == Durability::kPerRecord) {
+            write_pending();
+            ::fsync(fd_);
+          }
+          sync = sync || (end_of_request && options_.durability == Durability::kPerRequest);
+        } catch (const Error& e) {  // e.g. a rotation target that cannot be created
+          error_text_ = e.what();
+          failed_.store(true);
         }
-        sync = sync || (end_of_request && options_.durability == Durability::kPerRequest);
       }
       if (!failed_) write_pending();
-      if (sync) ::fsync(fd_);
+      if (sync && fd_ >= 0) ::fsync(fd_);
       {
         std::lock_guard lock(mutex_);
         written_ += batch.size();

@@ -22,14 +22,10 @@ struct Line {
   bool complete = true;     // ended with '\n'
 };
 
-std::vector<Line> read_lines(const std::vector<std::string>& files) {
+std::vector<Line> split_lines(const std::vector<std::string>& contents) {
   std::vector<Line> lines;
-  for (std::size_t f = 0; f < files.size(); ++f) {
-    std::ifstream in(files[f], std::ios::binary);
-    if (!in) raise(ErrorCode::kIo, "{}: cannot open", files[f]);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string data = ss.str();
+  for (std::size_t f = 0; f < contents.size(); ++f) {
+    const std::string& data = contents[f];
     std::size_t start = 0;
     std::int64_t number = 0;
     while (start < data.size()) {
@@ -69,10 +65,24 @@ std::vector<std::string> rotated_series(const std::string& path) {
 }
 
 VerifyReport verify_log(const std::vector<std::string>& files, const std::string& key) {
+  std::vector<std::string> contents;
+  for (const std::string& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) raise(ErrorCode::kIo, "{}: cannot open", file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    contents.push_back(ss.str());
+  }
+  return verify_log_contents(files, contents, key);
+}
+
+VerifyReport verify_log_contents(const std::vector<std::string>& files, const std::vector<std::string>& contents,
+                                 const std::string& key) {
   VerifyReport report;
   report.files = static_cast<std::int64_t>(files.size());
   if (files.empty()) raise(ErrorCode::kInvalidArgument, "no audit log files given");
-  const std::vector<Line> lines = read_lines(files);
+  if (contents.size() != files.size()) raise(ErrorCode::kInvalidArgument, "one content per audit log file needed");
+  const std::vector<Line> lines = split_lines(contents);
   // A file with no line at all (e.g. emptied) has no header to fail on: report it here.
   for (std::size_t f = 0; f < files.size(); ++f) {
     if (std::none_of(lines.begin(), lines.end(), [&](const Line& l) { return l.file == f; })) {

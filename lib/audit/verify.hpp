@@ -35,6 +35,9 @@ struct VerifyReport {
 // Verifies `files` in order (the first file, then its rotations). `key` empty: SHA-256 chain,
 // otherwise HMAC-SHA-256 under `key` is required.
 VerifyReport verify_log(const std::vector<std::string>& files, const std::string& key);
+// The same over contents already in memory (`files` only names them in the report; fuzzing).
+VerifyReport verify_log_contents(const std::vector<std::string>& files, const std::vector<std::string>& contents,
+                                 const std::string& key);
 
 // The series of files a log path names: path, path.1, path.2, ... while they exist.
 std::vector<std::string> rotated_series(const std::string& path);

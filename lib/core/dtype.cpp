@@ -17,6 +17,8 @@ constexpr std::array<DTypeTraits, kDTypeCount> kTraits = {{
     {"q4_1", 32, 20, true},
     {"q5_0", 32, 22, true},
     {"q5_1", 32, 24, true},
+    {"fp8_e4m3", 64, 68, true},
+    {"q4_g128", 128, 68, true},
 }};
 
 }  // namespace

@@ -18,9 +18,11 @@ enum class DType : std::uint8_t {
   kQ4_1,  // 32 x 4-bit + fp16 scale + fp16 min
   kQ5_0,  // 32 x 5-bit + fp16 scale, offset 16
   kQ5_1,  // 32 x 5-bit + fp16 scale + fp16 min
+  kFP8_E4M3,  // 64 x OCP FP8 E4M3FN + fp32 scale (per-channel checkpoints repeat theirs per block)
+  kQ4_G128,   // 128 x 4-bit + fp16 scale + 4-bit zero (INT4 g128 asymmetric, AWQ/GPTQ)
 };
 
-inline constexpr int kDTypeCount = 8;
+inline constexpr int kDTypeCount = 10;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

@@ -4,8 +4,10 @@
 #include "core/half.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace sitsrt {
 namespace {
@@ -37,7 +39,75 @@ float signed_absmax(const float* x) {
   return max;
 }
 
+// Q4_G128 zero point (its low 4 bits; the high bits are reserved).
+int q4_g128_zero(const BlockQ4_G128& b) { return b.zero & 0x0F; }
+
+void quantize_fp8_block(const float* x, BlockFP8_E4M3& b) {
+  float amax = 0.0f;
+  for (int j = 0; j < kFp8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+  b.d = amax / 448.0f;
+  for (int j = 0; j < kFp8Block; ++j) b.qs[j] = b.d != 0.0f ? fp32_to_fp8_e4m3(x[j] / b.d) : 0;
+}
+
+// GPTQ's min-max rule: the range is widened to contain 0 (so a constant block is exact and
+// zero stays representable), d = (max - min) / 15 rounded to fp16, z = round(-min / d), and
+// q = clamp(round(x / d) + z, 0, 15) with the stored (fp16) d; rounding is half to even, as
+// torch.round.
+void quantize_q4_g128_block(const float* x, BlockQ4_G128& b) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int j = 0; j < kGroup128; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  b.d = fp32_to_fp16((hi - lo) / 15.0f);
+  b.reserved = 0;
+  const float d = fp16_to_fp32(b.d);
+  if (d == 0.0f) {
+    b.zero = 0;
+    std::memset(b.qs, 0, sizeof b.qs);
+    return;
+  }
+  const int z = static_cast<int>(std::clamp(std::nearbyint(-lo / d), 0.0f, 15.0f));
+  b.zero = static_cast<std::uint8_t>(z);
+  const auto level = [&](float v) { return std::clamp(static_cast<int>(std::nearbyint(v / d)) + z, 0, 15); };
+  for (int s = 0; s < kGroup128 / kQBlock; ++s) {
+    for (int j = 0; j < kQBlock / 2; ++j) {
+      const int q0 = level(x[kQBlock * s + j]), q1 = level(x[kQBlock * s + 16 + j]);
+      b.qs[16 * s + j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
 }  // namespace
+
+float fp8_e4m3_to_fp32(std::uint8_t code) noexcept {
+  const float sign = (code & 0x80) != 0 ? -1.0f : 1.0f;
+  const int exponent = (code >> 3) & 0x0F;
+  const int mantissa = code & 0x07;
+  if (exponent == 0x0F && mantissa == 0x07) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: m * 2^-9
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);      // (1 + m/8) * 2^(e-7)
+}
+
+std::uint8_t fp32_to_fp8_e4m3(float value) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
+  const std::uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return sign | 0x7F;                   // NaN
+  if (abs >= 0x43E00000u) return sign | 0x7E;                  // >= 448 (also inf): saturate
+  if (abs < 0x3C800000u) {                                     // below 2^-6: subnormal, quantum 2^-9
+    // |v| * 512 < 8 is exact; adding and subtracting 2^23 rounds it to an integer, ties to even.
+    const float scaled = std::bit_cast<float>(abs) * 512.0f;
+    const auto q = static_cast<std::uint32_t>((scaled + 8388608.0f) - 8388608.0f);
+    return static_cast<std::uint8_t>(sign | q);                // q = 8 is the smallest normal's code
+  }
+  // Normal: rebias the exponent (127 -> 7) and round the 23-bit mantissa to 3 bits, ties to
+  // even; a carry out of the mantissa moves into the exponent, which is the right result.
+  const std::uint32_t truncated = (abs >> 20) - ((127u - 7u) << 3);
+  const std::uint32_t rest = abs & 0xFFFFFu;
+  const std::uint32_t round_up = rest > 0x80000u || (rest == 0x80000u && (truncated & 1u) != 0) ? 1u : 0u;
+  return static_cast<std::uint8_t>(sign | (truncated + round_up));
+}
 
 void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
   check_blocks(type, n);
@@ -112,6 +182,28 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
           const int hi1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
           dst[j] = d * static_cast<float>((b[i].qs[j] & 0x0F) | hi0) + m;
           dst[j + 16] = d * static_cast<float>((b[i].qs[j] >> 4) | hi1) + m;
+        }
+      }
+      return;
+    }
+    case DType::kFP8_E4M3: {
+      const auto* b = static_cast<const BlockFP8_E4M3*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kFp8Block) {
+        for (int j = 0; j < kFp8Block; ++j) dst[j] = b[i].d * fp8_e4m3_to_fp32(b[i].qs[j]);
+      }
+      return;
+    }
+    case DType::kQ4_G128: {
+      const auto* b = static_cast<const BlockQ4_G128*>(src);
+      for (std::int64_t i = 0; i < nb; ++i, dst += kGroup128) {
+        const float d = fp16_to_fp32(b[i].d);
+        const int z = q4_g128_zero(b[i]);
+        for (int s = 0; s < kGroup128 / kQBlock; ++s) {
+          for (int j = 0; j < kQBlock / 2; ++j) {
+            const std::uint8_t byte = b[i].qs[16 * s + j];
+            dst[kQBlock * s + j] = d * static_cast<float>((byte & 0x0F) - z);
+            dst[kQBlock * s + 16 + j] = d * static_cast<float>((byte >> 4) - z);
+          }
         }
       }
       return;
@@ -219,6 +311,16 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
         }
         store_qh(b[i].qh, qh);
       }
+      return;
+    }
+    case DType::kFP8_E4M3: {
+      auto* b = static_cast<BlockFP8_E4M3*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kFp8Block) quantize_fp8_block(src, b[i]);
+      return;
+    }
+    case DType::kQ4_G128: {
+      auto* b = static_cast<BlockQ4_G128*>(dst);
+      for (std::int64_t i = 0; i < nb; ++i, src += kGroup128) quantize_q4_g128_block(src, b[i]);
       return;
     }
   }

@@ -37,11 +37,35 @@ struct BlockQ5_1 {
   std::uint8_t qs[kQBlock / 2];    // x = d * q + m
 };
 
+// Formats that are not GGUF types (see docs/quantization.md for their bytes).
+inline constexpr int kFp8Block = 64;
+inline constexpr int kGroup128 = 128;
+
+struct BlockFP8_E4M3 {
+  float d;                      // scale (fp32): x[i] = d * e4m3(qs[i])
+  std::uint8_t qs[kFp8Block];   // OCP FP8 E4M3FN codes
+};
+struct BlockQ4_G128 {
+  std::uint16_t d;                // scale (fp16)
+  std::uint8_t zero;              // bits 3:0: zero point z (bits 7:4 ignored, written 0)
+  std::uint8_t reserved;          // written 0, ignored
+  std::uint8_t qs[kGroup128 / 2]; // per 32-element sub-block s, as Q4_0: byte 16s + j holds
+                                  // element 32s + j (low nibble) and 32s + 16 + j (high nibble);
+                                  // x = d * (q - z)
+};
+
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockFP8_E4M3) == 68);
+static_assert(sizeof(BlockQ4_G128) == 68);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
+
+// OCP FP8 E4M3FN (bias 7, no infinities, 0x7F / 0xFF NaN, largest finite 448).
+// Decode is exact; encode rounds to nearest even and saturates to +-448 (NaN -> 0x7F | sign).
+float fp8_e4m3_to_fp32(std::uint8_t code) noexcept;
+std::uint8_t fp32_to_fp8_e4m3(float value) noexcept;
 
 // Decodes n elements (whole blocks) of `type` from src into dst.
 void dequantize_row(DType type, const void* src, float* dst, std::int64_t n);

@@ -5,6 +5,7 @@
 #include "core/check.hpp"
 #include "cpu/vec_kernels.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -62,9 +63,10 @@ void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64
 
 void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t rows, std::int64_t pos0,
                const KvLayerView& kv, const AttentionShape& shape, float* out, std::int64_t ldo) {
-  if (shape.n_heads <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0 || shape.n_heads % shape.n_kv_heads != 0) {
-    raise(ErrorCode::kInvalidArgument, "attention: bad shape n_heads={} n_kv_heads={} head_dim={}", shape.n_heads,
-          shape.n_kv_heads, shape.head_dim);
+  if (shape.n_heads <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0 || shape.n_heads % shape.n_kv_heads != 0 ||
+      shape.window < 0) {
+    raise(ErrorCode::kInvalidArgument, "attention: bad shape n_heads={} n_kv_heads={} head_dim={} window={}",
+          shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.window);
   }
   check_cache(kv, shape.n_kv_heads * shape.head_dim, pos0, rows, "attention");
   if (rows == 0) return;
@@ -85,13 +87,16 @@ void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t r
       if (scratch == nullptr) scratch = ctx.scratch(t, need);
       const std::int64_t i = rows - 1 - idx / shape.n_kv_heads;
       const std::int64_t g = idx % shape.n_kv_heads;
+      const std::int64_t pos = pos0 + i;
+      const std::int64_t first = shape.window > 0 ? std::max<std::int64_t>(0, pos - shape.window + 1) : 0;
+      const std::size_t skip = static_cast<std::size_t>(first) * kv.row_stride;
       detail::AttendArgs args{};
       args.q = q + i * ldq + g * group * d;
-      args.k = kv.k + static_cast<std::size_t>(g) * head_bytes;
-      args.v = kv.v + static_cast<std::size_t>(g) * head_bytes;
+      args.k = kv.k + skip + static_cast<std::size_t>(g) * head_bytes;
+      args.v = kv.v + skip + static_cast<std::size_t>(g) * head_bytes;
       args.row_stride = kv.row_stride;
       args.group = group;
-      args.n = pos0 + i + 1;
+      args.n = pos - first + 1;
       args.head_dim = d;
       args.scale = shape.scale;
       args.out = out + i * ldo + g * group * d;

@@ -30,10 +30,12 @@ struct AttentionShape {
   std::int64_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0; query head h reads KV head h / (n_heads / n_kv_heads)
   std::int64_t head_dim = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
+  std::int64_t window = 0;  // > 0: sliding window, position p attends to p - window + 1 .. p only
 };
 
 // q: `rows` rows of n_heads * head_dim floats; row i is the token at position pos0 + i and
-// attends to cache positions 0 .. pos0 + i (inclusive). out: same shape as q.
+// attends to cache positions 0 .. pos0 + i (inclusive), or with a window only to the last
+// `window` of them (keys outside are skipped, not masked). out: same shape as q.
 // Work is split over (row, kv head) pairs; each thread needs attention_scratch_floats.
 // Each pair reads its kv head's K rows once for all query heads of the group, takes a float
 // softmax (max subtracted; exp to a few ulp; sum in 16 float lanes) and sums V rows once.

@@ -4,6 +4,7 @@
 #include "cpu/vec_kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sitsrt::cpu {
 namespace {
@@ -54,6 +55,53 @@ void add(CpuContext& ctx, const float* a, std::int64_t lda, const float* b, std:
     const float* br = b + i * ldb;
     float* o = out + i * ldo;
     for (std::int64_t c = c0; c < c1; ++c) o[c] = ar[c] + br[c];
+  });
+}
+
+void geglu_tanh(CpuContext& ctx, const float* gate, std::int64_t ldg, const float* up, std::int64_t ldu,
+                std::int64_t rows, std::int64_t n, float* out, std::int64_t ldo) {
+  check_shape(rows, n, "geglu_tanh");
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for_each_span(ctx, rows, n, [&](std::int64_t i, std::int64_t c0, std::int64_t c1) {
+    const float* g = gate + i * ldg;
+    const float* u = up + i * ldu;
+    float* o = out + i * ldo;
+    for (std::int64_t c = c0; c < c1; ++c) {
+      const float x = g[c];
+      const float gelu = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+      o[c] = gelu * u[c];
+    }
+  });
+}
+
+void add_bias(CpuContext& ctx, const float* x, std::int64_t ldx, const float* bias, std::int64_t rows, std::int64_t n,
+              float* out, std::int64_t ldo) {
+  check_shape(rows, n, "add_bias");
+  for_each_span(ctx, rows, n, [&](std::int64_t i, std::int64_t c0, std::int64_t c1) {
+    const float* xr = x + i * ldx;
+    float* o = out + i * ldo;
+    for (std::int64_t c = c0; c < c1; ++c) o[c] = xr[c] + bias[c];
+  });
+}
+
+void scale(CpuContext& ctx, const float* x, std::int64_t ldx, float factor, std::int64_t rows, std::int64_t n,
+           float* out, std::int64_t ldo) {
+  check_shape(rows, n, "scale");
+  for_each_span(ctx, rows, n, [&](std::int64_t i, std::int64_t c0, std::int64_t c1) {
+    const float* xr = x + i * ldx;
+    float* o = out + i * ldo;
+    for (std::int64_t c = c0; c < c1; ++c) o[c] = xr[c] * factor;
+  });
+}
+
+void soft_cap(CpuContext& ctx, const float* x, std::int64_t ldx, float cap, std::int64_t rows, std::int64_t n,
+              float* out, std::int64_t ldo) {
+  check_shape(rows, n, "soft_cap");
+  if (!(cap > 0.0f)) raise(ErrorCode::kInvalidArgument, "soft_cap: cap {} must be > 0", cap);
+  for_each_span(ctx, rows, n, [&](std::int64_t i, std::int64_t c0, std::int64_t c1) {
+    const float* xr = x + i * ldx;
+    float* o = out + i * ldo;
+    for (std::int64_t c = c0; c < c1; ++c) o[c] = cap * std::tanh(xr[c] / cap);
   });
 }
 

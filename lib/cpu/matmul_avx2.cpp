@@ -228,6 +228,79 @@ void dequant_blocks_avx2(const std::byte* src, float* dst, std::int64_t n) {
   }
 }
 
+// ---- FP8 (64-element blocks) and INT4 g128: one scale per block, applied to the block's partial sum
+// (decode) or to each level (dequant: the same one multiply per element as dequantize_row). ----
+
+// 16 FP8 E4M3 codes -> 16 floats equal to the codes' values / 256, exactly: with the code in
+// the high byte of a 16-bit lane, an arithmetic shift right by one moves exponent and mantissa
+// into fp16's fields (E4M3 bias 7 vs fp16's 15: a factor 2^-8, subnormals included) and the
+// mask clears the copied sign. F16C then widens exactly. The NaN codes 0x7F / 0xFF become
+// +-480 / 256 (the encoder never writes them). Chosen over a 256-entry table, which on AVX2
+// needs vpgatherdd (see docs/performance.md).
+inline void fp8x16_over256(const std::uint8_t* codes, __m256& lo, __m256& hi) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+  const __m128i zero = _mm_setzero_si128(), mask = _mm_set1_epi16(static_cast<short>(0xBF80));
+  const __m128i h_lo = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(zero, v), 1), mask);
+  const __m128i h_hi = _mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(zero, v), 1), mask);
+  lo = _mm256_cvtph_ps(h_lo);
+  hi = _mm256_cvtph_ps(h_hi);
+}
+
+// q(block, s, q): sub-block s (elements 32s .. 32s + 31) as unscaled levels; scale(block) the
+// factor that turns them into weights.
+struct DecodeFP8_E4M3 {
+  using Block = BlockFP8_E4M3;
+  static constexpr int kSize = kFp8Block;
+  static void q(const Block& b, int s, __m256 (&q)[4]) {
+    fp8x16_over256(b.qs + 32 * s, q[0], q[1]);
+    fp8x16_over256(b.qs + 32 * s + 16, q[2], q[3]);
+  }
+  static __m256 scale(const Block& b) { return _mm256_set1_ps(b.d * 256.0f); }  // exact: a power of 2
+};
+struct DecodeQ4_G128 {
+  using Block = BlockQ4_G128;
+  static constexpr int kSize = kGroup128;
+  static void q(const Block& b, int s, __m256 (&q)[4]) { unpack_4or5<false>(b.qs + 16 * s, 0, b.zero & 0x0F, q); }
+  static __m256 scale(const Block& b) { return broadcast_half(b.d); }
+};
+
+template <typename D>
+void matvec_scaled_blocks_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                               std::int64_t n_rows) {
+  const std::int64_t nb = cols / D::kSize;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc = _mm256_setzero_ps();
+    for (std::int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(blocks + b);
+      if constexpr (sizeof(typename D::Block) > 64) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64);
+      __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      const float* xb = x + b * D::kSize;
+      for (int s = 0; s < D::kSize / kQBlock; ++s) {
+        __m256 q[4];
+        D::q(blocks[b], s, q);
+        for (int i = 0; i < 4; ++i) p[i] = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(xb + 32 * s + 8 * i), p[i]);
+      }
+      acc = _mm256_fmadd_ps(_mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3])), D::scale(blocks[b]),
+                            acc);
+    }
+    y[r] = hsum(acc);
+  }
+}
+
+template <typename D>
+void dequant_scaled_blocks_avx2(const std::byte* src, float* dst, std::int64_t n) {
+  const auto* blocks = reinterpret_cast<const typename D::Block*>(src);
+  for (std::int64_t b = 0; b < n / D::kSize; ++b) {
+    const __m256 scale = D::scale(blocks[b]);
+    for (int s = 0; s < D::kSize / kQBlock; ++s, dst += kQBlock) {
+      __m256 q[4];
+      D::q(blocks[b], s, q);
+      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, _mm256_mul_ps(q[i], scale));
+    }
+  }
+}
+
 // ---- Prefill micro-kernel: y[i, j] (+)= x[i, :k] . w[j, :k], MR x NR register block. ----
 
 constexpr int kMr = 4;
@@ -337,6 +410,8 @@ constexpr MatmulKernels kAvx2Kernels = {
         {DType::kQ4_1, matvec_q4_1_avx2, dequant_blocks_avx2<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_avx2, dequant_blocks_avx2<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_avx2, dequant_blocks_avx2<DecodeQ5_1>},
+        {DType::kFP8_E4M3, matvec_scaled_blocks_avx2<DecodeFP8_E4M3>, dequant_scaled_blocks_avx2<DecodeFP8_E4M3>},
+        {DType::kQ4_G128, matvec_scaled_blocks_avx2<DecodeQ4_G128>, dequant_scaled_blocks_avx2<DecodeQ4_G128>},
     },
     gemm_tile_avx2,
     30,

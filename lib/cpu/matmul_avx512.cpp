@@ -140,6 +140,7 @@ inline __m512 scaled_levels(const B& b, __m512 levels) {
 // sum once instead of scaling each level (one multiply per block rather than two).
 struct DecodeQ8_0 {
   using Block = BlockQ8_0;
+  static constexpr int kSize = kQBlock;
   static void levels(const Block& b, __m512& lo, __m512& hi) {
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs))));
     hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16))));
@@ -162,6 +163,7 @@ struct DecodeQ8_0 {
 template <typename B, bool kMin>
 struct DecodeQ4 {
   using Block = B;
+  static constexpr int kSize = kQBlock;
   static void values(const Block& b, __m512& lo, __m512& hi) {
     const __m512 table = scaled_levels<kMin>(b, levels_from(kMin ? 0.0f : -8.0f));
     const __m512i v = widen_qs16(b.qs);
@@ -180,6 +182,7 @@ struct DecodeQ4 {
 template <typename B, bool kMin>
 struct DecodeQ5 {
   using Block = B;
+  static constexpr int kSize = kQBlock;
   static void values(const Block& b, __m512& lo, __m512& hi) {
     const __m512 low_half = scaled_levels<kMin>(b, levels_from(kMin ? 0.0f : -16.0f));
     const __m512 high_half = scaled_levels<kMin>(b, levels_from(kMin ? 16.0f : 0.0f));
@@ -202,23 +205,107 @@ using DecodeQ4_1 = DecodeQ4<BlockQ4_1, true>;
 using DecodeQ5_0 = DecodeQ5<BlockQ5_0, false>;
 using DecodeQ5_1 = DecodeQ5<BlockQ5_1, true>;
 
+// FP8 (64-element blocks) and INT4 g128: dot(block, x, acc0, acc1) adds the block's products (scale applied
+// once to the partial sums); values(block, dst) writes its weights as dequantize_row does.
+
+// 32 FP8 E4M3 codes -> their values / 256, exactly: the code in the high byte of a 16-bit lane,
+// shifted right arithmetically by one, has E4M3's exponent and mantissa in fp16's fields (bias 7
+// vs 15: a factor 2^-8, subnormals included); the mask clears the copied sign. NaN codes become
+// +-480 / 256 (never written by the encoder).
+inline void fp8x32_over256(const std::uint8_t* codes, __m512& lo, __m512& hi) {
+  const __m512i w = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))), 8);
+  const __m512i h = _mm512_and_si512(_mm512_srai_epi16(w, 1), _mm512_set1_epi16(static_cast<short>(0xBF80)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+struct DecodeFP8_E4M3 {
+  using Block = BlockFP8_E4M3;
+  static constexpr int kSize = kFp8Block;
+  static void dot(const Block& b, const float* x, __m512& acc0, __m512& acc1) {
+    __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+    for (int s = 0; s < kFp8Block; s += 32) {
+      __m512 lo, hi;
+      fp8x32_over256(b.qs + s, lo, hi);
+      p0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + s), p0);
+      p1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + s + 16), p1);
+    }
+    const __m512 scale = _mm512_set1_ps(b.d * 256.0f);  // exact: a power of 2
+    acc0 = _mm512_fmadd_ps(p0, scale, acc0);
+    acc1 = _mm512_fmadd_ps(p1, scale, acc1);
+  }
+  static void values(const Block& b, float* dst) {
+    const __m512 scale = _mm512_set1_ps(b.d * 256.0f);
+    for (int s = 0; s < kFp8Block; s += 32) {
+      __m512 lo, hi;
+      fp8x32_over256(b.qs + s, lo, hi);
+      _mm512_storeu_ps(dst + s, _mm512_mul_ps(lo, scale));
+      _mm512_storeu_ps(dst + s + 16, _mm512_mul_ps(hi, scale));
+    }
+  }
+};
+
+// INT4 g128: the table of the block's 16 weights d * (q - z), looked up by nibble as in DecodeQ4.
+struct DecodeQ4_G128 {
+  using Block = BlockQ4_G128;
+  static constexpr int kSize = kGroup128;
+  static __m512 table(const Block& b) {
+    return _mm512_mul_ps(levels_from(-static_cast<float>(b.zero & 0x0F)), broadcast_half_at(&b.d));
+  }
+  static void sub_block(const Block& b, __m512 table, int s, __m512& lo, __m512& hi) {
+    const __m512i v = widen_qs16(b.qs + 16 * s);
+    lo = _mm512_permutexvar_ps(v, table);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+  }
+  static void dot(const Block& b, const float* x, __m512& acc0, __m512& acc1) {
+    const __m512 t = table(b);
+    for (int s = 0; s < kGroup128 / kQBlock; ++s) {
+      __m512 lo, hi;
+      sub_block(b, t, s, lo, hi);
+      acc0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + kQBlock * s), acc0);
+      acc1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + kQBlock * s + 16), acc1);
+    }
+  }
+  static void values(const Block& b, float* dst) {
+    const __m512 t = table(b);
+    for (int s = 0; s < kGroup128 / kQBlock; ++s) {
+      __m512 lo, hi;
+      sub_block(b, t, s, lo, hi);
+      _mm512_storeu_ps(dst + kQBlock * s, lo);
+      _mm512_storeu_ps(dst + kQBlock * s + 16, hi);
+    }
+  }
+};
+
+template <typename D>
+void dequant_scaled_blocks_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  const auto* blocks = reinterpret_cast<const typename D::Block*>(src);
+  for (std::int64_t b = 0; b < n / D::kSize; ++b) {
+    prefetch_ahead(blocks + b);
+    D::values(blocks[b], dst + b * D::kSize);
+  }
+}
+
 // y[r] = W[r, :] . x for block formats: two blocks per iteration, four accumulators, so no
 // FMA latency chain limits the stream.
 template <typename D>
 void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                           std::int64_t n_rows) {
-  const std::int64_t nb = cols / kQBlock;
+  const std::int64_t nb = cols / D::kSize;
+  // Cache lines to prefetch per two blocks: the 32-element formats leave the second line of
+  // a pair to the hardware prefetcher; FP8 / INT4 g128 pairs span three lines.
+  constexpr int kLines = D::kSize > kQBlock ? 3 : 1;
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
     std::int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      prefetch_ahead(blocks + b);
-      D::dot(blocks[b], x + b * kQBlock, acc0, acc1);
-      D::dot(blocks[b + 1], x + (b + 1) * kQBlock, acc2, acc3);
+      for (int line = 0; line < kLines; ++line) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64 * line);
+      D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
+      D::dot(blocks[b + 1], x + (b + 1) * D::kSize, acc2, acc3);
     }
-    if (b < nb) D::dot(blocks[b], x + b * kQBlock, acc0, acc1);
+    if (b < nb) D::dot(blocks[b], x + b * D::kSize, acc0, acc1);
     y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
   }
 }
@@ -375,6 +462,8 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
+        {DType::kFP8_E4M3, matvec_blocks_avx512<DecodeFP8_E4M3>, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
+        {DType::kQ4_G128, matvec_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
     },
     gemm_tile_avx512,
     32,

@@ -93,6 +93,7 @@ inline void scale_levels(const std::int32_t* q, int offset, float d, float m, fl
 
 struct DecodeQ8_0 {
   using Block = BlockQ8_0;
+  static constexpr int kSize = kQBlock;
   static void block(const Block& b, float* out) noexcept {
     const float d = half_to_float_generic(b.d);
     for (int j = 0; j < kQBlock; ++j) out[j] = d * static_cast<float>(b.qs[j]);
@@ -101,6 +102,7 @@ struct DecodeQ8_0 {
 template <typename B, bool kMin, bool kFifthBit>
 struct DecodeQ4Q5 {
   using Block = B;
+  static constexpr int kSize = kQBlock;
   static void block(const Block& b, float* out) noexcept {
     std::int32_t q[kQBlock];
     unpack_nibbles(b.qs, q);
@@ -109,6 +111,34 @@ struct DecodeQ4Q5 {
     if constexpr (kMin) m = half_to_float_generic(b.m);
     const int offset = kMin ? 0 : kFifthBit ? 16 : 8;
     scale_levels<kMin>(q, offset, half_to_float_generic(b.d), m, out);
+  }
+};
+// FP8 E4M3 codes through a 256-entry table built from the reference decoder (exact, NaN codes
+// included); each element d * table[code] as dequantize_row rounds it.
+const std::array<float, 256> kFp8Table = [] {
+  std::array<float, 256> table{};
+  for (int c = 0; c < 256; ++c) table[static_cast<std::size_t>(c)] = fp8_e4m3_to_fp32(static_cast<std::uint8_t>(c));
+  return table;
+}();
+struct DecodeFP8_E4M3 {
+  using Block = BlockFP8_E4M3;
+  static constexpr int kSize = kFp8Block;
+  static void block(const Block& b, float* out) noexcept {
+    for (int j = 0; j < kFp8Block; ++j) out[j] = b.d * kFp8Table[b.qs[j]];
+  }
+};
+// INT4 g128: four Q4_0-shaped 32-element sub-blocks sharing one scale and zero point.
+struct DecodeQ4_G128 {
+  using Block = BlockQ4_G128;
+  static constexpr int kSize = kGroup128;
+  static void block(const Block& b, float* out) noexcept {
+    const float d = half_to_float_generic(b.d);
+    const int zero = b.zero & 0x0F;
+    for (int s = 0; s < kGroup128 / kQBlock; ++s) {
+      std::int32_t q[kQBlock];
+      unpack_nibbles(b.qs + 16 * s, q);
+      scale_levels<false>(q, zero, d, 0.0f, out + kQBlock * s);
+    }
   }
 };
 using DecodeQ4_0 = DecodeQ4Q5<BlockQ4_0, false, false>;
@@ -188,14 +218,14 @@ void matvec_float_generic(const std::byte* w, std::size_t row_stride, std::int64
 template <typename D>
 void matvec_blocks_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows) {
-  const std::int64_t nb = cols / kQBlock;
+  const std::int64_t nb = cols / D::kSize;
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const auto* blocks = reinterpret_cast<const typename D::Block*>(w + static_cast<std::size_t>(r) * row_stride);
     Vec4 acc0 = zero4(), acc1 = zero4();
-    float buf[kChunk];
+    float buf[D::kSize];
     for (std::int64_t b = 0; b < nb; ++b) {
       D::block(blocks[b], buf);
-      dot_chunk(buf, x + b * kQBlock, acc0, acc1);
+      for (int c = 0; c < D::kSize; c += kChunk) dot_chunk(buf + c, x + b * D::kSize + c, acc0, acc1);
     }
     y[r] = sum4(acc0 + acc1);
   }
@@ -213,7 +243,7 @@ void dequant_float_generic(const std::byte* src, float* dst, std::int64_t n) {
 template <typename D>
 void dequant_blocks_generic(const std::byte* src, float* dst, std::int64_t n) {
   const auto* blocks = reinterpret_cast<const typename D::Block*>(src);
-  for (std::int64_t b = 0; b < n / kQBlock; ++b) D::block(blocks[b], dst + b * kQBlock);
+  for (std::int64_t b = 0; b < n / D::kSize; ++b) D::block(blocks[b], dst + b * D::kSize);
 }
 
 // ---- Prefill tile: MR x rows times NR weight rows, 4-lane partial sums per pair. ----
@@ -273,6 +303,8 @@ constexpr MatvecFn matvec_q4_0_generic = matvec_blocks_generic<DecodeQ4_0>;
 constexpr MatvecFn matvec_q4_1_generic = matvec_blocks_generic<DecodeQ4_1>;
 constexpr MatvecFn matvec_q5_0_generic = matvec_blocks_generic<DecodeQ5_0>;
 constexpr MatvecFn matvec_q5_1_generic = matvec_blocks_generic<DecodeQ5_1>;
+constexpr MatvecFn matvec_fp8_generic = matvec_blocks_generic<DecodeFP8_E4M3>;
+constexpr MatvecFn matvec_q4_g128_generic = matvec_blocks_generic<DecodeQ4_G128>;
 
 constexpr MatmulKernels kGenericKernels = {
     {
@@ -284,6 +316,8 @@ constexpr MatmulKernels kGenericKernels = {
         {DType::kQ4_1, matvec_q4_1_generic, dequant_blocks_generic<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_generic, dequant_blocks_generic<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_generic, dequant_blocks_generic<DecodeQ5_1>},
+        {DType::kFP8_E4M3, matvec_fp8_generic, dequant_blocks_generic<DecodeFP8_E4M3>},
+        {DType::kQ4_G128, matvec_q4_g128_generic, dequant_blocks_generic<DecodeQ4_G128>},
     },
     gemm_tile_generic,
     32,

@@ -114,6 +114,32 @@ void qdot_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
   }
 }
 
+// INT4 g128: sub-block s of a group against activation block 4g + s. The signed levels u - z
+// (|.| <= 15) take Q8_0's sign trick: |u - z| against sign(u - z) * q, exact in int16 pairs.
+void qdot_q4_g128_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                       std::int64_t n_rows) {
+  const std::int64_t ng = x.blocks / 4;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* groups = reinterpret_cast<const BlockQ4_G128*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (std::int64_t g = 0; g < ng; ++g) {
+      prefetch_ahead(groups + g);
+      const __m256i zero = _mm256_set1_epi8(static_cast<char>(groups[g].zero & 15));
+      const __m256 dw = _mm256_set1_ps(half_at(&groups[g].d));
+      for (int s = 0; s < 4; ++s) {
+        const std::int64_t b = 4 * g + s;
+        const __m256i u = _mm256_sub_epi8(nibbles(groups[g].qs + 16 * s), zero);
+        const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b));
+        const __m256i lanes =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(q, u)), _mm256_set1_epi16(1));
+        __m256& acc = s % 2 == 0 ? acc0 : acc1;
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(dw, _mm256_load_ps(x.d8 + 8 * b)), acc);
+      }
+    }
+    y[r] = hsum(_mm256_add_ps(acc0, acc1));
+  }
+}
+
 // quantize_row_q8_act with 8 lanes: same operations, bit-identical output (see the AVX-512
 // version in qdot_avx512vnni.cpp).
 QuantizedRow quantize_avx2(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
@@ -160,6 +186,8 @@ constexpr QdotKernels kAvx2 = {{
     qdot_avx2<DotQ4<BlockQ4_1, true>>,     // q4_1
     qdot_avx2<DotQ5<BlockQ5_0, false>>,    // q5_0
     qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
+    nullptr,                               // fp8_e4m3: float activations
+    qdot_q4_g128_avx2,                     // q4_g128
 }, quantize_avx2};
 
 }  // namespace

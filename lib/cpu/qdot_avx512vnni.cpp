@@ -46,14 +46,16 @@ inline __m512i pair_from_halves(__m256i u0, __m256i u1) {
 // Nibbles of two 4-bit blocks: the two 16-byte qs arrays go to 128-bit lanes 0 and 2, are
 // duplicated into lanes 1 and 3, and lanes 1 and 3 shift right by 4: after the mask, lane k of
 // each block holds elements 16k..16k+15. Five vector ops for 64 levels.
-template <typename B>
-inline __m512i pair_nibbles(const B* blocks, std::int64_t b, bool second) {
-  const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b + 1].qs)) : _mm_setzero_si128();
-  __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs))),
-                                 q1, 2);
+inline __m512i nibbles_of(__m128i q0, __m128i q1) {
+  __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(q0), q1, 2);
   v = _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(2, 2, 0, 0));
   v = _mm512_mask_srli_epi16(v, static_cast<__mmask32>(0xFF00FF00u), v, 4);
   return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+}
+template <typename B>
+inline __m512i pair_nibbles(const B* blocks, std::int64_t b, bool second) {
+  const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b + 1].qs)) : _mm_setzero_si128();
+  return nibbles_of(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs)), q1);
 }
 inline std::uint32_t load_qh(const std::uint8_t* qh) {
   std::uint32_t v;
@@ -151,6 +153,34 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
   }
 }
 
+// INT4 g128: a group's 4 sub-blocks are two pairs (Q4_0-packed); lane 0 of each block starts at
+// -z * sum(q), so the zero point cancels exactly in integers.
+void qdot_q4_g128_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                             std::int64_t n_rows) {
+  const std::int64_t ng = x.blocks / 4;
+  constexpr __mmask16 kFirstLanes = 0x0101;  // lane 0 of each block of a pair
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* groups = reinterpret_cast<const BlockQ4_G128*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (std::int64_t g = 0; g < ng; ++g) {
+      prefetch_ahead(groups + g);
+      const __m512i zero = _mm512_set1_epi32(groups[g].zero & 15);
+      const __m512 dw = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(load_u16(&groups[g].d))));
+      for (int p = 0; p < 2; ++p) {
+        const std::int64_t b = 4 * g + 2 * p;
+        const std::uint8_t* qs = groups[g].qs + 32 * p;
+        const __m512i u = nibbles_of(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16)));
+        const __m512i init = _mm512_maskz_mullo_epi32(kFirstLanes, _mm512_load_si512(x.neg_sum8 + 8 * b), zero);
+        const __m512i dot = _mm512_dpbusd_epi32(init, u, _mm512_load_si512(x.qs + 32 * b));
+        __m512& acc = p == 0 ? acc0 : acc1;
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_load_ps(x.d8 + 8 * b)), acc);
+      }
+    }
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+}
+
 // quantize_row_q8_act with 16 lanes: same operations (max of |x|, d = amax / 127 and 1 / d in
 // scalar, x * id rounded to nearest even by vcvtps2dq), so the output is bit-identical.
 QuantizedRow quantize_avx512(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
@@ -184,6 +214,8 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
+    nullptr,                                          // fp8_e4m3: float activations
+    qdot_q4_g128_avx512vnni,                          // q4_g128
 }, quantize_avx512};
 
 }  // namespace

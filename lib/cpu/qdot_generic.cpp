@@ -148,6 +148,26 @@ void qdot_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow
   }
 }
 
+// INT4 g128: each 128-group spans 4 activation blocks; sub-block s is packed as a Q4_0 block
+// and the group's zero point z is the offset, cancelled exactly with the block's level sum.
+void qdot_q4_g128_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                          std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* groups = reinterpret_cast<const BlockQ4_G128*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t b = 0; b < x.blocks; ++b) {
+      const BlockQ4_G128& g = groups[b / 4];
+      const std::uint8_t* qs = g.qs + 16 * (b % 4);
+      const std::int8_t* q = x.qs + b * kQBlock;
+      std::int32_t dot = 0;
+      for (int i = 0; i < kQBlock / 2; ++i) dot += (qs[i] & 15) * q[i] + (qs[i] >> 4) * q[i + 16];
+      dot += (g.zero & 15) * x.neg_sum8[b * 8];  // (u - z) . q, exactly
+      acc += half_to_float_generic(load_u16(&g.d)) * x.d8[b * 8] * static_cast<float>(dot);
+    }
+    y[r] = acc;
+  }
+}
+
 constexpr QdotKernels kGeneric = {{
     nullptr,                                                   // f32
     nullptr,                                                   // f16
@@ -157,6 +177,8 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ4<BlockQ4_1, true, 0>>,                // q4_1
     qdot_generic<LevelsQ5<BlockQ5_0, false, 16>>,              // q5_0
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
+    nullptr,                                                   // fp8_e4m3: float activations
+    qdot_q4_g128_generic,                                      // q4_g128
 }, quantize_row_q8_act};
 
 }  // namespace

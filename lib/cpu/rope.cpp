@@ -4,46 +4,95 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 namespace sitsrt::cpu {
 namespace {
 
-// Pairs handled per pass: their frequencies and one row's cos/sin live on the stack.
+// Pairs handled per pass: one row's cos/sin live on the stack.
 constexpr std::int64_t kPairChunk = 64;
+// Pairs whose frequencies are precomputed on the stack per call (rot_dims <= 2048).
+constexpr std::int64_t kMaxPairs = 1024;
+
+// YaRN's pair index at which a dimension turns n_rotations times over the original context.
+double yarn_correction_dim(double rot_dims, double original_context, double n_rotations, double base) {
+  return rot_dims * std::log(original_context / (n_rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+}
 
 }  // namespace
 
-// Angles are computed in double (theta = pos * freq_scale * base^(-2i/rot_dims) / factor_i)
-// and cos/sin are evaluated in double, then rounded to float once: the only float error is
-// in the rotation itself. Every row and head reuses the row's cos/sin.
+void rope_inverse_frequencies(const RopeParams& p, double* inv_freq, double* mscale) {
+  const std::int64_t half = p.rot_dims / 2;
+  const auto base = static_cast<double>(p.freq_base);
+  double ramp_low = 0, ramp_high = 0;
+  if (p.yarn.enabled) {
+    const auto rot = static_cast<double>(p.rot_dims);
+    ramp_low = std::max(0.0, std::floor(yarn_correction_dim(rot, p.yarn.original_context, p.yarn.beta_fast, base)));
+    ramp_high = std::min(rot - 1, std::ceil(yarn_correction_dim(rot, p.yarn.original_context, p.yarn.beta_slow, base)));
+  }
+  for (std::int64_t j = 0; j < half; ++j) {
+    const double exponent = -2.0 * static_cast<double>(j) / static_cast<double>(p.rot_dims);
+    const double original = std::pow(base, exponent);
+    double factor = p.freq_factors != nullptr ? p.freq_factors[j] : 1.0;
+    if (p.llama3.enabled) {
+      const double wavelength = 2.0 * std::numbers::pi / original;
+      const double short_wave = p.llama3.original_context / p.llama3.high_freq_factor;
+      const double long_wave = p.llama3.original_context / p.llama3.low_freq_factor;
+      if (wavelength > long_wave) {
+        factor *= p.llama3.factor;
+      } else if (wavelength >= short_wave) {
+        const double smooth = (p.llama3.original_context / wavelength - p.llama3.low_freq_factor) /
+                              (p.llama3.high_freq_factor - p.llama3.low_freq_factor);
+        factor *= 1.0 / ((1.0 - smooth) / p.llama3.factor + smooth);
+      }
+    }
+    if (p.yarn.enabled) {
+      // keep = 1 for fast pairs (extrapolate), 0 for slow pairs (interpolate by freq_scale).
+      const double y = (static_cast<double>(j) - ramp_low) / std::max(0.001, ramp_high - ramp_low);
+      const double keep = 1.0 - std::clamp(y, 0.0, 1.0);
+      const auto scale = static_cast<double>(p.freq_scale);
+      inv_freq[j] = original * (scale * (1.0 - keep) + keep) / factor;
+    } else {
+      inv_freq[j] = static_cast<double>(p.freq_scale) * original / factor;
+    }
+  }
+  *mscale = 1.0;
+  if (p.yarn.enabled) {
+    *mscale = p.yarn.attn_factor * (1.0 + 0.1 * std::log(1.0 / static_cast<double>(p.freq_scale)));
+  }
+}
+
+// Angles are computed in double (theta = pos * inv_freq_i) and cos/sin are evaluated in double,
+// then rounded to float once: the only float error is in the rotation itself. Every row and head
+// reuses the row's cos/sin.
 void rope(CpuContext& ctx, float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n_heads,
           const std::int32_t* positions, const RopeParams& params) {
   const std::int64_t hd = params.head_dim, rot = params.rot_dims;
-  if (hd <= 0 || rot < 0 || rot > hd || rot % 2 != 0 || n_heads < 0 || rows < 0) {
+  if (hd <= 0 || rot < 0 || rot > hd || rot % 2 != 0 || n_heads < 0 || rows < 0 || rot / 2 > kMaxPairs) {
     raise(ErrorCode::kInvalidArgument, "rope: bad shape head_dim={} rot_dims={} n_heads={} rows={}", hd, rot, n_heads,
           rows);
   }
   if (!(params.freq_base > 0.0f)) raise(ErrorCode::kInvalidArgument, "rope: freq_base {} <= 0", params.freq_base);
+  if (params.yarn.enabled && !(params.yarn.original_context > 0.0 && params.freq_scale > 0.0f)) {
+    raise(ErrorCode::kInvalidArgument, "rope: YaRN needs original_context > 0 and freq_scale > 0");
+  }
   const std::int64_t half = rot / 2;
   if (rows == 0 || half == 0 || n_heads == 0) return;
+  double inv_freq[kMaxPairs];
+  double mscale_d = 1.0;
+  rope_inverse_frequencies(params, inv_freq, &mscale_d);
+  const bool scaled = mscale_d != 1.0;
   const bool neox = params.style == RopeStyle::kNeox;
   const auto rotate_rows = [&](std::int64_t r0, std::int64_t r1) {
-    double inv_freq[kPairChunk];
     float cs[kPairChunk], sn[kPairChunk];
     for (std::int64_t j0 = 0; j0 < half; j0 += kPairChunk) {
       const std::int64_t nj = std::min(kPairChunk, half - j0);
-      for (std::int64_t j = 0; j < nj; ++j) {
-        const double exponent = -2.0 * static_cast<double>(j0 + j) / static_cast<double>(rot);
-        const double factor = params.freq_factors != nullptr ? params.freq_factors[j0 + j] : 1.0;
-        inv_freq[j] =
-            static_cast<double>(params.freq_scale) * std::pow(static_cast<double>(params.freq_base), exponent) / factor;
-      }
       for (std::int64_t i = r0; i < r1; ++i) {
         const double pos = positions[i];
         for (std::int64_t j = 0; j < nj; ++j) {
-          const double theta = pos * inv_freq[j];
-          cs[j] = static_cast<float>(std::cos(theta));
-          sn[j] = static_cast<float>(std::sin(theta));
+          const double theta = pos * inv_freq[j0 + j];
+          cs[j] = static_cast<float>(scaled ? mscale_d * std::cos(theta) : std::cos(theta));
+          sn[j] = static_cast<float>(scaled ? mscale_d * std::sin(theta) : std::sin(theta));
         }
         for (std::int64_t h = 0; h < n_heads; ++h) {
           float* head = x + i * ldx + h * hd;

@@ -15,7 +15,10 @@ constexpr std::array<std::string_view, 40> kGgmlTypeNames = {
     "",        "",       "tq1_0",   "tq2_0", "",       "",       "",      "mxfp4",
 };
 
-// ggml type id of each sitsrt::DType, indexed by the DType value.
+// ggml type id of each sitsrt::DType, indexed by the DType value. ggml has no FP8 E4M3 or
+// INT4 g128 type: those use sitsrt-private ids from kPrivateTypeBase on (files that only
+// sitsrt reads; llama.cpp rejects them as unknown types).
+constexpr std::uint32_t kPrivateTypeBase = 0x5300;
 constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     0,   // kF32
     1,   // kF16
@@ -25,6 +28,8 @@ constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     3,   // kQ4_1
     6,   // kQ5_0
     7,   // kQ5_1
+    kPrivateTypeBase + 0,  // kFP8_E4M3
+    kPrivateTypeBase + 1,  // kQ4_G128
 };
 
 }  // namespace
@@ -60,6 +65,10 @@ std::uint32_t ggml_type_from_dtype(DType type) noexcept {
 }
 
 std::string_view ggml_type_name(std::uint32_t ggml_type) noexcept {
+  if (ggml_type >= kPrivateTypeBase) {
+    const std::optional<DType> own = dtype_from_ggml_type(ggml_type);
+    return own ? name(*own) : "unknown";
+  }
   if (ggml_type >= kGgmlTypeNames.size() || kGgmlTypeNames[ggml_type].empty()) return "unknown";
   return kGgmlTypeNames[ggml_type];
 }

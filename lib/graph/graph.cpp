@@ -10,6 +10,11 @@ std::string_view name(OpKind op) noexcept {
   switch (op) {
     case OpKind::kEmbed: return "embed";
     case OpKind::kRmsNorm: return "rms_norm";
+    case OpKind::kHeadRmsNorm: return "head_rms_norm";
+    case OpKind::kGeGlu: return "geglu_tanh";
+    case OpKind::kAddBias: return "add_bias";
+    case OpKind::kScale: return "scale";
+    case OpKind::kSoftCap: return "soft_cap";
     case OpKind::kMatMul: return "matmul";
     case OpKind::kRope: return "rope";
     case OpKind::kAttention: return "attention";
@@ -20,9 +25,30 @@ std::string_view name(OpKind op) noexcept {
   return "unknown";
 }
 
+std::string_view name(RopeScaling scaling) noexcept {
+  switch (scaling) {
+    case RopeScaling::kNone: return "none";
+    case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kYarn: return "yarn";
+    case RopeScaling::kLlama3: return "llama3";
+  }
+  return "unknown";
+}
+
 WeightId Graph::add_weight(Weight weight) {
   weights_.push_back(std::move(weight));
   return static_cast<WeightId>(weights_.size() - 1);
+}
+
+void Graph::set_weight_type(WeightId id, DType type) {
+  Weight& w = weights_.at(static_cast<std::size_t>(id));
+  std::uint64_t rows = 1;
+  for (std::size_t i = 1; i < w.dims.size(); ++i) rows *= static_cast<std::uint64_t>(w.dims[i]);
+  w.type = type;
+  w.bytes = row_bytes(type, w.dims[0]) * rows;
+  for (Node& node : nodes_) {
+    if (std::find(node.weights.begin(), node.weights.end(), id) != node.weights.end()) fill_cost(node);
+  }
 }
 
 ValueId Graph::add_node(OpKind op, std::string node_name, std::int32_t layer, std::vector<ValueId> inputs,
@@ -73,7 +99,18 @@ void Graph::fill_cost(Node& node) const {
       c.flops = 2 * out * width(node.inputs[0]);
       break;
     case OpKind::kRmsNorm:
+    case OpKind::kHeadRmsNorm:
       c.flops = 3 * out;
+      break;
+    case OpKind::kGeGlu:
+      c.flops = 10 * out;
+      break;
+    case OpKind::kAddBias:
+    case OpKind::kScale:
+      c.flops = out;
+      break;
+    case OpKind::kSoftCap:
+      c.flops = 4 * out;
       break;
     case OpKind::kRope:
       c.flops = 3 * out;

@@ -20,10 +20,15 @@ inline constexpr ValueId kNoValue = -1;
 enum class OpKind : std::uint8_t {
   kEmbed,      // token ids -> rows of the embedding table
   kRmsNorm,    // x * rsqrt(mean(x^2) + eps) * w
+  kHeadRmsNorm,  // kRmsNorm over each head_dim slice of the row (weights: head_dim values)
   kMatMul,     // x @ W^T, W in its stored format
   kRope,       // rotary position embedding (in place)
   kAttention,  // store K/V of this step into the layer's cache, causal GQA attention over it
   kSwiGlu,     // silu(gate) * up
+  kGeGlu,      // gelu_tanh(gate) * up
+  kAddBias,    // x + bias row (in place)
+  kScale,      // x * attrs.scalar (in place)
+  kSoftCap,    // attrs.scalar * tanh(x / attrs.scalar) (in place)
   kAdd,        // residual add (in place into the first input)
   kTakeLast,   // the last n_outputs rows (only those feed the output head)
 };
@@ -48,20 +53,31 @@ struct Weight {
   std::uint64_t bytes = 0;
 };
 
+// Frequency scaling of a rope node (mirrors cpu::RopeParams; the graph layer sits above the
+// kernels' types). A rope node with a weight reads it as per-pair frequency divisors.
+enum class RopeScaling : std::uint8_t { kNone, kLinear, kYarn, kLlama3 };
+std::string_view name(RopeScaling scaling) noexcept;
+
 struct RopeAttrs {
   std::int64_t head_dim = 0;
   std::int64_t rot_dims = 0;
   float freq_base = 10000.0f;
-  float freq_scale = 1.0f;
+  float freq_scale = 1.0f;  // 1 / factor for kLinear and kYarn
   bool neox = false;  // false: adjacent pairs (2i, 2i+1); true: halves (i, i + rot_dims/2)
+  RopeScaling scaling = RopeScaling::kNone;
+  float original_context = 0.0f;  // kYarn, kLlama3
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_attn_factor = 1.0f;
+  float llama3_factor = 1.0f, llama3_low_freq_factor = 1.0f, llama3_high_freq_factor = 4.0f;
 };
 
 struct NodeAttrs {
   float eps = 0.0f;               // kRmsNorm
-  std::int64_t n_heads = 0;       // kRope, kAttention
+  std::int64_t n_heads = 0;       // kRope, kAttention, kHeadRmsNorm
   std::int64_t n_kv_heads = 0;    // kAttention
   std::int64_t head_dim = 0;      // kAttention
   float attn_scale = 0.0f;        // kAttention
+  std::int64_t window = 0;        // kAttention: sliding window (0: full causal)
+  float scalar = 0.0f;            // kScale factor, kSoftCap cap
   std::uint32_t kv_element_bytes = 0;  // kAttention: bytes per cached K or V element
   RopeAttrs rope;                 // kRope
 };
@@ -95,6 +111,9 @@ class Graph {
                    std::vector<WeightId> weights, NodeAttrs attrs, std::int64_t out_width, RowSpace rows,
                    bool in_place = false);
   void set_output(ValueId value) noexcept { output_ = value; }
+  // Changes the stored format of a weight (load-time conversion): its bytes and the costs of
+  // the nodes that read it follow. Its rows (dims[0]) must be whole blocks of `type`.
+  void set_weight_type(WeightId id, DType type);
 
   [[nodiscard]] const std::vector<Node>& nodes() const noexcept { return nodes_; }
   [[nodiscard]] const std::vector<Value>& values() const noexcept { return values_; }

@@ -29,10 +29,31 @@ std::string human_bytes(std::uint64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// The attributes that distinguish one architecture's nodes from another's (window, rope base
+// and scaling, scale factors); empty for nodes whose behaviour their op name says in full.
+std::string attribute_summary(const Node& node) {
+  const NodeAttrs& a = node.attrs;
+  switch (node.op) {
+    case OpKind::kRope: {
+      std::string s = fmt::format("base={:g}{}", a.rope.freq_base, a.rope.neox ? " neox" : "");
+      if (a.rope.scaling != RopeScaling::kNone) s += fmt::format(" {}", name(a.rope.scaling));
+      if (a.rope.freq_scale != 1.0f) s += fmt::format(" freq_scale={:g}", a.rope.freq_scale);
+      if (!node.weights.empty()) s += " factors";
+      return s;
+    }
+    case OpKind::kAttention:
+      return a.window > 0 ? fmt::format("window={} scale={:g}", a.window, a.attn_scale)
+                          : fmt::format("scale={:g}", a.attn_scale);
+    case OpKind::kScale: return fmt::format("x{:g}", a.scalar);
+    case OpKind::kSoftCap: return fmt::format("cap={:g}", a.scalar);
+    default: return {};
+  }
+}
+
 }  // namespace
 
 std::string to_table(const Graph& graph, const MemoryPlan& plan) {
-  std::string out = fmt::format("{:>4}  {:>5}  {:<10} {:<24} {:<14} {:<26} {:>12} {:>12}\n", "node", "layer", "op",
+  std::string out = fmt::format("{:>4}  {:>5}  {:<13} {:<26} {:<14} {:<26} {:>12} {:>12}\n", "node", "layer", "op",
                                 "name", "output", "weights", "weight bytes", "MFLOP/token");
   for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
     const Node& node = graph.nodes()[i];
@@ -42,10 +63,11 @@ std::string to_table(const Graph& graph, const MemoryPlan& plan) {
     if (node.cost.flops_per_context != 0) {
       flops = fmt::format("{:.4f}/ctx", static_cast<double>(node.cost.flops_per_context) / 1e6);
     }
-    out += fmt::format("{:>4}  {:>5}  {:<10} {:<24} {:<14} {:<26} {:>12} {:>12}{}\n", i, layer, name(node.op),
+    const std::string attrs = attribute_summary(node);
+    out += fmt::format("{:>4}  {:>5}  {:<13} {:<26} {:<14} {:<26} {:>12} {:>12}{}{}\n", i, layer, name(node.op),
                        node.name, shape_of(v), weight_summary(graph, node),
                        node.cost.weight_bytes ? human_bytes(node.cost.weight_bytes) : "", flops,
-                       v.alias_of != kNoValue ? "  (in place)" : "");
+                       v.alias_of != kNoValue ? "  (in place)" : "", attrs.empty() ? "" : "  " + attrs);
   }
   std::uint64_t kv_per_token = 0;
   for (const Node& node : graph.nodes()) kv_per_token += node.cost.kv_bytes;
@@ -76,6 +98,7 @@ std::string to_json(const Graph& graph, const MemoryPlan& plan, int indent) {
         {"op", name(node.op)},
         {"name", node.name},
         {"layer", node.layer},
+        {"attributes", attribute_summary(node)},
         {"inputs", inputs},
         {"weights", weights},
         {"output", {{"name", out.name}, {"width", out.width},

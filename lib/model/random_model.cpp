@@ -5,7 +5,10 @@
 #include "core/thread_pool.hpp"
 #include "formats/gguf_writer.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <initializer_list>
 #include <fmt/format.h>
 #include <string_view>
 #include <unordered_set>
@@ -76,18 +79,57 @@ GeneratedVocab make_vocab(std::int64_t size) {
   return v;
 }
 
+bool is_one_of(std::string_view value, std::initializer_list<std::string_view> names) {
+  for (auto n : names) {
+    if (value == n) return true;
+  }
+  return false;
+}
+
 void validate(const RandomModelOptions& o) {
   const auto need = [](bool ok, std::string_view field, std::int64_t value) {
     if (!ok) raise(ErrorCode::kInvalidArgument, "make-model: {} = {} is out of range", field, value);
   };
+  if (!is_one_of(o.architecture, {"llama", "mistral", "qwen2", "qwen3", "gemma3"})) {
+    raise(ErrorCode::kInvalidArgument, "make-model: architecture '{}' is not one of {}", o.architecture,
+          kRandomModelArchitectures);
+  }
+  if (!is_one_of(o.rope_scaling, {"none", "linear", "yarn", "llama3"})) {
+    raise(ErrorCode::kInvalidArgument, "make-model: rope scaling '{}' is not one of none, linear, yarn, llama3",
+          o.rope_scaling);
+  }
   need(o.dim >= 2 && o.dim <= 65536, "dim", o.dim);
   need(o.layers >= 1 && o.layers <= 1024, "layers", o.layers);
-  need(o.heads >= 1 && o.dim % o.heads == 0, "heads (must divide dim)", o.heads);
+  need(o.heads >= 1 && (o.head_dim > 0 || o.dim % o.heads == 0), "heads (must divide dim)", o.heads);
   need(o.kv_heads >= 1 && o.heads % o.kv_heads == 0, "kv-heads (must divide heads)", o.kv_heads);
-  need((o.dim / o.heads) % 2 == 0, "head dim (dim/heads, must be even)", o.dim / o.heads);
+  const std::int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.heads;
+  need(head_dim % 2 == 0 && head_dim <= 1024, "head dim (must be even, <= 1024)", head_dim);
   need(o.ffn >= 1 && o.ffn <= 1 << 20, "ffn", o.ffn);
   need(o.vocab >= 259 && o.vocab <= 1 << 21, "vocab (>= 259)", o.vocab);
   need(o.context >= 8 && o.context <= 1 << 24, "context", o.context);
+  need(o.sliding_window >= 0, "sliding window", o.sliding_window);
+  if (!(o.rope_scaling_factor >= 1.0f) || !(o.final_logit_softcap >= 0.0f)) {
+    raise(ErrorCode::kInvalidArgument, "make-model: rope scaling factor must be >= 1 and the soft-cap >= 0");
+  }
+}
+
+// llama3 frequency scaling as per-pair divisors (what llama.cpp's converter stores in
+// rope_freqs.weight): keep short wavelengths, divide long ones by factor, blend in between.
+std::vector<float> llama3_rope_factors(std::int64_t rot_dims, double base, double factor, double original_context) {
+  constexpr double kLowFreqFactor = 1.0, kHighFreqFactor = 4.0;
+  std::vector<float> f(static_cast<std::size_t>(rot_dims / 2));
+  for (std::size_t j = 0; j < f.size(); ++j) {
+    const double wavelength = 2.0 * 3.14159265358979323846 / std::pow(base, -2.0 * static_cast<double>(j) / static_cast<double>(rot_dims));
+    if (wavelength < original_context / kHighFreqFactor) {
+      f[j] = 1.0f;
+    } else if (wavelength > original_context / kLowFreqFactor) {
+      f[j] = static_cast<float>(factor);
+    } else {
+      const double smooth = (original_context / wavelength - kLowFreqFactor) / (kHighFreqFactor - kLowFreqFactor);
+      f[j] = static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth));
+    }
+  }
+  return f;
 }
 
 }  // namespace
@@ -106,31 +148,59 @@ RandomModelOptions benchmark_model_options(DType type) {
   return o;
 }
 
-std::int64_t random_llama_parameters(const RandomModelOptions& o) noexcept {
-  const std::int64_t head_dim = o.dim / o.heads;
-  const std::int64_t per_layer = 2 * o.dim + o.dim * o.dim * 2 + 2 * o.dim * o.kv_heads * head_dim + 3 * o.dim * o.ffn;
+std::int64_t random_model_parameters(const RandomModelOptions& o) noexcept {
+  const std::int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.heads;
+  const std::int64_t q_width = o.heads * head_dim, kv_width = o.kv_heads * head_dim;
+  std::int64_t per_layer = 2 * o.dim + 2 * o.dim * q_width + 2 * o.dim * kv_width + 3 * o.dim * o.ffn;
+  if (o.architecture == "qwen2") per_layer += q_width + 2 * kv_width;
+  if (o.architecture == "qwen3" || o.architecture == "gemma3") per_layer += 2 * head_dim;
+  if (o.architecture == "gemma3") per_layer += 2 * o.dim;
   return o.vocab * o.dim * (o.tied_embeddings ? 1 : 2) + o.layers * per_layer + o.dim;
 }
 
-void write_random_llama(const RandomModelOptions& o, const std::string& path,
+void write_random_model(const RandomModelOptions& o, const std::string& path,
                         const std::function<void(std::size_t, std::size_t)>& progress) {
   validate(o);
-  const std::int64_t head_dim = o.dim / o.heads;
+  const bool explicit_head_dim = o.head_dim > 0;
+  const std::int64_t head_dim = explicit_head_dim ? o.head_dim : o.dim / o.heads;
+  const std::int64_t q_width = o.heads * head_dim;
   const std::int64_t kv_width = o.kv_heads * head_dim;
+  const bool mistral = o.architecture == "mistral", gemma3 = o.architecture == "gemma3";
+  const bool qwen2 = o.architecture == "qwen2", qk_norm = o.architecture == "qwen3" || gemma3;
+  const std::string arch = mistral ? "llama" : o.architecture;
+  const auto key = [&](std::string_view k) { return fmt::format("{}.{}", arch, k); };
+  const auto u32 = [](std::int64_t v) { return gguf::Value::u32(static_cast<std::uint32_t>(v)); };
   gguf::Writer w;
-  w.set("general.architecture", gguf::Value::string("llama"));
+  w.set("general.architecture", gguf::Value::string(arch));
   w.set("general.name", gguf::Value::string(o.name));
   w.set("general.description", gguf::Value::string(
-      fmt::format("random weights (seed {}) written by sitsrt make-model; not a trained model", o.seed)));
-  w.set("llama.context_length", gguf::Value::u32(static_cast<std::uint32_t>(o.context)));
-  w.set("llama.embedding_length", gguf::Value::u32(static_cast<std::uint32_t>(o.dim)));
-  w.set("llama.block_count", gguf::Value::u32(static_cast<std::uint32_t>(o.layers)));
-  w.set("llama.feed_forward_length", gguf::Value::u32(static_cast<std::uint32_t>(o.ffn)));
-  w.set("llama.attention.head_count", gguf::Value::u32(static_cast<std::uint32_t>(o.heads)));
-  w.set("llama.attention.head_count_kv", gguf::Value::u32(static_cast<std::uint32_t>(o.kv_heads)));
-  w.set("llama.rope.dimension_count", gguf::Value::u32(static_cast<std::uint32_t>(head_dim)));
-  w.set("llama.rope.freq_base", gguf::Value::f32(o.rope_freq_base));
-  w.set("llama.attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
+      fmt::format("random weights (seed {}) written by sitsrt make-model --arch {}; not a trained model", o.seed,
+                  o.architecture)));
+  w.set(key("context_length"), u32(o.context));
+  w.set(key("embedding_length"), u32(o.dim));
+  w.set(key("block_count"), u32(o.layers));
+  w.set(key("feed_forward_length"), u32(o.ffn));
+  w.set(key("attention.head_count"), u32(o.heads));
+  w.set(key("attention.head_count_kv"), u32(o.kv_heads));
+  if (explicit_head_dim || qk_norm) {
+    w.set(key("attention.key_length"), u32(head_dim));
+    w.set(key("attention.value_length"), u32(head_dim));
+  }
+  w.set(key("rope.dimension_count"), u32(head_dim));
+  w.set(key("rope.freq_base"), gguf::Value::f32(o.rope_freq_base));
+  w.set(key("attention.layer_norm_rms_epsilon"), gguf::Value::f32(gemma3 || qwen2 ? 1e-6f : 1e-5f));
+  if (mistral || gemma3) {
+    w.set(key("attention.sliding_window"), u32(o.sliding_window > 0 ? o.sliding_window : (mistral ? 4096 : 512)));
+  }
+  const std::int64_t original_context =
+      o.rope_original_context > 0 ? o.rope_original_context
+                                  : std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<float>(o.context) / o.rope_scaling_factor));
+  if (o.rope_scaling == "linear" || o.rope_scaling == "yarn") {
+    w.set(key("rope.scaling.type"), gguf::Value::string(o.rope_scaling));
+    w.set(key("rope.scaling.factor"), gguf::Value::f32(o.rope_scaling_factor));
+    if (o.rope_scaling == "yarn") w.set(key("rope.scaling.original_context_length"), u32(original_context));
+  }
+  if (o.final_logit_softcap > 0.0f) w.set(key("final_logit_softcapping"), gguf::Value::f32(o.final_logit_softcap));
   GeneratedVocab vocab = make_vocab(o.vocab);
   w.set("tokenizer.ggml.model", gguf::Value::string("llama"));
   w.set("tokenizer.ggml.tokens", gguf::Value::array(gguf::ValueType::kString, std::move(vocab.tokens)));
@@ -164,31 +234,51 @@ void write_random_llama(const RandomModelOptions& o, const std::string& path,
       });
     });
   };
-  const auto norm = [&](const std::string& name) {
-    const std::int64_t n = o.dim;
+  // A vector of n values, uniform in center +- spread (norm weights around 1, biases around 0).
+  const auto vector = [&](const std::string& name, std::int64_t n, float center, float spread) {
     w.add_tensor(name, {n}, DType::kF32, [=](std::span<std::byte> out) {
       std::uint64_t state = mix(seed ^ hash_name(name));
       auto* f = reinterpret_cast<float*>(out.data());
       for (std::int64_t i = 0; i < n; ++i) {
         state = mix(state);
-        f[i] = 1.0f + 0.1f * (static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        f[i] = center + spread * (static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f);
       }
     });
   };
+  const auto norm = [&](const std::string& name) { vector(name, o.dim, 1.0f, 0.1f); };
   const float sqrt3 = std::sqrt(3.0f);  // uniform(-a, a) has std a / sqrt(3)
   const auto inv_sqrt = [&](std::int64_t n) { return sqrt3 / std::sqrt(static_cast<float>(n)); };
+  const float residual_depth = std::sqrt(2.0f * static_cast<float>(o.layers));
   matrix("token_embd.weight", o.dim, o.vocab, sqrt3);
+  if (o.rope_scaling == "llama3") {
+    const std::vector<float> factors =
+        llama3_rope_factors(head_dim, o.rope_freq_base, o.rope_scaling_factor, static_cast<double>(original_context));
+    w.add_tensor("rope_freqs.weight", {head_dim / 2}, DType::kF32, [factors](std::span<std::byte> out) {
+      std::memcpy(out.data(), factors.data(), factors.size() * sizeof(float));
+    });
+  }
   for (std::int64_t l = 0; l < o.layers; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
     norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", o.dim, o.dim, inv_sqrt(o.dim));
+    matrix(p + "attn_q.weight", o.dim, q_width, inv_sqrt(o.dim));
     matrix(p + "attn_k.weight", o.dim, kv_width, inv_sqrt(o.dim));
     matrix(p + "attn_v.weight", o.dim, kv_width, inv_sqrt(o.dim));
-    matrix(p + "attn_output.weight", o.dim, o.dim, inv_sqrt(o.dim) / std::sqrt(2.0f * static_cast<float>(o.layers)));
+    if (qwen2) {
+      vector(p + "attn_q.bias", q_width, 0.0f, 0.5f);
+      vector(p + "attn_k.bias", kv_width, 0.0f, 0.5f);
+      vector(p + "attn_v.bias", kv_width, 0.0f, 0.5f);
+    }
+    if (qk_norm) {
+      vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
+      vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
+    }
+    matrix(p + "attn_output.weight", q_width, o.dim, inv_sqrt(q_width) / residual_depth);
+    if (gemma3) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
     matrix(p + "ffn_gate.weight", o.dim, o.ffn, inv_sqrt(o.dim));
     matrix(p + "ffn_up.weight", o.dim, o.ffn, inv_sqrt(o.dim));
-    matrix(p + "ffn_down.weight", o.ffn, o.dim, inv_sqrt(o.ffn) / std::sqrt(2.0f * static_cast<float>(o.layers)));
+    matrix(p + "ffn_down.weight", o.ffn, o.dim, inv_sqrt(o.ffn) / residual_depth);
+    if (gemma3) norm(p + "post_ffw_norm.weight");
   }
   norm("output_norm.weight");
   if (!o.tied_embeddings) matrix("output.weight", o.dim, o.vocab, 2.0f * inv_sqrt(o.dim));

@@ -1,4 +1,4 @@
-// Writes deterministic random-weight llama models as GGUF: the project's own default model,
+// Writes deterministic random-weight models of every supported architecture as GGUF: the project's own default model,
 // benchmark models of any shape, and test fixtures. Same options and seed -> same bytes.
 #pragma once
 
@@ -11,6 +11,15 @@
 namespace sitsrt {
 
 struct RandomModelOptions {
+  // llama, mistral (written as llama + sliding window, as llama.cpp's converter does), qwen2,
+  // qwen3, gemma3. The architecture decides which tensors exist (biases, Q/K norms, post norms).
+  std::string architecture = "llama";
+  std::int64_t head_dim = 0;        // 0: dim / heads; otherwise written as attention.key_length
+  std::int64_t sliding_window = 0;  // mistral, gemma3 (0: 4096 for mistral, 512 for gemma3)
+  std::string rope_scaling = "none";  // none, linear, yarn, llama3 (llama3: rope_freqs.weight)
+  float rope_scaling_factor = 4.0f;
+  std::int64_t rope_original_context = 0;  // yarn, llama3 (0: context / rope_scaling_factor)
+  float final_logit_softcap = 0.0f;        // > 0: written as <arch>.final_logit_softcapping
   std::int64_t dim = 256;
   std::int64_t layers = 4;
   std::int64_t heads = 8;
@@ -26,16 +35,19 @@ struct RandomModelOptions {
   int threads = 0;               // for generating and quantizing weights
 };
 
+// The architecture names make-model accepts.
+inline constexpr const char* kRandomModelArchitectures = "llama, mistral, qwen2, qwen3, gemma3";
+
 // The synthetic ~0.35B benchmark model of the roadmap: dim 1024, 24 layers, 16 heads, 8 KV
 // heads, ffn 2816, vocab 32000, context 4096.
 RandomModelOptions benchmark_model_options(DType type);
 
 // Validates the shape (throws kInvalidArgument naming the field) and writes the file.
 // progress(done_tensors, total_tensors) is called as tensors are written.
-void write_random_llama(const RandomModelOptions& options, const std::string& path,
+void write_random_model(const RandomModelOptions& options, const std::string& path,
                         const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 // Parameter count of a model with these options.
-std::int64_t random_llama_parameters(const RandomModelOptions& options) noexcept;
+std::int64_t random_model_parameters(const RandomModelOptions& options) noexcept;
 
 }  // namespace sitsrt

@@ -18,6 +18,10 @@ void embed(cpu::CpuContext& ctx, const cpu::WeightMatrix& table, std::span<const
            TensorView out);
 // y = rms_norm(x) * weight (y may be x)
 void rms_norm(cpu::CpuContext& ctx, TensorView x, std::span<const float> weight, float eps, TensorView y);
+// per head: each of the n_heads head_dim-wide slices of every row is normalised on its own with
+// the same head_dim weights (Q/K norm of Qwen3 and Gemma 3); y may be x
+void head_rms_norm(cpu::CpuContext& ctx, TensorView x, std::int64_t n_heads, std::span<const float> weight, float eps,
+                   TensorView y);
 // y = x @ W^T
 void matmul(cpu::CpuContext& ctx, const cpu::WeightMatrix& w, TensorView x, TensorView y);
 // in place; one position per row of x
@@ -28,6 +32,14 @@ void attention(cpu::CpuContext& ctx, TensorView q, TensorView k, TensorView v, c
                std::int64_t pos0, const cpu::AttentionShape& shape, TensorView out);
 // out = silu(gate) * up
 void swiglu(cpu::CpuContext& ctx, TensorView gate, TensorView up, TensorView out);
+// out = gelu_tanh(gate) * up
+void geglu_tanh(cpu::CpuContext& ctx, TensorView gate, TensorView up, TensorView out);
+// out = x + bias (bias broadcast over rows)
+void add_bias(cpu::CpuContext& ctx, TensorView x, std::span<const float> bias, TensorView out);
+// out = x * factor
+void scale(cpu::CpuContext& ctx, TensorView x, float factor, TensorView out);
+// out = cap * tanh(x / cap)
+void soft_cap(cpu::CpuContext& ctx, TensorView x, float cap, TensorView out);
 // out = a + b
 void add(cpu::CpuContext& ctx, TensorView a, TensorView b, TensorView out);
 // out = the last out.rows rows of x

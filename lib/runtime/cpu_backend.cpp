@@ -53,7 +53,7 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
       shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, 1));  // decode steps
     } else if (node.op == graph::OpKind::kAttention) {
       const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
-                                      node.attrs.attn_scale};
+                                      node.attrs.attn_scale, node.attrs.window};
       scratch = std::max(scratch, cpu::attention_scratch_floats(kv_capacity, shape));
     }
   }
@@ -112,16 +112,38 @@ void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepCon
     case OpKind::kMatMul:
       ops::matmul(ctx_, weight(0), view(node.inputs[0]), out);
       return;
+    case OpKind::kHeadRmsNorm:
+      ops::head_rms_norm(ctx_, view(node.inputs[0]), node.attrs.n_heads, vector(0), node.attrs.eps, out);
+      return;
     case OpKind::kRope: {
       const auto& r = node.attrs.rope;
-      const cpu::RopeParams params{r.head_dim, r.rot_dims, r.freq_base, r.freq_scale, nullptr,
-                                   r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+      cpu::RopeParams params{r.head_dim, r.rot_dims, r.freq_base, r.freq_scale,
+                             node.weights.empty() ? nullptr : vector(0).data(),
+                             r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+      if (r.scaling == graph::RopeScaling::kYarn) {
+        params.yarn = {true, r.original_context, r.yarn_beta_fast, r.yarn_beta_slow, r.yarn_attn_factor};
+      } else if (r.scaling == graph::RopeScaling::kLlama3) {
+        params.llama3 = {true, r.llama3_factor, r.llama3_low_freq_factor, r.llama3_high_freq_factor,
+                         r.original_context};
+      }
       ops::rope(ctx_, out, node.attrs.n_heads, step.positions, params);
       return;
     }
+    case OpKind::kGeGlu:
+      ops::geglu_tanh(ctx_, view(node.inputs[0]), view(node.inputs[1]), out);
+      return;
+    case OpKind::kAddBias:
+      ops::add_bias(ctx_, view(node.inputs[0]), vector(0), out);
+      return;
+    case OpKind::kScale:
+      ops::scale(ctx_, view(node.inputs[0]), node.attrs.scalar, out);
+      return;
+    case OpKind::kSoftCap:
+      ops::soft_cap(ctx_, view(node.inputs[0]), node.attrs.scalar, out);
+      return;
     case OpKind::kAttention: {
       const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
-                                      node.attrs.attn_scale};
+                                      node.attrs.attn_scale, node.attrs.window};
       ops::attention(ctx_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
                      step.kv->layer(node.layer), step.pos0, shape, out);
       return;

@@ -67,8 +67,10 @@ void Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs,
     std::lock_guard lock(*plan_.step_mutex);
     const bool skip_head = n_outputs == 0;
     for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
-      // Without requested outputs the nodes past the last block have nothing to compute.
-      if (skip_head && graph.nodes()[i].layer < 0 && graph.nodes()[i].op != graph::OpKind::kEmbed) continue;
+      // Without requested outputs the head (the nodes producing output rows) has nothing to compute.
+      if (skip_head && graph.values()[static_cast<std::size_t>(graph.nodes()[i].output)].rows == graph::RowSpace::kOutputs) {
+        continue;
+      }
       plan_.backend->run(graph, i, ctx);
     }
     plan_.backend->synchronize();

@@ -104,8 +104,11 @@ class Engine:
     def __init__(self, model: str | os.PathLike[str], *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None) -> None:
+                 audit_key: str | bytes | None = None, weights: str = "as-stored",
+                 devices: str | Sequence[str] | None = None) -> None:
         """threads None: all cores; ctx None: min(training context, 4096); kv_dtype "f16"|"f32";
+        weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8", "q4g128"
+        (ValueError otherwise);
         audit: sink(s) for every request (a path, an object with on_request_begin/on_token/
         on_request_end, or a list); audit_key: HMAC key for path sinks."""
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8,
@@ -130,6 +133,8 @@ class Engine:
     def token_bytes(self, token: int) -> bytes: ...
     def logits(self, tokens: str | Sequence[int], *, all_positions: bool = True) -> numpy.ndarray:
         """float32 [positions, vocab] next-token logits after each token (zero-copy; needs numpy)."""
+    def plan(self) -> dict[str, Any]:
+        """Devices with their weights/KV/activation bytes and budget, and each stage's layers."""
     def graph(self) -> dict[str, Any]:
         """The computation graph and memory plan, as `sitsrt graph --json` prints it."""
     @property

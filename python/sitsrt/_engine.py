@@ -55,12 +55,28 @@ def _key(key: Any) -> bytes:
     raise TypeError(f"audit_key: expected str or bytes, got {type(key).__name__}")
 
 
+def _devices(devices: Any) -> list[str]:
+    """Validates `devices`; this version runs on one CPU device."""
+    if devices is None:
+        return ["cpu"]
+    names = [devices] if isinstance(devices, str) else devices
+    if not isinstance(names, (list, tuple)) or not all(isinstance(d, str) for d in names):
+        raise TypeError("devices: expected a str or a list of str")
+    if list(names) not in (["cpu"], ["cpu:0"]):
+        raise ValueError(f"devices: {devices!r} is not available; this version runs on 'cpu' only "
+                         "(the CUDA backend and multi-device plans are later roadmap items)")
+    return ["cpu"]
+
+
 def _sinks(audit: Any, key: Any) -> list:
     """None, a path, a sink object, or a list of those -> C++ sinks."""
     if audit is None:
         return []
     specs = audit if isinstance(audit, (list, tuple)) else [audit]
     return [_sitsrt.make_sink(s, _key(key)) for s in specs]
+
+
+_WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128")
 
 
 class Engine:
@@ -74,11 +90,16 @@ class Engine:
         max_batch_tokens: prompt tokens per forward pass.
         cpu_isa: "auto", "avx512", "avx2" or "generic" (clamped to the CPU).
         memory_budget_bytes: limit for activations + KV caches (0: unlimited).
+        weights: matmul weight format: "as-stored" (read in place), or converted at load to
+            "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (E4M3) or "q4g128" (INT4 g128); the
+            cost is in info() (weights_convert_seconds, weights_converted_bytes).
         deterministic: results depend only on model, prompt, sampling and the recorded engine
             digest, never on the thread count (see docs/audit-log.md).
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
             on_request_begin/on_token/on_request_end methods, or a list of those.
         audit_key: HMAC key (str or bytes) for path sinks.
+        devices: where the model runs: None, "cpu" or ["cpu"] (the CPU backend is the only one
+            this version has; the CUDA backend and multi-device plans come later). See plan().
 
     Raises:
         sitsrt.InvalidModelError, sitsrt.IOError, ...: the model cannot be loaded.
@@ -88,13 +109,17 @@ class Engine:
     def __init__(self, model: str | os.PathLike, *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None) -> None:
+                 audit_key: str | bytes | None = None, weights: str = "as-stored",
+                 devices: str | Sequence[str] | None = None) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype: expected 'f16' or 'f32', got {kv_dtype!r}")
         if cpu_isa not in ("auto", "avx512", "avx2", "generic"):
             raise ValueError(f"cpu_isa: expected 'auto', 'avx512', 'avx2' or 'generic', got {cpu_isa!r}")
+        if weights not in _WEIGHT_FORMATS:
+            raise ValueError(f"weights: expected one of {', '.join(_WEIGHT_FORMATS)}, got {weights!r}")
+        _devices(devices)
         self.model = os.fspath(model)
         self._engine = _sitsrt.Engine(
             self.model,
@@ -105,7 +130,8 @@ class Engine:
             cpu_isa=cpu_isa,
             memory_budget_bytes=_int("memory_budget_bytes", memory_budget_bytes, 0, _UINT64_MAX),
             deterministic=bool(deterministic),
-            sinks=_sinks(audit, audit_key))
+            sinks=_sinks(audit, audit_key),
+            weights=weights)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -197,6 +223,11 @@ class Engine:
             raise ImportError("Engine.logits needs numpy: pip install numpy") from e
         ids = self.tokenize(tokens) if isinstance(tokens, str) else _prompt(tokens)
         return self._engine.logits(ids, bool(all_positions))
+
+    def plan(self) -> dict:
+        """Devices, their memory (weights, KV and activations per request, budget) and the layers of
+        each pipeline stage, as a dict (what `DevicePlan::to_json` writes)."""
+        return json.loads(self._engine.plan_json())
 
     def graph(self) -> dict:
         """The computation graph and activation memory plan (what `sitsrt graph --json` prints)."""

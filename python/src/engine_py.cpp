@@ -121,7 +121,7 @@ void bind_engine(py::module_& m) {
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
                        std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
-                       bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks) {
+                       bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -134,11 +134,13 @@ void bind_engine(py::module_& m) {
              o.memory_budget_bytes = memory_budget_bytes;
              o.deterministic = deterministic;
              o.audit_sinks = std::move(sinks);
+             o.weights = std::move(weights);
              py::gil_scoped_release release;
              return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
-           py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"))
+           py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
+           py::arg("weights") = "as-stored")
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_bos") = true,
            py::call_guard<py::gil_scoped_release>())
@@ -166,6 +168,7 @@ void bind_engine(py::module_& m) {
                                   data, owner);
       }, py::arg("tokens"), py::arg("all_positions") = true)
       .def("graph_json", &Engine::graph_json, py::call_guard<py::gil_scoped_release>())
+      .def("plan_json", [](const Engine& e) { return e.plan().to_json(); })
       .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
       .def("model_sha256", &Engine::model_sha256, py::call_guard<py::gil_scoped_release>())
       .def("info", [](const Engine& e) {
@@ -178,6 +181,10 @@ void bind_engine(py::module_& m) {
         d["kv_cache_type"] = i.kv_cache_type; d["kv_cache_bytes"] = i.kv_cache_bytes;
         d["activation_bytes"] = i.activation_bytes; d["threads"] = i.threads; d["cpu_isa"] = i.cpu_isa;
         d["bos"] = i.bos; d["eos"] = i.eos;
+        d["weights"] = i.weights; d["weights_converted_tensors"] = i.weights_converted_tensors;
+        d["weights_kept_tensors"] = i.weights_kept_tensors; d["weights_converted_bytes"] = i.weights_converted_bytes;
+        d["weights_converted_to_bytes"] = i.weights_converted_to_bytes;
+        d["weights_convert_seconds"] = i.weights_convert_seconds;
         return d;
       })
       .def_property_readonly("circuit_breaker_open", &Engine::circuit_breaker_open)

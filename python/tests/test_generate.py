@@ -109,3 +109,24 @@ def test_bad_prompt(engine):
         engine.generate([])
     with pytest.raises(ValueError):
         engine.generate([-1])
+
+
+def test_plan_describes_the_cpu_device(engine):
+    plan = engine.plan()
+    assert [d["name"] for d in plan["devices"]] == ["cpu0"]
+    cpu = plan["devices"][0]
+    assert cpu["kind"] == "cpu" and cpu["weight_bytes"] > 0
+    assert cpu["kv_bytes_per_request"] > 0 and cpu["activation_bytes_per_request"] > 0
+    assert plan["context_length"] == engine.info["context_length"]
+    stage = plan["stages"][0]
+    assert stage["device"] == "cpu0" and stage["embedding"] and stage["output_head"]
+    assert (stage["first_layer"], stage["last_layer"]) == (0, engine.info["n_layer"] - 1)
+
+
+def test_devices_option(model_path):
+    assert sitsrt.Engine(model_path, devices="cpu", threads=1).plan()["devices"][0]["kind"] == "cpu"
+    assert sitsrt.Engine(model_path, devices=["cpu"], threads=1).generate("Once", max_tokens=2).tokens
+    with pytest.raises(ValueError, match="cuda:0"):
+        sitsrt.Engine(model_path, devices="cuda:0")
+    with pytest.raises(TypeError):
+        sitsrt.Engine(model_path, devices=[0])

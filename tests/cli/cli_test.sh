@@ -40,7 +40,7 @@ PY
 }
 
 check "top-level --help" "$cli" --help
-for sub in run info graph bench make-model "audit verify" "audit replay" "audit show"; do
+for sub in run info graph bench logits make-model "audit verify" "audit replay" "audit show"; do
   # shellcheck disable=SC2086
   check "$sub --help" "$cli" $sub --help
 done
@@ -59,6 +59,26 @@ check "info table" bash -c "'$cli' info '$model' | grep -q 'blk.1.ffn_down.weigh
 "$cli" graph -m "$model" --json >"$work/graph.json" 2>/dev/null
 check "graph --json" json_check "$work/graph.json" "len(doc['nodes']) == 1 + 15 * 2 + 3 and doc['memory_plan']['arena_bytes'] > 0"
 check "graph table" bash -c "'$cli' graph -m '$model' | grep -q 'attention'"
+"$cli" graph -m "$model" --plan --json -t 2 >"$work/plan.json" 2>/dev/null
+check "graph --plan --json" json_check "$work/plan.json" "doc['devices'][0]['name'] == 'cpu0' and doc['devices'][0]['weight_bytes'] > 0 and doc['stages'][0]['output_head'] and '2 threads' in doc['devices'][0]['detail']"
+check "graph --plan table" bash -c "'$cli' graph -m '$model' --plan | grep -q 'cpu0'"
+
+"$cli" logits -m "$model" --tokens 1,40,7 --all >"$work/logits.json" 2>/dev/null
+check "logits --all: one row of n_vocab per token" json_check "$work/logits.json" \
+  "doc['n_vocab'] == 300 and doc['tokens'] == [1, 40, 7] and len(doc['logits']) == 3 and all(len(r) == 300 for r in doc['logits'])"
+check "logits rejects a bad token list" bash -c "'$cli' logits -m '$model' --tokens 1,x; test \$? -eq 2"
+
+# Every architecture make-model writes loads, shows its own structure and generates.
+for arch in mistral qwen2 qwen3 gemma3; do
+  check "make-model --arch $arch" "$cli" make-model -o "$work/$arch.gguf" --arch "$arch" --dim 64 --layers 6 --heads 4 \
+    --kv-heads 2 --ffn 96 --vocab 300 --sliding-window 8 --type q8_0
+  check "run $arch" bash -c "'$cli' run -m '$work/$arch.gguf' -p 'hello' -n 4 --ignore-eos >/dev/null 2>&1"
+done
+check "graph: qwen2 has q/k/v biases" bash -c "'$cli' graph -m '$work/qwen2.gguf' | grep -q 'blk.0.k_bias'"
+check "graph: qwen3 has per-head q/k norms" bash -c "'$cli' graph -m '$work/qwen3.gguf' | grep -q 'head_rms_norm.*blk.0.q_norm'"
+check "graph: gemma3 has post norms, geglu, 5 windowed layers and 1 global" bash -c \
+  "t=\$('$cli' graph -m '$work/gemma3.gguf'); grep -q post_ffw_norm <<<\"\$t\" && grep -q geglu_tanh <<<\"\$t\" && test \$(grep -c 'window=8' <<<\"\$t\") -eq 5 && grep -q 'embed_scale' <<<\"\$t\""
+check "graph: mistral windows every layer" bash -c "test \$('$cli' graph -m '$work/mistral.gguf' | grep -c 'window=8') -eq 6"
 
 "$cli" run -m "$model" -p "hello world" -n 12 --seed 3 --json --ignore-eos >"$work/run.jsonl" 2>/dev/null
 check "run --json: one object per token + summary" json_check "$work/run.jsonl" \
@@ -69,6 +89,19 @@ check "run: same seed, same output" bash -c "diff <(grep -v summary '$work/run.j
 "$cli" bench -m "$model" -p 16 -n 8 -r 1 --json >"$work/bench.json" 2>/dev/null
 check "bench --json" json_check "$work/bench.json" \
   "all(doc[k] > 0 for k in ['prefill_tokens_per_s','decode_tokens_per_s','weight_bytes_per_token','peak_rss_bytes','read_bandwidth_bytes_per_s'])"
+
+# Weight formats: an FP8 model from make-model runs; --weights converts at load and reports it.
+fp8="$work/fp8.gguf"
+check "make-model --type fp8" "$cli" make-model -o "$fp8" --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 --vocab 300 --type fp8
+check "run an fp8 model" bash -c "'$cli' run -m '$fp8' -p hi -n 4 -q >/dev/null 2>&1"
+"$cli" info -m "$fp8" --weights q4g128 --json >"$work/info-w.json" 2>/dev/null
+check "info --weights --json" json_check "$work/info-w.json" \
+  "doc['bytes_by_type']['fp8_e4m3']['tensors'] == 16 and doc['weights']['format'] == 'q4g128' and doc['weights']['converted_tensors'] == 15 and doc['weights']['convert_seconds'] >= 0"
+"$cli" run -m "$model" -p "hi" -n 2 --json --weights fp8 >"$work/run-w.jsonl" 2>/dev/null
+check "run --weights: summary reports the conversion" json_check "$work/run-w.jsonl" \
+  "lines[-1]['weights']['format'] == 'fp8' and lines[-1]['weights']['converted_tensors'] + lines[-1]['weights']['kept_tensors'] == 15"
+check "bad --weights: exit 1 naming the option and the values" bash -c \
+  "'$cli' run -m '$model' -p hi -n 2 --weights int3 2>'$work/w.err'; test \$? -eq 1 && grep -q \"weights 'int3' is not one of as-stored, f16, bf16, q8, q4, fp8, q4g128\" '$work/w.err'"
 
 # Malformed models: non-zero exit and exactly one error line naming the file.
 head -c 1000 "$model" >"$work/truncated.gguf"

@@ -25,7 +25,7 @@ inline std::filesystem::path temp_dir() {
 // A small llama of the given weight type (cached per options within the process).
 inline std::string random_model(const RandomModelOptions& options, const std::string& tag) {
   const auto path = temp_dir() / fmt::format("{}-{}.gguf", tag, name(options.type));
-  if (!std::filesystem::exists(path)) write_random_llama(options, path.string());
+  if (!std::filesystem::exists(path)) write_random_model(options, path.string());
   return path.string();
 }
 

@@ -56,17 +56,19 @@ struct TestCache {
 struct Case {
   DType type;
   std::int64_t group, head_dim, pos0, rows;
+  std::int64_t window = 0;  // sliding window (0: full causal)
 };
 
 // Stores positions [0, pos0 + rows) (earlier ones in a separate call, as a prefill after a
 // previous turn does), runs attention for rows pos0 .. pos0 + rows - 1 and checks every output
 // against softmax(q k^T * scale) v computed in double from the stored cache.
 void check_attention(cpu::Isa isa, int threads, const Case& c) {
-  CAPTURE(cpu::name(isa), threads, name(c.type), c.group, c.head_dim, c.pos0, c.rows);
+  CAPTURE(cpu::name(isa), threads, name(c.type), c.group, c.head_dim, c.pos0, c.rows, c.window);
   const std::int64_t n_kv = 2, n_heads = n_kv * c.group, d = c.head_dim;
   const std::int64_t width = n_kv * d, capacity = 4096;
-  const cpu::AttentionShape shape{n_heads, n_kv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
-  test::Rng rng(static_cast<std::uint64_t>(c.group * 1000 + d * 10 + c.pos0 + c.rows));
+  const cpu::AttentionShape shape{n_heads, n_kv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                                  c.window};
+  test::Rng rng(static_cast<std::uint64_t>(c.group * 1000 + d * 10 + c.pos0 + c.rows + c.window * 7));
   TestCache cache(c.type, width, capacity);
   const std::int64_t total = c.pos0 + c.rows;
   const std::int64_t ldkv = width + 3;
@@ -96,7 +98,10 @@ void check_attention(cpu::Isa isa, int threads, const Case& c) {
   std::vector<double> expected, tolerance;
   std::vector<float> actual;
   for (std::int64_t i = 0; i < c.rows; ++i) {
-    const std::int64_t n = c.pos0 + i + 1;
+    // Keys attended: positions first .. pos (the last `window` of them when windowed).
+    const std::int64_t pos = c.pos0 + i;
+    const std::int64_t first = c.window > 0 ? std::max<std::int64_t>(0, pos - c.window + 1) : 0;
+    const std::int64_t n = pos - first + 1;
     for (std::int64_t h = 0; h < n_heads; ++h) {
       const std::int64_t g = h / c.group;
       const float* qh = q.data() + i * ldq + h * d;
@@ -105,7 +110,7 @@ void check_attention(cpu::Isa isa, int threads, const Case& c) {
       for (std::int64_t t = 0; t < n; ++t) {
         double dot = 0.0, abs = 0.0;
         for (std::int64_t e = 0; e < d; ++e) {
-          const double kv = cache.at(cache.k, t, g * d + e);
+          const double kv = cache.at(cache.k, first + t, g * d + e);
           dot += qh[e] * kv;
           abs += std::fabs(qh[e] * kv);
         }
@@ -121,7 +126,7 @@ void check_attention(cpu::Isa isa, int threads, const Case& c) {
       for (std::int64_t e = 0; e < d; ++e) {
         double o = 0.0, weighted_abs = 0.0;
         for (std::int64_t t = 0; t < n; ++t) {
-          const double vv = cache.at(cache.v, t, g * d + e);
+          const double vv = cache.at(cache.v, first + t, g * d + e);
           o += p[static_cast<std::size_t>(t)] * vv;
           weighted_abs += p[static_cast<std::size_t>(t)] * std::fabs(vv);
         }
@@ -150,6 +155,16 @@ TEST_CASE("attention matches a double reference: GQA, F32/F16 caches, decode and
   check_attention(isa, threads, {type, group, head_dim, 37, 1});  // decode at position 37
   check_attention(isa, threads, {type, group, head_dim, 0, 9});   // prefill from an empty cache
   check_attention(isa, threads, {type, group, head_dim, 5, 6});   // prefill after stored positions
+}
+
+TEST_CASE("sliding-window attention attends to the last `window` positions only", "[attention]") {
+  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+  const DType type = GENERATE(DType::kF32, DType::kF16);
+  const std::int64_t window = GENERATE(1, 4, 16);
+  if (!cpu::isa_supported(isa)) return;
+  check_attention(isa, 2, {type, 2, 64, 37, 1, window});  // decode far past the window
+  check_attention(isa, 2, {type, 4, 72, 0, 9, window});   // prefill crossing the window edge
+  check_attention(isa, 1, {type, 1, 8, 5, 6, window});    // prefill after stored positions
 }
 
 TEST_CASE("attention decodes at the end of a 4096-position cache", "[attention]") {

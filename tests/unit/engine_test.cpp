@@ -8,6 +8,7 @@
 #include <sitsrt/error.hpp>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <filesystem>
@@ -293,4 +294,28 @@ TEST_CASE("the engine picks its tokenizer from tokenizer.ggml.model", "[engine][
   o.model_path = edited_copy(good, "t5-tokenizer", "", "", "", {{"tokenizer.ggml.model", gguf::Value::string("t5")}});
   CHECK_THROWS_WITH(Engine(o), Contains("t5-tokenizer.gguf") && Contains("tokenizer.ggml.model") &&
                                    Contains("llama, gpt2"));
+}
+
+TEST_CASE("the device plan accounts for the model's weights, KV cache and activations", "[engine][plan]") {
+  EngineOptions o;
+  o.model_path = test::random_model(test::tiny_options(DType::kQ8_0), "plan");
+  o.threads = 1;
+  o.memory_budget_bytes = 64u << 20;
+  const Engine engine(o);
+  const DevicePlan& plan = engine.plan();
+  REQUIRE(plan.devices.size() == 1);
+  const PlanDevice& cpu = plan.devices[0];
+  CHECK(cpu.kind == "cpu");
+  CHECK(cpu.budget_bytes == (64u << 20));
+  CHECK(cpu.weight_bytes == engine.model_info().weight_bytes);
+  CHECK(cpu.kv_bytes_per_request == engine.model_info().kv_cache_bytes);
+  CHECK(cpu.activation_bytes_per_request == engine.model_info().activation_bytes);
+  REQUIRE(plan.stages.size() == 1);
+  CHECK(plan.stages[0].first_layer == 0);
+  CHECK(plan.stages[0].last_layer == engine.model_info().n_layer - 1);
+  CHECK(plan.stages[0].embedding);
+  CHECK(plan.stages[0].output_head);
+  const auto json = nlohmann::json::parse(plan.to_json());
+  CHECK(json["devices"][0]["weight_bytes"] == cpu.weight_bytes);
+  CHECK(plan.to_table().find("cpu0") != std::string::npos);
 }

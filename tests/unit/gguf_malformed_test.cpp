@@ -292,7 +292,7 @@ TEST_CASE("unsupported and unknown tensor types", "[gguf][malformed]") {
   CHECK(f.code == ErrorCode::kUnsupported);
   CHECK(f.message ==
         "model.gguf: tensor 'blk.0.attn_q.weight' has type q4_K, which this build does not support "
-        "(supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)");
+        "(supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, fp8_e4m3, q4_g128)");
 
   auto unknown = one_tensor();
   unknown.tensors[0].type = 77;

@@ -2,13 +2,16 @@
 #include "formats/gguf.hpp"
 #include "graph/graph_printer.hpp"
 #include "graph/memory_plan.hpp"
-#include "model/llama_graph.hpp"
+#include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
 #include "support/model_files.hpp"
 
 #include <sitsrt/error.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 using namespace sitsrt;
@@ -17,7 +20,7 @@ namespace {
 
 graph::Graph tiny_graph(DType kv = DType::kF16) {
   const auto file = gguf::File::open(test::random_model(test::tiny_options(DType::kQ4_0), "graph"));
-  return build_llama_graph(read_model_spec(file), file, {kv, false});
+  return build_model_graph(read_model_spec(file), file, {kv, std::nullopt});
 }
 
 }  // namespace
@@ -98,4 +101,61 @@ TEST_CASE("memory plan rejects impossible sizes", "[graph]") {
   const graph::Graph g = tiny_graph();
   CHECK_THROWS_AS(graph::plan_memory(g, 0, 1), Error);
   CHECK_THROWS_AS(graph::plan_memory(g, 4, 5), Error);
+}
+
+TEST_CASE("each architecture's graph has its own structure", "[graph][arch]") {
+  const auto count = [](const graph::Graph& g, graph::OpKind op) {
+    return std::count_if(g.nodes().begin(), g.nodes().end(), [&](const graph::Node& n) { return n.op == op; });
+  };
+  const auto build = [](RandomModelOptions o, const std::string& tag) {
+    const auto file = gguf::File::open(test::random_model(o, tag));
+    return build_model_graph(read_model_spec(file), file, {DType::kF16, std::nullopt});
+  };
+  RandomModelOptions o = test::tiny_options(DType::kF32);
+  o.layers = 7;
+  o.architecture = "gemma3";
+  o.head_dim = 32;
+  o.sliding_window = 16;
+  o.rope_freq_base = 1000000.0f;
+  o.rope_scaling = "linear";
+  o.final_logit_softcap = 30.0f;
+  const graph::Graph gemma = build(o, "graph-gemma3");
+  CHECK(count(gemma, graph::OpKind::kScale) == 1);
+  CHECK(count(gemma, graph::OpKind::kSoftCap) == 1);
+  CHECK(count(gemma, graph::OpKind::kGeGlu) == 7);
+  CHECK(count(gemma, graph::OpKind::kSwiGlu) == 0);
+  CHECK(count(gemma, graph::OpKind::kHeadRmsNorm) == 14);
+  CHECK(count(gemma, graph::OpKind::kRmsNorm) == 4 * 7 + 1);  // pre and post norms, output norm
+  for (const auto& node : gemma.nodes()) {
+    const bool global = node.layer == 5;  // layers 0-4 and 6 are local
+    if (node.op == graph::OpKind::kAttention) {
+      CHECK(node.attrs.window == (global ? 0 : 16));
+      CHECK(node.attrs.attn_scale == Approx(1.0 / std::sqrt(32.0)));
+    }
+    if (node.op == graph::OpKind::kRope) {
+      CHECK(node.attrs.rope.neox);
+      CHECK(node.attrs.rope.freq_base == (global ? 1000000.0f : 10000.0f));
+      CHECK(node.attrs.rope.scaling == (global ? graph::RopeScaling::kLinear : graph::RopeScaling::kNone));
+      CHECK(node.attrs.rope.freq_scale == (global ? 0.25f : 1.0f));
+    }
+  }
+  o = test::tiny_options(DType::kF32);
+  o.architecture = "qwen2";
+  const graph::Graph qwen2 = build(o, "graph-qwen2");
+  CHECK(count(qwen2, graph::OpKind::kAddBias) == 3 * o.layers);
+  CHECK(count(qwen2, graph::OpKind::kHeadRmsNorm) == 0);
+  o.architecture = "qwen3";
+  const graph::Graph qwen3 = build(o, "graph-qwen3");
+  CHECK(count(qwen3, graph::OpKind::kAddBias) == 0);
+  CHECK(count(qwen3, graph::OpKind::kHeadRmsNorm) == 2 * o.layers);
+  o.architecture = "llama";
+  o.rope_scaling = "llama3";
+  const graph::Graph llama3 = build(o, "graph-llama3");
+  for (const auto& node : llama3.nodes()) {
+    if (node.op == graph::OpKind::kRope) {
+      REQUIRE(node.weights.size() == 1);  // rope_freqs.weight
+      CHECK(llama3.weights()[static_cast<std::size_t>(node.weights[0])].name == "rope_freqs.weight");
+      CHECK_FALSE(node.attrs.rope.neox);
+    }
+  }
 }

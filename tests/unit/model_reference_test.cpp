@@ -1,9 +1,9 @@
 // The engine's logits against the independent double-precision reference (support/
-// reference_llama.hpp) on random-weight models of every weight type. The reference reads the
+// reference_model.hpp) on random-weight models of every weight type. The reference reads the
 // same stored weights through the scalar dequantizer, so the remaining difference is float32
 // arithmetic and the F16 KV cache: the tolerance is relative to the logit scale.
 #include "support/model_files.hpp"
-#include "support/reference_llama.hpp"
+#include "support/reference_model.hpp"
 
 #include <sitsrt/engine.hpp>
 
@@ -57,7 +57,7 @@ TEST_CASE("engine logits match the double-precision reference for every weight t
   const int threads = GENERATE(1, 2);
   CAPTURE(name(type), kv == KvCacheType::kF32 ? "kv f32" : "kv f16", threads);
   const std::string path = test::random_model(test::tiny_options(type), "reference");
-  test::ReferenceLlama reference(path);
+  test::ReferenceModel reference(path);
   const auto tokens = some_tokens(37, reference.vocab(), 5);
   const auto want = reference.forward(tokens);
 

@@ -24,7 +24,7 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128};
 
 // Independent scalar reference of the documented activation quantization.
 struct RefRow {
@@ -53,6 +53,10 @@ RefRow reference_quantize(const float* x, std::int64_t cols) {
 int level(DType type, const std::byte* block, int i) {
   std::uint32_t qh = 0;
   switch (type) {
+    case DType::kQ4_G128: {  // i < 128; sub-block i / 32 packed as Q4_0, zero point in byte 2
+      const auto byte = static_cast<int>(block[4 + 16 * (i / 32) + i % 16]);
+      return (i % 32 < 16 ? byte & 15 : byte >> 4) - (static_cast<int>(block[2]) & 15);
+    }
     case DType::kQ8_0:
       return static_cast<int>(static_cast<std::int8_t>(block[2 + i]));
     case DType::kQ4_0:
@@ -71,7 +75,7 @@ int level(DType type, const std::byte* block, int i) {
   }
 }
 int offset_bound(DType type) {  // the largest offset any ISA's kernel may fold into its lanes
-  return type == DType::kQ8_0 ? 128 : type == DType::kQ5_0 || type == DType::kQ5_1 ? 16 : 8;
+  return type == DType::kQ8_0 ? 128 : type == DType::kQ5_0 || type == DType::kQ5_1 || type == DType::kQ4_G128 ? 16 : 8;
 }
 bool has_min(DType type) {
   return type == DType::kQ4_1 || type == DType::kQ5_1;
@@ -109,19 +113,22 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
   std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
   cpu::matmul(ctx, w, x.data(), cols, 1, y.data(), rows);
 
-  const int bb = traits(type).block_bytes;
+  const int bb = traits(type).block_bytes, bs = traits(type).block_size;
   const std::int64_t nb = cols / 32;
   std::vector<double> want(y.size()), tol(y.size()), want_f(y.size()), tol_f(y.size());
   for (std::int64_t r = 0; r < rows; ++r) {
     double sum = 0.0, mag = 0.0, sum_f = 0.0, rounding = 0.0;
     for (std::int64_t b = 0; b < nb; ++b) {
-      const std::byte* blk = bytes.data() + static_cast<std::size_t>(r) * stride + static_cast<std::size_t>(b * bb);
+      // The weight block holding activation block b, and b's first element inside it.
+      const std::byte* blk =
+          bytes.data() + static_cast<std::size_t>(r) * stride + static_cast<std::size_t>(b * 32 / bs * bb);
+      const int first = static_cast<int>(b * 32 % bs);
       const double dw = half_at(blk), m = has_min(type) ? half_at(blk + 2) : 0.0;
       const double dx = xq.d[static_cast<std::size_t>(b)];
       double dot = 0.0, qsum = 0.0, abs_dot = 0.0, abs_q = 0.0;
       for (int i = 0; i < 32; ++i) {
         const double q = xq.q[static_cast<std::size_t>(b * 32 + i)];
-        const double lev = level(type, blk, i), xv = x[static_cast<std::size_t>(b * 32 + i)];
+        const double lev = level(type, blk, first + i), xv = x[static_cast<std::size_t>(b * 32 + i)];
         dot += lev * q;
         qsum += q;
         abs_dot += std::fabs(lev) * std::fabs(q);
@@ -187,13 +194,15 @@ TEST_CASE("int8-activation decode matches its integer reference on every ISA", "
   const int threads = GENERATE(1, 3);
   if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
   for (std::int64_t rows : {1, 3, 17, 64, 129}) {
-    for (std::int64_t cols : {32, 64, 96, 256, 1056, 4096}) check_int8_matvec(type, isa, threads, rows, cols);
+    for (std::int64_t cols : {32, 64, 96, 128, 256, 640, 1056, 4096}) {
+      if (fits_blocks(type, cols)) check_int8_matvec(type, isa, threads, rows, cols);
+    }
   }
 }
 
 TEST_CASE("int8 activations leave float formats and prefill on the float path", "[qdot][matmul]") {
   cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3}) {
     const cpu::WeightMatrix w{t, nullptr, 4, 64, row_bytes(t, 64)};
     CHECK(cpu::matmul_shared_bytes(ctx, w, 1) == 0);
   }

@@ -1,7 +1,7 @@
 // End to end on the real stories260K model against reference outputs produced independently
 // by llama.cpp and llama2.c (../shared/refdata/stories260K_greedy.json).
 #include "support/model_files.hpp"
-#include "support/reference_llama.hpp"
+#include "support/reference_model.hpp"
 
 #include <sitsrt/engine.hpp>
 
@@ -103,7 +103,7 @@ TEST_CASE("stories260K F16 and Q4_0 files load, run and track the reference", "[
 TEST_CASE("stories260K: engine logits match the independent reference forward pass", "[e2e][stories]") {
   if (!test::have_shared("models/stories260K.gguf")) return;
   const std::string path = test::shared_path("models/stories260K.gguf");
-  test::ReferenceLlama reference(path);
+  test::ReferenceModel reference(path);
   EngineOptions options;
   options.model_path = path;
   options.kv_cache_type = KvCacheType::kF32;

@@ -1,0 +1,13 @@
+// Internal: builds the DevicePlan of a loaded graph (one CPU device until the partitioner).
+#pragma once
+
+#include "graph/graph.hpp"
+
+#include <sitsrt/model_info.hpp>
+#include <sitsrt/plan.hpp>
+
+namespace sitsrt {
+
+DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& info, std::uint64_t budget_bytes);
+
+}  // namespace sitsrt

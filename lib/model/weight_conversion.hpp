@@ -1,0 +1,59 @@
+// Load-time conversion of matmul weights to another format (EngineOptions::weights): each
+// eligible tensor is decoded row by row with dequantize_row of its stored type and encoded with
+// quantize_row of the target into an owned 64-byte-aligned buffer; every other tensor is still
+// served from the model file.
+#pragma once
+
+#include "core/aligned_buffer.hpp"
+#include "core/dtype.hpp"
+#include "core/thread_pool.hpp"
+#include "graph/weight_source.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace sitsrt {
+
+// The values EngineOptions::weights accepts, as listed in error messages and --help.
+inline constexpr std::string_view kWeightFormatChoices = "as-stored, f16, bf16, q8, q4, fp8, q4g128";
+
+// The format an EngineOptions::weights value names ("fp8" -> kFP8_E4M3, ...); nullopt for
+// "as-stored" and for anything unknown.
+std::optional<DType> weight_format_alias(std::string_view value) noexcept;
+
+// The target format of an EngineOptions::weights value: nullopt for "as-stored" (or empty);
+// throws kInvalidArgument naming the option and the valid values otherwise.
+std::optional<DType> parse_weight_format(std::string_view value);
+
+struct WeightConversionReport {
+  int tensors_converted = 0;
+  // Matmul weights left as stored: already in the target format, or rows that are not whole
+  // blocks of it (e.g. a 172-wide FFN row for a 64- or 128-element format).
+  int tensors_kept = 0;
+  std::uint64_t bytes_read = 0;     // stored bytes of the converted tensors
+  std::uint64_t bytes_written = 0;  // their bytes in the target format
+  double seconds = 0.0;             // wall time of the conversion
+};
+
+class ConvertedWeightSource final : public graph::WeightSource {
+ public:
+  // Converts, in `graph` and into owned buffers, every weight that a MatMul node reads, whose
+  // stored type differs from `target` and whose rows are whole `target` blocks; the graph's
+  // Weight type and bytes (and its node costs) then describe the converted format. The token
+  // embedding converts only when it is also the output head (a tied model): a table used only
+  // for lookups is read one row per token, so it stays as stored. Rows are split over `pool`.
+  ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored, DType target, ThreadPool& pool);
+
+  [[nodiscard]] std::span<const std::byte> data(const graph::Weight& weight) const override;
+  [[nodiscard]] const WeightConversionReport& report() const noexcept { return report_; }
+
+ private:
+  const graph::WeightSource& stored_;
+  std::unordered_map<std::string, AlignedBuffer> converted_;  // by tensor name
+  WeightConversionReport report_;
+};
+
+}  // namespace sitsrt

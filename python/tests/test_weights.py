@@ -1,0 +1,28 @@
+"""Engine(weights=...): load-time conversion of the matmul weights."""
+
+import numpy as np
+import pytest
+
+import sitsrt
+
+
+def test_bad_weights_value_is_a_value_error(model_path):
+    with pytest.raises(ValueError) as info:
+        sitsrt.Engine(model_path, weights="int3")
+    assert "weights" in str(info.value) and "q4g128" in str(info.value)
+
+
+def test_fp8_weights_convert_and_stay_close(model_path):
+    f32 = sitsrt.Engine(model_path, threads=2)
+    fp8 = sitsrt.Engine(model_path, threads=2, weights="fp8")
+    info = fp8.info
+    assert info["weights"] == "fp8"
+    # stories260K: every matmul weight but the five 172-wide ffn_down rows (not whole 64-blocks).
+    assert info["weights_converted_tensors"] == 31 and info["weights_kept_tensors"] == 5
+    assert info["weights_converted_bytes"] > info["weights_converted_to_bytes"] > 0
+    assert info["weights_convert_seconds"] >= 0.0
+    assert f32.info["weights"] == "as-stored" and f32.info["weights_converted_tensors"] == 0
+    tokens = f32.tokenize("Once upon a time")
+    a, b = f32.logits(tokens), fp8.logits(tokens)
+    assert a.shape == b.shape
+    assert 0.0 < np.sqrt(np.mean((a - b) ** 2) / np.mean(a ** 2)) < 0.05

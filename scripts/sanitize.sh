@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds and runs the unit tests under a sanitizer (CMakePresets.json presets).
+#   scripts/sanitize.sh asan   every unit test under AddressSanitizer + UndefinedBehaviorSanitizer
+#   scripts/sanitize.sh tsan   the tests that run threads (thread pool, threaded kernels, engine
+#                              requests in parallel, audit writer thread) under ThreadSanitizer
+# A sanitizer report fails the test that triggered it (halt_on_error / exit codes below).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+jobs=$(nproc)
+case $mode in
+  asan)
+    preset=asan-ubsan dir=build-asan filter=""
+    export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
+  tsan)
+    preset=tsan dir=build-tsan
+    # Tests whose point is concurrency; the others run single-threaded code TSan cannot judge.
+    filter="core_test|matmul_test|qdot_test|attention_test|engine_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
+  *)
+    echo "usage: scripts/sanitize.sh asan|tsan" >&2
+    exit 2 ;;
+esac
+scripts/install-deps.sh
+cmake --preset "$preset" >/dev/null
+if [ -n "${filter:-}" ]; then
+  cmake --build "$dir" -j "$jobs" --target $(echo "$filter" | tr '|' ' ')
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -R "^(${filter})\$"
+else
+  cmake --build "$dir" -j "$jobs"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+fi
+echo "sanitize $mode: passed"
