@@ -322,8 +322,9 @@ Options parse(int argc, char** argv) {
   }
   if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
   if (opt.formats.empty()) {
-    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,     DType::kQ4_0,
-                   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128};
+    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
+                   DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
+                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,    DType::kQ8_K,    DType::kIQ4_NL};
   }
   return opt;
 }

@@ -65,12 +65,11 @@ int main(int argc, char** argv) {
   fmt::print("{:<6} {:>3} {:>10} {:>12} {:>12} {:>11} {:>8} {:>12} {:>10}\n", "type", "thr", "MiB/token",
              "prefill t/s", "decode t/s", "floor t/s", "ratio", "GB/s (meas)", "RSS");
   for (const std::string& type_name : types) {
-    const auto type = dtype_from_name(type_name);
-    if (!type) {
+    RandomModelOptions o = benchmark_model_options(DType::kQ8_0);
+    if (!set_weight_type(o, type_name)) {  // a DType name or a mix such as q4_k_m
       fmt::print(stderr, "unknown type {}\n", type_name);
       return 2;
     }
-    const RandomModelOptions o = benchmark_model_options(*type);
     const std::string path = fmt::format("{}/bench-0.35b-{}.gguf", dir, type_name);
     if (!std::filesystem::exists(path)) {
       fmt::print(stderr, "writing {} ...\n", path);

@@ -2,7 +2,6 @@
 #include "commands.hpp"
 
 #include "core/dtype.hpp"
-#include "model/weight_conversion.hpp"
 #include "model/random_model.hpp"
 
 #include <fmt/format.h>
@@ -31,7 +30,12 @@ int make_model_command(int argc, char** argv) {
              {"ffn", 0, "N", "feed-forward width", "704"},
              {"vocab", 0, "N", "vocabulary size (>= 259)", "2048"},
              {"ctx", 0, "N", "training context length written to the metadata", "2048"},
-             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8 (fp8_e4m3) q4g128 (q4_g128)", "q8_0"},
+             {"type", 0, "TYPE",
+              "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8 (fp8_e4m3) q4g128 (q4_g128)\n"
+              "q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl,\n"
+              "or the mixes q4_k_m / q5_k_m (Q6_K for output.weight and attn_v / ffn_down of about half\n"
+              "the layers, llama.cpp's rule)",
+              "q8_0"},
              {"tied", 0, "", "share the embedding as the output head (no output.weight)", ""},
              {"seed", 's', "N", "weight seed", "1234"},
              {"name", 0, "TEXT", "general.name", "sitsrt-random"},
@@ -60,10 +64,7 @@ int make_model_command(int argc, char** argv) {
   o.vocab = args.get_int("vocab", o.vocab);
   o.context = args.get_int("ctx", o.context);
   const std::string type = args.get_or("type", "q8_0");
-  auto dtype = dtype_from_name(type);
-  if (!dtype) dtype = weight_format_alias(type);  // the --weights spellings: fp8, q4g128, q8, q4
-  if (!dtype) throw UsageError(fmt::format("unknown --type '{}'", type));
-  o.type = *dtype;
+  if (!set_weight_type(o, type)) throw UsageError(fmt::format("unknown --type '{}'", type));
   o.tied_embeddings = args.has("tied");
   o.seed = static_cast<std::uint64_t>(args.get_int("seed", static_cast<long long>(o.seed)));
   o.name = args.get_or("name", o.name);
@@ -74,7 +75,7 @@ int make_model_command(int argc, char** argv) {
   });
   if (tty) fmt::print(stderr, "\n");
   fmt::print(stderr, "wrote {} ({}, {:.1f} M parameters, {}, random weights seed {})\n", *out, o.architecture,
-             static_cast<double>(random_model_parameters(o)) / 1e6, name(o.type), o.seed);
+             static_cast<double>(random_model_parameters(o)) / 1e6, weight_type_name(o), o.seed);
   return 0;
 }
 

@@ -19,6 +19,9 @@ constexpr std::array<DTypeTraits, kDTypeCount> kTraits = {{
     {"q5_1", 32, 24, true},
     {"fp8_e4m3", 64, 68, true},
     {"q4_g128", 128, 68, true},
+    // K-quant section
+    {"q2_k", 256, 84, true}, {"q3_k", 256, 110, true}, {"q4_k", 256, 144, true}, {"q5_k", 256, 176, true},
+    {"q6_k", 256, 210, true}, {"q8_k", 256, 292, true}, {"iq4_nl", 32, 18, true},
 }};
 
 }  // namespace

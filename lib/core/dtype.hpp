@@ -20,9 +20,17 @@ enum class DType : std::uint8_t {
   kQ5_1,  // 32 x 5-bit + fp16 scale + fp16 min
   kFP8_E4M3,  // 64 x OCP FP8 E4M3FN + fp32 scale (per-channel checkpoints repeat theirs per block)
   kQ4_G128,   // 128 x 4-bit + fp16 scale + 4-bit zero (INT4 g128 asymmetric, AWQ/GPTQ)
+  // K-quants (256-element super-blocks) and IQ4_NL; layouts in core/kquant_blocks.hpp.
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ8_K,
+  kIQ4_NL,
 };
 
-inline constexpr int kDTypeCount = 10;
+inline constexpr int kDTypeCount = 17;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

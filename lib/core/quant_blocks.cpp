@@ -2,6 +2,7 @@
 
 #include "core/check.hpp"
 #include "core/half.hpp"
+#include "core/kquant_blocks.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -76,6 +77,18 @@ void quantize_q4_g128_block(const float* x, BlockQ4_G128& b) {
       b.qs[16 * s + j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
     }
   }
+}
+
+// Whole-block loops over the K-quant / IQ4_NL block codecs (kquant_blocks.cpp).
+template <typename Block, int kElements>
+void decode_blocks(void (*decode)(const Block&, float*) noexcept, const void* src, float* dst, std::int64_t nb) {
+  const auto* b = static_cast<const Block*>(src);
+  for (std::int64_t i = 0; i < nb; ++i) decode(b[i], dst + i * kElements);
+}
+template <typename Block, int kElements>
+void encode_blocks(void (*encode)(const float*, Block&) noexcept, const float* src, void* dst, std::int64_t nb) {
+  auto* b = static_cast<Block*>(dst);
+  for (std::int64_t i = 0; i < nb; ++i) encode(src + i * kElements, b[i]);
 }
 
 }  // namespace
@@ -208,6 +221,13 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
       }
       return;
     }
+    case DType::kQ2_K: return decode_blocks<BlockQ2_K, kSuperBlock>(decode_block_q2_k, src, dst, nb);
+    case DType::kQ3_K: return decode_blocks<BlockQ3_K, kSuperBlock>(decode_block_q3_k, src, dst, nb);
+    case DType::kQ4_K: return decode_blocks<BlockQ4_K, kSuperBlock>(decode_block_q4_k, src, dst, nb);
+    case DType::kQ5_K: return decode_blocks<BlockQ5_K, kSuperBlock>(decode_block_q5_k, src, dst, nb);
+    case DType::kQ6_K: return decode_blocks<BlockQ6_K, kSuperBlock>(decode_block_q6_k, src, dst, nb);
+    case DType::kQ8_K: return decode_blocks<BlockQ8_K, kSuperBlock>(decode_block_q8_k, src, dst, nb);
+    case DType::kIQ4_NL: return decode_blocks<BlockIQ4_NL, kQBlock>(decode_block_iq4_nl, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
 }
@@ -323,6 +343,13 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
       for (std::int64_t i = 0; i < nb; ++i, src += kGroup128) quantize_q4_g128_block(src, b[i]);
       return;
     }
+    case DType::kQ2_K: return encode_blocks<BlockQ2_K, kSuperBlock>(encode_block_q2_k, src, dst, nb);
+    case DType::kQ3_K: return encode_blocks<BlockQ3_K, kSuperBlock>(encode_block_q3_k, src, dst, nb);
+    case DType::kQ4_K: return encode_blocks<BlockQ4_K, kSuperBlock>(encode_block_q4_k, src, dst, nb);
+    case DType::kQ5_K: return encode_blocks<BlockQ5_K, kSuperBlock>(encode_block_q5_k, src, dst, nb);
+    case DType::kQ6_K: return encode_blocks<BlockQ6_K, kSuperBlock>(encode_block_q6_k, src, dst, nb);
+    case DType::kQ8_K: return encode_blocks<BlockQ8_K, kSuperBlock>(encode_block_q8_k, src, dst, nb);
+    case DType::kIQ4_NL: return encode_blocks<BlockIQ4_NL, kQBlock>(encode_block_iq4_nl, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }

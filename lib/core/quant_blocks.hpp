@@ -71,7 +71,8 @@ std::uint8_t fp32_to_fp8_e4m3(float value) noexcept;
 void dequantize_row(DType type, const void* src, float* dst, std::int64_t n);
 
 // Encodes n floats (whole blocks) into `type` with the reference round-to-nearest rules
-// (the same rules llama.cpp's reference quantizers use, so files round-trip identically).
+// (for the 32-element formats the same rules llama.cpp's reference quantizers use, so files
+// round-trip identically; the K-quants and IQ4_NL use the simpler rules of kquant_blocks.cpp).
 void quantize_row(DType type, const float* src, void* dst, std::int64_t n);
 
 }  // namespace sitsrt

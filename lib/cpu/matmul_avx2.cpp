@@ -3,6 +3,7 @@
 // 3 weight vectors + 1 x vector = all 16 registers), so tiles are 30 weight rows. (The
 // AVX-512 file uses an outer-product kernel instead; with 16 registers the dot form is kept.)
 #include "core/quant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
 #include <immintrin.h>
@@ -412,6 +413,14 @@ constexpr MatmulKernels kAvx2Kernels = {
         {DType::kQ5_1, matvec_q5_1_avx2, dequant_blocks_avx2<DecodeQ5_1>},
         {DType::kFP8_E4M3, matvec_scaled_blocks_avx2<DecodeFP8_E4M3>, dequant_scaled_blocks_avx2<DecodeFP8_E4M3>},
         {DType::kQ4_G128, matvec_scaled_blocks_avx2<DecodeQ4_G128>, dequant_scaled_blocks_avx2<DecodeQ4_G128>},
+        // K-quant section: the AVX2 kernels of matmul_kquant_avx2.cpp
+        {DType::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
+        {DType::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
+        {DType::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
+        {DType::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
+        {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
+        {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
+        {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
     },
     gemm_tile_avx2,
     30,

@@ -4,6 +4,7 @@
 // dequantized tile of up to 32 weight rows into panels and runs a 12 x 32 outer-product
 // micro-kernel (24 zmm accumulators) over them.
 #include "core/quant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
 // GCC 12's avx512fintrin.h makes its "undefined" vectors by self-initialisation, which
@@ -464,6 +465,14 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
         {DType::kFP8_E4M3, matvec_blocks_avx512<DecodeFP8_E4M3>, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
         {DType::kQ4_G128, matvec_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
+        // K-quant section: the AVX2 kernels of matmul_kquant_avx2.cpp
+        {DType::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
+        {DType::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
+        {DType::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
+        {DType::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
+        {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
+        {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
+        {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
     },
     gemm_tile_avx512,
     32,

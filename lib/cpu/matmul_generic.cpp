@@ -1,6 +1,7 @@
 // Portable matmul kernels: plain C++ written so the compiler can vectorise it for the baseline
 // target (fixed-width lane arrays, no branches in the inner loops). Also the reference the
 // ISA files are tested against through the same matmul_test cases.
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
 #include "cpu/matmul_kernels.hpp"
@@ -231,6 +232,26 @@ void matvec_blocks_generic(const std::byte* w, std::size_t row_stride, std::int6
   }
 }
 
+// K-quants and IQ4_NL: each block is decoded by the reference decoder (kquant_blocks.cpp) into a
+// stack buffer, then dotted as above. The reference decoders are scalar (slow: this is the
+// portable fallback; the AVX2 and AVX-512 tables use matmul_kquant_avx2.cpp).
+template <DType kType>
+void matvec_decoded_generic(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows) {
+  using F = KquantFormat<kType>;
+  const std::int64_t nb = cols / F::kElements;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const typename F::Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    Vec4 acc0 = zero4(), acc1 = zero4();
+    float buf[F::kElements];
+    for (std::int64_t b = 0; b < nb; ++b) {
+      F::decode(blocks[b], buf);
+      for (int c = 0; c < F::kElements; c += kChunk) dot_chunk(buf + c, x + b * F::kElements + c, acc0, acc1);
+    }
+    y[r] = sum4(acc0 + acc1);
+  }
+}
+
 // ---- Dequantize n elements (GEMM tiles, get_rows). ----
 
 template <typename D>
@@ -238,6 +259,13 @@ void dequant_float_generic(const std::byte* src, float* dst, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + kChunk <= n; i += kChunk) D::chunk(src + i * D::kBytes, dst + i);
   for (; i < n; ++i) dst[i] = D::element(src, i);
+}
+
+template <DType kType>
+void dequant_decoded_generic(const std::byte* src, float* dst, std::int64_t n) {
+  using F = KquantFormat<kType>;
+  const auto* blocks = reinterpret_cast<const typename F::Block*>(src);
+  for (std::int64_t b = 0; b < n / F::kElements; ++b) F::decode(blocks[b], dst + b * F::kElements);
 }
 
 template <typename D>
@@ -318,6 +346,14 @@ constexpr MatmulKernels kGenericKernels = {
         {DType::kQ5_1, matvec_q5_1_generic, dequant_blocks_generic<DecodeQ5_1>},
         {DType::kFP8_E4M3, matvec_fp8_generic, dequant_blocks_generic<DecodeFP8_E4M3>},
         {DType::kQ4_G128, matvec_q4_g128_generic, dequant_blocks_generic<DecodeQ4_G128>},
+        // K-quant section
+        {DType::kQ2_K, matvec_decoded_generic<DType::kQ2_K>, dequant_decoded_generic<DType::kQ2_K>},
+        {DType::kQ3_K, matvec_decoded_generic<DType::kQ3_K>, dequant_decoded_generic<DType::kQ3_K>},
+        {DType::kQ4_K, matvec_decoded_generic<DType::kQ4_K>, dequant_decoded_generic<DType::kQ4_K>},
+        {DType::kQ5_K, matvec_decoded_generic<DType::kQ5_K>, dequant_decoded_generic<DType::kQ5_K>},
+        {DType::kQ6_K, matvec_decoded_generic<DType::kQ6_K>, dequant_decoded_generic<DType::kQ6_K>},
+        {DType::kQ8_K, matvec_decoded_generic<DType::kQ8_K>, dequant_decoded_generic<DType::kQ8_K>},
+        {DType::kIQ4_NL, matvec_decoded_generic<DType::kIQ4_NL>, dequant_decoded_generic<DType::kIQ4_NL>},
     },
     gemm_tile_generic,
     32,

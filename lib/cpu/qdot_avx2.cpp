@@ -5,6 +5,7 @@
 // the int16 pair sums below 2^15, where w ^ 0x80 would saturate); Q4/Q5 levels are < 32 and
 // their offset is cancelled exactly by starting the int32 lanes at -offset * sum(q) / 8.
 #include "core/quant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
 #include <immintrin.h>
@@ -188,6 +189,9 @@ constexpr QdotKernels kAvx2 = {{
     qdot_avx2<DotQ5<BlockQ5_1, true>>,     // q5_1
     nullptr,                               // fp8_e4m3: float activations
     qdot_q4_g128_avx2,                     // q4_g128
+    // K-quant section (the AVX2 kernels of matmul_kquant_avx2.cpp; no Q8_K path)
+    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_kquant_avx2<DType::kQ4_K>,
+    qdot_kquant_avx2<DType::kQ5_K>, qdot_kquant_avx2<DType::kQ6_K>, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
 }, quantize_avx2};
 
 }  // namespace

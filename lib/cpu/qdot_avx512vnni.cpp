@@ -5,7 +5,9 @@
 // -offset * sum(q) / 8 per lane so the offset (128, 8 or 16) cancels exactly in integers. The
 // lanes are converted once and FMAed with [d_w0 d_x0 x8, d_w1 d_x1 x8]: no horizontal sums
 // until the end of the row.
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
+#include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -181,6 +183,112 @@ void qdot_q4_g128_avx512vnni(const std::byte* w, std::size_t row_stride, const Q
   }
 }
 
+// Q4_K / Q5_K: sub-blocks 2p and 2p + 1 of a super-block are activation blocks 8B + 2p and
+// 8B + 2p + 1, consecutive in x: one zmm holds the 32-byte qs run p twice, the upper copy shifted
+// right by 4, so after the mask it is [levels of 2p, levels of 2p + 1] (Q5_K: plus 16 where bit
+// 2p / 2p + 1 of qh[l] is set). vpdpbusd needs no offset (levels are unsigned); the scale pair
+// [fl(d sc_2p) x8, fl(d sc_2p+1) x8] times d_x multiplies the lanes, and the mins
+// fl(dmin m_s) ds_x of all 8 sub-blocks are one 8-lane FMA per super-block.
+template <bool kFifthBit, typename Block>
+void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (std::int64_t B = 0; B < nb; ++B) {
+      prefetch_ahead(blocks + B);
+      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + B) + 64);
+      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + B) + 128);
+      const Block& blk = blocks[B];
+      // The 8 (scale, min) pairs from the 12 packed bytes (as matmul_kquant_avx2.cpp's scales_k4).
+      std::uint32_t word[3];
+      std::memcpy(word, blk.scales, 12);
+      const std::uint32_t scales_lo = word[0] & 0x3F3F3F3Fu, mins_lo = word[1] & 0x3F3F3F3Fu;
+      const std::uint32_t scales_hi = (word[2] & 0x0F0F0F0Fu) | (((word[0] >> 6) & 0x03030303u) << 4);
+      const std::uint32_t mins_hi = ((word[2] >> 4) & 0x0F0F0F0Fu) | (((word[1] >> 6) & 0x03030303u) << 4);
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u16(&blk.d) | (load_u16(&blk.dmin) << 16))));
+      const __m256 dl = _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                                                     _mm_setr_epi32(static_cast<int>(scales_lo),
+                                                                                    static_cast<int>(scales_hi), 0, 0))));
+      const __m256 ml = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(
+                                          static_cast<int>(mins_lo), static_cast<int>(mins_hi), 0, 0))));
+      const __m512 dl512 = _mm512_castps256_ps512(dl);  // only lanes 0-7 are indexed below
+      __m512i qh = _mm512_setzero_si512();
+      if constexpr (kFifthBit) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * p)));
+        __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, static_cast<__mmask32>(0xFFFF0000u), v, 4),
+                                     _mm512_set1_epi8(0x0F));
+        if constexpr (kFifthBit) {
+          const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * p))),
+                                                  _mm256_set1_epi8(static_cast<char>(2 << (2 * p))), 1);
+          u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits), u, _mm512_set1_epi8(16));
+        }
+        const std::int64_t b0 = 8 * B + 2 * p;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(x.qs + 32 * b0));
+        const __m512i pick = _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+                                               2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl512), _mm512_load_ps(x.d8 + 8 * b0));
+        __m512& acc = p % 2 == 0 ? acc0 : acc1;
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+      }
+      accm = _mm256_fmadd_ps(ml, _mm256_loadu_ps(x.ds + 8 * B), accm);
+    }
+    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
+    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
+}
+
+// Q6_K: groups k = 4h + j and k + 1 (j = 0 or 2) are adjacent activation blocks whose low 4 bits
+// are the low (j = 0) or high (j = 2) nibbles of the 64 bytes ql[64h, 64h + 64), and whose high 2
+// bits are bit pairs j and j + 1 of qh[32h + l]: one zmm of unsigned levels u = 0..63 per pair.
+// The offset 32 is removed exactly with a second vpdpbusd of 32 against q (per 4-element lane).
+// Lanes 4i..4i+3 belong to 16-element sub-block 8h + 2j + i: the 16 fl(d sc) are one vector,
+// permuted per pair.
+void qdot_q6_k_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks / 8;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (std::int64_t B = 0; B < nb; ++B) {
+      const auto* bytes = reinterpret_cast<const std::byte*>(blocks + B);
+      prefetch_ahead(bytes);
+      prefetch_ahead(bytes + 64);
+      prefetch_ahead(bytes + 128);
+      prefetch_ahead(bytes + 192);
+      const BlockQ6_K& blk = blocks[B];
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(load_u16(&blk.d))));
+      const __m512 dl = _mm512_mul_ps(
+          d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
+#pragma GCC unroll 4
+      for (int pair = 0; pair < 4; ++pair) {
+        const int h = pair / 2, j = 2 * (pair % 2);
+        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+        const __m512i low = _mm512_and_si512(j == 0 ? ql : _mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F));
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
+        const __m512i qh_shifted = _mm512_mask_srli_epi16(_mm512_srli_epi16(qh, 2 * j), static_cast<__mmask32>(0xFFFF0000u),
+                                                          qh, 2 * j + 2);
+        const __m512i u = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(qh_shifted, _mm512_set1_epi8(3)), 4));
+        const std::int64_t b0 = 8 * B + 4 * h + j;
+        const __m512i q = _mm512_load_si512(x.qs + 32 * b0);
+        const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q),
+                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), q));
+        const int s0 = 8 * h + 2 * j;
+        const __m512i pick = _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2, s0 + 2,
+                                               s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3);
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl), _mm512_load_ps(x.d8 + 8 * b0));
+        __m512& acc = pair % 2 == 0 ? acc0 : acc1;
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+      }
+    }
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+}
+
 // quantize_row_q8_act with 16 lanes: same operations (max of |x|, d = amax / 127 and 1 / d in
 // scalar, x * id rounded to nearest even by vcvtps2dq), so the output is bit-identical.
 QuantizedRow quantize_avx512(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
@@ -216,6 +324,9 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
     nullptr,                                          // fp8_e4m3: float activations
     qdot_q4_g128_avx512vnni,                          // q4_g128
+    // K-quant section (Q2_K, Q3_K, IQ4_NL: the AVX2 kernels; no Q8_K path)
+    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_k4_vnni<false, BlockQ4_K>,
+    qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
 }, quantize_avx512};
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Portable integer-dot decode kernels and the activation quantizer every ISA shares (so the
 // quantized row, and with it the integer dot products, are identical on every ISA level).
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
 #include "cpu/qdot_kernels.hpp"
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace sitsrt::cpu::detail {
 
@@ -168,6 +170,122 @@ void qdot_q4_g128_generic(const std::byte* w, std::size_t row_stride, const Quan
   }
 }
 
+// Row loop of the K-quant integer kernels: add(block, B, acc) adds super-block B of the row.
+template <typename Block, typename AddBlock>
+void qdot_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows,
+               AddBlock add) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t B = 0; B < x.blocks / 8; ++B) add(blocks[B], B, acc);
+    y[r] = acc;
+  }
+}
+
+// K-quants: a 256-element super-block spans 8 activation blocks. Q4_K sub-block s (32 elements,
+// w = fl(d sc) u - fl(dmin m)) is activation block 8 B + s and adds fl(fl(d sc) d_x) (u . q) -
+// fl(dmin m) ds_x; Q6_K's 16-element sub-blocks (w = fl(d sc) (u - 32)) are the halves of one.
+template <typename Block>
+void qdot_k4_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;  // Q5_K: bit s of qh[l] adds 16
+  qdot_rows<Block>(w, row_stride, x, y, n_rows, [&x](const Block& blk, std::int64_t B, float& acc) {
+    const float d = half_to_float_generic(load_u16(&blk.d)), dmin = half_to_float_generic(load_u16(&blk.dmin));
+    for (int s = 0; s < 8; ++s) {
+      const std::int64_t xb = 8 * B + s;
+      const std::int8_t* q = x.qs + 32 * xb;
+      const std::uint8_t* qs = blk.qs + 32 * (s / 2);
+      const int shift = 4 * (s % 2);
+      std::int32_t dot = 0;
+      for (int i = 0; i < 32; ++i) {
+        int u = (qs[i] >> shift) & 15;
+        if constexpr (kFifthBit) u |= ((blk.qh[i] >> s) & 1) << 4;
+        dot += u * q[i];
+      }
+      const ScaleMin sm = unpack_scale_min_k4(blk.scales, s);
+      const float dl = d * static_cast<float>(sm.scale), ml = dmin * static_cast<float>(sm.min);
+      acc += dl * x.d8[xb * 8] * static_cast<float>(dot);
+      acc -= ml * x.ds[xb];
+    }
+  });
+}
+
+// Q2_K / Q3_K: group k (activation block 8 B + k) holds sub-blocks 2 k and 2 k + 1; element
+// 32 k + l has its low two bits at bit pair k % 4 of qs[32 (k / 4) + l] (Q3_K: bit k of hmask[l]
+// adds 4 to the level - 4; Q2_K: w = fl(d sc) u - fl(dmin m), the min times the half's sum of q).
+template <typename Block>
+void qdot_k2_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>;
+  qdot_rows<Block>(w, row_stride, x, y, n_rows, [&x](const Block& blk, std::int64_t B, float& acc) {
+    const float d = half_to_float_generic(load_u16(&blk.d));
+    for (int k = 0; k < 8; ++k) {
+      const std::int64_t xb = 8 * B + k;
+      const std::int8_t* q = x.qs + 32 * xb;
+      const std::uint8_t* qs = blk.qs + 32 * (k / 4);
+      const int shift = 2 * (k % 4);
+      std::int32_t dot[2] = {0, 0}, qsum[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        int u = (qs[l] >> shift) & 3;
+        if constexpr (kQ3) u += 4 * ((blk.hmask[l] >> k) & 1) - 4;
+        dot[l / 16] += u * q[l];
+        qsum[l / 16] += q[l];
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * k + half;
+        if constexpr (kQ3) {
+          const float dl = d * static_cast<float>(unpack_scale_q3_k(blk.scales, s));
+          acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+        } else {
+          const float dl = d * static_cast<float>(blk.scales[s] & 15);
+          const float ml = half_to_float_generic(load_u16(&blk.dmin)) * static_cast<float>(blk.scales[s] >> 4);
+          acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+          acc -= ml * x.d8[xb * 8] * static_cast<float>(qsum[half]);
+        }
+      }
+    }
+  });
+}
+
+// IQ4_NL: one activation block per weight block; w = d * T[index].
+void qdot_iq4_nl_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                         std::int64_t n_rows) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockIQ4_NL*>(w + static_cast<std::size_t>(r) * row_stride);
+    float acc = 0.0f;
+    for (std::int64_t b = 0; b < x.blocks; ++b) {
+      const std::int8_t* q = x.qs + 32 * b;
+      std::int32_t dot = 0;
+      for (int i = 0; i < 16; ++i) {
+        dot += kIq4nlLevels[blocks[b].qs[i] & 15] * q[i] + kIq4nlLevels[blocks[b].qs[i] >> 4] * q[i + 16];
+      }
+      acc += half_to_float_generic(load_u16(&blocks[b].d)) * x.d8[b * 8] * static_cast<float>(dot);
+    }
+    y[r] = acc;
+  }
+}
+
+void qdot_q6_k_generic(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                       std::int64_t n_rows) {
+  qdot_rows<BlockQ6_K>(w, row_stride, x, y, n_rows, [&x](const BlockQ6_K& blk, std::int64_t B, float& acc) {
+    const float d = half_to_float_generic(load_u16(&blk.d));
+    for (int k = 0; k < 8; ++k) {  // element e = 32 k + l = 128 h + 32 j + l
+      const int h = k / 4, j = k % 4;
+      const std::int64_t xb = 8 * B + k;
+      const std::int8_t* q = x.qs + 32 * xb;
+      const std::uint8_t* ql = blk.ql + 64 * h + 32 * (j % 2);
+      const std::uint8_t* qh = blk.qh + 32 * h;
+      std::int32_t dot[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        const int u = ((ql[l] >> (4 * (j / 2))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4);
+        dot[l / 16] += (u - 32) * q[l];
+      }
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * static_cast<float>(blk.scales[2 * k + half]);
+        acc += dl * x.d8[xb * 8] * static_cast<float>(dot[half]);
+      }
+    }
+  });
+}
+
 constexpr QdotKernels kGeneric = {{
     nullptr,                                                   // f32
     nullptr,                                                   // f16
@@ -179,6 +297,9 @@ constexpr QdotKernels kGeneric = {{
     qdot_generic<LevelsQ5<BlockQ5_1, true, 0>>,                // q5_1
     nullptr,                                                   // fp8_e4m3: float activations
     qdot_q4_g128_generic,                                      // q4_g128
+    // K-quant section (no Q8_K path)
+    qdot_k2_generic<BlockQ2_K>, qdot_k2_generic<BlockQ3_K>, qdot_k4_generic<BlockQ4_K>, qdot_k4_generic<BlockQ5_K>,
+    qdot_q6_k_generic, nullptr, qdot_iq4_nl_generic,
 }, quantize_row_q8_act};
 
 }  // namespace

@@ -30,6 +30,8 @@ constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     7,   // kQ5_1
     kPrivateTypeBase + 0,  // kFP8_E4M3
     kPrivateTypeBase + 1,  // kQ4_G128
+    // K-quant section: kQ2_K .. kQ8_K, kIQ4_NL
+    10, 11, 12, 13, 14, 15, 20,
 };
 
 }  // namespace

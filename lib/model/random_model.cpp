@@ -4,8 +4,10 @@
 #include "core/quant_blocks.hpp"
 #include "core/thread_pool.hpp"
 #include "formats/gguf_writer.hpp"
+#include "model/weight_conversion.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -134,6 +136,31 @@ std::vector<float> llama3_rope_factors(std::int64_t rot_dims, double base, doubl
 
 }  // namespace
 
+bool k_mix_uses_more_bits(std::int64_t layer, std::int64_t layers) noexcept {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+bool set_weight_type(RandomModelOptions& o, std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "q4_k_m" || lower == "q5_k_m") {
+    o.type = lower == "q4_k_m" ? DType::kQ4_K : DType::kQ5_K;
+    o.sensitive_type = DType::kQ6_K;
+    return true;
+  }
+  std::optional<DType> type = dtype_from_name(name);
+  if (!type) type = weight_format_alias(lower);  // the --weights spellings: fp8, q4g128, q8, q4
+  if (!type) return false;
+  o.type = *type;
+  o.sensitive_type.reset();
+  return true;
+}
+
+std::string weight_type_name(const RandomModelOptions& o) {
+  if (!o.sensitive_type) return std::string(name(o.type));
+  return fmt::format("{}_m", name(o.type));
+}
+
 RandomModelOptions benchmark_model_options(DType type) {
   RandomModelOptions o;
   o.dim = 1024;
@@ -215,8 +242,10 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
   const std::uint64_t seed = o.seed;
   // A 2-D tensor [cols, rows] with uniform values of std ~ 1/sqrt(cols) (unit-variance outputs),
   // generated row by row from a per-row seed so the bytes do not depend on the thread count.
-  const auto matrix = [&](const std::string& name, std::int64_t cols, std::int64_t rows, float scale) {
-    const DType type = fits_blocks(o.type, cols) ? o.type : DType::kF16;
+  const auto matrix = [&](const std::string& name, std::int64_t cols, std::int64_t rows, float scale,
+                          bool sensitive = false) {
+    const DType wanted = sensitive && o.sensitive_type ? *o.sensitive_type : o.type;
+    const DType type = fits_blocks(wanted, cols) ? wanted : DType::kF16;
     const std::size_t row_size = row_bytes(type, cols);
     w.add_tensor(name, {cols, rows}, type, [=](std::span<std::byte> out) {
       const std::uint64_t base = mix(seed ^ hash_name(name));
@@ -262,7 +291,8 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
     norm(p + "attn_norm.weight");
     matrix(p + "attn_q.weight", o.dim, q_width, inv_sqrt(o.dim));
     matrix(p + "attn_k.weight", o.dim, kv_width, inv_sqrt(o.dim));
-    matrix(p + "attn_v.weight", o.dim, kv_width, inv_sqrt(o.dim));
+    const bool more_bits = k_mix_uses_more_bits(l, o.layers);  // *_K_M: attn_v and ffn_down get sensitive_type
+    matrix(p + "attn_v.weight", o.dim, kv_width, inv_sqrt(o.dim), more_bits);
     if (qwen2) {
       vector(p + "attn_q.bias", q_width, 0.0f, 0.5f);
       vector(p + "attn_k.bias", kv_width, 0.0f, 0.5f);
@@ -277,11 +307,11 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
     norm(p + "ffn_norm.weight");
     matrix(p + "ffn_gate.weight", o.dim, o.ffn, inv_sqrt(o.dim));
     matrix(p + "ffn_up.weight", o.dim, o.ffn, inv_sqrt(o.dim));
-    matrix(p + "ffn_down.weight", o.ffn, o.dim, inv_sqrt(o.ffn) / residual_depth);
+    matrix(p + "ffn_down.weight", o.ffn, o.dim, inv_sqrt(o.ffn) / residual_depth, more_bits);
     if (gemma3) norm(p + "post_ffw_norm.weight");
   }
   norm("output_norm.weight");
-  if (!o.tied_embeddings) matrix("output.weight", o.dim, o.vocab, 2.0f * inv_sqrt(o.dim));
+  if (!o.tied_embeddings) matrix("output.weight", o.dim, o.vocab, 2.0f * inv_sqrt(o.dim), true);
   w.write(path, progress);
 }
 

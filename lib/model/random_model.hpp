@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace sitsrt {
 
@@ -28,6 +30,9 @@ struct RandomModelOptions {
   std::int64_t vocab = 2048;    // >= 259: 3 specials + 256 byte tokens + generated ASCII pieces
   std::int64_t context = 2048;
   DType type = DType::kQ8_0;    // 2-D weights; a tensor whose rows are not whole blocks falls back to f16
+  // llama.cpp's *_K_M mixes: when set, output.weight and attn_v / ffn_down of the layers
+  // k_mix_uses_more_bits picks get this type (Q6_K) instead of `type` (set_weight_type sets both).
+  std::optional<DType> sensitive_type;
   bool tied_embeddings = false;  // omit output.weight
   float rope_freq_base = 10000.0f;
   std::uint64_t seed = 1234;
@@ -41,6 +46,19 @@ inline constexpr const char* kRandomModelArchitectures = "llama, mistral, qwen2,
 // The synthetic ~0.35B benchmark model of the roadmap: dim 1024, 24 layers, 16 heads, 8 KV
 // heads, ffn 2816, vocab 32000, context 4096.
 RandomModelOptions benchmark_model_options(DType type);
+
+// llama.cpp's layer rule for the *_K_M mixes (its use_more_bits): the first and last eighth of
+// the layers and every third one in between, i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2
+// (integer division), about half of them.
+bool k_mix_uses_more_bits(std::int64_t layer, std::int64_t layers) noexcept;
+
+// Sets options.type (and sensitive_type) from a --type name: any DType name, a --weights
+// spelling (fp8, q4g128, q8, q4), or "q4_k_m" / "q5_k_m" (Q4_K / Q5_K with Q6_K as the sensitive
+// type). False for an unknown name.
+bool set_weight_type(RandomModelOptions& options, std::string_view name);
+
+// The --type name of the options' weight types ("q4_k_m" for the mix, else name(type)).
+std::string weight_type_name(const RandomModelOptions& options);
 
 // Validates the shape (throws kInvalidArgument naming the field) and writes the file.
 // progress(done_tensors, total_tensors) is called as tensors are written.

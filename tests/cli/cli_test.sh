@@ -100,6 +100,11 @@ check "info --weights --json" json_check "$work/info-w.json" \
 "$cli" run -m "$model" -p "hi" -n 2 --json --weights fp8 >"$work/run-w.jsonl" 2>/dev/null
 check "run --weights: summary reports the conversion" json_check "$work/run-w.jsonl" \
   "lines[-1]['weights']['format'] == 'fp8' and lines[-1]['weights']['converted_tensors'] + lines[-1]['weights']['kept_tensors'] == 15"
+kmix="$work/q4_k_m.gguf"
+check "make-model --type q4_k_m" "$cli" make-model -o "$kmix" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 300 --type q4_k_m
+"$cli" run -m "$kmix" -p "hi" -n 2 --json --weights q8 >"$work/run-k.jsonl" 2>/dev/null
+check "run a q4_k_m model with --weights q8" json_check "$work/run-k.jsonl" \
+  "lines[-1]['weights']['format'] == 'q8' and lines[-1]['weights']['converted_tensors'] == 15"
 check "bad --weights: exit 1 naming the option and the values" bash -c \
   "'$cli' run -m '$model' -p hi -n 2 --weights int3 2>'$work/w.err'; test \$? -eq 1 && grep -q \"weights 'int3' is not one of as-stored, f16, bf16, q8, q4, fp8, q4g128\" '$work/w.err'"
 

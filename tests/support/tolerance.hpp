@@ -16,11 +16,13 @@
 
 #include "core/dtype.hpp"
 #include "core/half.hpp"
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -57,6 +59,15 @@ inline int extra_roundings(DType type) {
     case DType::kQ4_1:
     case DType::kQ5_1:
       return 4;
+    // K-quants: the weight is fl(fl(d sc) q) [- fl(dmin m)], the kernel rounds fl(d sc), the
+    // sub-block partial sum times it, and (min formats) the min term and its subtraction.
+    case DType::kQ2_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return 6;
+    case DType::kQ3_K:
+    case DType::kQ6_K:
+      return 4;
     default:
       return 2;
   }
@@ -70,6 +81,24 @@ inline std::vector<double> weight_magnitudes(DType type, const void* row, std::i
   std::vector<float> w(static_cast<std::size_t>(n));
   dequantize_row(type, row, w.data(), n);
   for (std::int64_t i = 0; i < n; ++i) mag[static_cast<std::size_t>(i)] = std::fabs(w[static_cast<std::size_t>(i)]);
+  if (type == DType::kQ2_K || type == DType::kQ4_K || type == DType::kQ5_K) {
+    // The min term of each element is what the block decodes to with every level zeroed.
+    const int block_bytes = traits(type).block_bytes;
+    std::vector<std::byte> zeroed(static_cast<const std::byte*>(row),
+                                  static_cast<const std::byte*>(row) + n / kSuperBlock * block_bytes);
+    for (std::int64_t b = 0; b < n / kSuperBlock; ++b) {
+      std::byte* block = zeroed.data() + b * block_bytes;
+      if (type == DType::kQ2_K) std::memset(block + offsetof(BlockQ2_K, qs), 0, sizeof(BlockQ2_K::qs));
+      if (type == DType::kQ4_K) std::memset(block + offsetof(BlockQ4_K, qs), 0, sizeof(BlockQ4_K::qs));
+      if (type == DType::kQ5_K) std::memset(block + offsetof(BlockQ5_K, qh), 0, sizeof(BlockQ5_K::qh) + sizeof(BlockQ5_K::qs));
+    }
+    std::vector<float> minus_min(static_cast<std::size_t>(n));
+    dequantize_row(type, zeroed.data(), minus_min.data(), n);
+    for (std::size_t i = 0; i < mag.size(); ++i) {
+      mag[i] = std::fabs(static_cast<double>(w[i]) - minus_min[i]) + std::fabs(minus_min[i]);  // |d sc q| + |dmin m|
+    }
+    return mag;
+  }
   if (type != DType::kQ4_1 && type != DType::kQ5_1) return mag;
   const auto* bytes = static_cast<const std::byte*>(row);
   const int block_bytes = traits(type).block_bytes;

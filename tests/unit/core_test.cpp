@@ -23,7 +23,11 @@ TEST_CASE("dtype registry names and sizes", "[core]") {
   CHECK(row_bytes(DType::kQ8_0, 64) == 68);
   CHECK(row_bytes(DType::kQ4_0, 96) == 54);
   CHECK(dtype_from_name("Q5_1") == DType::kQ5_1);
-  CHECK_FALSE(dtype_from_name("q4_k").has_value());
+  CHECK(dtype_from_name("Q4_K") == DType::kQ4_K);
+  CHECK(dtype_from_name("iq4_nl") == DType::kIQ4_NL);
+  CHECK(row_bytes(DType::kQ4_K, 512) == 288);
+  CHECK_THROWS_AS(row_bytes(DType::kQ6_K, 32), Error);
+  CHECK_FALSE(dtype_from_name("q4_k_m").has_value());
   CHECK_THROWS_AS(row_bytes(DType::kQ4_1, 33), Error);
 }
 

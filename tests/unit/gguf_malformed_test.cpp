@@ -22,7 +22,7 @@ using test::RawImage;
 
 namespace {
 
-constexpr std::uint32_t kF32 = 0, kQ8_0 = 8, kQ4_K = 12;
+constexpr std::uint32_t kF32 = 0, kQ8_0 = 8, kIQ4_XS = 23;
 constexpr std::uint32_t kTypeU32 = 4, kTypeF32 = 6, kTypeBool = 7, kTypeString = 8, kTypeArray = 9, kTypeU64 = 10;
 
 struct Failure {
@@ -285,14 +285,15 @@ TEST_CASE("duplicate names", "[gguf][malformed]") {
 }
 
 TEST_CASE("unsupported and unknown tensor types", "[gguf][malformed]") {
-  RawImage k_quant;
-  k_quant.tensor("blk.0.attn_q.weight", {256}, kQ4_K, 0);
-  k_quant.data_bytes = 144;
-  const auto f = failure_of(k_quant.build());
+  RawImage i_quant;
+  i_quant.tensor("blk.0.attn_q.weight", {256}, kIQ4_XS, 0);
+  i_quant.data_bytes = 136;
+  const auto f = failure_of(i_quant.build());
   CHECK(f.code == ErrorCode::kUnsupported);
   CHECK(f.message ==
-        "model.gguf: tensor 'blk.0.attn_q.weight' has type q4_K, which this build does not support "
-        "(supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, fp8_e4m3, q4_g128)");
+        "model.gguf: tensor 'blk.0.attn_q.weight' has type iq4_xs, which this build does not support "
+        "(supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, fp8_e4m3, q4_g128, q2_k, q3_k, q4_k, q5_k, q6_k, "
+        "q8_k, iq4_nl)");
 
   auto unknown = one_tensor();
   unknown.tensors[0].type = 77;

@@ -164,7 +164,7 @@ TEST_CASE("ggml type table", "[gguf]") {
   for (int i = 0; i < kDTypeCount; ++i) {
     const auto type = static_cast<DType>(i);
     CHECK(gguf::dtype_from_ggml_type(gguf::ggml_type_from_dtype(type)) == type);
-    CHECK(gguf::ggml_type_name(gguf::ggml_type_from_dtype(type)) == name(type));
+    CHECK(dtype_from_name(gguf::ggml_type_name(gguf::ggml_type_from_dtype(type))) == type);  // "q4_K" vs "q4_k"
   }
   CHECK(gguf::ggml_type_from_dtype(DType::kBF16) == 30);
   CHECK(gguf::ggml_type_from_dtype(DType::kQ8_0) == 8);
@@ -172,17 +172,22 @@ TEST_CASE("ggml type table", "[gguf]") {
   CHECK(gguf::ggml_type_name(23) == "iq4_xs");
   CHECK(gguf::ggml_type_name(4) == "unknown");
   CHECK(gguf::ggml_type_name(77) == "unknown");
-  CHECK_FALSE(gguf::dtype_from_ggml_type(12).has_value());
+  CHECK(gguf::dtype_from_ggml_type(12) == DType::kQ4_K);
+  CHECK(gguf::dtype_from_ggml_type(14) == DType::kQ6_K);
+  CHECK(gguf::dtype_from_ggml_type(20) == DType::kIQ4_NL);
+  CHECK_FALSE(gguf::dtype_from_ggml_type(23).has_value());  // iq4_xs
   CHECK(gguf::name(gguf::ValueType::kString) == "string");
 }
 
 TEST_CASE("tensors of every supported type round-trip through the writer", "[gguf]") {
   const auto type = GENERATE(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                             DType::kQ5_0, DType::kQ5_1);
+                             DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                             DType::kQ6_K, DType::kQ8_K, DType::kIQ4_NL);
   const std::uint64_t alignment = GENERATE(32u, 64u, 1u);
   CAPTURE(name(type), alignment);
   test::Rng rng(static_cast<std::uint64_t>(type) * 100 + alignment);
   std::vector<std::vector<std::int64_t>> shapes = {{32, 1}, {96, 7}, {64, 3, 5}, {32, 2, 3, 2}, {160}};
+  if (traits(type).block_size == 256) shapes = {{256, 1}, {768, 7}, {512, 3, 5}, {256, 2, 3, 2}, {1280}};
   if (traits(type).block_size == 1) shapes.insert(shapes.end(), {{1}, {7, 5}, {3, 1, 1, 9}});
   std::vector<TensorCase> tensors;
   for (std::size_t i = 0; i < shapes.size(); ++i) {

@@ -21,8 +21,9 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,     DType::kQ4_0,
-                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128};
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
+                               DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
+                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,    DType::kQ8_K,    DType::kIQ4_NL};
 
 bool is_float_type(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
@@ -188,6 +189,11 @@ TEST_CASE("matmul matches a double reference for every format, ISA and shape", "
   for (const Shape& s : matmul_shapes()) {
     if (fits_blocks(type, s.cols)) check_matmul(type, isa, threads, s);
   }
+  if (traits(type).block_size == 256) {  // K-quants: more super-block widths, K blocks of 1024
+    for (Shape s : {Shape{5, 512, 1}, Shape{33, 768, 1}, Shape{7, 2304, 1}, Shape{7, 2304, 9}, Shape{31, 512, 3}}) {
+      check_matmul(type, isa, threads, s);
+    }
+  }
   if (is_float_type(type)) {
     for (const Shape& s : float_only_shapes()) check_matmul(type, isa, threads, s);
   }
@@ -216,7 +222,10 @@ TEST_CASE("get_rows returns dequantize_row of each id, bit for bit", "[matmul]")
   const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   if (!cpu::isa_supported(isa)) return;
   CAPTURE(name(type), cpu::name(isa));
-  const std::int64_t cols = is_float_type(type) ? 103 : fits_blocks(type, 96) ? 96 : 384;
+  const std::int64_t cols = is_float_type(type)                ? 103
+                            : traits(type).block_size == 256 ? 512
+                            : fits_blocks(type, 96)          ? 96
+                                                             : 384;
   test::Rng rng(99);
   const TestWeights table = make_weights(type, 37, cols, 10, rng);
   const std::vector<std::int32_t> ids = {0, 36, 5, 5, 17, 1, 36, 20};

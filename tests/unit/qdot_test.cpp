@@ -5,6 +5,7 @@
 // bound against the unquantized input (the activation rounding itself).
 #include "core/dtype.hpp"
 #include "core/half.hpp"
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
@@ -24,7 +25,8 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128};
+constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128,
+                               DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
 
 // Independent scalar reference of the documented activation quantization.
 struct RefRow {
@@ -75,15 +77,78 @@ int level(DType type, const std::byte* block, int i) {
   }
 }
 int offset_bound(DType type) {  // the largest offset any ISA's kernel may fold into its lanes
-  return type == DType::kQ8_0 ? 128 : type == DType::kQ5_0 || type == DType::kQ5_1 || type == DType::kQ4_G128 ? 16 : 8;
+  return type == DType::kQ8_0   ? 128
+         : type == DType::kQ6_K ? 32
+         : type == DType::kQ5_0 || type == DType::kQ5_1 || type == DType::kQ4_G128 ? 16
+                                                                                    : 8;
 }
 bool has_min(DType type) {
-  return type == DType::kQ4_1 || type == DType::kQ5_1;
+  return type == DType::kQ4_1 || type == DType::kQ5_1 || type == DType::kQ2_K || type == DType::kQ4_K ||
+         type == DType::kQ5_K;
 }
 float half_at(const std::byte* p) {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
   return fp16_to_fp32(h);
+}
+
+// Element c of a stored row as scale * level + min (the decomposition a kernel may exploit).
+struct WeightElement {
+  double scale, level, min;
+};
+WeightElement element(DType type, const std::byte* row, std::int64_t c) {
+  const int bb = traits(type).block_bytes;
+  if (type == DType::kQ4_K || type == DType::kQ5_K) {
+    BlockQ5_K b5{};
+    BlockQ4_K b{};  // Q5_K: same d, dmin, scales; qs after its qh
+    std::memcpy(&b, row + c / 256 * bb, 16);
+    const std::uint8_t* qs = b.qs;
+    if (type == DType::kQ5_K) {
+      std::memcpy(&b5, row + c / 256 * bb, sizeof b5);
+      qs = b5.qs;
+    } else {
+      std::memcpy(&b, row + c / 256 * bb, sizeof b);
+    }
+    const int e = static_cast<int>(c % 256);
+    const ScaleMin sm = unpack_scale_min_k4(b.scales, e / 32);
+    int u = (qs[32 * (e / 64) + e % 32] >> (4 * ((e % 64) / 32))) & 15;
+    if (type == DType::kQ5_K) u |= ((b5.qh[e % 32] >> (e / 32)) & 1) << 4;
+    return {fp16_to_fp32(b.d) * static_cast<double>(sm.scale), static_cast<double>(u),
+            -static_cast<double>(fp16_to_fp32(b.dmin)) * sm.min};
+  }
+  if (type == DType::kQ2_K || type == DType::kQ3_K) {  // 2-bit planes: byte 32 n + l, bit pair j
+    const int e = static_cast<int>(c % 256), n = e / 128, j = (e % 128) / 32, l = e % 32;
+    if (type == DType::kQ2_K) {
+      BlockQ2_K b;
+      std::memcpy(&b, row + c / 256 * bb, sizeof b);
+      const int sm = b.scales[e / 16];
+      return {fp16_to_fp32(b.d) * static_cast<double>(sm & 15), static_cast<double>((b.qs[32 * n + l] >> (2 * j)) & 3),
+              -static_cast<double>(fp16_to_fp32(b.dmin)) * (sm >> 4)};
+    }
+    BlockQ3_K b;
+    std::memcpy(&b, row + c / 256 * bb, sizeof b);
+    const int low = (b.qs[32 * n + l] >> (2 * j)) & 3;
+    const bool high = (b.hmask[l] >> (e / 32)) & 1;
+    return {fp16_to_fp32(b.d) * static_cast<double>(unpack_scale_q3_k(b.scales, e / 16)),
+            static_cast<double>(high ? low : low - 4), 0.0};
+  }
+  if (type == DType::kIQ4_NL) {
+    BlockIQ4_NL b;
+    std::memcpy(&b, row + c / 32 * bb, sizeof b);
+    const int i = static_cast<int>(c % 32);
+    const int index = i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+    return {fp16_to_fp32(b.d), static_cast<double>(kIq4nlLevels[index]), 0.0};
+  }
+  if (type == DType::kQ6_K) {
+    BlockQ6_K b;
+    std::memcpy(&b, row + c / 256 * bb, sizeof b);
+    const int e = static_cast<int>(c % 256), h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int u = ((b.ql[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 15) | (((b.qh[32 * h + l] >> (2 * j)) & 3) << 4);
+    return {fp16_to_fp32(b.d) * static_cast<double>(b.scales[e / 16]), static_cast<double>(u - 32), 0.0};
+  }
+  const int bs = traits(type).block_size;  // 32, or 128 for Q4_G128
+  const std::byte* blk = row + c / bs * bb;
+  return {half_at(blk), static_cast<double>(level(type, blk, static_cast<int>(c % bs))), has_min(type) ? half_at(blk + 2) : 0.0};
 }
 
 void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows, std::int64_t cols) {
@@ -113,31 +178,30 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
   std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
   cpu::matmul(ctx, w, x.data(), cols, 1, y.data(), rows);
 
-  const int bb = traits(type).block_bytes, bs = traits(type).block_size;
   const std::int64_t nb = cols / 32;
   std::vector<double> want(y.size()), tol(y.size()), want_f(y.size()), tol_f(y.size());
   for (std::int64_t r = 0; r < rows; ++r) {
     double sum = 0.0, mag = 0.0, sum_f = 0.0, rounding = 0.0;
+    const std::byte* row = bytes.data() + static_cast<std::size_t>(r) * stride;
     for (std::int64_t b = 0; b < nb; ++b) {
-      // The weight block holding activation block b, and b's first element inside it.
-      const std::byte* blk =
-          bytes.data() + static_cast<std::size_t>(r) * stride + static_cast<std::size_t>(b * 32 / bs * bb);
-      const int first = static_cast<int>(b * 32 % bs);
-      const double dw = half_at(blk), m = has_min(type) ? half_at(blk + 2) : 0.0;
       const double dx = xq.d[static_cast<std::size_t>(b)];
-      double dot = 0.0, qsum = 0.0, abs_dot = 0.0, abs_q = 0.0;
+      // Sum of min * q over each stretch with one min: the block, or (Q2_K) each 16-element half.
+      double min_q = 0.0;
+      const int min_stretch = type == DType::kQ2_K ? 16 : 32;
       for (int i = 0; i < 32; ++i) {
         const double q = xq.q[static_cast<std::size_t>(b * 32 + i)];
-        const double lev = level(type, blk, first + i), xv = x[static_cast<std::size_t>(b * 32 + i)];
-        dot += lev * q;
-        qsum += q;
-        abs_dot += std::fabs(lev) * std::fabs(q);
-        abs_q += std::fabs(q);
-        sum_f += (dw * lev + m) * xv;
-        rounding += std::fabs(dw * lev + m) * dx * 0.5;  // |x - dx q| <= dx / 2 per element
+        const WeightElement we = element(type, row, b * 32 + i);
+        const double xv = x[static_cast<std::size_t>(b * 32 + i)];
+        sum += we.scale * dx * we.level * q + we.min * dx * q;
+        mag += std::fabs(we.scale * dx) * (std::fabs(we.level) + 2.0 * offset_bound(type)) * std::fabs(q);
+        min_q += we.min * q;
+        sum_f += (we.scale * we.level + we.min) * xv;
+        rounding += std::fabs(we.scale * we.level + we.min) * dx * 0.5;  // |x - dx q| <= dx / 2 per element
+        if ((i + 1) % min_stretch == 0) {
+          mag += std::fabs(dx * min_q);
+          min_q = 0.0;
+        }
       }
-      sum += dw * dx * dot + m * dx * qsum;
-      mag += std::fabs(dw * dx) * (abs_dot + 2.0 * offset_bound(type) * abs_q) + std::fabs(m * dx * qsum);
     }
     const auto i = static_cast<std::size_t>(r);
     want[i] = sum;
@@ -194,7 +258,7 @@ TEST_CASE("int8-activation decode matches its integer reference on every ISA", "
   const int threads = GENERATE(1, 3);
   if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
   for (std::int64_t rows : {1, 3, 17, 64, 129}) {
-    for (std::int64_t cols : {32, 64, 96, 128, 256, 640, 1056, 4096}) {
+    for (std::int64_t cols : {32, 64, 96, 128, 256, 640, 1056, 4096, 512, 2304}) {
       if (fits_blocks(type, cols)) check_int8_matvec(type, isa, threads, rows, cols);
     }
   }

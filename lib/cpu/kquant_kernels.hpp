@@ -1,0 +1,27 @@
+// Internal: the AVX2 kernels of the K-quant and IQ4_NL formats (matmul_kquant_avx2.cpp): float
+// matvec and dequant for every K type and IQ4_NL, int8-activation decode for all but Q8_K.
+// Declared here so the AVX2 and both AVX-512 tables can list them (every AVX-512 CPU runs AVX2
+// code); explicit instantiations are not inline, so the ODR note of matmul_kernels.hpp holds.
+// The portable versions live in matmul_generic.cpp / qdot_generic.cpp.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sitsrt::cpu::detail {
+
+template <DType kType>
+void matvec_kquant_avx2(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                        std::int64_t n_rows);
+template <DType kType>
+void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n);
+
+// Int8-activation decode (QdotFn of qdot_kernels.hpp).
+struct QuantizedRow;
+template <DType kType>
+void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                      std::int64_t n_rows);
+
+}  // namespace sitsrt::cpu::detail
