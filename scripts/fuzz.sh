@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer audit_verify hf_config)
+targets=(gguf safetensors tokenizer bpe audit_verify hf_config)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -66,6 +66,7 @@ for v in VARIANTS:
       fi ;;
     *)
       printf 'Once upon a time' >"$corpus/ascii"
+      printf '\x10<|im_start|>user\nI'"'"'m 12345 <tag>x' >"$corpus/special"
       printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \t\n' >"$corpus/utf8"
       printf '\xff\xfe\xc0\xaf\xed\xa0\x80' >"$corpus/invalid" ;;
   esac

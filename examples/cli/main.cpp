@@ -20,6 +20,7 @@ commands:
   info        print a model's (GGUF file or HF directory) metadata, tensor table, parameter count and bytes by type
   graph       print the computation graph and activation memory plan, or --plan the device plan
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
+  tokenize    print the token ids of a text (GGUF model or tokenizer.json; --json, --batch)
   logits      print the raw next-token logits for token ids or a prompt as JSON
   convert     convert a Hugging Face model directory (config.json + safetensors) to GGUF
   make-model  write a deterministic random-weight GGUF (llama, mistral, qwen2, qwen3, gemma3)
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (command == "graph") return sitsrt::cli::graph_command(argc, argv);
     if (command == "bench") return sitsrt::cli::bench_command(argc, argv);
     if (command == "audit") return sitsrt::cli::audit_command(argc, argv);
+    if (command == "tokenize") return sitsrt::cli::tokenize_command(argc, argv);
     if (command == "logits") return sitsrt::cli::logits_command(argc, argv);
     if (command == "convert") return sitsrt::cli::convert_command(argc, argv);
     if (command == "make-model") return sitsrt::cli::make_model_command(argc, argv);

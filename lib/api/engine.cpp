@@ -14,7 +14,7 @@
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
-#include "tokenizer/spm_tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/version.hpp>
 
@@ -82,7 +82,11 @@ struct Engine::Impl {
         backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations) {
     // An HF directory (or a GGUF converted from one) has no GGUF vocabulary; until tokenizer.json
     // is read it serves token ids only (logits), and everything that needs a tokenizer says so.
-    if (model.gguf && model.gguf->find("tokenizer.ggml.tokens") != nullptr) tokenizer.emplace(read_vocabulary(*model.gguf));
+    if (model.gguf && model.gguf->find("tokenizer.ggml.tokens") != nullptr) {
+      tokenizer = make_tokenizer(read_vocabulary(*model.gguf), options.model_path);
+    } else if (model.hf && std::filesystem::exists(std::filesystem::path(options.model_path) / "tokenizer.json")) {
+      tokenizer = load_tokenizer(options.model_path);  // tokenizer.json (+ tokenizer_config.json)
+    }
     if (tokenizer && tokenizer->vocab().size() != spec.n_vocab) {
       raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", options.model_path,
             tokenizer->vocab().size(), spec.n_vocab);
@@ -248,12 +252,11 @@ struct Engine::Impl {
   }
 
   EngineOptions options;
-  const SpmTokenizer& tok() const {
+  const Tokenizer& tok() const {
     if (!tokenizer) {
       raise(ErrorCode::kUnsupported,
-            "{}: the model has no GGUF vocabulary (a Hugging Face directory, or converted from one) and tokenizer.json "
-            "support is pending; only "
-            "token-id logits (sitsrt logits --tokens) and inspection (info, graph) work for now",
+            "{}: the model has no tokenizer (no GGUF vocabulary, and no tokenizer.json beside the Hugging Face "
+            "checkpoint); only token-id logits (sitsrt logits --tokens) and inspection (info, graph) work",
             options.model_path);
     }
     return *tokenizer;
@@ -261,7 +264,7 @@ struct Engine::Impl {
 
   LoadedModel model;
   ModelSpec spec;
-  std::optional<SpmTokenizer> tokenizer;
+  std::unique_ptr<const Tokenizer> tokenizer;  // SentencePiece or BPE; null: the model has none
   CpuBackend backend;
   graph::Graph graph;
   std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"

@@ -108,7 +108,7 @@ const char* to_string(FinishReason reason) noexcept {
   return "unknown";
 }
 
-GenerationResult generate_tokens(Session& session, const SpmTokenizer& tokenizer,
+GenerationResult generate_tokens(Session& session, const Tokenizer& tokenizer,
                                  std::span<const std::int32_t> prompt, const GenerationConfig& config,
                                  const TokenCallback& on_token) {
   validate(config);

@@ -4,7 +4,8 @@
 #pragma once
 
 #include "runtime/executor.hpp"
-#include "tokenizer/spm_tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "tokenizer/utf8_stream.hpp"
 
 #include <sitsrt/generation.hpp>
 #include <sitsrt/token_event.hpp>
@@ -16,7 +17,7 @@ namespace sitsrt {
 
 // Runs one request on a fresh (reset) session. Throws sitsrt::Error(kInvalidArgument) naming
 // the parameter for an invalid config, or when the prompt does not fit the context.
-GenerationResult generate_tokens(Session& session, const SpmTokenizer& tokenizer,
+GenerationResult generate_tokens(Session& session, const Tokenizer& tokenizer,
                                  std::span<const std::int32_t> prompt, const GenerationConfig& config,
                                  const TokenCallback& on_token);
 

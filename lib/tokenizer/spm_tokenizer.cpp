@@ -2,6 +2,8 @@
 // characters held in a doubly linked list, every adjacent pair whose concatenation is a
 // vocabulary piece goes into a max-heap keyed by (score, leftmost), and the best pair is merged
 // until the heap is empty; stale heap entries are skipped lazily. O(n log n) in the text length.
+// When every mergeable piece has U+2581 only in a leading run (SentencePiece's whitespace
+// splitting guarantees that), each word is merged on its own: same result, small heaps.
 //
 // Deliberate differences from llama.cpp (both only affect unusual input or vocabularies):
 //  - control, byte, unknown and unused pieces never take part in merges or match a character
@@ -20,12 +22,28 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <queue>
 
 namespace sitsrt {
 namespace {
 
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+// Word cache bounds per encode call: long runs are rarely repeated, and the cache stays small.
+constexpr std::size_t kMaxCachedWordBytes = 64;
+constexpr std::size_t kMaxCachedWords = 1 << 16;
+
+// Whether the U+2581 at `pos` comes right after another U+2581.
+bool follows_marker(std::string_view text, std::size_t pos) {
+  return pos >= kSpaceMarker.size() && text.substr(pos - kSpaceMarker.size(), kSpaceMarker.size()) == kSpaceMarker;
+}
+
+// True when every U+2581 of the piece belongs to its leading run ("__ab", not "a_b" or "_a_").
+bool markers_only_in_leading_run(std::string_view piece) {
+  for (std::size_t pos = piece.find(kSpaceMarker, 1); pos != std::string_view::npos;
+       pos = piece.find(kSpaceMarker, pos + 1)) {
+    if (!follows_marker(piece, pos)) return false;
+  }
+  return true;
+}
 
 bool is_mergeable(TokenType type) {
   return type == TokenType::kNormal || type == TokenType::kUserDefined || type == TokenType::kUndefined;
@@ -57,12 +75,6 @@ void append_unescaped(std::string_view piece, std::string& out) {
   out.append(piece.substr(pos));
 }
 
-void check_special_id(std::int32_t id, std::int32_t size, std::string_view name) {
-  if (id < -1 || id >= size) {
-    raise(ErrorCode::kInvalidArgument, "vocabulary: {} id {} is out of range for {} tokens", name, id, size);
-  }
-}
-
 // One character or merged run of characters in the working text.
 struct Symbol {
   std::size_t offset;
@@ -87,19 +99,17 @@ struct LowerPriority {
 
 }  // namespace
 
-SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
+// Per-call state: reused buffers and the word cache (per call, so encode stays lock-free).
+struct SpmTokenizer::MergeScratch {
+  std::vector<Symbol> symbols;
+  std::vector<Bigram> heap;  // a max-heap under LowerPriority
+  detail::PieceIndex word_cache;  // word -> index into cached_ids
+  std::vector<std::pair<std::size_t, std::size_t>> cached_ids;  // (offset, count) in cached_id_arena
+  std::vector<std::int32_t> cached_id_arena;
+};
+
+SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::move(vocab))), specials_(vocab_) {
   const std::int32_t size = vocab_.size();
-  if (size == 0) raise(ErrorCode::kInvalidArgument, "vocabulary: no tokens");
-  if (vocab_.scores.empty()) vocab_.scores.assign(vocab_.pieces.size(), 0.0f);
-  if (vocab_.types.empty()) vocab_.types.assign(vocab_.pieces.size(), TokenType::kNormal);
-  if (vocab_.scores.size() != vocab_.pieces.size() || vocab_.types.size() != vocab_.pieces.size()) {
-    raise(ErrorCode::kInvalidArgument, "vocabulary: {} pieces but {} scores and {} types", vocab_.pieces.size(),
-          vocab_.scores.size(), vocab_.types.size());
-  }
-  check_special_id(vocab_.bos, size, "bos");
-  check_special_id(vocab_.eos, size, "eos");
-  check_special_id(vocab_.unk, size, "unk");
-  check_special_id(vocab_.pad, size, "pad");
 
   std::fill(std::begin(byte_tokens_), std::end(byte_tokens_), -1);
   piece_to_id_.reserve(vocab_.pieces.size());
@@ -108,8 +118,9 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
     const TokenType type = vocab_.types[id];
     if (std::isnan(vocab_.scores[id])) raise(ErrorCode::kInvalidArgument, "vocabulary: score of token {} is NaN", id);
     if (is_mergeable(type) && !piece.empty()) {
-      piece_to_id_[piece] = id;  // a duplicated piece maps to its last id, as in llama.cpp
+      piece_to_id_.insert(piece, id, /*overwrite=*/true);  // a duplicated piece keeps its last id, as in llama.cpp
       max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
+      if (!markers_only_in_leading_run(piece)) words_are_independent_ = false;
     }
     if (const auto byte = parse_byte_piece(piece)) {
       std::int32_t& slot = byte_tokens_[*byte];
@@ -118,15 +129,35 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
   }
 }
 
-std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<std::int32_t> ids;
   if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
-  if (text.empty()) return ids;  // no dummy prefix for empty text (llama.cpp gives [BOS] or [])
+  if (!parse_special) {
+    encode_fragment(text, vocab_.add_space_prefix, ids);
+    return ids;
+  }
+  // As llama.cpp: the dummy prefix goes before the first text and before text that follows
+  // a special token.
+  bool after_special = true;
+  for (const detail::TextFragment& fragment : specials_.split(text)) {
+    if (fragment.token >= 0) {
+      ids.push_back(fragment.token);
+      after_special = true;
+    } else {
+      encode_fragment(fragment.text, vocab_.add_space_prefix && after_special, ids);
+      after_special = false;
+    }
+  }
+  return ids;
+}
+
+void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::vector<std::int32_t>& ids) const {
+  if (text.empty()) return;  // no dummy prefix for empty text (llama.cpp gives [BOS] or [])
 
   // Dummy prefix and spaces as U+2581, as SentencePiece sees the text.
   std::string escaped;
   escaped.reserve(text.size() + text.size() / 2 + kSpaceMarker.size());
-  if (vocab_.add_space_prefix) escaped.append(kSpaceMarker);
+  if (add_prefix && !(vocab_.space_prefix_unless_leading_space && text.front() == ' ')) escaped.append(kSpaceMarker);
   for (const char c : text) {
     if (c == ' ') {
       escaped.append(kSpaceMarker);
@@ -134,14 +165,52 @@ std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_b
       escaped.push_back(c);
     }
   }
+  ids.reserve(ids.size() + escaped.size() / 4);
 
-  std::vector<Symbol> symbols;
-  symbols.reserve(escaped.size());
-  for (std::size_t offset = 0; offset < escaped.size();) {
-    const detail::Utf8Sequence character = detail::scan_utf8(std::string_view(escaped).substr(offset));
+  const std::string_view working(escaped);
+  MergeScratch scratch;
+  if (!words_are_independent_) {
+    merge_segment(working, ids, scratch);
+    return;
+  }
+  // No merge can cross a U+2581 that follows another character (pieces have U+2581 only in
+  // a leading run, as "__word" in Gemma's vocabulary): encode word by word, a word being a
+  // run of U+2581 and what follows up to the next such boundary. That keeps the heap small
+  // (and in cache) without changing the result; each word's ids are remembered, since text
+  // repeats its words (one lookup then replaces a dozen pair lookups).
+  std::size_t start = 0;
+  while (start < working.size()) {
+    std::size_t next = start;
+    do {
+      next = working.find(kSpaceMarker, next + 1);
+    } while (next != std::string_view::npos && follows_marker(working, next));
+    if (next == std::string_view::npos) next = working.size();
+    const std::string_view word = working.substr(start, next - start);
+    start = next;
+    if (const std::int32_t cached = scratch.word_cache.find(word); cached >= 0) {
+      const auto [offset, count] = scratch.cached_ids[static_cast<std::size_t>(cached)];
+      ids.insert(ids.end(), scratch.cached_id_arena.begin() + offset, scratch.cached_id_arena.begin() + offset + count);
+      continue;
+    }
+    const std::size_t before = ids.size();
+    merge_segment(word, ids, scratch);
+    if (word.size() <= kMaxCachedWordBytes && scratch.cached_ids.size() < kMaxCachedWords) {
+      scratch.word_cache.insert(word, static_cast<std::int32_t>(scratch.cached_ids.size()), /*overwrite=*/false);
+      scratch.cached_ids.emplace_back(scratch.cached_id_arena.size(), ids.size() - before);
+      scratch.cached_id_arena.insert(scratch.cached_id_arena.end(), ids.begin() + static_cast<std::ptrdiff_t>(before),
+                                     ids.end());
+    }
+  }
+}
+
+void SpmTokenizer::merge_segment(std::string_view working, std::vector<std::int32_t>& ids, MergeScratch& scratch) const {
+  auto& symbols = scratch.symbols;
+  symbols.clear();
+  for (std::size_t offset = 0; offset < working.size();) {
+    const detail::Utf8Sequence character = detail::scan_utf8(working.substr(offset));
     const std::size_t length = character.status == detail::Utf8Status::kComplete ? character.length : 1;
     if (symbols.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-      raise(ErrorCode::kInvalidArgument, "encode: text of {} bytes has too many characters", text.size());
+      raise(ErrorCode::kInvalidArgument, "encode: text of {} bytes has too many characters", working.size());
     }
     const auto index = static_cast<std::int32_t>(symbols.size());
     symbols.push_back({offset, length, index - 1, index + 1});
@@ -149,24 +218,24 @@ std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_b
   }
   symbols.back().next = -1;
 
-  const std::string_view working(escaped);
-  std::vector<Bigram> heap_storage;
-  heap_storage.reserve(symbols.size());
-  std::priority_queue<Bigram, std::vector<Bigram>, LowerPriority> queue(LowerPriority{}, std::move(heap_storage));
+  auto& heap = scratch.heap;
+  heap.clear();
   const auto try_add_bigram = [&](std::int32_t left, std::int32_t right) {
     if (left < 0 || right < 0) return;
     const std::size_t length = symbols[left].length + symbols[right].length;
     if (length > max_piece_bytes_) return;
-    const auto found = piece_to_id_.find(working.substr(symbols[left].offset, length));
-    if (found == piece_to_id_.end()) return;
-    queue.push({vocab_.scores[found->second], left, right, length});
+    const std::int32_t found = piece_to_id_.find(working.substr(symbols[left].offset, length));
+    if (found < 0) return;
+    heap.push_back({vocab_.scores[found], left, right, length});
+    std::push_heap(heap.begin(), heap.end(), LowerPriority{});
   };
 
   for (std::int32_t i = 1; i < static_cast<std::int32_t>(symbols.size()); ++i) try_add_bigram(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), LowerPriority{});
+    const Bigram bigram = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[bigram.left];
     Symbol& right = symbols[bigram.right];
     // Lengths only grow, so an unchanged sum means neither side was merged since queuing.
@@ -181,16 +250,14 @@ std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_b
     try_add_bigram(bigram.left, left.next);
   }
 
-  ids.reserve(ids.size() + symbols.size());
   for (std::int32_t i = 0; i != -1; i = symbols[i].next) {
     emit_symbol(working.substr(symbols[i].offset, symbols[i].length), ids);
   }
-  return ids;
 }
 
 void SpmTokenizer::emit_symbol(std::string_view text, std::vector<std::int32_t>& out) const {
-  if (const auto found = piece_to_id_.find(text); found != piece_to_id_.end()) {
-    out.push_back(found->second);
+  if (const std::int32_t found = piece_to_id_.find(text); found >= 0) {
+    out.push_back(found);
     return;
   }
   const bool bytes_representable =
@@ -208,9 +275,6 @@ void SpmTokenizer::emit_symbol(std::string_view text, std::vector<std::int32_t>&
 }
 
 void SpmTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
-  if (id < 0 || id >= vocab_.size()) {
-    raise(ErrorCode::kInvalidArgument, "token id {} is out of range for a vocabulary of {} tokens", id, vocab_.size());
-  }
   const std::string& piece = vocab_.pieces[id];
   switch (vocab_.types[id]) {
     case TokenType::kNormal:
@@ -232,23 +296,6 @@ void SpmTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
     case TokenType::kUnused:
       return;
   }
-}
-
-std::string SpmTokenizer::token_bytes(std::int32_t id) const {
-  std::string bytes;
-  append_token_bytes(id, bytes);
-  return bytes;
-}
-
-std::string SpmTokenizer::decode(std::span<const std::int32_t> ids, bool strip_leading_space) const {
-  std::string raw;
-  for (const std::int32_t id : ids) append_token_bytes(id, raw);
-  std::string_view bytes(raw);
-  if (strip_leading_space && bytes.starts_with(' ')) bytes.remove_prefix(1);
-  std::string text;
-  text.reserve(bytes.size());
-  detail::append_sanitized_utf8(bytes, text, /*hold_incomplete_tail=*/false);
-  return text;
 }
 
 bool SpmTokenizer::is_end_of_generation(std::int32_t id) const noexcept {

@@ -1,4 +1,4 @@
-#include "tokenizer/spm_tokenizer.hpp"
+#include "tokenizer/utf8_stream.hpp"
 #include "tokenizer/utf8.hpp"
 
 namespace sitsrt {

@@ -13,7 +13,7 @@
 namespace sitsrt {
 namespace {
 
-constexpr std::array<std::string_view, 1> kSupportedModels = {"llama"};
+constexpr std::array<std::string_view, 2> kSupportedModels = {"llama", "gpt2"};
 constexpr std::uint64_t kNoTokenU32 = 0xFFFFFFFFu;  // GGUF's "no such token"
 
 bool is_integer_type(gguf::ValueType type) {
@@ -94,6 +94,31 @@ bool read_flag(const gguf::File& file, std::string_view key, bool default_value)
   return *flag;
 }
 
+// Optional string value; `fallback` when absent.
+std::string read_string(const gguf::File& file, std::string_view key, std::string fallback) {
+  const gguf::Value* value = file.find(key);
+  if (value == nullptr) return fallback;
+  const auto* text = std::get_if<std::string>(&value->data);
+  if (value->type != gguf::ValueType::kString || text == nullptr) {
+    raise(ErrorCode::kInvalidModel, "{}: {} must be a string, found {}", file.path(), key, describe_type(*value));
+  }
+  return *text;
+}
+
+std::vector<std::string> read_strings(const gguf::File& file, std::string_view key) {
+  std::vector<std::string> out;
+  const gguf::Array* array =
+      find_array(file, key, "string", [](gguf::ValueType type) { return type == gguf::ValueType::kString; });
+  if (array == nullptr) return out;
+  out.reserve(array->items.size());
+  for (std::size_t i = 0; i < array->items.size(); ++i) {
+    const auto* text = std::get_if<std::string>(&array->items[i].data);
+    if (text == nullptr) raise(ErrorCode::kInvalidModel, "{}: {}[{}] is not a string", file.path(), key, i);
+    out.push_back(*text);
+  }
+  return out;
+}
+
 std::string read_model_name(const gguf::File& file) {
   constexpr std::string_view kKey = "tokenizer.ggml.model";
   const gguf::Value* value = file.find(kKey);
@@ -109,7 +134,29 @@ std::string read_model_name(const gguf::File& file) {
         kKey, fmt::join(kSupportedModels, ", "));
 }
 
+void check_special_id(std::int32_t id, std::int32_t size, std::string_view name) {
+  if (id < -1 || id >= size) {
+    raise(ErrorCode::kInvalidArgument, "vocabulary: {} id {} is out of range for {} tokens", name, id, size);
+  }
+}
+
 }  // namespace
+
+Vocabulary complete_vocabulary(Vocabulary vocab) {
+  const std::int32_t size = vocab.size();
+  if (size == 0) raise(ErrorCode::kInvalidArgument, "vocabulary: no tokens");
+  if (vocab.scores.empty()) vocab.scores.assign(vocab.pieces.size(), 0.0f);
+  if (vocab.types.empty()) vocab.types.assign(vocab.pieces.size(), TokenType::kNormal);
+  if (vocab.scores.size() != vocab.pieces.size() || vocab.types.size() != vocab.pieces.size()) {
+    raise(ErrorCode::kInvalidArgument, "vocabulary: {} pieces but {} scores and {} types", vocab.pieces.size(),
+          vocab.scores.size(), vocab.types.size());
+  }
+  check_special_id(vocab.bos, size, "bos");
+  check_special_id(vocab.eos, size, "eos");
+  check_special_id(vocab.unk, size, "unk");
+  check_special_id(vocab.pad, size, "pad");
+  return vocab;
+}
 
 Vocabulary read_vocabulary(const gguf::File& file) {
   Vocabulary vocab;
@@ -164,10 +211,19 @@ Vocabulary read_vocabulary(const gguf::File& file) {
   vocab.eos = read_token_id(file, "tokenizer.ggml.eos_token_id", size);
   vocab.unk = read_token_id(file, "tokenizer.ggml.unknown_token_id", size);
   vocab.pad = read_token_id(file, "tokenizer.ggml.padding_token_id", size);
-  // llama.cpp's defaults for SentencePiece vocabularies: BOS yes, EOS no, dummy prefix yes.
-  vocab.add_bos = read_flag(file, "tokenizer.ggml.add_bos_token", true);
+  // SentencePiece defaults as llama.cpp's: BOS yes, EOS no, dummy prefix yes. Byte-level BPE
+  // files state add_bos_token when they want BOS (Llama 3 does, GPT-2 and Qwen2 do not).
+  const bool spm = vocab.model == "llama";
+  vocab.add_bos = read_flag(file, "tokenizer.ggml.add_bos_token", spm);
   vocab.add_eos = read_flag(file, "tokenizer.ggml.add_eos_token", false);
-  vocab.add_space_prefix = read_flag(file, "tokenizer.ggml.add_space_prefix", true);
+  vocab.add_space_prefix = read_flag(file, "tokenizer.ggml.add_space_prefix", spm);
+  vocab.chat_template = read_string(file, "tokenizer.chat_template", "");
+  if (!spm) {
+    constexpr std::string_view kMergesKey = "tokenizer.ggml.merges";
+    vocab.merges = read_strings(file, kMergesKey);
+    if (vocab.merges.empty()) raise(ErrorCode::kInvalidModel, "{}: {} is missing or empty", file.path(), kMergesKey);
+    vocab.pre = read_string(file, "tokenizer.ggml.pre", "default");
+  }
   return vocab;
 }
 

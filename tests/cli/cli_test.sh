@@ -118,6 +118,14 @@ for bad in truncated version1 badmagic; do
 done
 check "missing file: exit 1" bash -c "'$cli' info -m '$work/none.gguf' 2>/dev/null; test \$? -eq 1"
 
+# tokenize: the model's tokenizer, ids round-trip through --json's decode, --batch, errors.
+check "tokenize --json round trip" bash -c "'$cli' tokenize '$model' --text 'hello world' --bos --json >'$work/tok.json'"
+check "tokenize --json fields" json_check "$work/tok.json" "doc['decoded'] == 'hello world' and len(doc['ids']) > 1"
+check "tokenize --batch" bash -c "echo '[\"a b\", \"\"]' | '$cli' tokenize '$model' --batch >'$work/tokb.json'"
+check "tokenize --batch: one object per string" json_check "$work/tokb.json" "len(doc) == 2 and doc[1]['ids'] == []"
+check "tokenize: malformed tokenizer.json exits 1 naming the file" bash -c \
+  "echo '{\"model\": ' >'$work/tokenizer.json'; '$cli' tokenize '$work/tokenizer.json' --text x 2>'$work/tj.err'; test \$? -eq 1 && grep -q 'tokenizer.json' '$work/tj.err'"
+
 # The real model against the llama.cpp / llama2.c reference continuations.
 if [ -f "$shared/models/stories260K.gguf" ] && [ -f "$shared/refdata/stories260K_greedy.json" ]; then
   while IFS=$'\t' read -r prompt expected; do

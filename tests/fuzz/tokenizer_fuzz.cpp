@@ -3,6 +3,7 @@
 // the input back byte for byte, and the stream decoder emits only valid UTF-8 whose
 // concatenation equals the whole-sequence decode.
 #include "formats/gguf.hpp"
+#include "fuzz/stream_check.hpp"
 #include "tokenizer/spm_tokenizer.hpp"
 
 #include <cstdlib>
@@ -22,20 +23,6 @@ const sitsrt::SpmTokenizer& tokenizer() {
   return *t;
 }
 
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (std::size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -51,14 +38,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     expected.replace(at, 3, " ");
   }
   if (tok.vocab().add_space_prefix && bytes != expected) __builtin_trap();
-  sitsrt::Utf8StreamDecoder stream;
-  std::string streamed;
-  for (auto id : ids) {
-    const std::string piece = stream.push(tok.token_bytes(id));
-    if (!valid_utf8(piece)) __builtin_trap();
-    streamed += piece;
-  }
-  streamed += stream.flush();
-  if (!valid_utf8(streamed) || streamed != tok.decode(ids)) __builtin_trap();
+  sitsrt::fuzz::check_stream_decode(tok, ids);
   return 0;
 }

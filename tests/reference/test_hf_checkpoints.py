@@ -86,7 +86,7 @@ def test_hf_directory_without_tokenizer_refuses_text(binary, tmp_path):
     run = subprocess.run([binary, "run", "-m", str(tmp_path / "hf"), "-p", "hello", "-n", "2"],
                          capture_output=True, text=True)
     assert run.returncode == 1
-    assert "tokenizer.json support is pending" in run.stderr
+    assert "the model has no tokenizer" in run.stderr
 
 
 # label -> (quantizer, variant, dtype of the unquantized tensors)

@@ -27,9 +27,11 @@ EngineOptions tiny_engine(DType type = DType::kQ8_0) {
 }
 
 // Copies a model file with one edit: `drop` removes a tensor, tag "reshaped" doubles the rows of
-// blk.1.attn_k.weight, `remove_key` drops a metadata key, `retype_key` turns one into a string.
+// blk.1.attn_k.weight, `remove_key` drops a metadata key, `retype_key` turns one into a string,
+// `replace_keys` sets keys (replacing those of the same name).
 std::string edited_copy(const std::string& source, const std::string& tag, const std::string& drop,
-                        const std::string& remove_key = "", const std::string& retype_key = "") {
+                        const std::string& remove_key = "", const std::string& retype_key = "",
+                        const std::vector<gguf::KeyValue>& replace_keys = {}) {
   const gguf::File in = gguf::File::open(source);
   gguf::Writer w(in.alignment());
   for (const auto& kv : in.metadata()) {
@@ -40,6 +42,7 @@ std::string edited_copy(const std::string& source, const std::string& tag, const
     }
     w.set(kv.key, kv.value);
   }
+  for (const auto& kv : replace_keys) w.set(kv.key, kv.value);
   for (const auto& t : in.tensors()) {
     if (t.name == drop) continue;
     const auto data = in.tensor_data(t);
@@ -228,6 +231,69 @@ TEST_CASE("model files missing pieces are rejected naming the file and the piece
   CHECK_THROWS_WITH(Engine(o), Contains("wrong-key-type.gguf") && Contains("llama.block_count"));
   o.model_path = test::temp_dir() / "does-not-exist.gguf";
   CHECK_THROWS_WITH(Engine(o), Contains("does-not-exist.gguf"));
+}
+
+TEST_CASE("the engine picks its tokenizer from tokenizer.ggml.model", "[engine][tokenizer]") {
+  // The tiny model re-labelled with a byte-level BPE vocabulary of the same size (300): the 256
+  // mapped bytes, merges that build " hello" and "world", and <|endoftext|> as EOS.
+  const std::string good = tiny_engine().model_path;
+  std::vector<gguf::Value> tokens;
+  std::vector<gguf::Value> types;
+  const auto add = [&](std::string piece, std::int32_t type) {
+    tokens.push_back(gguf::Value::string(std::move(piece)));
+    types.push_back(gguf::Value::i32(type));
+  };
+  int unprintable = 0;  // GPT-2's mapping: unprintable bytes go to U+0100, U+0101, ... in order
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int cp = printable ? b : 0x100 + unprintable++;
+    std::string piece;
+    if (cp < 0x80) {
+      piece.push_back(static_cast<char>(cp));
+    } else {
+      piece.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      piece.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    add(piece, 1);
+  }
+  const std::string space = "\xC4\xA0";  // the mapped space
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {space, "h"}, {space + "h", "e"}, {"l", "l"}, {space + "he", "ll"}, {space + "hell", "o"},
+      {"w", "o"},   {"r", "l"},         {"wo", "rl"}, {"worl", "d"}};
+  std::vector<gguf::Value> merge_values;
+  for (const auto& [left, right] : merges) {
+    merge_values.push_back(gguf::Value::string(left + " " + right));
+    add(left + right, 1);
+  }
+  while (tokens.size() < 299) add("<|unused" + std::to_string(tokens.size()) + "|>", 5);
+  add("<|endoftext|>", 3);
+  const std::vector<gguf::KeyValue> bpe = {
+      {"tokenizer.ggml.model", gguf::Value::string("gpt2")},
+      {"tokenizer.ggml.pre", gguf::Value::string("llama-bpe")},
+      {"tokenizer.ggml.tokens", gguf::Value::array(gguf::ValueType::kString, tokens)},
+      {"tokenizer.ggml.token_type", gguf::Value::array(gguf::ValueType::kI32, types)},
+      {"tokenizer.ggml.merges", gguf::Value::array(gguf::ValueType::kString, merge_values)},
+      {"tokenizer.ggml.bos_token_id", gguf::Value::u32(299)},
+      {"tokenizer.ggml.eos_token_id", gguf::Value::u32(299)},
+      {"tokenizer.ggml.add_bos_token", gguf::Value::boolean(false)},
+  };
+  EngineOptions o = tiny_engine();
+  o.model_path = edited_copy(good, "bpe-tokenizer", "", "", "", bpe);
+  const Engine engine(o);
+  // Pre-tokens "world", " hello", " world"; merge results have ids 256.. in merge order, so
+  // " hello" = 260 and "world" = 264, and " world" is the space byte (32) then "world".
+  const std::vector<std::int32_t> ids = engine.tokenize("world hello world", false);
+  CHECK(ids == std::vector<std::int32_t>{264, 260, 32, 264});
+  CHECK(engine.detokenize(ids) == "world hello world");
+  CHECK(engine.token_bytes(299).empty());  // a control token prints nothing
+  GenerationConfig config;
+  config.max_new_tokens = 4;
+  config.temperature = 0;
+  CHECK(engine.generate("hello", config).tokens.size() <= 4);
+
+  o.model_path = edited_copy(good, "t5-tokenizer", "", "", "", {{"tokenizer.ggml.model", gguf::Value::string("t5")}});
+  CHECK_THROWS_WITH(Engine(o), Contains("t5-tokenizer.gguf") && Contains("tokenizer.ggml.model") &&
+                                   Contains("llama, gpt2"));
 }
 
 TEST_CASE("the device plan accounts for the model's weights, KV cache and activations", "[engine][plan]") {

@@ -3,6 +3,7 @@
 // (ids checked against llama.cpp / llama2.c references, pieces against llama2.c's tok512.bin).
 #include "formats/gguf.hpp"
 #include "support/random.hpp"
+#include "support/synthetic_vocab.hpp"
 #include "tokenizer/spm_tokenizer.hpp"
 #include "tokenizer/vocabulary.hpp"
 
@@ -20,6 +21,7 @@
 #include <functional>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -499,6 +501,29 @@ TEST_CASE("read_vocabulary defaults for optional keys", "[tokenizer][gguf]") {
   CHECK(vocab.add_space_prefix);
 }
 
+TEST_CASE("read_vocabulary reads byte-level BPE keys (gpt2 model)", "[tokenizer][gguf]") {
+  std::vector<gguf::KeyValue> metadata = small_vocab_metadata();
+  set_key(metadata, "tokenizer.ggml.model", gguf::Value::string("gpt2"));
+  set_key(metadata, "tokenizer.ggml.tokens", string_array({"h", "i", "hi", "<|endoftext|>"}));
+  set_key(metadata, "tokenizer.ggml.merges", string_array({"h i"}));
+  set_key(metadata, "tokenizer.ggml.pre", gguf::Value::string("qwen2"));
+  set_key(metadata, "tokenizer.chat_template", gguf::Value::string("{{ messages }}"));
+  const Vocabulary vocab = read_from_image(metadata);
+  CHECK(vocab.model == "gpt2");
+  CHECK(vocab.merges == std::vector<std::string>{"h i"});
+  CHECK(vocab.pre == "qwen2");
+  CHECK(vocab.chat_template == "{{ messages }}");
+  CHECK_FALSE(vocab.add_space_prefix);  // byte-level BPE defaults: no dummy prefix, no BOS
+  CHECK_FALSE(vocab.add_bos);
+
+  set_key(metadata, "tokenizer.ggml.pre", std::nullopt);
+  CHECK(read_from_image(metadata).pre == "default");
+  set_key(metadata, "tokenizer.ggml.merges", std::nullopt);
+  CHECK_THROWS_WITH(read_from_image(metadata), Catch::Contains("test.gguf") && Catch::Contains("tokenizer.ggml.merges"));
+  set_key(metadata, "tokenizer.ggml.merges", f32_array({1.0f}));
+  CHECK_THROWS_WITH(read_from_image(metadata), Catch::Contains("tokenizer.ggml.merges") && Catch::Contains("string"));
+}
+
 TEST_CASE("read_vocabulary rejects bad tokenizer metadata, naming the key", "[tokenizer][gguf]") {
   struct Case {
     std::string key;
@@ -507,7 +532,7 @@ TEST_CASE("read_vocabulary rejects bad tokenizer metadata, naming the key", "[to
     std::vector<std::string> message_parts;
   };
   const std::vector<Case> cases = {
-      {"tokenizer.ggml.model", gguf::Value::string("gpt2"), ErrorCode::kUnsupported, {"gpt2", "supported: llama"}},
+      {"tokenizer.ggml.model", gguf::Value::string("t5"), ErrorCode::kUnsupported, {"t5", "supported: llama, gpt2"}},
       {"tokenizer.ggml.model", std::nullopt, ErrorCode::kInvalidModel, {"tokenizer.ggml.model"}},
       {"tokenizer.ggml.model", gguf::Value::u32(1), ErrorCode::kInvalidModel, {"tokenizer.ggml.model", "string"}},
       {"tokenizer.ggml.tokens", std::nullopt, ErrorCode::kInvalidModel, {"tokenizer.ggml.tokens", "missing"}},
@@ -708,4 +733,44 @@ TEST_CASE("stories260K encodes a megabyte of text quickly", "[tokenizer][model]"
   std::cout << "tokenizer throughput: encode " << text.size() << " bytes -> " << ids.size() << " tokens in "
             << encode_ms << " ms; decode in " << decode_ms << " ms\n";
   CHECK(decoded == text);
+}
+
+TEST_CASE("SentencePiece encodes 1 MB with a 262k-entry vocabulary in under a second", "[tokenizer][speed]") {
+  // Every prefix of every "_word" is a piece, so each word merges all the way (about five
+  // merges per word); the best of two runs is timed to ride out a busy machine.
+  test::Rng rng(262144);
+  const std::vector<std::string> words = test::random_words(rng, 60000);
+  const SpmTokenizer tokenizer(test::synthetic_spm_vocab(rng, words, 262144));
+  REQUIRE(tokenizer.vocab().size() == 262144);
+  const std::string text = test::synthetic_text(rng, words, 1 << 20);
+  std::vector<std::int32_t> ids;
+  const double best_ms = test::best_of_ms(2, [&] { ids = tokenizer.encode(text, false); });
+  std::cout << "SentencePiece 262k: " << text.size() << " bytes -> " << ids.size() << " tokens in " << best_ms << " ms\n";
+  CHECK(ids.size() < text.size() / 4);  // merges ran: whole words, not characters
+  CHECK(tokenizer.decode(ids, true) == text);
+  CHECK(best_ms < 1000.0);
+}
+
+TEST_CASE("SentencePiece word-by-word merging gives the whole-text result", "[tokenizer]") {
+  // Pieces with U+2581 only in a leading run ("__ab", as Gemma has) let encode() merge word by
+  // word; one extra piece "q_z" (never matched: the texts have no q or z) forces the whole-text
+  // path. Both must give the same ids on random texts, including runs of spaces.
+  test::Rng rng(2581);
+  std::vector<std::pair<std::string, float>> pieces;
+  std::set<std::string> seen;
+  while (pieces.size() < 300) {
+    std::string piece(static_cast<std::size_t>(rng.uniform_int(0, 3)), '_');
+    const int letters = rng.uniform_int(piece.empty() ? 2 : 0, 4);
+    for (int i = 0; i < letters; ++i) piece += "abc"[rng.uniform_int(0, 2)];
+    if (piece.size() >= 2 && seen.insert(piece).second) pieces.emplace_back(piece, rng.uniform(-10.0f, 0.0f));
+  }
+  const SpmTokenizer by_word(make_vocab(pieces));
+  pieces.emplace_back("q_z", -1.0f);
+  const SpmTokenizer whole(make_vocab(pieces));
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text(static_cast<std::size_t>(rng.uniform_int(0, 40)), ' ');
+    for (char& c : text) c = " abc"[rng.uniform_int(0, 3)];
+    CAPTURE(text);
+    REQUIRE(by_word.encode(text, false) == whole.encode(text, false));
+  }
 }
