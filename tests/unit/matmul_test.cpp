@@ -46,6 +46,11 @@ struct TestWeights {
 // scale (so blocks of very different magnitude share a row). Padding between rows is 0xFF:
 // NaN for float formats, so a kernel reading past a row poisons its result.
 TestWeights make_weights(DType type, std::int64_t rows, std::int64_t cols, std::size_t pad, test::Rng& rng) {
+  // Rows keep the alignment of their widest field, as in any model file (GGUF tensors start
+  // 32-aligned and these rows are whole multiples of it): fp32 scales (FP8, Q8_K) and f32 need
+  // 4 bytes, fp16 scales 2. A stride of 2 mod 4 would make the block structs misaligned (UB).
+  const std::size_t align = type == DType::kF32 || type == DType::kFP8_E4M3 || type == DType::kQ8_K ? 4 : 2;
+  pad = (pad + align - 1) / align * align;
   TestWeights w{type, rows, cols, row_bytes(type, cols) + pad, {}, {}, {}};
   w.bytes.assign(w.stride * static_cast<std::size_t>(rows), std::byte{0xFF});
   w.values.resize(static_cast<std::size_t>(rows * cols));

@@ -76,7 +76,7 @@ TEST_CASE("a valid file exposes every tensor as a view of its bytes", "[safetens
     CHECK(info->shape == t.shape);
     const auto data = file.tensor_data(*info);
     REQUIRE(data.size() == t.payload.size());
-    CHECK(std::memcmp(data.data(), t.payload.data(), data.size()) == 0);
+    if (!data.empty()) CHECK(std::memcmp(data.data(), t.payload.data(), data.size()) == 0);
   }
   CHECK(file.find_tensor("model.norm.weight") == nullptr);
 }
