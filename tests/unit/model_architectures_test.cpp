@@ -126,12 +126,9 @@ TEST_CASE("llama3 rope scaling from config parameters equals the stored rope_fre
   CHECK(effect > 1e-2 * scale);
 }
 
-TEST_CASE("every architecture's logits match the double-precision reference", "[model][arch]") {
-  const std::string label = GENERATE("llama-llama3-rope", "mistral", "qwen2-yarn", "qwen3", "gemma3");
-  const DType type = GENERATE(DType::kF32, DType::kQ8_0);
-  const std::int64_t batch = GENERATE(8, 1);  // prefill steps whose windows span steps; token-by-token decode
-  CAPTURE(label, name(type), batch);
-  const std::string path = test::random_model(variant_options(label, type), "arch-" + label);
+// Engine logits vs the double-precision reference on the same file (which dequantizes the
+// stored weights itself); returns max |error| / logit scale and prints a parity-table row.
+static double relative_logit_error(const std::string& label, const std::string& path, DType type, std::int64_t batch) {
   test::ReferenceModel reference(path);
   const auto tokens = some_tokens(29, reference.vocab(), 11);
   const auto want = reference.forward(tokens);
@@ -158,11 +155,38 @@ TEST_CASE("every architecture's logits match the double-precision reference", "[
       ++i;
     }
   }
-  std::printf("arch parity: %-18s %-5s batch %d: max |error| %.3g, logit scale %.3g (%.2g relative)\n", label.c_str(),
-              std::string(name(type)).c_str(), static_cast<int>(batch), err, scale, err / scale);
+  std::printf("arch parity: %-18s %-9s batch %d: max |error| %.3g, logit scale %.3g (%.2g relative)\n",
+              label.c_str(), std::string(name(type)).c_str(), static_cast<int>(batch), err, scale, err / scale);
   INFO("max |error| " << err << " at position " << worst / reference.vocab() << ", logit scale " << scale);
+  return err / scale;
+}
+
+TEST_CASE("every architecture's logits match the double-precision reference", "[model][arch]") {
+  const std::string label = GENERATE("llama-llama3-rope", "mistral", "qwen2-yarn", "qwen3", "gemma3");
+  const DType type = GENERATE(DType::kF32, DType::kQ8_0);
+  const std::int64_t batch = GENERATE(8, 1);  // prefill steps whose windows span steps; token-by-token decode
+  CAPTURE(label, name(type), batch);
+  const std::string path = test::random_model(variant_options(label, type), "arch-" + label);
   // float32 arithmetic over widths <= 128 and <= 7 layers against double: ~1e-5 of the scale.
-  CHECK(err <= 1e-4 * scale);
+  CHECK(relative_logit_error(label, path, type, batch) <= 1e-4);
+}
+
+// Every architecture in every weight format family: 256-wide models so that the K-quant
+// super-blocks (256), INT4 g128 and FP8 blocks tile every matrix row.
+TEST_CASE("every architecture in every weight format matches the reference on its stored weights", "[model][arch]") {
+  const std::string label = GENERATE("llama-llama3-rope", "mistral", "qwen2-yarn", "qwen3", "gemma3");
+  const DType type = GENERATE(DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kFP8_E4M3,
+                              DType::kQ4_G128);
+  CAPTURE(label, name(type));
+  RandomModelOptions o = variant_options(label, type);
+  o.dim = 256;
+  o.heads = 8;
+  o.kv_heads = 2;
+  o.ffn = 512;
+  const std::string path = test::random_model(o, "archfmt-" + label);
+  // Same arithmetic as above: the reference reads the quantized file and dequantizes it, so the
+  // format adds no error, only the wider rows (256) do.
+  CHECK(relative_logit_error(label, path, type, 8) <= 1e-4);
 }
 
 TEST_CASE("the sliding window changes the logits only past the window", "[model][arch]") {
