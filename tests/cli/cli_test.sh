@@ -74,6 +74,13 @@ for arch in mistral qwen2 qwen3 gemma3; do
     --kv-heads 2 --ffn 96 --vocab 300 --sliding-window 8 --type q8_0
   check "run $arch" bash -c "'$cli' run -m '$work/$arch.gguf' -p 'hello' -n 4 --ignore-eos >/dev/null 2>&1"
 done
+# Q4_K_M (Q4_K + Q6_K) synthetic files of every architecture run (256-wide rows: whole K super-blocks).
+for arch in llama mistral qwen2 qwen3 gemma3; do
+  check "run $arch q4_k_m" bash -c "'$cli' make-model -o '$work/$arch-q4km.gguf' --arch $arch --dim 256 --layers 2 \
+    --heads 4 --kv-heads 2 --ffn 512 --vocab 300 --type q4_k_m >/dev/null 2>&1 &&
+    '$cli' info -m '$work/$arch-q4km.gguf' | grep -q q6_k &&
+    '$cli' run -m '$work/$arch-q4km.gguf' -p 'hello' -n 4 --ignore-eos >/dev/null 2>&1"
+done
 check "graph: qwen2 has q/k/v biases" bash -c "'$cli' graph -m '$work/qwen2.gguf' | grep -q 'blk.0.k_bias'"
 check "graph: qwen3 has per-head q/k norms" bash -c "'$cli' graph -m '$work/qwen3.gguf' | grep -q 'head_rms_norm.*blk.0.q_norm'"
 check "graph: gemma3 has post norms, geglu, 5 windowed layers and 1 global" bash -c \
