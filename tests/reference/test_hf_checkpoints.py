@@ -145,3 +145,30 @@ def test_convert_keeps_quantized_linears(binary, tmp_path, label):
     assert types["blk.0.attn_q.weight"] == internal and types["blk.1.ffn_up.weight"] == internal
     assert types["token_embd.weight"] == dtype
     check(f"converted {label} ({variant})", logits(binary, out), want)
+
+
+def test_hf_directory_with_tokenizer_json_generates_text(binary, tmp_path):
+    """A checkpoint with a tokenizer.json beside it runs from text: the engine's tokenizer is the
+    one `tokenizers` wrote, and `run` generates."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["the cat sat on the mat", "a dog ran far away", "once upon a time there was a tiny model"] * 50
+    trainer = trainers.BpeTrainer(vocab_size=300, min_frequency=1, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    directory = tmp_path / "hf"
+    write_checkpoint(directory, "qwen3", "bf16", shape={"vocab_size": tok.get_vocab_size()})
+    tok.save(str(directory / "tokenizer.json"))
+    text = "the cat ran far"
+    ids = json.loads(subprocess.run([binary, "tokenize", str(directory), "--text", text, "--json"], check=True,
+                                    capture_output=True, text=True).stdout)["ids"]
+    assert ids == tok.encode(text).ids
+    run = subprocess.run([binary, "run", "-m", str(directory), "-p", text, "-n", "4", "--ignore-eos", "--json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    tokens = [json.loads(line) for line in run.stdout.splitlines() if '"logprob"' in line]
+    assert len(tokens) == 4
