@@ -83,7 +83,7 @@ class Engine:
     """A loaded model. Immutable and thread-safe: share one engine between threads.
 
     Args:
-        model: path to a GGUF file.
+        model: path to a GGUF file or a Hugging Face model directory.
         threads: CPU threads for the model (None: all hardware threads).
         ctx: context window in tokens (None: min(training context, 4096)).
         kv_dtype: KV cache element type, "f16" or "f32".
