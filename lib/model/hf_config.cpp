@@ -71,13 +71,16 @@ class Keys {
     if (!n) fail(key, "is missing");
     return *n;
   }
-  // A number > 0 (integers accepted).
+  // A number > 0 (integers accepted) that stays a normal, finite, non-zero float32: the spec
+  // holds these as float, and e.g. an eps of 1e-85 would otherwise become 0 (found by fuzzing).
   std::optional<double> positive(std::string_view key) const {
     const json* v = find(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number()) fail(key, "must be a number");
     const double d = v->get<double>();
-    if (!(d > 0.0) || !std::isfinite(d)) fail(key, fmt::format("= {} must be a finite number > 0", v->dump()));
+    if (!(d >= std::numeric_limits<float>::min()) || !(d <= std::numeric_limits<float>::max())) {
+      fail(key, fmt::format("= {} must be a finite number > 0 within float32 range (1.2e-38 to 3.4e38)", v->dump()));
+    }
     return d;
   }
   std::optional<bool> boolean(std::string_view key) const {

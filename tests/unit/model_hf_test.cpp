@@ -176,6 +176,12 @@ TEST_CASE("config.json errors name the file and the key", "[model][hf][malformed
   c["rms_norm_eps"] = "tiny";
   require_error(c, ErrorCode::kInvalidModel, "'rms_norm_eps' must be a number");
   c = llama_config();
+  c["rms_norm_eps"] = 1e-85;  // found by the fuzzer: positive as a double, 0 as the spec's float
+  require_error(c, ErrorCode::kInvalidModel, "within float32 range");
+  c = llama_config();
+  c["rope_theta"] = 1e300;
+  require_error(c, ErrorCode::kInvalidModel, "'rope_theta' = 1e+300 must be a finite number > 0 within float32");
+  c = llama_config();
   c["hidden_size"] = 4;  // found by the fuzzer: 4 / 4 heads = a head of 1, which rope cannot pair
   require_error(c, ErrorCode::kInvalidModel, "'hidden_size' gives a head width of 1");
   c = llama_config();
