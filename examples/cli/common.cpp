@@ -61,8 +61,8 @@ EngineOptions engine_options_from(const Args& args) {
 
 OptionSpec weights_option_spec() {
   return {"weights", 0, "FORMAT",
-          "matmul weight format: as-stored, or converted at load to f16, bf16, q8 (Q8_0), q4 (Q4_0), fp8 (E4M3) "
-          "or q4g128 (INT4 g128)",
+          "matmul weight format: as-stored, or converted at load to f16, bf16, q8 (Q8_0), q4 (Q4_0), fp8 (E4M3; "
+          "the output head stays 16-bit: bf16 for an f32 head), fp8-all (E4M3, the head too) or q4g128 (INT4 g128)",
           "as-stored"};
 }
 
@@ -72,16 +72,20 @@ nlohmann::json weights_json(const ModelInfo& info) {
           {"kept_tensors", info.weights_kept_tensors},
           {"converted_bytes", info.weights_converted_bytes},
           {"converted_to_bytes", info.weights_converted_to_bytes},
-          {"convert_seconds", info.weights_convert_seconds}};
+          {"convert_seconds", info.weights_convert_seconds},
+          {"output_head", info.weights_output_head}};
 }
 
 std::string weights_text(const ModelInfo& info) {
   if (info.weights == "as-stored") return "as stored";
-  return fmt::format("{}: {} matmul tensors converted ({:.1f} MiB -> {:.1f} MiB in {:.3f} s), {} kept as stored",
-                     info.weights, info.weights_converted_tensors,
-                     static_cast<double>(info.weights_converted_bytes) / (1 << 20),
-                     static_cast<double>(info.weights_converted_to_bytes) / (1 << 20), info.weights_convert_seconds,
-                     info.weights_kept_tensors);
+  std::string text =
+      fmt::format("{}: {} matmul tensors converted ({:.1f} MiB -> {:.1f} MiB in {:.3f} s), {} kept as stored",
+                  info.weights, info.weights_converted_tensors,
+                  static_cast<double>(info.weights_converted_bytes) / (1 << 20),
+                  static_cast<double>(info.weights_converted_to_bytes) / (1 << 20), info.weights_convert_seconds,
+                  info.weights_kept_tensors);
+  if (!info.weights_output_head.empty()) text += fmt::format("; output head in {}", info.weights_output_head);
+  return text;
 }
 
 std::string read_key_file(const std::string& path) {

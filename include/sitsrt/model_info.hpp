@@ -35,6 +35,9 @@ struct ModelInfo {
   std::uint64_t weights_converted_bytes = 0;  // stored bytes of the converted tensors (read)
   std::uint64_t weights_converted_to_bytes = 0;  // their bytes after conversion
   double weights_convert_seconds = 0.0;  // wall time of the load-time conversion
+  // The output head's format when the conversion kept it out of the target ("fp8" holds it at
+  // 16 bits: "bf16" for an F32 head); empty when the head follows the target.
+  std::string weights_output_head;
   std::int32_t bos = -1;
   std::int32_t eos = -1;
 };

@@ -102,7 +102,7 @@ struct Engine::Impl {
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
     graph = build_model_graph(spec, model.tensors, graph_options);
-    if (const std::optional<DType> target = parse_weight_format(options.weights)) {
+    if (const std::optional<WeightFormat> target = parse_weight_format(options.weights)) {
       converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, backend.context().pool());
     }
 
@@ -215,6 +215,7 @@ struct Engine::Impl {
       info.weights_converted_bytes = r.bytes_read;
       info.weights_converted_to_bytes = r.bytes_written;
       info.weights_convert_seconds = r.seconds;
+      if (r.output_head_type) info.weights_output_head = std::string(name(*r.output_head_type));
     }
     if (tokenizer) {
       info.bos = tokenizer->vocab().bos;

@@ -14,8 +14,8 @@ struct FormatChoice {
   DType type;
 };
 constexpr FormatChoice kChoices[] = {
-    {"f16", DType::kF16},  {"bf16", DType::kBF16},    {"q8", DType::kQ8_0},
-    {"q4", DType::kQ4_0},  {"fp8", DType::kFP8_E4M3}, {"q4g128", DType::kQ4_G128},
+    {"f16", DType::kF16},      {"bf16", DType::kBF16},        {"q8", DType::kQ8_0},      {"q4", DType::kQ4_0},
+    {"fp8", DType::kFP8_E4M3}, {"q4g128", DType::kQ4_G128},
 };
 
 // Weights a MatMul node reads (the token embedding only when tied to the output head).
@@ -26,6 +26,16 @@ std::vector<bool> matmul_weights(const graph::Graph& graph) {
     for (const graph::WeightId w : node.weights) used[static_cast<std::size_t>(w)] = true;
   }
   return used;
+}
+
+// Weights of the output head: the MatMul outside the transformer blocks (the embedding when tied).
+std::vector<bool> output_head_weights(const graph::Graph& graph) {
+  std::vector<bool> head(graph.weights().size(), false);
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.op != graph::OpKind::kMatMul || node.layer >= 0) continue;
+    for (const graph::WeightId w : node.weights) head[static_cast<std::size_t>(w)] = true;
+  }
+  return head;
 }
 
 // dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool.
@@ -51,21 +61,31 @@ std::optional<DType> weight_format_alias(std::string_view value) noexcept {
   return std::nullopt;
 }
 
-std::optional<DType> parse_weight_format(std::string_view value) {
+std::optional<WeightFormat> parse_weight_format(std::string_view value) {
   if (value.empty() || value == "as-stored") return std::nullopt;
-  if (const std::optional<DType> type = weight_format_alias(value)) return type;
+  if (value == "fp8-all") return WeightFormat{DType::kFP8_E4M3, false};
+  if (const std::optional<DType> type = weight_format_alias(value)) {
+    return WeightFormat{*type, *type == DType::kFP8_E4M3};
+  }
   raise(ErrorCode::kInvalidArgument, "weights '{}' is not one of {}", value, kWeightFormatChoices);
 }
 
-ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored, DType target,
-                                             ThreadPool& pool)
+ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored,
+                                             WeightFormat target, ThreadPool& pool)
     : stored_(stored) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<bool> eligible = matmul_weights(graph);
+  const std::vector<bool> head = output_head_weights(graph);
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     if (!eligible[id]) continue;
     const graph::Weight weight = graph.weights()[id];  // a copy: set_weight_type changes it
-    if (weight.dims.size() != 2 || weight.type == target || !fits_blocks(target, weight.dims[0])) {
+    DType to = target.type;
+    if (target.output_head_16bit && head[id]) {
+      // Held at 16 bits: F32 -> BF16; F16, BF16 and the (smaller) quantized types as stored.
+      to = weight.type == DType::kF32 ? DType::kBF16 : weight.type;
+      report_.output_head_type = to;
+    }
+    if (weight.dims.size() != 2 || weight.type == to || !fits_blocks(to, weight.dims[0])) {
       ++report_.tensors_kept;
       continue;
     }
@@ -75,10 +95,10 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
       raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes stored, {} expected", weight.name, source.size(),
             row_bytes(weight.type, cols) * static_cast<std::size_t>(rows));
     }
-    AlignedBuffer buffer(row_bytes(target, cols) * static_cast<std::size_t>(rows),
+    AlignedBuffer buffer(row_bytes(to, cols) * static_cast<std::size_t>(rows),
                          "converted weight '" + weight.name + "'");
-    convert_rows(source.data(), weight.type, buffer.data(), target, rows, cols, pool);
-    graph.set_weight_type(static_cast<graph::WeightId>(id), target);
+    convert_rows(source.data(), weight.type, buffer.data(), to, rows, cols, pool);
+    graph.set_weight_type(static_cast<graph::WeightId>(id), to);
     report_.tensors_converted += 1;
     report_.bytes_read += weight.bytes;
     report_.bytes_written += buffer.size();

@@ -18,21 +18,34 @@
 namespace sitsrt {
 
 // The values EngineOptions::weights accepts, as listed in error messages and --help.
-inline constexpr std::string_view kWeightFormatChoices = "as-stored, f16, bf16, q8, q4, fp8, q4g128";
+inline constexpr std::string_view kWeightFormatChoices = "as-stored, f16, bf16, q8, q4, fp8, q4g128, fp8-all";
 
 // The format an EngineOptions::weights value names ("fp8" -> kFP8_E4M3, ...); nullopt for
-// "as-stored" and for anything unknown.
+// "as-stored", "fp8-all" (a conversion policy, not a type name) and anything unknown.
 std::optional<DType> weight_format_alias(std::string_view value) noexcept;
 
-// The target format of an EngineOptions::weights value: nullopt for "as-stored" (or empty);
+// What an EngineOptions::weights value asks for.
+struct WeightFormat {
+  DType type = DType::kF32;
+  // "fp8": the output head stays at 16 bits (an F32 head becomes BF16, a 16-bit or smaller one
+  // stays as stored), as FP8 checkpoints (vLLM, TensorRT-LLM) keep lm_head in BF16: it is the
+  // most error-sensitive matmul (docs/performance.md). "fp8-all" converts the head as well.
+  bool output_head_16bit = false;
+};
+
+// The conversion an EngineOptions::weights value names: nullopt for "as-stored" (or empty);
 // throws kInvalidArgument naming the option and the valid values otherwise.
-std::optional<DType> parse_weight_format(std::string_view value);
+std::optional<WeightFormat> parse_weight_format(std::string_view value);
 
 struct WeightConversionReport {
   int tensors_converted = 0;
   // Matmul weights left as stored: already in the target format, or rows that are not whole
   // blocks of it (e.g. a 172-wide FFN row for a 64- or 128-element format).
   int tensors_kept = 0;
+  // The output head's format after the conversion when the policy kept it out of the target
+  // (WeightFormat::output_head_16bit); nullopt otherwise. A head converted to BF16 is counted
+  // in tensors_converted, one left as stored in tensors_kept.
+  std::optional<DType> output_head_type;
   std::uint64_t bytes_read = 0;     // stored bytes of the converted tensors
   std::uint64_t bytes_written = 0;  // their bytes in the target format
   double seconds = 0.0;             // wall time of the conversion
@@ -41,11 +54,12 @@ struct WeightConversionReport {
 class ConvertedWeightSource final : public graph::WeightSource {
  public:
   // Converts, in `graph` and into owned buffers, every weight that a MatMul node reads, whose
-  // stored type differs from `target` and whose rows are whole `target` blocks; the graph's
+  // stored type differs from `target.type` and whose rows are whole blocks of it (the output
+  // head: see WeightFormat::output_head_16bit); the graph's
   // Weight type and bytes (and its node costs) then describe the converted format. The token
   // embedding converts only when it is also the output head (a tied model): a table used only
   // for lookups is read one row per token, so it stays as stored. Rows are split over `pool`.
-  ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored, DType target, ThreadPool& pool);
+  ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored, WeightFormat target, ThreadPool& pool);
 
   [[nodiscard]] std::span<const std::byte> data(const graph::Weight& weight) const override;
   [[nodiscard]] const WeightConversionReport& report() const noexcept { return report_; }

@@ -185,6 +185,7 @@ void bind_engine(py::module_& m) {
         d["weights_kept_tensors"] = i.weights_kept_tensors; d["weights_converted_bytes"] = i.weights_converted_bytes;
         d["weights_converted_to_bytes"] = i.weights_converted_to_bytes;
         d["weights_convert_seconds"] = i.weights_convert_seconds;
+        d["weights_output_head"] = i.weights_output_head;
         return d;
       })
       .def_property_readonly("circuit_breaker_open", &Engine::circuit_breaker_open)

@@ -1,5 +1,6 @@
 // EngineOptions::weights: load-time conversion of matmul weights (bit-identical to a file
 // written in the target format, close to F32 for fp8 / q4g128, embedding handling, errors).
+#include "core/dtype.hpp"
 #include "formats/gguf.hpp"
 #include "support/model_files.hpp"
 
@@ -91,13 +92,14 @@ TEST_CASE("weights=fp8 and q4g128 logits stay close to F32", "[engine]") {
   const std::string f32_path = model(DType::kF32, true);
   const std::vector<float> reference = engine(f32_path, "as-stored").logits(kTokens, true);
   // Measured on this model (AVX-512 and generic alike): relative RMS logit error q8 0.0062,
-  // fp8 0.0395 (3 mantissa bits: ~8x Q8_0's error on uniform weights), q4g128 0.103. The bounds
-  // leave about 2x margin and still fail for a wrong scale, layout or level (order-1 errors).
+  // fp8 0.019 (the tied head in BF16), fp8-all 0.033 (3 mantissa bits on every matmul: ~5x
+  // Q8_0's error on uniform weights), q4g128 0.103. The bounds leave about 2x margin and still
+  // fail for a wrong scale, layout or level (order-1 errors).
   struct Case {
     const char* weights;
     double bound;
   };
-  for (const Case c : {Case{"q8", 0.012}, Case{"fp8", 0.08}, Case{"q4g128", 0.2}}) {
+  for (const Case c : {Case{"q8", 0.012}, Case{"fp8", 0.04}, Case{"fp8-all", 0.07}, Case{"q4g128", 0.2}}) {
     CAPTURE(c.weights);
     const Engine e = engine(f32_path, c.weights);
     CHECK(e.model_info().weights_converted_tensors == 15);
@@ -108,6 +110,32 @@ TEST_CASE("weights=fp8 and q4g128 logits stay close to F32", "[engine]") {
   }
 }
 
+TEST_CASE("weights=fp8 keeps the output head at 16 bits; fp8-all converts it", "[engine]") {
+  const std::string f32_path = model(DType::kF32, false);
+  const Engine fp8 = engine(f32_path, "fp8"), all = engine(f32_path, "fp8-all");
+  const ModelInfo& a = fp8.model_info();
+  const ModelInfo& b = all.model_info();
+  CHECK(a.weights_output_head == "bf16");
+  CHECK(b.weights_output_head.empty());
+  CHECK(a.weights_converted_tensors == 2 * 7 + 1);  // the 14 block weights to FP8, the head to BF16
+  CHECK(b.weights_converted_tensors == 2 * 7 + 1);
+  // The engines differ only in the head's bytes: vocab rows of 128 BF16 values vs FP8 blocks.
+  const gguf::File file = gguf::File::open(f32_path);
+  const gguf::TensorInfo* head = file.find_tensor("output.weight");
+  REQUIRE(head != nullptr);
+  const auto rows = static_cast<std::uint64_t>(head->dims[1]);
+  const std::int64_t cols = head->dims[0];
+  CHECK(a.weight_bytes - b.weight_bytes == rows * static_cast<std::uint64_t>(cols) * 2 - rows * row_bytes(DType::kFP8_E4M3, cols));
+  CHECK_THAT(fp8.graph_table(), Contains("bf16"));
+  CHECK_THAT(all.graph_table(), !Contains("bf16"));
+
+  // A head already at 16 bits or fewer stays as stored (here Q8_0), counted as kept.
+  const Engine q8 = engine(model(DType::kQ8_0, false), "fp8");
+  CHECK(q8.model_info().weights_output_head == "q8_0");
+  CHECK(q8.model_info().weights_converted_tensors == 2 * 7);
+  CHECK(q8.model_info().weights_kept_tensors == 1);
+}
+
 TEST_CASE("weights=as-stored and a format a model already has convert nothing", "[engine]") {
   const std::string q8_path = model(DType::kQ8_0, true);
   const Engine same = engine(q8_path, "q8");
@@ -115,8 +143,9 @@ TEST_CASE("weights=as-stored and a format a model already has convert nothing", 
   CHECK(same.model_info().weights_kept_tensors == 15);
   const std::vector<float> a = same.logits(kTokens), b = engine(q8_path, "as-stored").logits(kTokens);
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-  // Requantizing Q8_0 to FP8 goes through the dequantized floats.
-  CHECK(engine(q8_path, "fp8").model_info().weights_converted_tensors == 15);
+  // Requantizing Q8_0 to FP8 goes through the dequantized floats; the (tied) head stays Q8_0.
+  CHECK(engine(q8_path, "fp8").model_info().weights_converted_tensors == 14);
+  CHECK(engine(q8_path, "fp8-all").model_info().weights_converted_tensors == 15);
 }
 
 TEST_CASE("an unknown weights value names the option and lists the valid ones", "[engine]") {
