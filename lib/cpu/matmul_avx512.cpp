@@ -15,8 +15,11 @@
 #endif
 #include <immintrin.h>
 
+#include <cpuid.h>
+
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace sitsrt::cpu::detail {
 namespace {
@@ -246,6 +249,92 @@ struct DecodeFP8_E4M3 {
   }
 };
 
+// ---- FP8 E4M3 decode with AVX512-BF16 (vdpbf16ps), when the CPU has it. ----
+// E4M3 -> bf16 needs no conversion instruction: with the code in the high byte of a 16-bit
+// lane, an arithmetic shift right by 4 puts E4M3's exponent and mantissa in bf16's fields (bits
+// 10..7 and 6..4) and the sign in bit 15 (its copies in 14..11 are masked off); OR-ing exponent
+// bits 0x3800 (112, disjoint from the 4-bit exponent) rebiases 7 -> 127 - 8, so the word is
+// exactly e4m3(c) / 256 for every code with exponent > 0 (NaN codes: +-480 / 256, as the F16C
+// decoder). Exponent-0 codes (zero, subnormals) would come out as (1 + m/8) 2^-15, and
+// vdpbf16ps reads bf16 denormals as zero anyway: a block holding any takes the exact F16C path
+// with float activations (rare: |w| < 2^-6 d, about 1e-4 of a Gaussian block's weights).
+// Per 64 weights: 2 unpacks, 2 shifts, 2 ternary logic ops and 2 vdpbf16ps, against 2
+// widenings, 6 shift/mask ops, 4 two-uop vcvtph2ps and 4 FMAs on the F16C path.
+// The activations are rounded to bf16 once per call (relative error <= 2^-8 each: small
+// against E4M3's 2^-4 of the weights) and stored in the order the unpacks leave the codes in.
+
+bool cpu_has_avx512_bf16() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+}
+
+// x (cols floats, whole 64-blocks) -> bf16, per block the 32 words of unpacklo's order (elements
+// 16 L + 0..7 of each 128-bit lane L) and then the 32 of unpackhi's (16 L + 8..15).
+__attribute__((target("avx512bf16"))) void fp8_activations_bf16(const float* x, std::int64_t cols,
+                                                                 std::uint16_t* out) {
+  for (std::int64_t b = 0; b < cols; b += kFp8Block, x += kFp8Block, out += kFp8Block) {
+    for (int lane = 0; lane < 4; ++lane) {
+      const __m256i v = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(x + 16 * lane)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * lane), _mm256_castsi256_si128(v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 + 8 * lane), _mm256_extracti128_si256(v, 1));
+    }
+  }
+}
+
+// Adds block b's sum of (weight / 256) * x, times d, to acc.
+__attribute__((target("avx512bf16"))) inline void fp8_block_bf16(const BlockFP8_E4M3& b, const std::uint16_t* xb,
+                                                                 const float* x, __m512& acc) {
+  const __m512i codes = _mm512_loadu_si512(b.qs);
+  const __m512 d = _mm512_set1_ps(b.d);
+  if (_mm512_testn_epi8_mask(codes, _mm512_set1_epi8(0x78)) != 0) {  // an exponent-0 code
+    __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+    for (int s = 0; s < kFp8Block; s += 32) {
+      __m512 lo, hi;
+      fp8x32_over256(b.qs + s, lo, hi);
+      p0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + s), p0);
+      p1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + s + 16), p1);
+    }
+    acc = _mm512_fmadd_ps(_mm512_add_ps(p0, p1), d, acc);
+    return;
+  }
+  const __m512i keep = _mm512_set1_epi16(static_cast<short>(0x87F0)), bias = _mm512_set1_epi16(0x3800);
+  const __m512i zero = _mm512_setzero_si512();
+  // 0xEA: (a & b) | c
+  const __m512i lo = _mm512_ternarylogic_epi32(_mm512_srai_epi16(_mm512_unpacklo_epi8(zero, codes), 4), keep, bias, 0xEA);
+  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srai_epi16(_mm512_unpackhi_epi8(zero, codes), 4), keep, bias, 0xEA);
+  __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), reinterpret_cast<__m512bh>(lo),
+                              reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb)));
+  p = _mm512_dpbf16_ps(p, reinterpret_cast<__m512bh>(hi), reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + 32)));
+  acc = _mm512_fmadd_ps(p, d, acc);
+}
+
+// The activations in bf16 for this thread's calls (grown, never shrunk: no per-token allocation).
+std::uint16_t* fp8_bf16_scratch(std::int64_t cols) {
+  thread_local std::vector<std::uint16_t> buffer;
+  if (buffer.size() < static_cast<std::size_t>(cols)) buffer.resize(static_cast<std::size_t>(cols));
+  return buffer.data();
+}
+
+__attribute__((target("avx512bf16"))) void matvec_fp8_bf16(const std::byte* w, std::size_t row_stride,
+                                                            std::int64_t cols, const float* x, float* y,
+                                                            std::int64_t n_rows) {
+  std::uint16_t* xb = fp8_bf16_scratch(cols);
+  fp8_activations_bf16(x, cols, xb);
+  const std::int64_t nb = cols / kFp8Block;
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockFP8_E4M3*>(w + static_cast<std::size_t>(r) * row_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    std::int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      for (int line = 0; line < 3; ++line) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64 * line);
+      fp8_block_bf16(blocks[b], xb + b * kFp8Block, x + b * kFp8Block, acc0);
+      fp8_block_bf16(blocks[b + 1], xb + (b + 1) * kFp8Block, x + (b + 1) * kFp8Block, acc1);
+    }
+    if (b < nb) fp8_block_bf16(blocks[b], xb + b * kFp8Block, x + b * kFp8Block, acc0);
+    y[r] = 256.0f * _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));  // exact: a power of 2
+  }
+}
+
 // INT4 g128: the table of the block's 16 weights d * (q - z), looked up by nibble as in DecodeQ4.
 struct DecodeQ4_G128 {
   using Block = BlockQ4_G128;
@@ -453,6 +542,17 @@ constexpr MatvecFn matvec_q4_1_avx512 = matvec_blocks_avx512<DecodeQ4_1>;
 constexpr MatvecFn matvec_q5_0_avx512 = matvec_blocks_avx512<DecodeQ5_0>;
 constexpr MatvecFn matvec_q5_1_avx512 = matvec_blocks_avx512<DecodeQ5_1>;
 
+// FP8 decode: the AVX512-BF16 kernel where the CPU has it (checked once), else F16C.
+void matvec_fp8_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                       std::int64_t n_rows) {
+  static const bool bf16 = cpu_has_avx512_bf16();
+  if (bf16) {
+    matvec_fp8_bf16(w, row_stride, cols, x, y, n_rows);
+  } else {
+    matvec_blocks_avx512<DecodeFP8_E4M3>(w, row_stride, cols, x, y, n_rows);
+  }
+}
+
 constexpr MatmulKernels kAvx512Kernels = {
     {
         {DType::kF32, matvec_f32_avx512, dequant_float_avx512<LoadF32>},
@@ -463,7 +563,7 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
         {DType::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
         {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
-        {DType::kFP8_E4M3, matvec_blocks_avx512<DecodeFP8_E4M3>, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
+        {DType::kFP8_E4M3, matvec_fp8_avx512, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
         {DType::kQ4_G128, matvec_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
         // K-quant section: the AVX2 kernels of matmul_kquant_avx2.cpp
         {DType::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
@@ -483,6 +583,20 @@ static_assert(formats_in_dtype_order(kAvx512Kernels.formats));
 
 const MatmulKernels& matmul_kernels_avx512() noexcept {
   return kAvx512Kernels;
+}
+
+bool avx512_bf16_supported() noexcept {
+  return cpu_has_avx512_bf16();
+}
+
+void matvec_fp8_avx512_bf16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows) {
+  matvec_fp8_bf16(w, row_stride, cols, x, y, n_rows);
+}
+
+void matvec_fp8_avx512_f16c(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows) {
+  matvec_blocks_avx512<DecodeFP8_E4M3>(w, row_stride, cols, x, y, n_rows);
 }
 
 }  // namespace sitsrt::cpu::detail

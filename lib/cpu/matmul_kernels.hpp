@@ -64,6 +64,16 @@ const MatmulKernels& matmul_kernels_avx2() noexcept;
 const MatmulKernels& matmul_kernels_avx512() noexcept;
 #endif
 
+// FP8 E4M3 decode at the AVX-512 levels (matmul_avx512.cpp): the table's entry runs the
+// AVX512-BF16 kernel (activations rounded to bf16) when the CPU has AVX512_BF16, else the F16C
+// kernel (float activations, bit-identical weights). Both are named here for the tests, which
+// see no SITSRT_X86_KERNELS: defined on x86-64 only.
+bool avx512_bf16_supported() noexcept;
+void matvec_fp8_avx512_bf16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows);  // only where avx512_bf16_supported()
+void matvec_fp8_avx512_f16c(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows);
+
 // Prefill blocking shared by every ISA (the tile kernels accept any sizes; these keep the
 // working set in cache). The weight tile is at most kGemmTileRows x kGemmBlockK floats in
 // scratch (128 KiB, L2-resident), plus as much again for the kernel's work copy.

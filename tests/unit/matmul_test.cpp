@@ -5,6 +5,7 @@
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
+#include "cpu/matmul_kernels.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
@@ -116,6 +117,20 @@ std::vector<Shape> float_only_shapes() {
   return {{3, 172, 1}, {17, 172, 5}, {64, 7, 33}, {1, 1, 2}, {129, 172, 2}, {5, 1, 1}, {7, 1037, 3}};
 }
 
+// The AVX-512 FP8 decode kernel rounds the activations to bf16 where the CPU has AVX512_BF16.
+bool fp8_decode_rounds_to_bf16(cpu::Isa isa) {
+#if defined(__x86_64__)
+  return (isa == cpu::Isa::kAvx512 || isa == cpu::Isa::kAvx512Vnni) && cpu::detail::avx512_bf16_supported();
+#else
+  (void)isa;
+  return false;
+#endif
+}
+
+// |x - bf16(x)| <= 2^-8 |x| (round to nearest, 8 significant bits): the extra error of a dot
+// product whose activations were rounded to bf16 is at most 2^-8 sum |w| |x|.
+constexpr double kBf16Rounding = 0x1p-8;
+
 void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   CAPTURE(name(type), cpu::name(isa), threads, s.rows, s.cols, s.m);
   test::Rng rng(static_cast<std::uint64_t>(s.rows * 1000003 + s.cols * 101 + s.m * 7 + static_cast<int>(type)));
@@ -142,7 +157,9 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
         abs_sum += std::fabs(xv) * w.mags[static_cast<std::size_t>(r * s.cols + c)];
       }
       expected.push_back(sum);
-      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)));
+      const bool bf16_acts = type == DType::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
+      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)) +
+                          (bf16_acts ? kBf16Rounding * abs_sum : 0.0));
       actual.push_back(y[static_cast<std::size_t>(i * ldy + r)]);
     }
     for (std::int64_t r = s.rows; r < ldy && i + 1 < s.m; ++r) {  // gaps between y rows untouched
@@ -307,3 +324,84 @@ TEST_CASE("fp8 e4m3 weights decode every code as dequantize_row on every ISA", "
     }
   }
 }
+
+#if defined(__x86_64__)
+namespace {
+
+// The AVX-512 FP8 decode kernels by name (matmul_kernels.hpp), the BF16 one where the CPU has it.
+std::vector<std::pair<const char*, cpu::detail::MatvecFn>> fp8_avx512_kernels() {
+  std::vector<std::pair<const char*, cpu::detail::MatvecFn>> k;
+  if (!cpu::isa_supported(cpu::Isa::kAvx512)) return k;
+  k.emplace_back("f16c", cpu::detail::matvec_fp8_avx512_f16c);
+  if (cpu::detail::avx512_bf16_supported()) k.emplace_back("bf16", cpu::detail::matvec_fp8_avx512_bf16);
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 e4m3 AVX-512 decode kernels: every code exactly, through both block paths", "[matmul]") {
+  // One row of two blocks filled with 1.0 (0x38) but for code c at element p, and x one-hot at
+  // p: y = d * e4m3(c) with no other rounding, so any decode error shows. Exponent-0 codes
+  // (zero, subnormals) send their block down the BF16 kernel's F16C fallback; the others keep it
+  // on the vdpbf16ps path (the filler code has exponent 7).
+  for (const auto& [kernel_name, kernel] : fp8_avx512_kernels()) {
+    for (const float d : {0.75f, -3.0e-3f}) {
+      for (int c = 0; c < 256; ++c) {
+        const int p = (c * 37) % 128;
+        std::vector<BlockFP8_E4M3> blocks(2);
+        for (BlockFP8_E4M3& b : blocks) {
+          b.d = d;
+          std::memset(b.qs, 0x38, sizeof b.qs);
+        }
+        blocks[static_cast<std::size_t>(p / 64)].qs[p % 64] = static_cast<std::uint8_t>(c);
+        std::vector<float> x(128, 0.0f);
+        x[static_cast<std::size_t>(p)] = 1.0f;
+        float y = 0.0f;
+        kernel(reinterpret_cast<const std::byte*>(blocks.data()), 136, 128, x.data(), &y, 1);
+        const float want = (c & 0x7F) == 0x7F ? d * ((c & 0x80) != 0 ? -480.0f : 480.0f)  // NaN codes
+                                              : d * fp8_e4m3_to_fp32(static_cast<std::uint8_t>(c));
+        CAPTURE(kernel_name, d, c, p);
+        REQUIRE(y == want);  // equal values (the -0 code sums to +0 with the other products)
+      }
+    }
+  }
+}
+
+TEST_CASE("fp8 e4m3 AVX-512 decode kernels match a double reference on random rows", "[matmul]") {
+  // Rows from the encoder, then exponent-0 codes planted in every third block (the BF16
+  // kernel's fallback) and blocks of very different scales. Tolerance: the dot product's
+  // float rounding (k + 2 roundings per term), plus 2^-8 sum |w x| for bf16 activations.
+  test::Rng rng(4242);
+  for (const auto& [kernel_name, kernel] : fp8_avx512_kernels()) {
+    const bool bf16 = std::string(kernel_name) == "bf16";
+    for (const Shape s : {Shape{1, 64, 1}, Shape{3, 128, 1}, Shape{17, 192, 1}, Shape{64, 4096, 1}, Shape{5, 1344, 1}}) {
+      CAPTURE(kernel_name, s.rows, s.cols);
+      TestWeights w = make_weights(DType::kFP8_E4M3, s.rows, s.cols, 4, rng);
+      for (std::int64_t r = 0; r < s.rows; ++r) {
+        auto* blocks = reinterpret_cast<BlockFP8_E4M3*>(w.bytes.data() + static_cast<std::size_t>(r) * w.stride);
+        for (std::int64_t b = r % 3; b < s.cols / 64; b += 3) {
+          for (int k = 0; k < 3; ++k) {
+            blocks[b].qs[rng.uniform_int(0, 63)] = static_cast<std::uint8_t>(rng.uniform_int(0, 7) | (k == 1 ? 0x80 : 0));
+          }
+        }
+        dequantize_row(DType::kFP8_E4M3, blocks, w.values.data() + r * s.cols, s.cols);
+      }
+      const std::vector<float> x = make_inputs(1, s.cols, s.cols, rng);
+      std::vector<float> y(static_cast<std::size_t>(s.rows));
+      kernel(w.bytes.data(), w.stride, s.cols, x.data(), y.data(), s.rows);
+      std::vector<double> expected, tolerance;
+      for (std::int64_t r = 0; r < s.rows; ++r) {
+        double sum = 0.0, abs_sum = 0.0;
+        for (std::int64_t c = 0; c < s.cols; ++c) {
+          const double wv = w.values[static_cast<std::size_t>(r * s.cols + c)], xv = x[static_cast<std::size_t>(c)];
+          sum += wv * xv;
+          abs_sum += std::fabs(wv * xv);
+        }
+        expected.push_back(sum);
+        tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, 2) + (bf16 ? kBf16Rounding * abs_sum : 0.0));
+      }
+      test::check_close(expected, y, tolerance, "fp8 matvec");
+    }
+  }
+}
+#endif
