@@ -19,7 +19,6 @@
 
 #include <cstring>
 #include <utility>
-#include <vector>
 
 namespace sitsrt::cpu::detail {
 namespace {
@@ -308,17 +307,15 @@ __attribute__((target("avx512bf16"))) inline void fp8_block_bf16(const BlockFP8_
   acc = _mm512_fmadd_ps(p, d, acc);
 }
 
-// The activations in bf16 for this thread's calls (grown, never shrunk: no per-token allocation).
-std::uint16_t* fp8_bf16_scratch(std::int64_t cols) {
-  thread_local std::vector<std::uint16_t> buffer;
-  if (buffer.size() < static_cast<std::size_t>(cols)) buffer.resize(static_cast<std::size_t>(cols));
-  return buffer.data();
-}
+// Widest activation row the BF16 kernel takes (its bf16 copy lives on the stack, 64 KiB: no
+// allocation, and no std::vector instantiated with AVX-512 flags, see matmul_kernels.hpp's ODR
+// note); wider rows (an FFN wider than 32768) run the F16C kernel.
+constexpr std::int64_t kFp8Bf16MaxCols = 32768;
 
 __attribute__((target("avx512bf16"))) void matvec_fp8_bf16(const std::byte* w, std::size_t row_stride,
                                                             std::int64_t cols, const float* x, float* y,
                                                             std::int64_t n_rows) {
-  std::uint16_t* xb = fp8_bf16_scratch(cols);
+  alignas(64) std::uint16_t xb[kFp8Bf16MaxCols];
   fp8_activations_bf16(x, cols, xb);
   const std::int64_t nb = cols / kFp8Block;
   for (std::int64_t r = 0; r < n_rows; ++r) {
@@ -546,7 +543,7 @@ constexpr MatvecFn matvec_q5_1_avx512 = matvec_blocks_avx512<DecodeQ5_1>;
 void matvec_fp8_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                        std::int64_t n_rows) {
   static const bool bf16 = cpu_has_avx512_bf16();
-  if (bf16) {
+  if (bf16 && cols <= kFp8Bf16MaxCols) {
     matvec_fp8_bf16(w, row_stride, cols, x, y, n_rows);
   } else {
     matvec_blocks_avx512<DecodeFP8_E4M3>(w, row_stride, cols, x, y, n_rows);
@@ -591,7 +588,7 @@ bool avx512_bf16_supported() noexcept {
 
 void matvec_fp8_avx512_bf16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                             std::int64_t n_rows) {
-  matvec_fp8_bf16(w, row_stride, cols, x, y, n_rows);
+  matvec_fp8_avx512(w, row_stride, cols, x, y, n_rows);  // the table's entry, where BF16 exists
 }
 
 void matvec_fp8_avx512_f16c(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,

@@ -65,9 +65,9 @@ const MatmulKernels& matmul_kernels_avx512() noexcept;
 #endif
 
 // FP8 E4M3 decode at the AVX-512 levels (matmul_avx512.cpp): the table's entry runs the
-// AVX512-BF16 kernel (activations rounded to bf16) when the CPU has AVX512_BF16, else the F16C
-// kernel (float activations, bit-identical weights). Both are named here for the tests, which
-// see no SITSRT_X86_KERNELS: defined on x86-64 only.
+// AVX512-BF16 kernel (activations rounded to bf16) when the CPU has AVX512_BF16 and the row is
+// at most 32768 wide, else the F16C kernel (float activations, bit-identical weights). Both are
+// named here for the tests, which see no SITSRT_X86_KERNELS: defined on x86-64 only.
 bool avx512_bf16_supported() noexcept;
 void matvec_fp8_avx512_bf16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                             std::int64_t n_rows);  // only where avx512_bf16_supported()

@@ -107,8 +107,8 @@ class Engine:
                  audit_key: str | bytes | None = None, weights: str = "as-stored",
                  devices: str | Sequence[str] | None = None) -> None:
         """threads None: all cores; ctx None: min(training context, 4096); kv_dtype "f16"|"f32";
-        weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8", "q4g128"
-        (ValueError otherwise);
+        weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output
+        head kept 16-bit), "fp8-all", "q4g128" (ValueError otherwise);
         audit: sink(s) for every request (a path, an object with on_request_begin/on_token/
         on_request_end, or a list); audit_key: HMAC key for path sinks."""
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8,

@@ -76,7 +76,7 @@ def _sinks(audit: Any, key: Any) -> list:
     return [_sitsrt.make_sink(s, _key(key)) for s in specs]
 
 
-_WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128")
+_WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128", "fp8-all")
 
 
 class Engine:
@@ -91,8 +91,10 @@ class Engine:
         cpu_isa: "auto", "avx512", "avx2" or "generic" (clamped to the CPU).
         memory_budget_bytes: limit for activations + KV caches (0: unlimited).
         weights: matmul weight format: "as-stored" (read in place), or converted at load to
-            "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (E4M3) or "q4g128" (INT4 g128); the
-            cost is in info() (weights_convert_seconds, weights_converted_bytes).
+            "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (E4M3; the output head stays 16-bit,
+            bf16 for an f32 head: info()["weights_output_head"]), "fp8-all" (E4M3, the head too)
+            or "q4g128" (INT4 g128); the cost is in info() (weights_convert_seconds,
+            weights_converted_bytes).
         deterministic: results depend only on model, prompt, sampling and the recorded engine
             digest, never on the thread count (see docs/audit-log.md).
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with

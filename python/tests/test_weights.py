@@ -19,6 +19,9 @@ def test_fp8_weights_convert_and_stay_close(model_path):
     assert info["weights"] == "fp8"
     # stories260K: every matmul weight but the five 172-wide ffn_down rows (not whole 64-blocks).
     assert info["weights_converted_tensors"] == 31 and info["weights_kept_tensors"] == 5
+    assert info["weights_output_head"] == "bf16"  # fp8 keeps the F32 head at 16 bits
+    all_fp8 = sitsrt.Engine(model_path, threads=2, weights="fp8-all").info
+    assert all_fp8["weights_output_head"] == "" and all_fp8["weights_converted_tensors"] == 31
     assert info["weights_converted_bytes"] > info["weights_converted_to_bytes"] > 0
     assert info["weights_convert_seconds"] >= 0.0
     assert f32.info["weights"] == "as-stored" and f32.info["weights_converted_tensors"] == 0
