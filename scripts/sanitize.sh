@@ -16,7 +16,7 @@ case $mode in
   tsan)
     preset=tsan dir=build-tsan
     # Tests whose point is concurrency; the others run single-threaded code TSan cannot judge.
-    filter="core_test|matmul_test|qdot_test|attention_test|engine_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
+    filter="core_test|matmul_test|qdot_test|attention_test|engine_test|engine_memory_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
   *)
     echo "usage: scripts/sanitize.sh asan|tsan" >&2

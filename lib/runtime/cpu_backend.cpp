@@ -63,10 +63,13 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
 
 std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::string_view what) {
   const std::uint64_t now = allocated_.fetch_add(bytes) + bytes;
-  if (budget_bytes_ != 0 && now > budget_bytes_) {
+  // The budget holds the weights too (bound before any buffer is allocated).
+  if (budget_bytes_ != 0 && weight_bytes_ + now > budget_bytes_) {
     allocated_.fetch_sub(bytes);
-    raise(ErrorCode::kOutOfMemory, "cpu: {} needs {} bytes but only {} of the {}-byte budget are free", what, bytes,
-          budget_bytes_ - std::min<std::uint64_t>(budget_bytes_, now - bytes), budget_bytes_);
+    const std::uint64_t used = weight_bytes_ + now - bytes;
+    raise(ErrorCode::kOutOfMemory,
+          "cpu: {} needs {} bytes but only {} of the {}-byte budget are free ({} bytes of weights, {} of buffers)", what,
+          bytes, budget_bytes_ - std::min(budget_bytes_, used), budget_bytes_, weight_bytes_, now - bytes);
   }
   std::uint64_t high = high_water_.load();
   while (now > high && !high_water_.compare_exchange_weak(high, now)) {
