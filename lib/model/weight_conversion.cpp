@@ -38,6 +38,18 @@ std::vector<bool> output_head_weights(const graph::Graph& graph) {
   return head;
 }
 
+// The format a matmul weight converts to under `target`: its type, except the output head when
+// the policy holds it at 16 bits (F32 -> BF16; F16, BF16 and the smaller quantized types stay).
+DType format_for(const graph::Weight& weight, bool is_head, WeightFormat target) {
+  if (!target.output_head_16bit || !is_head) return target.type;
+  return weight.type == DType::kF32 ? DType::kBF16 : weight.type;
+}
+
+// Whether a matmul weight is converted to `to` (the rest are kept as stored).
+bool converts(const graph::Weight& weight, DType to) {
+  return weight.dims.size() == 2 && weight.type != to && fits_blocks(to, weight.dims[0]);
+}
+
 // dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool.
 void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType target, std::int64_t rows,
                   std::int64_t cols, ThreadPool& pool) {
@@ -70,6 +82,19 @@ std::optional<WeightFormat> parse_weight_format(std::string_view value) {
   raise(ErrorCode::kInvalidArgument, "weights '{}' is not one of {}", value, kWeightFormatChoices);
 }
 
+std::uint64_t weight_bytes_after_conversion(const graph::Graph& graph, WeightFormat target) {
+  const std::vector<bool> eligible = matmul_weights(graph);
+  const std::vector<bool> head = output_head_weights(graph);
+  std::uint64_t total = 0;
+  for (std::size_t id = 0; id < graph.weights().size(); ++id) {
+    const graph::Weight& w = graph.weights()[id];
+    const DType to = format_for(w, head[id], target);
+    total += eligible[id] && converts(w, to) ? row_bytes(to, w.dims[0]) * static_cast<std::uint64_t>(w.dims[1])
+                                             : w.bytes;
+  }
+  return total;
+}
+
 ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored,
                                              WeightFormat target, ThreadPool& pool)
     : stored_(stored) {
@@ -79,13 +104,9 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     if (!eligible[id]) continue;
     const graph::Weight weight = graph.weights()[id];  // a copy: set_weight_type changes it
-    DType to = target.type;
-    if (target.output_head_16bit && head[id]) {
-      // Held at 16 bits: F32 -> BF16; F16, BF16 and the (smaller) quantized types as stored.
-      to = weight.type == DType::kF32 ? DType::kBF16 : weight.type;
-      report_.output_head_type = to;
-    }
-    if (weight.dims.size() != 2 || weight.type == to || !fits_blocks(to, weight.dims[0])) {
+    const DType to = format_for(weight, head[id], target);
+    if (head[id] && to != target.type) report_.output_head_type = to;
+    if (!converts(weight, to)) {
       ++report_.tensors_kept;
       continue;
     }
