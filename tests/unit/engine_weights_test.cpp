@@ -136,6 +136,23 @@ TEST_CASE("weights=fp8 keeps the output head at 16 bits; fp8-all converts it", "
   CHECK(q8.model_info().weights_kept_tensors == 1);
 }
 
+TEST_CASE("the memory budget check counts the fp8 output head at its 16-bit size", "[engine]") {
+  // One byte short of the converted weights plus one request must be refused: an estimate that
+  // counted the head as FP8 (smaller than its BF16) would let it through.
+  EngineOptions o;
+  o.model_path = model(DType::kF32, false);
+  o.threads = 2;
+  o.weights = "fp8";
+  const Engine probe(o);
+  const PlanDevice& cpu = probe.plan().devices.at(0);
+  const std::uint64_t per_request = cpu.kv_bytes_per_request + cpu.activation_bytes_per_request;
+  CHECK(cpu.weight_bytes == probe.model_info().weight_bytes);
+  o.memory_budget_bytes = probe.model_info().weight_bytes + per_request - 1;
+  CHECK_THROWS_AS(Engine(o), Error);
+  o.memory_budget_bytes = probe.model_info().weight_bytes + per_request + per_request / 2;
+  CHECK(Engine(o).model_info().weights_output_head == "bf16");
+}
+
 TEST_CASE("weights=as-stored and a format a model already has convert nothing", "[engine]") {
   const std::string q8_path = model(DType::kQ8_0, true);
   const Engine same = engine(q8_path, "q8");
