@@ -116,8 +116,15 @@ std::vector<Shape> float_only_shapes() {
   return {{3, 172, 1}, {17, 172, 5}, {64, 7, 33}, {1, 1, 2}, {129, 172, 2}, {5, 1, 1}, {7, 1037, 3}};
 }
 
+// Relative error per term of the AMX prefill on top of the float bound: x and w each rounded to
+// bf16 (8 significant bits, round to nearest even: unit roundoff 2^-8 each), products exact in
+// fp32: |bf16(x) bf16(w) - x w| <= (2 * 2^-8 + 2^-16) |x w|.
+constexpr double kBf16OperandsError = 0x1p-7 + 0x1p-16;
+
 void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   CAPTURE(name(type), cpu::name(isa), threads, s.rows, s.cols, s.m);
+  // AMX changes only m > 1; decode stays on the float kernels and their bound.
+  const double bf16_error = isa == cpu::Isa::kAmx && s.m > 1 ? kBf16OperandsError : 0.0;
   test::Rng rng(static_cast<std::uint64_t>(s.rows * 1000003 + s.cols * 101 + s.m * 7 + static_cast<int>(type)));
   const std::size_t pad = std::vector<std::size_t>{0, 6, 64}[static_cast<std::size_t>((s.rows + s.cols) % 3)];
   const TestWeights w = make_weights(type, s.rows, s.cols, pad, rng);
@@ -127,6 +134,7 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   cpu::CpuContext ctx(threads, isa);
   REQUIRE(ctx.isa() == isa);
   ctx.reserve_scratch(cpu::matmul_scratch_floats(w.view(), s.m));
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w.view(), s.m));
   constexpr float kSentinel = -12345.0f;
   std::vector<float> y(static_cast<std::size_t>(s.m * ldy), kSentinel);
   cpu::matmul(ctx, w.view(), x.data(), ldx, s.m, y.data(), ldy);
@@ -142,7 +150,7 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
         abs_sum += std::fabs(xv) * w.mags[static_cast<std::size_t>(r * s.cols + c)];
       }
       expected.push_back(sum);
-      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)));
+      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)) + bf16_error * abs_sum);
       actual.push_back(y[static_cast<std::size_t>(i * ldy + r)]);
     }
     for (std::int64_t r = s.rows; r < ldy && i + 1 < s.m; ++r) {  // gaps between y rows untouched
@@ -201,6 +209,28 @@ TEST_CASE("matmul matches a double reference for every format, ISA and shape", "
   }
   if (is_float_type(type)) {
     for (const Shape& s : float_only_shapes()) check_matmul(type, isa, threads, s);
+  }
+}
+
+TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding", "[matmul][amx]") {
+  if (!cpu::isa_supported(cpu::Isa::kAmx)) {
+    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles (the float prefill is tested above)");
+    return;
+  }
+  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
+  const int threads = GENERATE(1, 3);
+  for (const Shape& s : matmul_shapes()) {
+    if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
+  }
+  // Whole and partial 16 x 16 tiles and 32 x 32 blocks (rows = weight rows, m = x rows), several
+  // 512-column K blocks with a partial last one, and K not a multiple of 32 (float formats).
+  for (Shape s : {Shape{32, 512, 16}, Shape{48, 1024, 32}, Shape{96, 1536, 47}, Shape{33, 2560, 64},
+                  Shape{64, 768, 17}, Shape{31, 256, 100}, Shape{16, 3072, 31}}) {
+    if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
+  }
+  if (is_float_type(type)) {
+    for (const Shape& s : float_only_shapes()) check_matmul(type, cpu::Isa::kAmx, threads, s);
+    check_matmul(type, cpu::Isa::kAmx, threads, {40, 1037, 19});
   }
 }
 
