@@ -1,8 +1,10 @@
-// The AMX prefill driver: bf16 copy of x into the shared buffer, then output rows split over the
-// pool, each thread running the tile code of gemm_amx.cpp on its rows (see amx_prefill.hpp).
+// The AMX prefill driver: bf16 copy of x into the shared buffer, then blocks of output rows
+// handed to the pool's threads, each running the tile code of gemm_amx.cpp (see amx_prefill.hpp).
 #include "cpu/amx_prefill.hpp"
 
-#include "core/check.hpp"
+
+#include <algorithm>
+#include <atomic>
 
 namespace sitsrt::cpu::detail {
 namespace {
@@ -27,11 +29,18 @@ void gemm_amx(CpuContext& ctx, DequantFn dequant, const WeightMatrix& w, const f
     amx_convert_rows(x, ldx, m, w.cols, a, lda, r.begin, r.end);
   });
   const DTypeTraits& tr = traits(w.type);
-  const AmxGemmArgs args{dequant, w.data, w.row_stride, tr.block_size, tr.block_bytes, w.cols, a, lda, m, y, ldy};
-  ctx.pool().run([&](int t, int n) {
-    // Whole 32-row blocks per thread, so only the last block of the matrix can be partial.
-    const Range r = split_range(w.rows, t, n, kAmxBlockN);
-    if (r.end > r.begin) amx_gemm_rows(args, r.begin, r.end, ctx.scratch(t, static_cast<std::size_t>(kAmxScratchFloats)));
+  const AmxGemmArgs args{w.type, dequant, w.data, w.row_stride, tr.block_size, tr.block_bytes, w.cols, a, lda, m, y, ldy};
+  // Blocks of kAmxBlockN weight rows are claimed one at a time rather than split up front: a
+  // thread the OS deschedules (a co-tenant on the cores) then holds up at most its current block,
+  // not half the matrix. Each output is still computed by one thread in a fixed order, so the
+  // result does not depend on the thread count or on who claimed what.
+  const std::int64_t blocks = (w.rows + kAmxBlockN - 1) / kAmxBlockN;
+  std::atomic<std::int64_t> next_block{0};
+  ctx.pool().run([&](int t, int) {
+    float* scratch = ctx.scratch(t, static_cast<std::size_t>(kAmxScratchFloats));
+    for (std::int64_t b = next_block.fetch_add(1); b < blocks; b = next_block.fetch_add(1)) {
+      amx_gemm_rows(args, b * kAmxBlockN, std::min(w.rows, (b + 1) * kAmxBlockN), scratch);
+    }
   });
 }
 

@@ -46,7 +46,8 @@ void amx_convert_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int
                       std::int64_t lda, std::int64_t row_begin, std::int64_t row_end);
 
 struct AmxGemmArgs {
-  DequantFn dequant;
+  DType type;
+  DequantFn dequant;          // the format's fp32 dequant (formats without a direct bf16 source)
   const std::byte* w;         // weight row 0
   std::size_t w_row_stride;   // bytes
   std::int64_t block_size;    // elements per quant block (1 for float formats)

@@ -12,6 +12,8 @@
 // in an anonymous namespace (ODR note in matmul_kernels.hpp), and no std:: templates are used.
 #include "cpu/amx_prefill.hpp"
 
+#include "core/quant_blocks.hpp"
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -73,19 +75,87 @@ inline __m512i to_bf16x32(__m512 lo, __m512 hi) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-// Packs rows [0, n) (n <= 16, others zero) of the fp32 tile w (stride ldw, zero padded to
-// steps * 32 columns) as B tile `half` (0 or 1) of every 32-column step: step s at
-// packed + s * 2 * kTileElems + half * kTileElems.
-void pack_b(const float* w, std::int64_t ldw, std::int64_t n, std::int64_t steps, int half, std::uint16_t* packed) {
+// Stores the 16 rows r (32 bf16 each, as 16 pairs) as B tile `half` (0 or 1) of 32-column step
+// s of the packed block: step s's tiles at packed + s * 2 * kTileElems.
+inline void store_b_tile(__m512i (&r)[16], std::int64_t s, int half, std::uint16_t* packed) {
+  transpose16x32bit(r);
+  std::uint16_t* dst = packed + (2 * s + half) * kTileElems;
+  for (int p = 0; p < kPairs; ++p) _mm512_store_si512(dst + p * kTileK, r[p]);
+}
+
+// Weight sources for one B tile row: 32 consecutive weights of a row as bf16, each the bf16
+// rounding of the fp32 value dequantize_row gives (so every format rounds once, like the
+// generic path). Those without one here go through DequantTile.
+inline __m512 half_scale(const std::uint16_t* d) {
+  return _mm512_set1_ps(_cvtsh_ss(*d));
+}
+struct DirectQ8_0 {
+  static __m512i bf16x32(const std::byte* row, std::int64_t k) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + k / kQBlock;
+    const __m512 d = half_scale(&b->d);
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs))));
+    const __m512 hi =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16))));
+    return to_bf16x32(_mm512_mul_ps(lo, d), _mm512_mul_ps(hi, d));
+  }
+};
+struct DirectQ4_0 {  // the block's 16 weights d * (q - 8) in a table, looked up by nibble
+  static __m512i bf16x32(const std::byte* row, std::int64_t k) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + k / kQBlock;
+    const __m512 levels = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512 table = _mm512_mul_ps(levels, half_scale(&b->d));
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+    return to_bf16x32(_mm512_permutexvar_ps(v, table), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table));
+  }
+};
+struct DirectF16 {
+  static __m512i bf16x32(const std::byte* row, std::int64_t k) {
+    const auto* h = reinterpret_cast<const __m256i*>(row + 2 * k);
+    return to_bf16x32(_mm512_cvtph_ps(_mm256_loadu_si256(h)), _mm512_cvtph_ps(_mm256_loadu_si256(h + 1)));
+  }
+};
+struct DirectF32 {
+  static __m512i bf16x32(const std::byte* row, std::int64_t k) {
+    const auto* f = reinterpret_cast<const float*>(row) + k;
+    return to_bf16x32(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16));
+  }
+};
+struct DirectBF16 {  // already bf16: copied
+  static __m512i bf16x32(const std::byte* row, std::int64_t k) { return _mm512_loadu_si512(row + 2 * k); }
+};
+
+// Packs B tile `half` of weight rows first .. first + n - 1 (n <= 16; others zero), columns
+// [k0, k0 + 32 steps), straight from the stored format.
+template <typename D>
+void pack_direct(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::int64_t k0, std::int64_t steps,
+                 int half, std::uint16_t* packed) {
   for (std::int64_t s = 0; s < steps; ++s) {
     __m512i r[16];
     for (int l = 0; l < 16; ++l) {
-      const float* src = w + l * ldw + s * kTileK;
+      const std::byte* row = g.w + static_cast<std::size_t>(first + l) * g.w_row_stride;
+      r[l] = l < n ? D::bf16x32(row, k0 + s * kTileK) : _mm512_setzero_si512();
+    }
+    store_b_tile(r, s, half, packed);
+  }
+}
+
+// Any format: its dequant writes the rows as fp32 into `tile` (stride kAmxBlockK, zero padded
+// to whole steps), which is then rounded and packed.
+void pack_dequantized(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::int64_t k0, std::int64_t kc,
+                      std::int64_t steps, int half, std::uint16_t* packed, float* tile) {
+  const std::size_t byte_offset = static_cast<std::size_t>(k0 / g.block_size * g.block_bytes);
+  for (std::int64_t j = 0; j < n; ++j) {
+    float* dst = tile + j * kAmxBlockK;
+    g.dequant(g.w + static_cast<std::size_t>(first + j) * g.w_row_stride + byte_offset, dst, kc);
+    for (std::int64_t c = kc; c < steps * kTileK; ++c) dst[c] = 0.0f;
+  }
+  for (std::int64_t s = 0; s < steps; ++s) {
+    __m512i r[16];
+    for (int l = 0; l < 16; ++l) {
+      const float* src = tile + l * kAmxBlockK + s * kTileK;
       r[l] = l < n ? to_bf16x32(_mm512_load_ps(src), _mm512_load_ps(src + 16)) : _mm512_setzero_si512();
     }
-    transpose16x32bit(r);
-    std::uint16_t* dst = packed + (2 * s + half) * kTileElems;
-    for (int p = 0; p < kPairs; ++p) _mm512_store_si512(dst + p * kTileK, r[p]);
+    store_b_tile(r, s, half, packed);
   }
 }
 
@@ -185,6 +255,20 @@ void amx_gemm_rows(const AmxGemmArgs& g, std::int64_t row_begin, std::int64_t ro
   float* dequant_tile = scratch;
   auto* packed = reinterpret_cast<std::uint16_t*>(scratch + kAmxTile * kAmxBlockK);
   float* stage = scratch + kAmxTile * kAmxBlockK + kBlockN * kAmxBlockK / 2;
+  // Formats with a direct bf16 source skip the fp32 round trip (float formats only when K is
+  // whole 32-column steps: the direct sources read 32 weights at a time).
+  using PackFn = void (*)(const AmxGemmArgs&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int,
+                          std::uint16_t*);
+  PackFn direct = nullptr;
+  const bool whole_steps = g.cols % kTileK == 0;
+  switch (g.type) {
+    case DType::kQ8_0: direct = pack_direct<DirectQ8_0>; break;
+    case DType::kQ4_0: direct = pack_direct<DirectQ4_0>; break;
+    case DType::kF16: direct = whole_steps ? pack_direct<DirectF16> : nullptr; break;
+    case DType::kF32: direct = whole_steps ? pack_direct<DirectF32> : nullptr; break;
+    case DType::kBF16: direct = whole_steps ? pack_direct<DirectBF16> : nullptr; break;
+    default: break;
+  }
   configure_tiles();
   for (std::int64_t n0 = row_begin; n0 < row_end; n0 += kBlockN) {
     const std::int64_t nb = smaller(kBlockN, row_end - n0);
@@ -192,15 +276,13 @@ void amx_gemm_rows(const AmxGemmArgs& g, std::int64_t row_begin, std::int64_t ro
     for (std::int64_t k0 = 0; k0 < g.cols; k0 += kAmxBlockK) {
       const std::int64_t kc = smaller(kAmxBlockK, g.cols - k0);
       const std::int64_t steps = (kc + kTileK - 1) / kTileK;
-      const std::size_t byte_offset = static_cast<std::size_t>(k0 / g.block_size * g.block_bytes);
       for (int half = 0; half < nt; ++half) {
         const std::int64_t first = n0 + half * kAmxTile, rows = smaller(kAmxTile, n0 + nb - first);
-        for (std::int64_t j = 0; j < rows; ++j) {
-          float* dst = dequant_tile + j * kAmxBlockK;
-          g.dequant(g.w + static_cast<std::size_t>(first + j) * g.w_row_stride + byte_offset, dst, kc);
-          for (std::int64_t c = kc; c < steps * kTileK; ++c) dst[c] = 0.0f;
+        if (direct != nullptr) {
+          direct(g, first, rows, k0, steps, half, packed);
+        } else {
+          pack_dequantized(g, first, rows, k0, kc, steps, half, packed, dequant_tile);
         }
-        pack_b(dequant_tile, kAmxBlockK, rows, steps, half, packed);
       }
       const bool accumulate = k0 > 0;
       for (std::int64_t m0 = 0; m0 < g.m; m0 += kBlockN) {
