@@ -13,16 +13,23 @@ std::int64_t round_up(std::int64_t v, std::int64_t to) {
   return (v + to - 1) / to * to;
 }
 
+// Row stride (bf16 elements) of the activation copy: whole 32-column tile rows plus one cache
+// line, so the 16 rows of an A tile do not all fall in the same L1 set (model widths are powers
+// of two, whose 2 KiB / 4 KiB strides would alias).
+std::int64_t activation_stride(std::int64_t cols) {
+  return round_up(cols, 32) + 32;
+}
+
 }  // namespace
 
 std::size_t amx_activation_bytes(std::int64_t m, std::int64_t cols) noexcept {
   if (m <= 1 || cols <= 0) return 0;
-  return static_cast<std::size_t>(round_up(m, kAmxTile) * round_up(cols, 32)) * sizeof(std::uint16_t);
+  return static_cast<std::size_t>(round_up(m, kAmxTile) * activation_stride(cols)) * sizeof(std::uint16_t);
 }
 
 void gemm_amx(CpuContext& ctx, DequantFn dequant, const WeightMatrix& w, const float* x, std::int64_t ldx,
               std::int64_t m, float* y, std::int64_t ldy) {
-  const std::int64_t lda = round_up(w.cols, 32), m_rows = round_up(m, kAmxTile);
+  const std::int64_t lda = activation_stride(w.cols), m_rows = round_up(m, kAmxTile);
   auto* a = reinterpret_cast<std::uint16_t*>(ctx.shared(amx_activation_bytes(m, w.cols)));
   ctx.pool().run([&](int t, int n) {
     const Range r = split_range(m_rows, t, n);

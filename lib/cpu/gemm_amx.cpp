@@ -90,6 +90,7 @@ inline __m512 half_scale(const std::uint16_t* d) {
   return _mm512_set1_ps(_cvtsh_ss(*d));
 }
 struct DirectQ8_0 {
+  static constexpr int kBytesPer32 = sizeof(BlockQ8_0);
   static __m512i bf16x32(const std::byte* row, std::int64_t k) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + k / kQBlock;
     const __m512 d = half_scale(&b->d);
@@ -100,6 +101,7 @@ struct DirectQ8_0 {
   }
 };
 struct DirectQ4_0 {  // the block's 16 weights d * (q - 8) in a table, looked up by nibble
+  static constexpr int kBytesPer32 = sizeof(BlockQ4_0);
   static __m512i bf16x32(const std::byte* row, std::int64_t k) {
     const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + k / kQBlock;
     const __m512 levels = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
@@ -109,18 +111,21 @@ struct DirectQ4_0 {  // the block's 16 weights d * (q - 8) in a table, looked up
   }
 };
 struct DirectF16 {
+  static constexpr int kBytesPer32 = 64;
   static __m512i bf16x32(const std::byte* row, std::int64_t k) {
     const auto* h = reinterpret_cast<const __m256i*>(row + 2 * k);
     return to_bf16x32(_mm512_cvtph_ps(_mm256_loadu_si256(h)), _mm512_cvtph_ps(_mm256_loadu_si256(h + 1)));
   }
 };
 struct DirectF32 {
+  static constexpr int kBytesPer32 = 128;
   static __m512i bf16x32(const std::byte* row, std::int64_t k) {
     const auto* f = reinterpret_cast<const float*>(row) + k;
     return to_bf16x32(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16));
   }
 };
 struct DirectBF16 {  // already bf16: copied
+  static constexpr int kBytesPer32 = 64;
   static __m512i bf16x32(const std::byte* row, std::int64_t k) { return _mm512_loadu_si512(row + 2 * k); }
 };
 
@@ -129,10 +134,16 @@ struct DirectBF16 {  // already bf16: copied
 template <typename D>
 void pack_direct(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::int64_t k0, std::int64_t steps,
                  int half, std::uint16_t* packed) {
+  // The weights come from DRAM once per matmul, 16 rows at a time: more streams than the hardware
+  // prefetcher follows, so each row is prefetched kPrefetchSteps steps ahead (past a row's end
+  // that is the next row, or harmless).
+  constexpr std::int64_t kPrefetchSteps = 8;
   for (std::int64_t s = 0; s < steps; ++s) {
     __m512i r[16];
+    const std::size_t ahead = static_cast<std::size_t>((k0 / kTileK + s + kPrefetchSteps) * D::kBytesPer32);
     for (int l = 0; l < 16; ++l) {
       const std::byte* row = g.w + static_cast<std::size_t>(first + l) * g.w_row_stride;
+      if (l < n) _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
       r[l] = l < n ? D::bf16x32(row, k0 + s * kTileK) : _mm512_setzero_si512();
     }
     store_b_tile(r, s, half, packed);

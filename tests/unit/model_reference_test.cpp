@@ -201,7 +201,7 @@ TEST_CASE("AMX prefill (bf16 operands) stays close to the float prefill", "[mode
   const RunDifference d = difference(amx.logits(tokens, true), float_prefill.logits(tokens, true));
   INFO("max |error| " << d.max_error << ", logit scale " << d.scale);
   // Every matmul term carries at most 2^-7 relative (bf16 x and w); through the 14 matmuls of
-  // this 2-layer model the logits move by ~3e-3 of their scale (measured), allowed 1.5e-2.
+  // this 2-layer model the logits move by up to ~4e-3 of their scale (measured), allowed 1.5e-2.
   CHECK(d.max_error <= 1.5e-2 * d.scale);
   CHECK(d.max_error > 0.0);  // the bf16 path did run
 }
