@@ -25,13 +25,14 @@ namespace sitsrt::cpu::detail {
 // the K-quants) and of the 32 bf16 of a tile row. 32 rows x 512 bf16 (32 KiB) stay in L1.
 inline constexpr std::int64_t kAmxBlockK = 512;
 inline constexpr std::int64_t kAmxTile = 16;   // rows (and fp32 columns) of a tile
-inline constexpr std::int64_t kAmxBlockN = 32;  // weight rows per packed block (two B tiles)
-// Per-thread scratch of amx_gemm_rows: fp32 dequant tile (16 x kAmxBlockK), packed bf16 block
-// (kAmxBlockN x kAmxBlockK) and a kAmxBlockN^2 fp32 staging area for partial output blocks.
+inline constexpr std::int64_t kAmxBlockN = 32;  // weight rows per packed block (two A tiles)
+inline constexpr std::int64_t kAmxPassM = 256;  // x rows per pass over a block (the stage width)
+// Per-thread scratch of amx_gemm_rows: one fp32 dequant row (kAmxBlockK), the packed bf16 block
+// (kAmxBlockN x kAmxBlockK) and the fp32 y^T stage (kAmxBlockN x kAmxPassM): 100 KiB.
 inline constexpr std::int64_t kAmxScratchFloats =
-    kAmxTile * kAmxBlockK + kAmxBlockN * kAmxBlockK / 2 + kAmxBlockN * kAmxBlockN;
+    kAmxBlockK + kAmxBlockN * kAmxBlockK / 2 + kAmxBlockN * kAmxPassM;
 
-// Shared bytes the bf16 copy of x needs: m rows (padded to whole tiles) of cols padded to 32.
+// Shared bytes the bf16 copy of x needs: m rows padded to whole 16-row groups, cols to 32.
 std::size_t amx_activation_bytes(std::int64_t m, std::int64_t cols) noexcept;
 
 // y = x W^T for m > 1 (ctx.isa() == Isa::kAmx; shared and scratch reserved as above).
@@ -40,10 +41,12 @@ void gemm_amx(CpuContext& ctx, DequantFn dequant, const WeightMatrix& w, const f
 
 // ---- Tile code (gemm_amx.cpp). Plain functions: nothing inline is shared with other files. ----
 
-// a[i, c] = bf16(x[i, c]) for rows [row_begin, row_end), c < cols; columns [cols, lda) and rows
-// at or past m (up to row_end) are written as zeros.
-void amx_convert_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t cols, std::uint16_t* a,
-                      std::int64_t lda, std::int64_t row_begin, std::int64_t row_end);
+// The 16-row groups [group_begin, group_end) of x as bf16 B tiles: for group G and 32-column
+// step s, the 1 KiB tile at b + (G * steps + s) * 512 (steps = ceil(cols / 32)) whose row p
+// holds x[16 G + i][32 s + 2 p + {0, 1}] for i < 16. Rows at or past m and columns at or past
+// cols are zeros.
+void amx_convert_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t cols, std::uint16_t* b,
+                      std::int64_t group_begin, std::int64_t group_end);
 
 struct AmxGemmArgs {
   DType type;
@@ -53,8 +56,7 @@ struct AmxGemmArgs {
   std::int64_t block_size;    // elements per quant block (1 for float formats)
   std::int64_t block_bytes;   // bytes per quant block
   std::int64_t cols;          // K
-  const std::uint16_t* a;     // bf16 activations from amx_convert_rows, m rounded up to 16 rows
-  std::int64_t lda;           // elements, a multiple of 32
+  const std::uint16_t* b;     // x as bf16 B tiles (amx_convert_rows), all of its 16-row groups
   std::int64_t m;
   float* y;
   std::int64_t ldy;

@@ -1,12 +1,16 @@
 // AMX prefill tiles (AMX-TILE/AMX-BF16 + AVX512-BF16): y (+)= bf16(x) bf16(W)^T, fp32 sums.
 //
-// Per block of 32 weight rows and kAmxBlockK columns, each row is dequantized to fp32 by the
-// format's AVX-512 dequant (bit-identical to dequantize_row), rounded to bf16 and packed into the
-// VNNI layout TDPBF16PS reads for B: tile row p holds, for each of 16 weight rows n, the pair
-// (w[n][2p], w[n][2p + 1]), i.e. the 16 x 16 transpose of the rows seen as 32-bit pairs. The
-// activations were converted to bf16 rows once per matmul (amx_convert_rows) and are read as A
-// tiles straight from that buffer. A 2 x 2 block of fp32 C tiles (32 x rows x 32 weight rows)
-// uses the remaining 4 tile registers: per 32 columns 2 A + 2 B loads feed 4 TDPBF16PS.
+// The weights are the A operand and the activations the B operand, so C tiles hold y^T
+// (16 weight rows x 16 x rows). That way the per-block work on the weights is only decode and
+// round: each weight row's 32 columns of a step are one A tile row, stored as they come. The
+// activations carry the transpose instead: amx_convert_rows writes x once per matmul as B tiles
+// in the VNNI pair layout (tile row p holds, for each of 16 x rows i, the pair x[i][2p], x[i][2p+1]),
+// and the C tiles are transposed once per output when written to y.
+//
+// Per block of 32 weight rows (two A tiles) and kAmxBlockK columns: decode and pack the rows
+// (Q8_0/Q4_0/F16/F32/BF16 directly, other formats through their fp32 dequant, bit-identical to
+// dequantize_row), then for every pair of 16-row x groups run 2 x 2 TDPBF16PS per 32 columns,
+// accumulating in a per-thread y^T stage across K blocks.
 //
 // Only reached at Isa::kAmx (see amx_prefill.hpp); everything but the declared entry points is
 // in an anonymous namespace (ODR note in matmul_kernels.hpp), and no std:: templates are used.
@@ -24,11 +28,12 @@ namespace sitsrt::cpu::detail {
 namespace {
 
 constexpr int kPairs = 16;                     // bf16 pairs per tile row (64 bytes)
-constexpr int kTileK = 2 * kPairs;             // bf16 columns per A tile row / B tile
+constexpr int kTileK = 2 * kPairs;             // bf16 columns per tile row
 constexpr int kTileElems = kAmxTile * kTileK;  // bf16 per tile (1 KiB)
 constexpr std::int64_t kBlockN = kAmxBlockN;
 
-// Palette 1, all 8 tiles 16 rows x 64 bytes: C00, C01, C10, C11 = 0..3, A0, A1 = 4, 5, B0, B1 = 6, 7.
+// Palette 1, all 8 tiles 16 rows x 64 bytes. C(h, g) = tile 2h + g for weight half h and x group
+// g; A0, A1 = 4, 5 (weight halves); B0, B1 = 6, 7 (x groups).
 struct alignas(64) TileConfig {
   std::uint8_t palette = 1;
   std::uint8_t start_row = 0;
@@ -75,15 +80,15 @@ inline __m512i to_bf16x32(__m512 lo, __m512 hi) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-// Stores the 16 rows r (32 bf16 each, as 16 pairs) as B tile `half` (0 or 1) of 32-column step
-// s of the packed block: step s's tiles at packed + s * 2 * kTileElems.
-inline void store_b_tile(__m512i (&r)[16], std::int64_t s, int half, std::uint16_t* packed) {
-  transpose16x32bit(r);
-  std::uint16_t* dst = packed + (2 * s + half) * kTileElems;
-  for (int p = 0; p < kPairs; ++p) _mm512_store_si512(dst + p * kTileK, r[p]);
+inline __mmask16 first_lanes(std::int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1u);
 }
 
-// Weight sources for one B tile row: 32 consecutive weights of a row as bf16, each the bf16
+inline std::int64_t smaller(std::int64_t a, std::int64_t b) {
+  return a < b ? a : b;
+}
+
+// Weight sources for one A tile row: 32 consecutive weights of a row as bf16, each the bf16
 // rounding of the fp32 value dequantize_row gives (so every format rounds once, like the
 // generic path). Those without one here go through DequantTile.
 inline __m512 half_scale(const std::uint16_t* d) {
@@ -129,8 +134,9 @@ struct DirectBF16 {  // already bf16: copied
   static __m512i bf16x32(const std::byte* row, std::int64_t k) { return _mm512_loadu_si512(row + 2 * k); }
 };
 
-// Packs B tile `half` of weight rows first .. first + n - 1 (n <= 16; others zero), columns
-// [k0, k0 + 32 steps), straight from the stored format.
+// Packs A tile `half` of weight rows first .. first + n - 1 (n <= 16; others zero), columns
+// [k0, k0 + 32 steps), straight from the stored format: step s's tiles at
+// packed + (2 s + half) * kTileElems, row l = weight row first + l.
 template <typename D>
 void pack_direct(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::int64_t k0, std::int64_t steps,
                  int half, std::uint16_t* packed) {
@@ -138,134 +144,134 @@ void pack_direct(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::
   // prefetcher follows, so each row is prefetched kPrefetchSteps steps ahead (past a row's end
   // that is the next row, or harmless).
   constexpr std::int64_t kPrefetchSteps = 8;
-  for (std::int64_t s = 0; s < steps; ++s) {
-    __m512i r[16];
-    const std::size_t ahead = static_cast<std::size_t>((k0 / kTileK + s + kPrefetchSteps) * D::kBytesPer32);
-    for (int l = 0; l < 16; ++l) {
-      const std::byte* row = g.w + static_cast<std::size_t>(first + l) * g.w_row_stride;
-      if (l < n) _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
-      r[l] = l < n ? D::bf16x32(row, k0 + s * kTileK) : _mm512_setzero_si512();
+  for (std::int64_t l = 0; l < 16; ++l) {
+    std::uint16_t* dst = packed + half * kTileElems + l * kTileK;
+    if (l >= n) {
+      for (std::int64_t s = 0; s < steps; ++s) _mm512_store_si512(dst + 2 * s * kTileElems, _mm512_setzero_si512());
+      continue;
     }
-    store_b_tile(r, s, half, packed);
+    const std::byte* row = g.w + static_cast<std::size_t>(first + l) * g.w_row_stride;
+    for (std::int64_t s = 0; s < steps; ++s) {
+      const std::int64_t k = k0 + s * kTileK;
+      _mm_prefetch(reinterpret_cast<const char*>(row + (k / kTileK + kPrefetchSteps) * D::kBytesPer32), _MM_HINT_T0);
+      _mm512_store_si512(dst + 2 * s * kTileElems, D::bf16x32(row, k));
+    }
   }
 }
 
-// Any format: its dequant writes the rows as fp32 into `tile` (stride kAmxBlockK, zero padded
-// to whole steps), which is then rounded and packed.
+// Any format: its dequant writes each row as fp32 into `tile` (zero padded to whole steps),
+// which is then rounded and packed as pack_direct does.
 void pack_dequantized(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::int64_t k0, std::int64_t kc,
                       std::int64_t steps, int half, std::uint16_t* packed, float* tile) {
   const std::size_t byte_offset = static_cast<std::size_t>(k0 / g.block_size * g.block_bytes);
-  for (std::int64_t j = 0; j < n; ++j) {
-    float* dst = tile + j * kAmxBlockK;
-    g.dequant(g.w + static_cast<std::size_t>(first + j) * g.w_row_stride + byte_offset, dst, kc);
-    for (std::int64_t c = kc; c < steps * kTileK; ++c) dst[c] = 0.0f;
-  }
-  for (std::int64_t s = 0; s < steps; ++s) {
-    __m512i r[16];
-    for (int l = 0; l < 16; ++l) {
-      const float* src = tile + l * kAmxBlockK + s * kTileK;
-      r[l] = l < n ? to_bf16x32(_mm512_load_ps(src), _mm512_load_ps(src + 16)) : _mm512_setzero_si512();
+  for (std::int64_t l = 0; l < 16; ++l) {
+    std::uint16_t* dst = packed + half * kTileElems + l * kTileK;
+    if (l < n) {
+      g.dequant(g.w + static_cast<std::size_t>(first + l) * g.w_row_stride + byte_offset, tile, kc);
+      for (std::int64_t c = kc; c < steps * kTileK; ++c) tile[c] = 0.0f;
     }
-    store_b_tile(r, s, half, packed);
+    for (std::int64_t s = 0; s < steps; ++s) {
+      const float* src = tile + s * kTileK;
+      _mm512_store_si512(dst + 2 * s * kTileElems,
+                         l < n ? to_bf16x32(_mm512_load_ps(src), _mm512_load_ps(src + 16)) : _mm512_setzero_si512());
+    }
   }
 }
 
-// C (MT x NT tiles of 16 x 16 fp32 at c, row stride ldc floats) (+)= A B over `steps` 32-column
-// steps. A: MT x 16 bf16 rows at a (stride lda elements); B: the packed block.
-template <int MT, int NT>
-void tile_block(const std::uint16_t* a, std::int64_t lda, const std::uint16_t* packed, std::int64_t steps, float* c,
-                std::int64_t ldc, bool accumulate) {
-  const std::int64_t a_stride = lda * 2, c_stride = ldc * 4;  // bytes
-  float* c1 = c + kAmxTile * ldc;
+// The y^T stage (NH weight halves x NG x groups of 16 x 16 fp32 at stage, row stride lds
+// floats) (+)= A B over `steps` 32-column steps. A: the packed block; B: x group g0's tiles of
+// these steps at b (consecutive 1 KiB tiles), the next group's at b + group_stride.
+template <int NH, int NG>
+void tile_block(const std::uint16_t* packed, const std::uint16_t* b, std::int64_t group_stride, std::int64_t steps,
+                float* stage, std::int64_t lds, bool accumulate) {
+  const std::int64_t stride = lds * 4;  // bytes
+  float* c1 = stage + kAmxTile * lds;   // weight half 1
   if (accumulate) {
-    _tile_loadd(0, c, c_stride);
-    if constexpr (NT > 1) _tile_loadd(1, c + kAmxTile, c_stride);
-    if constexpr (MT > 1) _tile_loadd(2, c1, c_stride);
-    if constexpr (MT > 1 && NT > 1) _tile_loadd(3, c1 + kAmxTile, c_stride);
+    _tile_loadd(0, stage, stride);
+    if constexpr (NG > 1) _tile_loadd(1, stage + kAmxTile, stride);
+    if constexpr (NH > 1) _tile_loadd(2, c1, stride);
+    if constexpr (NH > 1 && NG > 1) _tile_loadd(3, c1 + kAmxTile, stride);
   } else {
     _tile_zero(0);
-    if constexpr (NT > 1) _tile_zero(1);
-    if constexpr (MT > 1) _tile_zero(2);
-    if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+    if constexpr (NG > 1) _tile_zero(1);
+    if constexpr (NH > 1) _tile_zero(2);
+    if constexpr (NH > 1 && NG > 1) _tile_zero(3);
   }
-  const std::uint16_t* a1 = a + kAmxTile * lda;
   for (std::int64_t s = 0; s < steps; ++s) {
-    const std::uint16_t* b = packed + 2 * s * kTileElems;
-    _tile_loadd(6, b, 64);
-    if constexpr (NT > 1) _tile_loadd(7, b + kTileElems, 64);
-    _tile_loadd(4, a + s * kTileK, a_stride);
+    const std::uint16_t* a = packed + 2 * s * kTileElems;
+    const std::uint16_t* x = b + s * kTileElems;
+    _tile_loadd(4, a, 64);
+    _tile_loadd(6, x, 64);
     _tile_dpbf16ps(0, 4, 6);
-    if constexpr (NT > 1) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (MT > 1) {
-      _tile_loadd(5, a1 + s * kTileK, a_stride);
+    if constexpr (NG > 1) {
+      _tile_loadd(7, x + group_stride, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (NH > 1) {
+      _tile_loadd(5, a + kTileElems, 64);
       _tile_dpbf16ps(2, 5, 6);
-      if constexpr (NT > 1) _tile_dpbf16ps(3, 5, 7);
+      if constexpr (NG > 1) _tile_dpbf16ps(3, 5, 7);
     }
   }
-  _tile_stored(0, c, c_stride);
-  if constexpr (NT > 1) _tile_stored(1, c + kAmxTile, c_stride);
-  if constexpr (MT > 1) _tile_stored(2, c1, c_stride);
-  if constexpr (MT > 1 && NT > 1) _tile_stored(3, c1 + kAmxTile, c_stride);
+  _tile_stored(0, stage, stride);
+  if constexpr (NG > 1) _tile_stored(1, stage + kAmxTile, stride);
+  if constexpr (NH > 1) _tile_stored(2, c1, stride);
+  if constexpr (NH > 1 && NG > 1) _tile_stored(3, c1 + kAmxTile, stride);
 }
 
-using TileBlockFn = void (*)(const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, float*,
+using TileBlockFn = void (*)(const std::uint16_t*, const std::uint16_t*, std::int64_t, std::int64_t, float*,
                              std::int64_t, bool);
-// kTileBlock[MT - 1][NT - 1]
+// kTileBlock[NH - 1][NG - 1]
 constexpr TileBlockFn kTileBlock[2][2] = {{tile_block<1, 1>, tile_block<1, 2>}, {tile_block<2, 1>, tile_block<2, 2>}};
 
-inline std::int64_t smaller(std::int64_t a, std::int64_t b) {
-  return a < b ? a : b;
-}
-
-// A block of rows x cols outputs that does not fill its tiles: computed into the staging area
-// (which receives y first when accumulating), then the valid part is copied back.
-void partial_block(TileBlockFn block, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* packed,
-                   std::int64_t steps, float* y, std::int64_t ldy, std::int64_t rows, std::int64_t cols,
-                   bool accumulate, float* stage) {
-  const __mmask16 lo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1u);
-  const __mmask16 hi = static_cast<__mmask16>(cols <= 16 ? 0 : cols >= 32 ? 0xFFFF : (1u << (cols - 16)) - 1u);
-  if (accumulate) {
-    for (std::int64_t i = 0; i < rows; ++i) {
-      _mm512_store_ps(stage + i * kBlockN, _mm512_maskz_loadu_ps(lo, y + i * ldy));
-      _mm512_store_ps(stage + i * kBlockN + 16, _mm512_maskz_loadu_ps(hi, y + i * ldy + 16));
+// y[i, n0 + j] = stage[j][i - m0] for the valid i < m rows of this pass and j < nb.
+void write_transposed(const float* stage, std::int64_t lds, std::int64_t rows, std::int64_t nb, float* y,
+                      std::int64_t ldy) {
+  for (std::int64_t h = 0; h * kAmxTile < nb; ++h) {
+    const __mmask16 cols = first_lanes(nb - h * kAmxTile);
+    for (std::int64_t i0 = 0; i0 < rows; i0 += kAmxTile) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_load_si512(stage + (h * kAmxTile + j) * lds + i0);
+      transpose16x32bit(r);
+      const std::int64_t valid = smaller(kAmxTile, rows - i0);
+      for (std::int64_t i = 0; i < valid; ++i) {
+        _mm512_mask_storeu_ps(y + (i0 + i) * ldy + h * kAmxTile, cols, _mm512_castsi512_ps(r[i]));
+      }
     }
-  }
-  block(a, lda, packed, steps, stage, kBlockN, accumulate);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    _mm512_mask_storeu_ps(y + i * ldy, lo, _mm512_load_ps(stage + i * kBlockN));
-    _mm512_mask_storeu_ps(y + i * ldy + 16, hi, _mm512_load_ps(stage + i * kBlockN + 16));
   }
 }
 
 }  // namespace
 
-void amx_convert_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t cols, std::uint16_t* a,
-                      std::int64_t lda, std::int64_t row_begin, std::int64_t row_end) {
-  for (std::int64_t i = row_begin; i < row_end; ++i) {
-    std::uint16_t* dst = a + i * lda;
-    std::int64_t c = 0;
-    if (i < m) {
-      const float* src = x + i * ldx;
-      for (; c + 32 <= cols; c += 32) {
-        _mm512_storeu_si512(dst + c, to_bf16x32(_mm512_loadu_ps(src + c), _mm512_loadu_ps(src + c + 16)));
+void amx_convert_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t cols, std::uint16_t* b,
+                      std::int64_t group_begin, std::int64_t group_end) {
+  const std::int64_t steps = (cols + kTileK - 1) / kTileK;
+  for (std::int64_t grp = group_begin; grp < group_end; ++grp) {
+    for (std::int64_t s = 0; s < steps; ++s) {
+      __m512i r[16];
+      const std::int64_t c = s * kTileK;
+      const __mmask16 lo = first_lanes(cols - c), hi = first_lanes(cols - c - 16);
+      for (int i = 0; i < 16; ++i) {
+        const std::int64_t row = grp * kAmxTile + i;
+        r[i] = _mm512_setzero_si512();
+        if (row < m) {
+          const float* src = x + row * ldx + c;
+          r[i] = to_bf16x32(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
+        }
       }
-      for (; c < cols; c += 16) {  // tail: masked loads, zeros past cols
-        const std::int64_t left = cols - c;
-        const __mmask16 k = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1u);
-        const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, src + c));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), reinterpret_cast<__m256i>(h));
-      }
+      transpose16x32bit(r);  // r[p] = pair p of each of the 16 rows
+      std::uint16_t* dst = b + (grp * steps + s) * kTileElems;
+      for (int p = 0; p < kPairs; ++p) _mm512_store_si512(dst + p * kTileK, r[p]);
     }
-    for (; c < lda; c += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), _mm256_setzero_si256());
   }
 }
 
 void amx_gemm_rows(const AmxGemmArgs& g, std::int64_t row_begin, std::int64_t row_end, float* scratch) {
-  // Scratch: the fp32 dequant tile (16 rows x kAmxBlockK), the packed bf16 block (kBlockN rows x
-  // kAmxBlockK) and a kBlockN x kBlockN fp32 staging area for partial C blocks.
-  float* dequant_tile = scratch;
-  auto* packed = reinterpret_cast<std::uint16_t*>(scratch + kAmxTile * kAmxBlockK);
-  float* stage = scratch + kAmxTile * kAmxBlockK + kBlockN * kAmxBlockK / 2;
+  // Scratch: the fp32 dequant row (kAmxBlockK), the packed bf16 block (kBlockN rows x
+  // kAmxBlockK) and the y^T stage (kBlockN x kAmxPassM fp32).
+  float* dequant_row = scratch;
+  auto* packed = reinterpret_cast<std::uint16_t*>(scratch + kAmxBlockK);
+  float* stage = scratch + kAmxBlockK + kBlockN * kAmxBlockK / 2;
   // Formats with a direct bf16 source skip the fp32 round trip (float formats only when K is
   // whole 32-column steps: the direct sources read 32 weights at a time).
   using PackFn = void (*)(const AmxGemmArgs&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int,
@@ -280,34 +286,34 @@ void amx_gemm_rows(const AmxGemmArgs& g, std::int64_t row_begin, std::int64_t ro
     case DType::kBF16: direct = whole_steps ? pack_direct<DirectBF16> : nullptr; break;
     default: break;
   }
+  const std::int64_t all_steps = (g.cols + kTileK - 1) / kTileK;
+  const std::int64_t group_stride = all_steps * kTileElems;  // bf16 between consecutive x groups
   configure_tiles();
   for (std::int64_t n0 = row_begin; n0 < row_end; n0 += kBlockN) {
     const std::int64_t nb = smaller(kBlockN, row_end - n0);
-    const int nt = nb > kAmxTile ? 2 : 1;
-    for (std::int64_t k0 = 0; k0 < g.cols; k0 += kAmxBlockK) {
-      const std::int64_t kc = smaller(kAmxBlockK, g.cols - k0);
-      const std::int64_t steps = (kc + kTileK - 1) / kTileK;
-      for (int half = 0; half < nt; ++half) {
-        const std::int64_t first = n0 + half * kAmxTile, rows = smaller(kAmxTile, n0 + nb - first);
-        if (direct != nullptr) {
-          direct(g, first, rows, k0, steps, half, packed);
-        } else {
-          pack_dequantized(g, first, rows, k0, kc, steps, half, packed, dequant_tile);
+    const int nh = nb > kAmxTile ? 2 : 1;
+    // x rows in passes of kAmxPassM (the stage's width); weights are packed again per pass.
+    for (std::int64_t m0 = 0; m0 < g.m; m0 += kAmxPassM) {
+      const std::int64_t pass_rows = smaller(kAmxPassM, g.m - m0);
+      const std::int64_t groups = (pass_rows + kAmxTile - 1) / kAmxTile;
+      for (std::int64_t k0 = 0; k0 < g.cols; k0 += kAmxBlockK) {
+        const std::int64_t kc = smaller(kAmxBlockK, g.cols - k0);
+        const std::int64_t steps = (kc + kTileK - 1) / kTileK;
+        for (int half = 0; half < nh; ++half) {
+          const std::int64_t first = n0 + half * kAmxTile, rows = smaller(kAmxTile, n0 + nb - first);
+          if (direct != nullptr) {
+            direct(g, first, rows, k0, steps, half, packed);
+          } else {
+            pack_dequantized(g, first, rows, k0, kc, steps, half, packed, dequant_row);
+          }
+        }
+        for (std::int64_t grp = 0; grp < groups; grp += 2) {
+          const int ng = grp + 1 < groups ? 2 : 1;
+          const std::uint16_t* b = g.b + ((m0 / kAmxTile + grp) * all_steps + k0 / kTileK) * kTileElems;
+          kTileBlock[nh - 1][ng - 1](packed, b, group_stride, steps, stage + grp * kAmxTile, kAmxPassM, k0 > 0);
         }
       }
-      const bool accumulate = k0 > 0;
-      for (std::int64_t m0 = 0; m0 < g.m; m0 += kBlockN) {
-        const std::int64_t mb = smaller(kBlockN, g.m - m0);
-        const int mt = mb > kAmxTile ? 2 : 1;
-        const TileBlockFn block = kTileBlock[mt - 1][nt - 1];
-        const std::uint16_t* a = g.a + m0 * g.lda + k0;
-        float* y = g.y + m0 * g.ldy + n0;
-        if (mb == mt * kAmxTile && nb == nt * kAmxTile) {
-          block(a, g.lda, packed, steps, y, g.ldy, accumulate);
-        } else {
-          partial_block(block, a, g.lda, packed, steps, y, g.ldy, mb, nb, accumulate, stage);
-        }
-      }
+      write_transposed(stage, kAmxPassM, pass_rows, nb, g.y + m0 * g.ldy + n0, g.ldy);
     }
   }
   _tile_release();
