@@ -1,10 +1,11 @@
 // Internal: the AMX (bf16 tile) prefill GEMM reached at Isa::kAmx.
 //
 // y = x W^T for m > 1 with both operands rounded to bf16 and products accumulated in fp32 by
-// TDPBF16PS. The driver (amx_prefill.cpp, ordinary flags) converts x to bf16 once per matmul into
-// the context's shared buffer and splits the output rows over the pool; gemm_amx.cpp, the only
-// file compiled with -mamx-*, holds the tile code and is entered only after detect_isa() saw the
-// CPU features and Linux granted the tile state (amx_permitted in cpu_context.cpp).
+// TDPBF16PS. The driver (amx_prefill.cpp, ordinary flags) converts x to bf16 tiles once per
+// matmul into the context's shared buffer and hands blocks of 32 output columns (weight rows) to
+// the pool's threads; gemm_amx.cpp, the only file compiled with -mamx-*, holds the tile code and
+// is entered only after detect_isa() saw the CPU features and Linux granted the tile state
+// (amx_usable in cpu_context.cpp).
 //
 // Numerics: each product x_c w_c carries the bf16 rounding of both factors (8 significant bits,
 // round to nearest even: relative 2^-8 each; the product of two bf16 is exact in fp32), so
@@ -23,12 +24,13 @@ namespace sitsrt::cpu::detail {
 
 // K columns dequantized and packed per weight block: a multiple of every block size (256 for
 // the K-quants) and of the 32 bf16 of a tile row. 32 rows x 512 bf16 (32 KiB) stay in L1.
+// (256 and 1024 measured slower on the 0.35B shapes.)
 inline constexpr std::int64_t kAmxBlockK = 512;
 inline constexpr std::int64_t kAmxTile = 16;   // rows (and fp32 columns) of a tile
 inline constexpr std::int64_t kAmxBlockN = 32;  // weight rows per packed block (two A tiles)
 inline constexpr std::int64_t kAmxPassM = 256;  // x rows per pass over a block (the stage width)
 // Per-thread scratch of amx_gemm_rows: one fp32 dequant row (kAmxBlockK), the packed bf16 block
-// (kAmxBlockN x kAmxBlockK) and the fp32 y^T stage (kAmxBlockN x kAmxPassM): 100 KiB.
+// (kAmxBlockN x kAmxBlockK) and the fp32 y^T stage (kAmxBlockN x kAmxPassM): 66 KiB.
 inline constexpr std::int64_t kAmxScratchFloats =
     kAmxBlockK + kAmxBlockN * kAmxBlockK / 2 + kAmxBlockN * kAmxPassM;
 

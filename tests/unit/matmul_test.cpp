@@ -223,15 +223,34 @@ TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding",
     if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
   }
   // Whole and partial 16 x 16 tiles and 32 x 32 blocks (rows = weight rows, m = x rows), several
-  // 512-column K blocks with a partial last one, and K not a multiple of 32 (float formats).
+  // 512-column K blocks with a partial last one, more x rows than one 256-row pass, and K not a
+  // multiple of 32 (float formats).
   for (Shape s : {Shape{32, 512, 16}, Shape{48, 1024, 32}, Shape{96, 1536, 47}, Shape{33, 2560, 64},
-                  Shape{64, 768, 17}, Shape{31, 256, 100}, Shape{16, 3072, 31}}) {
+                  Shape{64, 768, 17}, Shape{31, 256, 100}, Shape{16, 3072, 31}, Shape{40, 768, 300},
+                  Shape{17, 1280, 513}}) {
     if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
   }
   if (is_float_type(type)) {
     for (const Shape& s : float_only_shapes()) check_matmul(type, cpu::Isa::kAmx, threads, s);
     check_matmul(type, cpu::Isa::kAmx, threads, {40, 1037, 19});
   }
+}
+
+TEST_CASE("AMX prefill needs the shared buffer for its bf16 copy of x reserved", "[matmul][amx]") {
+  if (!cpu::isa_supported(cpu::Isa::kAmx)) {
+    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles");
+    return;
+  }
+  test::Rng rng(3);
+  const TestWeights w = make_weights(DType::kQ8_0, 8, 64, 0, rng);
+  const std::vector<float> x = make_inputs(4, 64, 64, rng);
+  std::vector<float> y(4 * 8);
+  cpu::CpuContext ctx(1, cpu::Isa::kAmx);
+  ctx.reserve_scratch(cpu::matmul_scratch_floats(w.view(), 4));
+  CHECK(cpu::matmul_shared_bytes(ctx, w.view(), 4) >= 4 * 64 * 2);
+  CHECK_THROWS_AS(cpu::matmul(ctx, w.view(), x.data(), 64, 4, y.data(), 8), Error);
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w.view(), 4));
+  CHECK_NOTHROW(cpu::matmul(ctx, w.view(), x.data(), 64, 4, y.data(), 8));
 }
 
 TEST_CASE("matmul rejects bad weights and unreserved scratch", "[matmul]") {
