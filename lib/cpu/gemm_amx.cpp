@@ -140,10 +140,12 @@ struct DirectBF16 {  // already bf16: copied
 template <typename D>
 void pack_direct(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::int64_t k0, std::int64_t steps,
                  int half, std::uint16_t* packed) {
-  // The weights come from DRAM once per matmul, 16 rows at a time: more streams than the hardware
-  // prefetcher follows, so each row is prefetched kPrefetchSteps steps ahead (past a row's end
-  // that is the next row, or harmless).
-  constexpr std::int64_t kPrefetchSteps = 8;
+  // The weights come from DRAM once per matmul, each row in short segments (kAmxBlockK columns)
+  // that the hardware prefetcher barely ramps up on. So while a row's segment is packed, the
+  // row's next segment is prefetched, or at its last one the same row of the next 32-row block
+  // (beyond the matrix or this thread's blocks that is wasted, never a fault).
+  const std::int64_t segment_bytes = steps * D::kBytesPer32;
+  const bool last_segment = k0 + kAmxBlockK >= g.cols;
   for (std::int64_t l = 0; l < 16; ++l) {
     std::uint16_t* dst = packed + half * kTileElems + l * kTileK;
     if (l >= n) {
@@ -151,11 +153,13 @@ void pack_direct(const AmxGemmArgs& g, std::int64_t first, std::int64_t n, std::
       continue;
     }
     const std::byte* row = g.w + static_cast<std::size_t>(first + l) * g.w_row_stride;
-    for (std::int64_t s = 0; s < steps; ++s) {
-      const std::int64_t k = k0 + s * kTileK;
-      _mm_prefetch(reinterpret_cast<const char*>(row + (k / kTileK + kPrefetchSteps) * D::kBytesPer32), _MM_HINT_T0);
-      _mm512_store_si512(dst + 2 * s * kTileElems, D::bf16x32(row, k));
+    const std::uintptr_t next =
+        reinterpret_cast<std::uintptr_t>(row) +
+        (last_segment ? kBlockN * g.w_row_stride : static_cast<std::size_t>((k0 + kAmxBlockK) / kTileK * D::kBytesPer32));
+    for (std::int64_t offset = 0; offset < segment_bytes + 64; offset += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + static_cast<std::uintptr_t>(offset)), _MM_HINT_T0);
     }
+    for (std::int64_t s = 0; s < steps; ++s) _mm512_store_si512(dst + 2 * s * kTileElems, D::bf16x32(row, k0 + s * kTileK));
   }
 }
 
