@@ -30,7 +30,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 
 // Per-thread scratch (in floats) matmul needs for this weight and batch size: 0 for m <= 1
 // (decode needs none), otherwise two weight tiles of at most 32 rows x 1024 columns (256 KiB),
-// or the AMX gemm's 66 KiB when that is more (small cols), independent of m. Reserve the
+// or the AMX gemm's 100 KiB when that is more (small cols), independent of m. Reserve the
 // maximum over a plan's matmuls with CpuContext::reserve_scratch; matmul throws kInternal when
 // less is reserved.
 //
