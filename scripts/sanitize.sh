@@ -16,7 +16,11 @@ case $mode in
   tsan)
     preset=tsan dir=build-tsan
     # Tests whose point is concurrency; the others run single-threaded code TSan cannot judge.
-    filter="core_test|matmul_test|qdot_test|attention_test|engine_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
+    # Threaded kernels are covered by runtime_fusion_test (fused and plain matmuls on 1-3 threads,
+    # several formats); matmul_test and qdot_test repeat the same row split for every format and
+    # ISA (~3 min under TSan), so CI leaves them out (add them with SITSRT_TSAN_ALL=1).
+    filter="core_test|runtime_fusion_test|attention_test|engine_test|engine_memory_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
+    [ "${SITSRT_TSAN_ALL:-0}" = 1 ] && filter="$filter|matmul_test|qdot_test"
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
   *)
     echo "usage: scripts/sanitize.sh asan|tsan" >&2

@@ -40,7 +40,10 @@ struct EngineOptions {
   // weights whose rows are not whole blocks of the target are kept too. The cost is reported
   // in ModelInfo (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.
   std::string weights = "as-stored";
-  std::uint64_t memory_budget_bytes = 0;  // activations + KV caches; 0: unlimited
+  // Memory for weights + KV caches + activation arenas; 0: unlimited. A budget that cannot hold
+  // the weights and one request is refused at load (kOutOfMemory, naming the deficit); when
+  // concurrent requests fill it, later requests wait in arrival order for a session to free up.
+  std::uint64_t memory_budget_bytes = 0;
   // Called during load with a stage name and a fraction in [0, 1] (e.g. for a progress line).
   std::function<void(std::string_view stage, double fraction)> on_progress;
   // Deterministic mode: a request's tokens and logprobs depend only on the model, the prompt,
@@ -53,6 +56,16 @@ struct EngineOptions {
   std::vector<std::shared_ptr<AuditSink>> audit_sinks;
   std::vector<AnomalyRule> anomaly_rules;
   std::function<void(const AnomalyEvent&)> on_anomaly;
+};
+
+// Admission of concurrent requests (each needs a session: a KV cache and an activation arena).
+struct RequestQueueStats {
+  std::uint64_t requests = 0;       // sessions handed out (generate, logits, ...)
+  std::uint64_t sessions = 0;       // sessions allocated; the others were reused
+  std::uint64_t queued = 0;         // requests that waited for memory
+  double queued_seconds = 0.0;      // their total wait
+  std::size_t in_flight = 0;        // requests holding a session now
+  std::size_t peak_in_flight = 0;
 };
 
 class SITSRT_API Engine {
@@ -97,6 +110,7 @@ class SITSRT_API Engine {
   // Devices, their memory against the budget, and the layers of each stage (print with
   // to_table() / to_json()). One CPU device until the multi-device partitioner lands.
   [[nodiscard]] const DevicePlan& plan() const noexcept;
+  [[nodiscard]] RequestQueueStats queue_stats() const;
   [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
   [[nodiscard]] std::string graph_json() const;
 

@@ -14,6 +14,7 @@
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/session_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/version.hpp>
@@ -103,13 +104,16 @@ struct Engine::Impl {
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
     graph = build_model_graph(spec, model.tensors, graph_options);
-    if (const std::optional<DType> target = parse_weight_format(options.weights)) {
+    const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
+    plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
+    const std::optional<DType> target = parse_weight_format(options.weights);
+    check_budget(target ? weight_bytes_after_conversion(graph, *target) : graph.total_weight_bytes(),
+                 KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+    if (target) {
       converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, backend.context().pool());
     }
 
-    const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
     plan.graph = &graph;
-    plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
     plan.backend = &backend;
     plan.n_layers = spec.n_layer;
     plan.kv_width = spec.n_head_kv * spec.head_dim;
@@ -124,6 +128,23 @@ struct Engine::Impl {
     fill_info(kv_type);
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes);
     fill_digest();
+  }
+
+  // Refuses, before any weight page is touched or converted, a budget that cannot hold the
+  // weights plus one request (its KV cache and activation arena).
+  void check_budget(std::uint64_t weight_bytes, std::uint64_t kv_bytes) const {
+    const std::uint64_t budget = options.memory_budget_bytes;
+    const std::uint64_t needed = weight_bytes + kv_bytes + plan.memory.arena_bytes;
+    if (budget == 0 || needed <= budget) return;
+    constexpr double kMiB = 1 << 20;
+    raise(ErrorCode::kOutOfMemory,
+          "{}: memory_budget_bytes {} ({:.1f} MiB) cannot hold the model: it needs {:.1f} MiB (weights {:.1f} MiB {}, "
+          "one request's KV cache {:.1f} MiB for {} positions, activations {:.1f} MiB): {:.1f} MiB short",
+          options.model_path, budget, static_cast<double>(budget) / kMiB, static_cast<double>(needed) / kMiB,
+          static_cast<double>(weight_bytes) / kMiB,
+          parse_weight_format(options.weights) ? "as " + options.weights : std::string("as stored"),
+          static_cast<double>(kv_bytes) / kMiB, context_length, static_cast<double>(plan.memory.arena_bytes) / kMiB,
+          static_cast<double>(needed - budget) / kMiB);
   }
 
   [[nodiscard]] const graph::WeightSource& weight_source() const {
@@ -224,32 +245,11 @@ struct Engine::Impl {
   }
 
   // Sessions (KV cache + activation arena) are reused across requests: allocated once per
-  // concurrent request, never per token.
-  std::unique_ptr<Session> acquire() const {
-    {
-      std::lock_guard lock(pool_mutex);
-      if (!idle.empty()) {
-        auto s = std::move(idle.back());
-        idle.pop_back();
-        return s;
-      }
-    }
-    return std::make_unique<Session>(plan);
-  }
-  void release(std::unique_ptr<Session> s) const {
-    std::lock_guard lock(pool_mutex);
-    idle.push_back(std::move(s));
-  }
-
+  // concurrent request, never per token; when the budget is full, requests queue for them.
   template <typename F>
   auto with_session(F&& f) const {
-    auto session = acquire();
-    struct Return {
-      const Impl* impl;
-      std::unique_ptr<Session>* s;
-      ~Return() { impl->release(std::move(*s)); }
-    } guard{this, &session};
-    return f(*session);
+    const auto lease = sessions.acquire();
+    return f(*lease);
   }
 
   EngineOptions options;
@@ -272,8 +272,7 @@ struct Engine::Impl {
   ExecutionPlan plan;
   std::int64_t context_length = 0;
   std::mutex step_mutex;
-  mutable std::mutex pool_mutex;
-  mutable std::vector<std::unique_ptr<Session>> idle;
+  mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
   ModelInfo info;
   DevicePlan device_plan;
   EngineDigest digest;
@@ -398,6 +397,10 @@ std::string Engine::token_bytes(std::int32_t token) const { return impl_->tok().
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 
 const DevicePlan& Engine::plan() const noexcept { return impl_->device_plan; }
+RequestQueueStats Engine::queue_stats() const {
+  const SessionPoolStats s = impl_->sessions.stats();
+  return {s.leases, s.created, s.queued, s.waited_seconds, s.in_use, s.peak_in_use};
+}
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }
 std::string Engine::graph_json() const { return graph::to_json(impl_->graph, impl_->plan.memory); }
 

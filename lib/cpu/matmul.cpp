@@ -4,8 +4,7 @@
 
 #include "core/check.hpp"
 #include "cpu/amx_prefill.hpp"
-#include "cpu/matmul_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/decode_kernel.hpp"
 
 #include <algorithm>
 
@@ -13,10 +12,6 @@ namespace sitsrt::cpu {
 namespace {
 
 using detail::MatmulKernels;
-
-// Decode rows are handed out in multiples of this so each thread streams whole cache lines
-// of every format and the split does not depend on the format.
-constexpr std::int64_t kMatvecGrain = 16;
 
 std::int64_t round_up(std::int64_t v, std::int64_t to) {
   return (v + to - 1) / to * to;
@@ -27,27 +22,17 @@ std::int64_t tile_stride(std::int64_t kc) {
   return round_up(kc, 16);
 }
 
-void check_weight(const WeightMatrix& w, const char* op) {
-  if (w.rows < 0 || w.cols < 0)
-    raise(ErrorCode::kInvalidArgument, "{}: negative weight shape {}x{}", op, w.rows, w.cols);
-  if (!fits_blocks(w.type, w.cols)) {
-    raise(ErrorCode::kInvalidArgument, "{}: {} columns are not a whole number of {} blocks", op, w.cols, name(w.type));
+// y = x W^T for m == 1: the int8 path quantizes x once on the calling thread into the shared
+// scratch; rows are split in kMatvecGrain chunks, one fused dequantize-dot per row.
+void matvec(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y) {
+  const detail::DecodeKernel kernel = detail::DecodeKernel::for_weight(ctx, w.type);
+  detail::QuantizedRow q{};
+  if (kernel.qdot != nullptr) {
+    q = detail::qdot_kernels_for(ctx.isa()).quantize(x, w.cols, ctx.shared(detail::quantized_row_bytes(w.cols)));
   }
-  if (w.row_stride < row_bytes(w.type, w.cols)) {
-    raise(ErrorCode::kInvalidArgument, "{}: row_stride {} is below the {} bytes of a {}-column {} row", op,
-          w.row_stride, row_bytes(w.type, w.cols), w.cols, name(w.type));
-  }
-  if (w.data == nullptr && w.rows > 0 && w.cols > 0) raise(ErrorCode::kInvalidArgument, "{}: null weight data", op);
-}
-
-// y = x W^T for m == 1: rows split in kMatvecGrain chunks, one fused dequantize-dot per row.
-void matvec(CpuContext& ctx, const detail::MatvecFn kernel, const WeightMatrix& w, const float* x, float* y) {
   ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(w.rows, t, n, kMatvecGrain);
-    if (r.end > r.begin) {
-      kernel(w.data + static_cast<std::size_t>(r.begin) * w.row_stride, w.row_stride, w.cols, x, y + r.begin,
-             r.end - r.begin);
-    }
+    const Range r = split_range(w.rows, t, n, detail::kMatvecGrain);
+    kernel.rows(w, x, &q, y, r.begin, r.end);
   });
 }
 
@@ -99,29 +84,35 @@ void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, 
   });
 }
 
-// The integer-dot decode kernel for this weight, or nullptr when the context keeps float
-// activations or the format has none.
-detail::QdotFn qdot_kernel(const CpuContext& ctx, DType type) {
-  if (!ctx.int8_activations()) return nullptr;
-  return detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
-}
-
-// y = x W^T for m == 1 with int8 activations: the calling thread quantizes x once into the
-// shared scratch, then rows are split as in matvec.
-void matvec_int8(CpuContext& ctx, const detail::QdotFn kernel, const WeightMatrix& w, const float* x, float* y) {
-  std::byte* buffer = ctx.shared(detail::quantized_row_bytes(w.cols));
-  const detail::QuantizedRow q = detail::qdot_kernels_for(ctx.isa()).quantize(x, w.cols, buffer);
-  ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(w.rows, t, n, kMatvecGrain);
-    if (r.end > r.begin) kernel(w.data + static_cast<std::size_t>(r.begin) * w.row_stride, w.row_stride, q, y + r.begin, r.end - r.begin);
-  });
-}
-
 }  // namespace
+
+namespace detail {
+
+void check_weight(const WeightMatrix& w, const char* op) {
+  if (w.rows < 0 || w.cols < 0)
+    raise(ErrorCode::kInvalidArgument, "{}: negative weight shape {}x{}", op, w.rows, w.cols);
+  if (!fits_blocks(w.type, w.cols)) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} columns are not a whole number of {} blocks", op, w.cols, name(w.type));
+  }
+  if (w.row_stride < row_bytes(w.type, w.cols)) {
+    raise(ErrorCode::kInvalidArgument, "{}: row_stride {} is below the {} bytes of a {}-column {} row", op,
+          w.row_stride, row_bytes(w.type, w.cols), w.cols, name(w.type));
+  }
+  if (w.data == nullptr && w.rows > 0 && w.cols > 0) raise(ErrorCode::kInvalidArgument, "{}: null weight data", op);
+}
+
+DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, DType type) noexcept {
+  DecodeKernel k;
+  if (ctx.int8_activations()) k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
+  if (k.qdot == nullptr) k.matvec = matmul_kernels_for(ctx.isa()).formats[static_cast<int>(type)].matvec;
+  return k;
+}
+
+}  // namespace detail
 
 void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
             std::int64_t ldy) {
-  check_weight(w, "matmul");
+  detail::check_weight(w, "matmul");
   if (m < 0) raise(ErrorCode::kInvalidArgument, "matmul: negative batch m = {}", m);
   if (m > 1 && ldx < w.cols) raise(ErrorCode::kInvalidArgument, "matmul: ldx {} < cols {}", ldx, w.cols);
   if (m > 1 && ldy < w.rows) raise(ErrorCode::kInvalidArgument, "matmul: ldy {} < rows {}", ldy, w.rows);
@@ -132,11 +123,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
   }
   const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
   if (m == 1) {
-    if (const detail::QdotFn q = qdot_kernel(ctx, w.type)) {
-      matvec_int8(ctx, q, w, x, y);
-      return;
-    }
-    matvec(ctx, kernels.formats[static_cast<int>(w.type)].matvec, w, x, y);
+    matvec(ctx, w, x, y);
   } else {
     gemm(ctx, kernels, w, x, ldx, m, y, ldy);
   }
@@ -144,7 +131,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
   if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
-  if (m != 1 || qdot_kernel(ctx, w.type) == nullptr) return 0;
+  if (m != 1 || detail::DecodeKernel::for_weight(ctx, w.type).qdot == nullptr) return 0;
   return detail::quantized_row_bytes(w.cols);
 }
 
@@ -157,7 +144,7 @@ std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcep
 
 void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out,
               std::int64_t ldo) {
-  check_weight(table, "get_rows");
+  detail::check_weight(table, "get_rows");
   if (n < 0) raise(ErrorCode::kInvalidArgument, "get_rows: negative id count {}", n);
   if (n > 1 && ldo < table.cols) raise(ErrorCode::kInvalidArgument, "get_rows: ldo {} < cols {}", ldo, table.cols);
   for (std::int64_t i = 0; i < n; ++i) {  // all ids are checked before anything is written

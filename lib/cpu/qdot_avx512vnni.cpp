@@ -130,29 +130,74 @@ inline void pair_dot(const typename U::Block* blocks, std::int64_t b, bool secon
   pair_dot_scaled<U>(blocks, b, second, x, dw, mw, acc);
 }
 
+// R rows at once: each step loads the activation blocks (levels, scales, offset sums) once for
+// all R rows, and R independent streams keep more loads in flight. Every row's arithmetic (and
+// its order) is exactly that of R = 1, so results do not depend on how rows are grouped.
+template <typename U, int R>
+inline void qdot_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
+  using Block = typename U::Block;
+  const std::int64_t nb = x.blocks;
+  const Block* blocks[R];
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    blocks[r] = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    acc0[r] = _mm512_setzero_ps();
+    acc1[r] = _mm512_setzero_ps();
+  }
+  std::int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    // One prefetch per cache line of the 4 blocks (Q8_0: 136 bytes, so 3; one per iteration
+    // left half of the lines to the hardware prefetcher and cost ~10% of Q8_0 decode).
+    // Past the end of its row, row r's prefetch continues into row r of the next group (the
+    // rows in between are this group's, already streaming), as one row alone would run on.
+    constexpr std::size_t kStep = 4 * sizeof(Block);
+    const std::size_t ahead = static_cast<std::size_t>(b) * sizeof(Block) + kPrefetchBytes;
+    const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const std::byte* row = w + static_cast<std::size_t>(r) * row_stride + ahead + wrap;
+#pragma GCC unroll 4
+      for (std::size_t off = 0; off < kStep; off += 64) _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T0);
+    }
+    __m512i init01 = _mm512_setzero_si512(), init23 = _mm512_setzero_si512();
+    if constexpr (!U::kMin) {
+      init01 = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * b), U::kShift);
+      init23 = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * (b + 2)), U::kShift);
+    }
+    const __m512i q01 = _mm512_load_si512(x.qs + 32 * b), q23 = _mm512_load_si512(x.qs + 32 * (b + 2));
+    const __m512 xd01 = _mm512_load_ps(x.d8 + 8 * b), xd23 = _mm512_load_ps(x.d8 + 8 * (b + 2));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m512 d01, d23, m01 = _mm512_setzero_ps(), m23 = _mm512_setzero_ps();
+      quad_halves(blocks[r], b, offsetof(Block, d), d01, d23);
+      if constexpr (U::kMin) quad_halves(blocks[r], b, offsetof(Block, m), m01, m23);
+      const __m512i dot01 = _mm512_dpbusd_epi32(init01, U::levels(blocks[r], b, true), q01);
+      const __m512i dot23 = _mm512_dpbusd_epi32(init23, U::levels(blocks[r], b + 2, true), q23);
+      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot01), _mm512_mul_ps(d01, xd01), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot23), _mm512_mul_ps(d23, xd23), acc1[r]);
+      if constexpr (U::kMin) {
+        acc0[r] = _mm512_fmadd_ps(m01, _mm512_load_ps(x.ds8 + 8 * b), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(m23, _mm512_load_ps(x.ds8 + 8 * (b + 2)), acc1[r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    for (std::int64_t t = b; t < nb; t += 2) pair_dot<U>(blocks[r], t, t + 1 < nb, x, acc0[r]);
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+  }
+}
+
 template <typename U>
 void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                      std::int64_t n_rows) {
-  const std::int64_t nb = x.blocks;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const typename U::Block*>(w + static_cast<std::size_t>(r) * row_stride);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    std::int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-      // One prefetch per cache line of the 4 blocks (Q8_0: 136 bytes, so 3; one per iteration
-      // left half of the lines to the hardware prefetcher and cost ~10% of Q8_0 decode).
-      constexpr std::size_t kStep = 4 * sizeof(typename U::Block);
-#pragma GCC unroll 4
-      for (std::size_t off = 0; off < kStep; off += 64) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + off);
-      __m512 d01, d23, m01 = _mm512_setzero_ps(), m23 = _mm512_setzero_ps();
-      quad_halves(blocks, b, offsetof(typename U::Block, d), d01, d23);
-      if constexpr (U::kMin) quad_halves(blocks, b, offsetof(typename U::Block, m), m01, m23);
-      pair_dot_scaled<U>(blocks, b, true, x, d01, m01, acc0);
-      pair_dot_scaled<U>(blocks, b + 2, true, x, d23, m23, acc1);
-    }
-    for (; b < nb; b += 2) pair_dot<U>(blocks, b, b + 1 < nb, x, acc0);
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  constexpr int kRows = 4;
+  std::int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) {
+    qdot_rows<U, kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
   }
+  for (; r < n_rows; ++r) qdot_rows<U, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
 // INT4 g128: a group's 4 sub-blocks are two pairs (Q4_0-packed); lane 0 of each block starts at
@@ -189,18 +234,31 @@ void qdot_q4_g128_avx512vnni(const std::byte* w, std::size_t row_stride, const Q
 // 2p / 2p + 1 of qh[l] is set). vpdpbusd needs no offset (levels are unsigned); the scale pair
 // [fl(d sc_2p) x8, fl(d sc_2p+1) x8] times d_x multiplies the lanes, and the mins
 // fl(dmin m_s) ds_x of all 8 sub-blocks are one 8-lane FMA per super-block.
-template <bool kFifthBit, typename Block>
-void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+template <bool kFifthBit, typename Block, int R>
+inline void qdot_k4_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
   const std::int64_t nb = x.blocks / 8;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
-    for (std::int64_t B = 0; B < nb; ++B) {
-      prefetch_ahead(blocks + B);
-      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + B) + 64);
-      prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + B) + 128);
-      const Block& blk = blocks[B];
+  const Block* blocks[R];
+  __m512 acc0[R], acc1[R];
+  __m256 accm[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    blocks[r] = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+    accm[r] = _mm256_setzero_ps();
+  }
+  for (std::int64_t B = 0; B < nb; ++B) {
+    // As qdot_rows: past its row's end, a row's prefetch continues in the next group.
+    const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(Block) + kPrefetchBytes;
+    const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+    __m512 dl512[R];
+    __m512i qh[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const std::byte* next = w + static_cast<std::size_t>(r) * row_stride + ahead + wrap;
+      for (std::size_t off = 0; off < sizeof(Block) + 63; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+      }
+      const Block& blk = blocks[r][B];
       // The 8 (scale, min) pairs from the 12 packed bytes (as matmul_kquant_avx2.cpp's scales_k4).
       std::uint32_t word[3];
       std::memcpy(word, blk.scales, 12);
@@ -214,33 +272,52 @@ void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow
       const __m256 ml = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)),
                                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(
                                           static_cast<int>(mins_lo), static_cast<int>(mins_hi), 0, 0))));
-      const __m512 dl512 = _mm512_castps256_ps512(dl);  // only lanes 0-7 are indexed below
-      __m512i qh = _mm512_setzero_si512();
-      if constexpr (kFifthBit) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+      dl512[r] = _mm512_castps256_ps512(dl);  // only lanes 0-7 are indexed below
+      qh[r] = _mm512_setzero_si512();
+      if constexpr (kFifthBit) qh[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+      accm[r] = _mm256_fmadd_ps(ml, _mm256_loadu_ps(x.ds + 8 * B), accm[r]);
+    }
 #pragma GCC unroll 4
-      for (int p = 0; p < 4; ++p) {
-        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * p)));
+    for (int p = 0; p < 4; ++p) {
+      const std::int64_t b0 = 8 * B + 2 * p;
+      const __m512i xq = _mm512_load_si512(x.qs + 32 * b0);
+      const __m512 xd = _mm512_load_ps(x.d8 + 8 * b0);
+      const __m512i pick = _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+                                             2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i v =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[r][B].qs + 32 * p)));
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, static_cast<__mmask32>(0xFFFF0000u), v, 4),
                                      _mm512_set1_epi8(0x0F));
         if constexpr (kFifthBit) {
           const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * p))),
                                                   _mm256_set1_epi8(static_cast<char>(2 << (2 * p))), 1);
-          u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits), u, _mm512_set1_epi8(16));
+          u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh[r], bits), u, _mm512_set1_epi8(16));
         }
-        const std::int64_t b0 = 8 * B + 2 * p;
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(x.qs + 32 * b0));
-        const __m512i pick = _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
-                                               2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
-        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl512), _mm512_load_ps(x.d8 + 8 * b0));
-        __m512& acc = p % 2 == 0 ? acc0 : acc1;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xq);
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl512[r]), xd);
+        __m512& acc = p % 2 == 0 ? acc0[r] : acc1[r];
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
       }
-      accm = _mm256_fmadd_ps(ml, _mm256_loadu_ps(x.ds + 8 * B), accm);
     }
-    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
   }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm[r]), _mm256_extractf128_ps(accm[r], 1));
+    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
+}
+
+template <bool kFifthBit, typename Block>
+void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr int kRows = 2;
+  std::int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) {
+    qdot_k4_rows<kFifthBit, Block, kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+  }
+  for (; r < n_rows; ++r) qdot_k4_rows<kFifthBit, Block, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
 // Q6_K: groups k = 4h + j and k + 1 (j = 0 or 2) are adjacent activation blocks whose low 4 bits

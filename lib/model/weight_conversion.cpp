@@ -28,6 +28,11 @@ std::vector<bool> matmul_weights(const graph::Graph& graph) {
   return used;
 }
 
+// Whether an eligible weight is converted to `target` (the rest are kept as stored).
+bool converts(const graph::Weight& weight, bool eligible, DType target) {
+  return eligible && weight.dims.size() == 2 && weight.type != target && fits_blocks(target, weight.dims[0]);
+}
+
 // dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool.
 void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType target, std::int64_t rows,
                   std::int64_t cols, ThreadPool& pool) {
@@ -57,6 +62,17 @@ std::optional<DType> parse_weight_format(std::string_view value) {
   raise(ErrorCode::kInvalidArgument, "weights '{}' is not one of {}", value, kWeightFormatChoices);
 }
 
+std::uint64_t weight_bytes_after_conversion(const graph::Graph& graph, DType target) {
+  const std::vector<bool> eligible = matmul_weights(graph);
+  std::uint64_t total = 0;
+  for (std::size_t id = 0; id < graph.weights().size(); ++id) {
+    const graph::Weight& w = graph.weights()[id];
+    total += converts(w, eligible[id], target) ? row_bytes(target, w.dims[0]) * static_cast<std::uint64_t>(w.dims[1])
+                                               : w.bytes;
+  }
+  return total;
+}
+
 ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored, DType target,
                                              ThreadPool& pool)
     : stored_(stored) {
@@ -65,7 +81,7 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     if (!eligible[id]) continue;
     const graph::Weight weight = graph.weights()[id];  // a copy: set_weight_type changes it
-    if (weight.dims.size() != 2 || weight.type == target || !fits_blocks(target, weight.dims[0])) {
+    if (!converts(weight, true, target)) {
       ++report_.tensors_kept;
       continue;
     }

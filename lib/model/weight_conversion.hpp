@@ -38,6 +38,10 @@ struct WeightConversionReport {
   double seconds = 0.0;             // wall time of the conversion
 };
 
+// Bytes of all of `graph`'s weights once ConvertedWeightSource has converted them to `target`
+// (computed without converting, so a memory budget can be checked first).
+std::uint64_t weight_bytes_after_conversion(const graph::Graph& graph, DType target);
+
 class ConvertedWeightSource final : public graph::WeightSource {
  public:
   // Converts, in `graph` and into owned buffers, every weight that a MatMul node reads, whose

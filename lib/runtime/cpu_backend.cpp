@@ -2,10 +2,14 @@
 
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
+#include "cpu/matvec_group.hpp"
 #include "ops/ops.hpp"
 #include "runtime/kv_cache.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <string_view>
 
 namespace sitsrt {
 
@@ -59,15 +63,58 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
     }
   }
   ctx_.reserve_scratch(scratch);
-  ctx_.reserve_shared_bytes(shared);
+  ctx_.reserve_shared_bytes(shared);  // the fused products need no more: one input row each
+  // SITSRT_FUSE=0 turns the decode fusions off (to measure what they save).
+  const char* fuse = std::getenv("SITSRT_FUSE");
+  fusions_ = fuse != nullptr && std::string_view(fuse) == "0" ? DecodeFusions{} : find_decode_fusions(graph);
+}
+
+bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  if (fusions_.fusion_of.empty() || fusions_.fusion_of[index] < 0) return false;
+  const Fusion& fusion = fusions_.fusions[static_cast<std::size_t>(fusions_.fusion_of[index])];
+  const auto& nodes = graph.nodes();
+  const auto data = [&](graph::ValueId id) {
+    return reinterpret_cast<float*>(step.arena + step.plan->offsets[static_cast<std::size_t>(id)]);
+  };
+  const graph::Node& lead = nodes[fusion.nodes[0]];
+  const graph::Value& input = graph.values()[static_cast<std::size_t>(lead.inputs[0])];
+  const std::int64_t rows = input.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
+  if (rows != 1) return false;
+  if (index != fusion.nodes[0]) return true;  // done with the lead
+  const auto weight = [&](std::size_t k) -> const cpu::WeightMatrix& {
+    return weights_[static_cast<std::size_t>(nodes[fusion.nodes[k]].weights[0])];
+  };
+  const float* x = data(lead.inputs[0]);
+  switch (fusion.kind) {
+    case FusionKind::kMatvecs: {
+      std::array<cpu::MatvecTarget, 8> targets{};
+      for (std::size_t k = 0; k < fusion.nodes.size(); ++k) targets[k] = {&weight(k), data(nodes[fusion.nodes[k]].output)};
+      cpu::matvec_group(ctx_, {targets.data(), fusion.nodes.size()}, x);
+      return true;
+    }
+    case FusionKind::kSwiGlu:
+      cpu::matvec_swiglu(ctx_, weight(0), weight(1), x, data(nodes[fusion.nodes[0]].output),
+                         data(nodes[fusion.nodes[1]].output), data(nodes[fusion.nodes[2]].output));
+      return true;
+    case FusionKind::kAddInto: {
+      const graph::Node& sum = nodes[fusion.nodes[1]];
+      const graph::ValueId residual = sum.inputs[0] == lead.output ? sum.inputs[1] : sum.inputs[0];
+      cpu::matvec_add(ctx_, weight(0), x, data(lead.output), data(residual), data(sum.output));
+      return true;
+    }
+  }
+  return false;
 }
 
 std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::string_view what) {
   const std::uint64_t now = allocated_.fetch_add(bytes) + bytes;
-  if (budget_bytes_ != 0 && now > budget_bytes_) {
+  // The budget holds the weights too (bound before any buffer is allocated).
+  if (budget_bytes_ != 0 && weight_bytes_ + now > budget_bytes_) {
     allocated_.fetch_sub(bytes);
-    raise(ErrorCode::kOutOfMemory, "cpu: {} needs {} bytes but only {} of the {}-byte budget are free", what, bytes,
-          budget_bytes_ - std::min<std::uint64_t>(budget_bytes_, now - bytes), budget_bytes_);
+    const std::uint64_t used = weight_bytes_ + now - bytes;
+    raise(ErrorCode::kOutOfMemory,
+          "cpu: {} needs {} bytes but only {} of the {}-byte budget are free ({} bytes of weights, {} of buffers)", what,
+          bytes, budget_bytes_ - std::min(budget_bytes_, used), budget_bytes_, weight_bytes_, now - bytes);
   }
   std::uint64_t high = high_water_.load();
   while (now > high && !high_water_.compare_exchange_weak(high, now)) {
@@ -88,6 +135,7 @@ MemoryUsage CpuBackend::memory() const {
 
 void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
   using graph::OpKind;
+  if (run_fused(graph, index, step)) return;
   const graph::Node& node = graph.nodes()[index];
   const auto view = [&](graph::ValueId id) {
     const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];

@@ -5,6 +5,7 @@
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
 #include "runtime/backend.hpp"
+#include "runtime/decode_fusion.hpp"
 
 #include <atomic>
 #include <memory>
@@ -30,6 +31,9 @@ class CpuBackend final : public Backend {
  private:
   friend class CpuBuffer;
   void release(std::size_t bytes) noexcept;
+  // True when node `index` belongs to a decode fusion that applies to this step (one row); the
+  // fusion runs when its first node comes, and the others are then done.
+  bool run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step);
 
   cpu::CpuContext ctx_;
   std::uint64_t budget_bytes_;
@@ -37,6 +41,7 @@ class CpuBackend final : public Backend {
   std::atomic<std::uint64_t> allocated_{0};
   std::atomic<std::uint64_t> high_water_{0};
   std::vector<cpu::WeightMatrix> weights_;  // by graph WeightId; norm vectors are 1 x n
+  DecodeFusions fusions_;                   // of the prepared graph (none when SITSRT_FUSE=0)
 };
 
 }  // namespace sitsrt

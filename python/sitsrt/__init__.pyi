@@ -135,6 +135,8 @@ class Engine:
         """float32 [positions, vocab] next-token logits after each token (zero-copy; needs numpy)."""
     def plan(self) -> dict[str, Any]:
         """Devices with their weights/KV/activation bytes and budget, and each stage's layers."""
+    def queue_stats(self) -> dict[str, Any]:
+        """requests, sessions, queued, queued_seconds, in_flight, peak_in_flight."""
     def graph(self) -> dict[str, Any]:
         """The computation graph and memory plan, as `sitsrt graph --json` prints it."""
     @property

@@ -89,7 +89,8 @@ class Engine:
         kv_dtype: KV cache element type, "f16" or "f32".
         max_batch_tokens: prompt tokens per forward pass.
         cpu_isa: "auto", "avx512", "avx2" or "generic" (clamped to the CPU).
-        memory_budget_bytes: limit for activations + KV caches (0: unlimited).
+        memory_budget_bytes: limit for weights + KV caches + activations (0: unlimited); too small
+            for the weights and one request: refused at load; full: requests wait for a session.
         weights: matmul weight format: "as-stored" (read in place), or converted at load to
             "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (E4M3) or "q4g128" (INT4 g128); the
             cost is in info() (weights_convert_seconds, weights_converted_bytes).
@@ -228,6 +229,12 @@ class Engine:
         """Devices, their memory (weights, KV and activations per request, budget) and the layers of
         each pipeline stage, as a dict (what `DevicePlan::to_json` writes)."""
         return json.loads(self._engine.plan_json())
+
+    def queue_stats(self) -> dict:
+        """Admission of concurrent requests: requests served, sessions allocated (KV cache +
+        activations each), requests that waited because memory_budget_bytes was full and for how
+        long in total, and requests in flight now and at most."""
+        return self._engine.queue_stats()
 
     def graph(self) -> dict:
         """The computation graph and activation memory plan (what `sitsrt graph --json` prints)."""

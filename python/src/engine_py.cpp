@@ -169,6 +169,17 @@ void bind_engine(py::module_& m) {
       }, py::arg("tokens"), py::arg("all_positions") = true)
       .def("graph_json", &Engine::graph_json, py::call_guard<py::gil_scoped_release>())
       .def("plan_json", [](const Engine& e) { return e.plan().to_json(); })
+      .def("queue_stats", [](const Engine& e) {
+        const RequestQueueStats s = e.queue_stats();
+        py::dict d;
+        d["requests"] = s.requests;
+        d["sessions"] = s.sessions;
+        d["queued"] = s.queued;
+        d["queued_seconds"] = s.queued_seconds;
+        d["in_flight"] = s.in_flight;
+        d["peak_in_flight"] = s.peak_in_flight;
+        return d;
+      })
       .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
       .def("model_sha256", &Engine::model_sha256, py::call_guard<py::gil_scoped_release>())
       .def("info", [](const Engine& e) {

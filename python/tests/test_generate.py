@@ -123,6 +123,27 @@ def test_plan_describes_the_cpu_device(engine):
     assert (stage["first_layer"], stage["last_layer"]) == (0, engine.info["n_layer"] - 1)
 
 
+def test_budget_refusal_and_queueing(model_path):
+    plan = sitsrt.Engine(model_path, threads=1).plan()["devices"][0]
+    per_request = plan["kv_bytes_per_request"] + plan["activation_bytes_per_request"]
+    with pytest.raises(sitsrt.OutOfMemoryError, match="short"):
+        sitsrt.Engine(model_path, threads=1, memory_budget_bytes=plan["weight_bytes"])
+    engine = sitsrt.Engine(model_path, threads=1, memory_budget_bytes=plan["weight_bytes"] + per_request)
+    import threading
+    results = []
+    def client():
+        results.append(engine.generate("Once upon a time", max_tokens=8, temperature=0).text)
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and len(set(results)) == 1
+    stats = engine.queue_stats()
+    assert stats["requests"] == 4 and stats["sessions"] == 1 and stats["peak_in_flight"] == 1
+    assert stats["in_flight"] == 0
+
+
 def test_devices_option(model_path):
     assert sitsrt.Engine(model_path, devices="cpu", threads=1).plan()["devices"][0]["kind"] == "cpu"
     assert sitsrt.Engine(model_path, devices=["cpu"], threads=1).generate("Once", max_tokens=2).tokens

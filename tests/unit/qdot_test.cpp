@@ -177,6 +177,13 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
   REQUIRE(cpu::matmul_shared_bytes(ctx, w, 1) > 0);
   std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
   cpu::matmul(ctx, w, x.data(), cols, 1, y.data(), rows);
+  // A row's result does not depend on the rows computed with it (multi-row passes, thread split).
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const cpu::WeightMatrix one{type, bytes.data() + static_cast<std::size_t>(r) * stride, 1, cols, stride};
+    float alone = -1.0f;
+    cpu::matmul(ctx, one, x.data(), cols, 1, &alone, 1);
+    REQUIRE(alone == y[static_cast<std::size_t>(r)]);
+  }
 
   const std::int64_t nb = cols / 32;
   std::vector<double> want(y.size()), tol(y.size()), want_f(y.size()), tol_f(y.size());

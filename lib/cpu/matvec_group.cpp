@@ -1,0 +1,105 @@
+#include "cpu/matvec_group.hpp"
+
+#include "core/check.hpp"
+#include "cpu/decode_kernel.hpp"
+#include "cpu/vec_kernels.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace sitsrt::cpu {
+namespace {
+
+constexpr std::size_t kMaxTargets = 8;
+
+struct PreparedGroup {
+  std::array<detail::DecodeKernel, kMaxTargets> kernels{};
+  detail::QuantizedRow q{};
+};
+
+// Checks the weights (same cols) and quantizes x once when any of them takes the int8 path.
+PreparedGroup prepare(CpuContext& ctx, std::span<const WeightMatrix* const> weights, const float* x, const char* op) {
+  if (weights.empty() || weights.size() > kMaxTargets) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} weights (1 to {} allowed)", op, weights.size(), kMaxTargets);
+  }
+  PreparedGroup g;
+  bool any_int8 = false;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    detail::check_weight(*weights[i], op);
+    if (weights[i]->cols == 0) raise(ErrorCode::kInvalidArgument, "{}: weight {} has no columns", op, i);
+    if (weights[i]->cols != weights[0]->cols) {
+      raise(ErrorCode::kInvalidArgument, "{}: weight {} has {} columns, weight 0 has {}", op, i, weights[i]->cols,
+            weights[0]->cols);
+    }
+    g.kernels[i] = detail::DecodeKernel::for_weight(ctx, weights[i]->type);
+    any_int8 = any_int8 || g.kernels[i].qdot != nullptr;
+  }
+  if (any_int8) {
+    const std::int64_t cols = weights[0]->cols;
+    g.q = detail::qdot_kernels_for(ctx.isa()).quantize(x, cols, ctx.shared(detail::quantized_row_bytes(cols)));
+  }
+  return g;
+}
+
+}  // namespace
+
+void matvec_group(CpuContext& ctx, std::span<const MatvecTarget> targets, const float* x) {
+  if (targets.empty() || targets.size() > kMaxTargets) {
+    raise(ErrorCode::kInvalidArgument, "matvec_group: {} weights (1 to {} allowed)", targets.size(), kMaxTargets);
+  }
+  std::array<const WeightMatrix*, kMaxTargets> weights{};
+  for (std::size_t i = 0; i < targets.size(); ++i) weights[i] = targets[i].weight;
+  const PreparedGroup g = prepare(ctx, {weights.data(), targets.size()}, x, "matvec_group");
+  // Rows of all targets, concatenated in grain units so every target's split stays grain-aligned.
+  std::array<std::int64_t, kMaxTargets + 1> first_unit{};
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    first_unit[i + 1] = first_unit[i] + (targets[i].weight->rows + detail::kMatvecGrain - 1) / detail::kMatvecGrain;
+  }
+  ctx.pool().run([&](int t, int n) {
+    const Range units = split_range(first_unit[targets.size()], t, n);
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const WeightMatrix& w = *targets[i].weight;
+      const std::int64_t begin = std::max(units.begin, first_unit[i]) - first_unit[i];
+      const std::int64_t end = std::min(units.end, first_unit[i + 1]) - first_unit[i];
+      if (end <= begin) continue;
+      g.kernels[i].rows(w, x, &g.q, targets[i].y, begin * detail::kMatvecGrain,
+                        std::min(w.rows, end * detail::kMatvecGrain));
+    }
+  });
+}
+
+void matvec_swiglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g,
+                   float* u, float* out) {
+  const std::array<const WeightMatrix*, 2> weights{&gate, &up};
+  const PreparedGroup p = prepare(ctx, weights, x, "matvec_swiglu");
+  if (gate.rows != up.rows) {
+    raise(ErrorCode::kInvalidArgument, "matvec_swiglu: gate has {} rows, up has {}", gate.rows, up.rows);
+  }
+  const auto swiglu_row = detail::vec_kernels_for(ctx.isa()).swiglu_row;
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(gate.rows, t, n, detail::kMatvecGrain);
+    if (r.end <= r.begin) return;
+    p.kernels[0].rows(gate, x, &p.q, g, r.begin, r.end);
+    p.kernels[1].rows(up, x, &p.q, u, r.begin, r.end);
+    swiglu_row(g + r.begin, u + r.begin, out + r.begin, r.end - r.begin);
+  });
+}
+
+void matvec_add(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y, const float* residual, float* out) {
+  const std::array<const WeightMatrix*, 1> weights{&w};
+  const PreparedGroup p = prepare(ctx, weights, x, "matvec_add");
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(w.rows, t, n, detail::kMatvecGrain);
+    if (r.end <= r.begin) return;
+    p.kernels[0].rows(w, x, &p.q, y, r.begin, r.end);
+    for (std::int64_t i = r.begin; i < r.end; ++i) out[i] = residual[i] + y[i];
+  });
+}
+
+std::size_t matvec_group_shared_bytes(const CpuContext& ctx, std::span<const WeightMatrix* const> weights) noexcept {
+  std::size_t bytes = 0;
+  for (const WeightMatrix* w : weights) bytes = std::max(bytes, matmul_shared_bytes(ctx, *w, 1));
+  return bytes;
+}
+
+}  // namespace sitsrt::cpu

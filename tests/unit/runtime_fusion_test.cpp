@@ -1,0 +1,216 @@
+// Decode fusions: which graph nodes fuse, the fused products against the unfused ops (bit for
+// bit) and against a double-precision reference, and whole-model decode with and without them.
+#include "core/quant_blocks.hpp"
+#include "cpu/cpu_context.hpp"
+#include "cpu/elementwise.hpp"
+#include "cpu/matmul.hpp"
+#include "cpu/matvec_group.hpp"
+#include "model/model_graph.hpp"
+#include "model/model_loader.hpp"
+#include "runtime/decode_fusion.hpp"
+#include "support/model_files.hpp"
+#include "support/random.hpp"
+
+#include <sitsrt/engine.hpp>
+#include <sitsrt/error.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+using namespace sitsrt;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Weights {
+  DType type;
+  std::int64_t rows, cols;
+  std::vector<std::byte> bytes;
+  std::vector<float> values;  // dequantized
+  [[nodiscard]] cpu::WeightMatrix view() const { return {type, bytes.data(), rows, cols, row_bytes(type, cols)}; }
+};
+
+Weights random_weights(DType type, std::int64_t rows, std::int64_t cols, test::Rng& rng) {
+  Weights w{type, rows, cols, std::vector<std::byte>(row_bytes(type, cols) * static_cast<std::size_t>(rows)),
+            std::vector<float>(static_cast<std::size_t>(rows * cols))};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> src = rng.normals(static_cast<std::size_t>(cols), std::exp2(rng.uniform(-3.0f, 2.0f)));
+    std::byte* row = w.bytes.data() + static_cast<std::size_t>(r) * row_bytes(type, cols);
+    quantize_row(type, src.data(), row, cols);
+    dequantize_row(type, row, w.values.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// sum_c W[r, c] x[c] in double.
+std::vector<double> reference(const Weights& w, const std::vector<float>& x) {
+  std::vector<double> y(static_cast<std::size_t>(w.rows));
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    double s = 0;
+    for (std::int64_t c = 0; c < w.cols; ++c) s += double(w.values[static_cast<std::size_t>(r * w.cols + c)]) * x[c];
+    y[static_cast<std::size_t>(r)] = s;
+  }
+  return y;
+}
+
+std::vector<float> unfused(cpu::CpuContext& ctx, const Weights& w, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<std::size_t>(w.rows));
+  cpu::matmul(ctx, w.view(), x.data(), w.cols, 1, y.data(), w.rows);
+  return y;
+}
+
+void reserve(cpu::CpuContext& ctx, std::initializer_list<const Weights*> ws) {
+  std::size_t bytes = 0;
+  for (const Weights* w : ws) bytes = std::max(bytes, cpu::matmul_shared_bytes(ctx, w->view(), 1));
+  ctx.reserve_shared_bytes(bytes);
+}
+
+}  // namespace
+
+TEST_CASE("fused decode products equal the unfused ops bit for bit and the double reference", "[fusion]") {
+  const bool int8 = GENERATE(false, true);
+  const int threads = GENERATE(1, 2, 3);
+  // Mixed formats in one group, as a Q4_K_M file mixes Q4_K and Q6_K.
+  const DType qk = GENERATE(DType::kQ8_0, DType::kQ4_K, DType::kF16);
+  const DType v_type = qk == DType::kQ4_K ? DType::kQ6_K : qk;
+  CAPTURE(int8, threads, name(qk));
+  test::Rng rng(static_cast<std::uint64_t>(threads * 31 + int8 + static_cast<int>(qk) * 7));
+  // gate/up rows not a multiple of 32 (the row grain is 16); down's columns whole Q6_K blocks.
+  const std::int64_t dim = 512, kv = 256, ffn = 1408 - 16 * 3, down_cols = 1536;
+  const Weights q = random_weights(qk, dim, dim, rng), k = random_weights(qk, kv, dim, rng),
+                v = random_weights(v_type, kv, dim, rng), gate = random_weights(qk, ffn, dim, rng),
+                up = random_weights(qk, ffn, dim, rng), down = random_weights(v_type, dim, down_cols, rng);
+  const std::vector<float> x = rng.normals(dim), h = rng.normals(static_cast<std::size_t>(down_cols)),
+                           residual = rng.normals(dim);
+  cpu::CpuContext ctx(threads, cpu::detect_isa(), int8);
+  reserve(ctx, {&q, &k, &v, &gate, &up, &down});
+
+  SECTION("q, k, v in one region") {
+    std::vector<float> yq(dim, -1.0f), yk(kv, -1.0f), yv(kv, -1.0f);
+    const cpu::WeightMatrix wq = q.view(), wk = k.view(), wv = v.view();
+    const cpu::MatvecTarget live[] = {{&wq, yq.data()}, {&wk, yk.data()}, {&wv, yv.data()}};
+    cpu::matvec_group(ctx, live, x.data());
+    CHECK(yq == unfused(ctx, q, x));
+    CHECK(yk == unfused(ctx, k, x));
+    CHECK(yv == unfused(ctx, v, x));
+    // Against double: the int8 path rounds x to 8 bits per block (relative ~1/254 of the block max).
+    const std::vector<double> ref = reference(v, x);
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      worst = std::max(worst, std::abs(ref[i] - yv[i]));
+      scale = std::max(scale, std::abs(ref[i]));
+    }
+    CHECK(worst <= (int8 ? 2e-2 : 1e-4) * scale);
+  }
+  SECTION("gate, up and SwiGLU in one region") {
+    std::vector<float> g(static_cast<std::size_t>(ffn)), u(static_cast<std::size_t>(ffn)),
+        out(static_cast<std::size_t>(ffn));
+    cpu::matvec_swiglu(ctx, gate.view(), up.view(), x.data(), g.data(), u.data(), out.data());
+    const std::vector<float> g0 = unfused(ctx, gate, x), u0 = unfused(ctx, up, x);
+    CHECK(g == g0);
+    CHECK(u == u0);
+    std::vector<float> act(static_cast<std::size_t>(ffn));
+    cpu::swiglu(ctx, g0.data(), ffn, u0.data(), ffn, 1, ffn, act.data(), ffn);
+    CHECK(out == act);
+    for (std::size_t i = 0; i < act.size(); ++i) {  // silu(g) u in double, few-ulp exp
+      const double gd = g0[i], want = gd / (1.0 + std::exp(-gd)) * u0[i];
+      REQUIRE(std::abs(out[i] - want) <= 1e-5 * std::abs(want) + 1e-30);
+    }
+    // In place (out aliases the gate output), as the graph plans it.
+    std::vector<float> g2(static_cast<std::size_t>(ffn)), u2(static_cast<std::size_t>(ffn));
+    cpu::matvec_swiglu(ctx, gate.view(), up.view(), x.data(), g2.data(), u2.data(), g2.data());
+    CHECK(g2 == act);
+  }
+  SECTION("down projection and residual add in one region") {
+    std::vector<float> y(dim), out = residual;
+    cpu::matvec_add(ctx, down.view(), h.data(), y.data(), out.data(), out.data());  // in place
+    const std::vector<float> y0 = unfused(ctx, down, h);
+    CHECK(y == y0);
+    for (std::size_t i = 0; i < y0.size(); ++i) REQUIRE(out[i] == residual[i] + y0[i]);
+  }
+}
+
+TEST_CASE("fused decode products reject mismatched weights", "[fusion]") {
+  test::Rng rng(5);
+  const Weights a = random_weights(DType::kQ8_0, 32, 64, rng), b = random_weights(DType::kQ8_0, 32, 96, rng),
+                c = random_weights(DType::kQ8_0, 48, 64, rng);
+  cpu::CpuContext ctx(2, cpu::detect_isa(), true);
+  reserve(ctx, {&a, &b, &c});
+  const std::vector<float> x = rng.normals(96);
+  std::vector<float> y1(64), y2(64), y3(64);
+  const cpu::WeightMatrix wa = a.view(), wb = b.view();
+  const cpu::MatvecTarget mixed[] = {{&wa, y1.data()}, {&wb, y2.data()}};
+  CHECK_THROWS_WITH(cpu::matvec_group(ctx, mixed, x.data()), Contains("96 columns"));
+  CHECK_THROWS_WITH(cpu::matvec_group(ctx, {}, x.data()), Contains("0 weights"));
+  CHECK_THROWS_WITH(cpu::matvec_swiglu(ctx, a.view(), c.view(), x.data(), y1.data(), y2.data(), y3.data()),
+                    Contains("gate has 32 rows, up has 48"));
+}
+
+TEST_CASE("the decoder graph fuses q/k/v, gate/up/SwiGLU and both residual adds per layer", "[fusion]") {
+  const std::string path = test::random_model(test::tiny_options(DType::kQ8_0), "fusion-graph");
+  const LoadedModel model = load_model(path);
+  const graph::Graph graph = build_model_graph(model.spec, model.tensors, {});
+  const DecodeFusions f = find_decode_fusions(graph);
+  int qkv = 0, swiglu = 0, add = 0;
+  for (const Fusion& fusion : f.fusions) {
+    const auto& lead = graph.nodes()[fusion.nodes[0]];
+    switch (fusion.kind) {
+      case FusionKind::kMatvecs:
+        ++qkv;
+        CHECK(fusion.nodes.size() == 3);
+        CHECK(lead.name.ends_with(".q"));
+        break;
+      case FusionKind::kSwiGlu:
+        ++swiglu;
+        CHECK(lead.name.ends_with("ffn_gate"));
+        break;
+      case FusionKind::kAddInto:
+        ++add;
+        CHECK(graph.nodes()[fusion.nodes[1]].op == graph::OpKind::kAdd);
+        break;
+    }
+    for (const std::size_t n : fusion.nodes) CHECK(f.fusion_of[n] >= 0);
+  }
+  CHECK(qkv == model.spec.n_layer);
+  CHECK(swiglu == model.spec.n_layer);
+  CHECK(add == 2 * model.spec.n_layer);
+}
+
+TEST_CASE("decode with fusions gives the same tokens and log-probs as without", "[fusion][engine]") {
+  const std::string arch = GENERATE(as<std::string>{}, "llama", "qwen2", "qwen3", "gemma3");
+  const DType type = GENERATE(DType::kQ8_0, DType::kQ4_K, DType::kF16);
+  CAPTURE(arch, name(type));
+  RandomModelOptions mo = test::tiny_options(type);
+  mo.architecture = arch;
+  mo.dim = 128;
+  mo.ffn = 256;
+  EngineOptions o;
+  o.model_path = test::random_model(mo, "fusion-" + arch);
+  o.threads = 3;
+  GenerationConfig g;
+  g.max_new_tokens = 20;
+  g.temperature = 1.0f;
+  g.seed = 42;
+  g.top_logprobs = 8;
+  const auto run = [&](const char* fuse) {
+    ::setenv("SITSRT_FUSE", fuse, 1);
+    const Engine engine(o);
+    ::unsetenv("SITSRT_FUSE");
+    std::vector<float> logprobs;
+    const GenerationResult r = engine.generate_from_tokens(std::vector<std::int32_t>{1, 40, 41, 42}, g,
+                                                           [&](const TokenEvent& e) {
+                                                             logprobs.push_back(e.logprob);
+                                                             for (const auto& alt : e.top) logprobs.push_back(alt.logprob);
+                                                             return true;
+                                                           });
+    return std::make_pair(r.tokens, logprobs);
+  };
+  const auto fused = run("1");
+  const auto plain = run("0");
+  CHECK(fused.first == plain.first);
+  CHECK(fused.second == plain.second);  // bit for bit
+}
