@@ -48,6 +48,16 @@ Comparison compare(const std::vector<float>& got, const std::vector<std::vector<
   return c;
 }
 
+// Two threads, F32 cache, at most max_batch_tokens per step: the setup of the comparisons below.
+EngineOptions two_thread_options(const std::string& path, std::int64_t max_batch_tokens) {
+  EngineOptions options;
+  options.model_path = path;
+  options.threads = 2;
+  options.kv_cache_type = KvCacheType::kF32;
+  options.max_batch_tokens = max_batch_tokens;
+  return options;
+}
+
 // Largest |a - b| and largest |b| of two engines' logits for the same tokens.
 struct RunDifference {
   double max_error = 0, scale = 0;
@@ -184,11 +194,7 @@ TEST_CASE("AMX prefill (bf16 operands) stays close to the float prefill", "[mode
   const DType type = GENERATE(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_1);
   CAPTURE(name(type));
   const std::string path = test::random_model(test::tiny_options(type), "reference");
-  EngineOptions options;
-  options.model_path = path;
-  options.threads = 2;
-  options.kv_cache_type = KvCacheType::kF32;
-  options.max_batch_tokens = 64;  // the whole prompt is one prefill
+  EngineOptions options = two_thread_options(path, 64);  // the whole prompt is one prefill
   options.cpu_isa = "amx";
   const Engine amx(options);
   if (amx.model_info().cpu_isa != "amx") {
@@ -210,11 +216,7 @@ TEST_CASE("int8-activation decode stays close to the float prefill", "[model][qd
   const DType type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kQ5_1);
   CAPTURE(name(type));
   const std::string path = test::random_model(test::tiny_options(type), "reference");
-  EngineOptions options;
-  options.model_path = path;
-  options.threads = 2;
-  options.kv_cache_type = KvCacheType::kF32;
-  options.max_batch_tokens = 1;  // every step is a decode matvec
+  EngineOptions options = two_thread_options(path, 1);  // every step is a decode matvec
   options.int8_activations = true;
   const Engine int8_decode(options);
   CHECK(int8_decode.model_info().int8_activations);
