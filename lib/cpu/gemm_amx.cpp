@@ -206,18 +206,14 @@ void tile_block(const std::uint16_t* packed, const std::uint16_t* b, std::int64_
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::uint16_t* a = packed + 2 * s * kTileElems;
     const std::uint16_t* x = b + s * kTileElems;
-    _tile_loadd(4, a, 64);
     _tile_loadd(6, x, 64);
+    if constexpr (NG > 1) _tile_loadd(7, x + group_stride, 64);
+    _tile_loadd(4, a, 64);
+    if constexpr (NH > 1) _tile_loadd(5, a + kTileElems, 64);
     _tile_dpbf16ps(0, 4, 6);
-    if constexpr (NG > 1) {
-      _tile_loadd(7, x + group_stride, 64);
-      _tile_dpbf16ps(1, 4, 7);
-    }
-    if constexpr (NH > 1) {
-      _tile_loadd(5, a + kTileElems, 64);
-      _tile_dpbf16ps(2, 5, 6);
-      if constexpr (NG > 1) _tile_dpbf16ps(3, 5, 7);
-    }
+    if constexpr (NG > 1) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (NH > 1) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (NH > 1 && NG > 1) _tile_dpbf16ps(3, 5, 7);
   }
   _tile_stored(0, stage, stride);
   if constexpr (NG > 1) _tile_stored(1, stage + kAmxTile, stride);
