@@ -290,6 +290,17 @@ std::vector<std::string_view> split_commas(std::string_view s) {
 
 Options parse(int argc, char** argv) {
   Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: bench_kernels [--isa generic,avx2,avx512,avx512vnni] [--formats f16,q8_0,...] [--threads N]\n"
+          "                     [--rows R] [--cols C] [--m M] [--ctx N] [--repeats N] [--ws-mib MiB]\n"
+          "Kernel throughput (matvec GB/s from DRAM and ns per block in cache, GEMM GFLOP/s, attention)\n"
+          "beside the read bandwidth and FMA peak measured in the same run.\n");
+      std::exit(0);
+    }
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view key = argv[i];
     const char* value = argv[i + 1];

@@ -33,6 +33,7 @@ int bench_command(int argc, char** argv) {
       {"gen-tokens", 'n', "N", "tokens generated for the decode measurement", "64"},
       {"reps", 'r', "N", "repetitions (the median is reported)", "3"},
       {"no-bandwidth", 0, "", "skip measuring memory bandwidth (no floor ratio)", ""},
+      {"profile", 0, "", "time every graph node and print where decode and prefill steps spend it", ""},
       {"json", 0, "", "machine-readable output", ""},
   };
   specs.insert(specs.end(), more.begin(), more.end());
@@ -49,6 +50,7 @@ int bench_command(int argc, char** argv) {
   if (n_prompt < 1 || n_gen < 2 || reps < 1) throw UsageError("prompt-tokens >= 1, gen-tokens >= 2, reps >= 1");
   EngineOptions options = engine_options_from(args);
   if (options.context_length == 0) options.context_length = n_prompt + n_gen + 1;
+  options.profile_ops = args.has("profile");
   const Engine engine(options);
   const ModelInfo& info = engine.model_info();
 
@@ -66,6 +68,7 @@ int bench_command(int argc, char** argv) {
   config.top_logprobs = 0;
   config.seed = 1;
   engine.generate_from_tokens(std::span(prompt).first(std::min<std::size_t>(prompt.size(), 8)), config);  // warm-up
+  engine.reset_op_profile();
 
   std::vector<double> prefill, decode;
   for (long long r = 0; r < reps; ++r) {
@@ -82,8 +85,14 @@ int bench_command(int argc, char** argv) {
   const double floor_tps = bandwidth > 0 ? bandwidth / static_cast<double>(info.weight_bytes_per_token) : 0.0;
   const double decode_tps = median(decode);
   const double prefill_tps = median(prefill);
+  const OpProfile profile = engine.op_profile();
+  const auto profile_json = [&](const StepTimes& t) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpTime& op : t.ops) ops.push_back({{"op", op.op}, {"calls", op.calls}, {"seconds", op.seconds}});
+    return nlohmann::json{{"steps", t.steps}, {"tokens", t.tokens}, {"seconds", t.seconds}, {"ops", ops}};
+  };
   if (args.has("json")) {
-    const nlohmann::json doc = {
+    nlohmann::json doc = {
         {"model", info.path}, {"threads", info.threads}, {"cpu_isa", info.cpu_isa},
         {"activations", info.int8_activations ? "int8" : "f32"},
         {"weights", weights_json(info)},
@@ -93,6 +102,7 @@ int bench_command(int argc, char** argv) {
         {"read_bandwidth_bytes_per_s", bandwidth}, {"decode_floor_tokens_per_s", floor_tps},
         {"decode_fraction_of_floor", floor_tps > 0 ? decode_tps / floor_tps : 0.0},
         {"peak_rss_bytes", rss}};
+    if (options.profile_ops) doc["profile"] = {{"decode", profile_json(profile.decode)}, {"prefill", profile_json(profile.prefill)}};
     fmt::print("{}\n", doc.dump(2));
     return 0;
   }
@@ -109,6 +119,25 @@ int bench_command(int argc, char** argv) {
                bandwidth / 1e9, floor_tps, 100.0 * decode_tps / floor_tps);
   }
   fmt::print("peak RSS     {:.1f} MiB\n", static_cast<double>(rss) / (1 << 20));
+  if (options.profile_ops) {
+    for (const bool decode : {true, false}) {
+      const StepTimes& t = decode ? profile.decode : profile.prefill;
+      if (t.steps == 0) continue;
+      // Per token for decode; per prompt token for prefill.
+      const double per = static_cast<double>(decode ? t.steps : t.tokens);
+      fmt::print("\n{} ({} steps, {:.1f} us per token; the node timing itself adds a synchronise per node)\n",
+                 decode ? "decode" : "prefill", t.steps, 1e6 * t.seconds / per);
+      fmt::print("  {:<22} {:>12} {:>12} {:>8}\n", "op", "calls/token", "us/token", "share");
+      double listed = 0.0;
+      for (const OpTime& op : t.ops) {
+        listed += op.seconds;
+        fmt::print("  {:<22} {:>12.1f} {:>12.1f} {:>7.1f}%\n", op.op, static_cast<double>(op.calls) / static_cast<double>(t.steps) * (decode ? 1.0 : static_cast<double>(t.steps) / per),
+                   1e6 * op.seconds / per, 100.0 * op.seconds / t.seconds);
+      }
+      fmt::print("  {:<22} {:>12} {:>12.1f} {:>7.1f}%\n", "(between ops)", "", 1e6 * (t.seconds - listed) / per,
+                 100.0 * (t.seconds - listed) / t.seconds);
+    }
+  }
   return 0;
 }
 

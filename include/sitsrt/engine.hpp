@@ -56,6 +56,26 @@ struct EngineOptions {
   std::vector<std::shared_ptr<AuditSink>> audit_sinks;
   std::vector<AnomalyRule> anomaly_rules;
   std::function<void(const AnomalyEvent&)> on_anomaly;
+  // Time every graph node (a clock read and a backend synchronise around each); read the totals
+  // with Engine::op_profile(). For finding where a step's time goes; off by default.
+  bool profile_ops = false;
+};
+
+// Wall time per kind of graph node (op_profile()), for decode steps and prefill steps apart.
+struct OpTime {
+  std::string op;  // graph op name ("matmul", "attention", ...; "matmul (output head)")
+  std::uint64_t calls = 0;
+  double seconds = 0.0;
+};
+struct StepTimes {
+  std::uint64_t steps = 0;
+  std::uint64_t tokens = 0;
+  double seconds = 0.0;      // whole steps (the ops plus the gaps between them)
+  std::vector<OpTime> ops;   // most time first
+};
+struct OpProfile {
+  StepTimes decode;   // steps of one token
+  StepTimes prefill;  // steps of several
 };
 
 // Admission of concurrent requests (each needs a session: a KV cache and an activation arena).
@@ -111,6 +131,9 @@ class SITSRT_API Engine {
   // to_table() / to_json()). One CPU device until the multi-device partitioner lands.
   [[nodiscard]] const DevicePlan& plan() const noexcept;
   [[nodiscard]] RequestQueueStats queue_stats() const;
+  // Totals since load (or the last reset); empty unless EngineOptions::profile_ops.
+  [[nodiscard]] OpProfile op_profile() const;
+  void reset_op_profile() const;
   [[nodiscard]] std::string graph_table() const;  // the computation graph and memory plan
   [[nodiscard]] std::string graph_json() const;
 

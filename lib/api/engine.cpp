@@ -121,6 +121,10 @@ struct Engine::Impl {
     plan.context_length = context_length;
     plan.n_vocab = spec.n_vocab;
     plan.step_mutex = &step_mutex;
+    if (options.profile_ops) {
+      profile = std::make_unique<StepProfile>(graph);
+      plan.profile = profile.get();
+    }
 
     backend.bind_weights(graph, weight_source());
     backend.prepare(graph, plan.memory, context_length);
@@ -272,6 +276,7 @@ struct Engine::Impl {
   ExecutionPlan plan;
   std::int64_t context_length = 0;
   std::mutex step_mutex;
+  std::unique_ptr<StepProfile> profile;  // EngineOptions::profile_ops
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
   ModelInfo info;
   DevicePlan device_plan;
@@ -397,6 +402,31 @@ std::string Engine::token_bytes(std::int32_t token) const { return impl_->tok().
 const ModelInfo& Engine::model_info() const noexcept { return impl_->info; }
 
 const DevicePlan& Engine::plan() const noexcept { return impl_->device_plan; }
+OpProfile Engine::op_profile() const {
+  OpProfile out;
+  if (!impl_->profile) return out;
+  std::lock_guard lock(impl_->step_mutex);
+  const StepProfile& p = *impl_->profile;
+  for (const bool decode : {true, false}) {
+    const StepProfile::Side& side = p.side(decode);
+    StepTimes& t = decode ? out.decode : out.prefill;
+    t.steps = side.steps;
+    t.tokens = side.tokens;
+    t.seconds = side.seconds;
+    for (std::size_t i = 0; i < p.labels().size(); ++i) {
+      if (side.entries[i].calls > 0) t.ops.push_back({p.labels()[i], side.entries[i].calls, side.entries[i].seconds});
+    }
+    std::sort(t.ops.begin(), t.ops.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  }
+  return out;
+}
+
+void Engine::reset_op_profile() const {
+  if (!impl_->profile) return;
+  std::lock_guard lock(impl_->step_mutex);
+  impl_->profile->reset();
+}
+
 RequestQueueStats Engine::queue_stats() const {
   const SessionPoolStats s = impl_->sessions.stats();
   return {s.leases, s.created, s.queued, s.waited_seconds, s.in_use, s.peak_in_use};

@@ -54,33 +54,61 @@ struct LoadBF16 {
   static __m512 load_tail(const std::byte* p, __mmask16 k) { return widen(_mm256_maskz_loadu_epi16(k, p)); }
 };
 
-// y[r] = W[r, :] . x for float formats, any cols: 4 independent accumulators (64 elements per
-// iteration) so the FMA latency chain never limits the stream.
+// y[r] = W[r, :] . x for float formats, any cols: 4 independent accumulators per row (64
+// elements per iteration) so the FMA latency chain never limits the stream. R rows per pass
+// share each load of x (x is read at twice (F16/BF16) the weights' bytes, so alone it would
+// crowd the load ports), and every row's arithmetic is that of R = 1: results do not depend on
+// the grouping. Past its row's end a row's prefetch continues in the next group (qdot_rows).
+template <typename L, int R>
+inline void matvec_float_rows(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
+                              float* y) {
+  __m512 acc[R][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    for (auto& a : acc[r]) a = _mm512_setzero_ps();
+  }
+  std::int64_t c = 0;
+  for (; c + 64 <= cols; c += 64) {
+    const std::size_t ahead = static_cast<std::size_t>(c) * L::kBytes + kPrefetchBytes;
+    const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(r) * row_stride + ahead + wrap);
+#pragma GCC unroll 4
+      for (int line = 0; line < L::kBytes; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);  // 64 elements
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m512 xv = _mm512_loadu_ps(x + c + 16 * q);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
+        acc[r][q] = _mm512_fmadd_ps(L::load(row + (c + 16 * q) * L::kBytes), xv, acc[r][q]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
+    std::int64_t t = c;
+    for (; t + 16 <= cols; t += 16) acc[r][0] = _mm512_fmadd_ps(L::load(row + t * L::kBytes), _mm512_loadu_ps(x + t), acc[r][0]);
+    if (t < cols) {
+      const __mmask16 k = tail_mask(cols - t);
+      acc[r][1] = _mm512_fmadd_ps(L::load_tail(row + t * L::kBytes, k), _mm512_maskz_loadu_ps(k, x + t), acc[r][1]);
+    }
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3])));
+  }
+}
+
 template <typename L>
 void matvec_float_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                          std::int64_t n_rows) {
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
-    std::int64_t c = 0;
-    for (; c + 64 <= cols; c += 64) {
-      prefetch_ahead(row + c * L::kBytes);
-      if constexpr (L::kBytes == 4) prefetch_ahead(row + c * L::kBytes + 128);
-      acc0 = _mm512_fmadd_ps(L::load(row + c * L::kBytes), _mm512_loadu_ps(x + c), acc0);
-      acc1 = _mm512_fmadd_ps(L::load(row + (c + 16) * L::kBytes), _mm512_loadu_ps(x + c + 16), acc1);
-      acc2 = _mm512_fmadd_ps(L::load(row + (c + 32) * L::kBytes), _mm512_loadu_ps(x + c + 32), acc2);
-      acc3 = _mm512_fmadd_ps(L::load(row + (c + 48) * L::kBytes), _mm512_loadu_ps(x + c + 48), acc3);
-    }
-    for (; c + 16 <= cols; c += 16) {
-      acc0 = _mm512_fmadd_ps(L::load(row + c * L::kBytes), _mm512_loadu_ps(x + c), acc0);
-    }
-    if (c < cols) {
-      const __mmask16 k = tail_mask(cols - c);
-      acc1 = _mm512_fmadd_ps(L::load_tail(row + c * L::kBytes, k), _mm512_maskz_loadu_ps(k, x + c), acc1);
-    }
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  constexpr int kRows = 4;
+  std::int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) {
+    matvec_float_rows<L, kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, y + r);
   }
+  for (; r < n_rows; ++r) matvec_float_rows<L, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, y + r);
 }
 
 template <typename L>

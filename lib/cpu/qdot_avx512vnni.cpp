@@ -326,44 +326,65 @@ void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow
 // The offset 32 is removed exactly with a second vpdpbusd of 32 against q (per 4-element lane).
 // Lanes 4i..4i+3 belong to 16-element sub-block 8h + 2j + i: the 16 fl(d sc) are one vector,
 // permuted per pair.
-void qdot_q6_k_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+template <int R>
+inline void qdot_q6_k_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
   const std::int64_t nb = x.blocks / 8;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (std::int64_t B = 0; B < nb; ++B) {
-      const auto* bytes = reinterpret_cast<const std::byte*>(blocks + B);
-      prefetch_ahead(bytes);
-      prefetch_ahead(bytes + 64);
-      prefetch_ahead(bytes + 128);
-      prefetch_ahead(bytes + 192);
-      const BlockQ6_K& blk = blocks[B];
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(load_u16(&blk.d))));
-      const __m512 dl = _mm512_mul_ps(
-          d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
+  const BlockQ6_K* blocks[R];
+  __m512 acc0[R], acc1[R];
 #pragma GCC unroll 4
-      for (int pair = 0; pair < 4; ++pair) {
-        const int h = pair / 2, j = 2 * (pair % 2);
+  for (int r = 0; r < R; ++r) {
+    blocks[r] = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+  }
+  for (std::int64_t B = 0; B < nb; ++B) {
+    // As qdot_rows: past its row's end, a row's prefetch continues in the next group.
+    const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(BlockQ6_K) + kPrefetchBytes;
+    const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+    __m512 dl[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(r) * row_stride + ahead + wrap);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+      const BlockQ6_K& blk = blocks[r][B];
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(load_u16(&blk.d))));
+      dl[r] = _mm512_mul_ps(
+          d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
+    }
+#pragma GCC unroll 4
+    for (int pair = 0; pair < 4; ++pair) {
+      const int h = pair / 2, j = 2 * (pair % 2);
+      const std::int64_t b0 = 8 * B + 4 * h + j;
+      const __m512i q = _mm512_load_si512(x.qs + 32 * b0);
+      const __m512i offset = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), q);
+      const __m512 xd = _mm512_load_ps(x.d8 + 8 * b0);
+      const int s0 = 8 * h + 2 * j;
+      const __m512i pick = _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2, s0 + 2,
+                                             s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const BlockQ6_K& blk = blocks[r][B];
         const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
         const __m512i low = _mm512_and_si512(j == 0 ? ql : _mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F));
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
         const __m512i qh_shifted = _mm512_mask_srli_epi16(_mm512_srli_epi16(qh, 2 * j), static_cast<__mmask32>(0xFFFF0000u),
                                                           qh, 2 * j + 2);
         const __m512i u = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(qh_shifted, _mm512_set1_epi8(3)), 4));
-        const std::int64_t b0 = 8 * B + 4 * h + j;
-        const __m512i q = _mm512_load_si512(x.qs + 32 * b0);
-        const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q),
-                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), q));
-        const int s0 = 8 * h + 2 * j;
-        const __m512i pick = _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2, s0 + 2,
-                                               s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3);
-        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl), _mm512_load_ps(x.d8 + 8 * b0));
-        __m512& acc = pair % 2 == 0 ? acc0 : acc1;
+        const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q), offset);
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl[r]), xd);
+        __m512& acc = pair % 2 == 0 ? acc0[r] : acc1[r];
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
       }
     }
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
+void qdot_q6_k_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr int kRows = 2;
+  std::int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) qdot_q6_k_rows<kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+  for (; r < n_rows; ++r) qdot_q6_k_rows<1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
 // quantize_row_q8_act with 16 lanes: same operations (max of |x|, d = amax / 127 and 1 / d in

@@ -3,6 +3,7 @@
 #include "core/check.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace sitsrt {
@@ -66,14 +67,25 @@ void Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs,
   {
     std::lock_guard lock(*plan_.step_mutex);
     const bool skip_head = n_outputs == 0;
+    StepProfile* profile = plan_.profile;
+    using Clock = std::chrono::steady_clock;
+    const auto step_start = profile ? Clock::now() : Clock::time_point{};
     for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
       // Without requested outputs the head (the nodes producing output rows) has nothing to compute.
       if (skip_head && graph.values()[static_cast<std::size_t>(graph.nodes()[i].output)].rows == graph::RowSpace::kOutputs) {
         continue;
       }
+      if (profile == nullptr) {
+        plan_.backend->run(graph, i, ctx);
+        continue;
+      }
+      const auto start = Clock::now();
       plan_.backend->run(graph, i, ctx);
+      plan_.backend->synchronize();
+      profile->add_node(i, n == 1, std::chrono::duration<double>(Clock::now() - start).count());
     }
     plan_.backend->synchronize();
+    if (profile) profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
   }
   kv_.set_size(pos0 + n);
   if (n_outputs > 0) {

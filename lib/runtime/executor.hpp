@@ -6,6 +6,7 @@
 #include "graph/memory_plan.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/kv_cache.hpp"
+#include "runtime/step_profile.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,7 @@ struct ExecutionPlan {
   std::int64_t context_length = 0;
   std::int64_t n_vocab = 0;
   std::mutex* step_mutex = nullptr;  // one step at a time on the backend (kernels share scratch)
+  StepProfile* profile = nullptr;    // when set, every node and step is timed (under step_mutex)
 };
 
 class Session {

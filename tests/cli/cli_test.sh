@@ -96,6 +96,11 @@ check "run: same seed, same output" bash -c "diff <(grep -v summary '$work/run.j
 "$cli" bench -m "$model" -p 16 -n 8 -r 1 --json >"$work/bench.json" 2>/dev/null
 check "bench --json" json_check "$work/bench.json" \
   "all(doc[k] > 0 for k in ['prefill_tokens_per_s','decode_tokens_per_s','weight_bytes_per_token','peak_rss_bytes','read_bandwidth_bytes_per_s'])"
+"$cli" bench -m "$model" -p 16 -n 8 -r 2 --no-bandwidth --profile --json >"$work/bench-profile.json" 2>/dev/null
+# 2 reps x 7 decode steps (8 tokens, the last needs no forward pass); per step 2 layers x 7 matmul
+# nodes (q, k, v, attn_out, gate, up, down; fused ones counted per node) and the head once.
+check "bench --profile --json" json_check "$work/bench-profile.json" \
+  "(lambda d: d['steps'] == 14 and {o['op']: o['calls'] for o in d['ops']}['matmul'] == 14 * 7 * 2 and {o['op']: o['calls'] for o in d['ops']}['matmul (output head)'] == 14 and all(o['seconds'] >= 0 for o in d['ops']) and sum(o['seconds'] for o in d['ops']) <= d['seconds'])(doc['profile']['decode'])"
 
 # Weight formats: an FP8 model from make-model runs; --weights converts at load and reports it.
 fp8="$work/fp8.gguf"

@@ -138,6 +138,14 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   constexpr float kSentinel = -12345.0f;
   std::vector<float> y(static_cast<std::size_t>(s.m * ldy), kSentinel);
   cpu::matmul(ctx, w.view(), x.data(), ldx, s.m, y.data(), ldy);
+  if (s.m == 1) {  // decode: a row's result does not depend on the rows computed with it
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      const cpu::WeightMatrix one{type, w.bytes.data() + static_cast<std::size_t>(r) * w.stride, 1, s.cols, w.stride};
+      float alone = -1.0f;
+      cpu::matmul(ctx, one, x.data(), ldx, 1, &alone, 1);
+      REQUIRE((alone == y[static_cast<std::size_t>(r)] || (std::isnan(alone) && std::isnan(y[static_cast<std::size_t>(r)]))));
+    }
+  }
 
   std::vector<double> expected, tolerance;
   std::vector<float> actual;
