@@ -3,11 +3,15 @@
 // temperature 1 with fixed seeds (so the positions are in-distribution for the model).
 //
 // usage: bench_accuracy REF_F32.gguf [MODEL.gguf ...] [--weights f16,q8,fp8,q4g128,...]
-//                       [--positions N] [--seq-len L] [--threads T] [--seed S]
+//                       [--positions N] [--seq-len L] [--threads T] [--seed S] [--prefill]
+//                       [--isa LEVEL] [--ref-isa LEVEL]
 // --weights adds the reference file converted at load (EngineOptions::weights) to each listed
 // format as candidates.
 // Each candidate runs twice, with float and with int8 decode activations; every position is a
-// decode step (max_batch_tokens = 1), which is where int8 activations apply.
+// decode step (max_batch_tokens = 1), which is where int8 activations apply. --prefill instead
+// scores each sequence as one prompt batch (the prefill GEMM path; at --isa amx its bf16 tiles).
+// The reference runs at --ref-isa (default avx512vnni, clamped to the CPU: float prefill, so an
+// AMX machine does not grade bf16 against itself); candidates at --isa (default auto).
 #include <sitsrt/engine.hpp>
 #include <sitsrt/error.hpp>
 
@@ -37,6 +41,9 @@ struct Options {
   std::int32_t seq_len = 256;
   int threads = 2;
   std::uint64_t seed = 42;
+  bool prefill = false;
+  std::string isa = "auto";
+  std::string reference_isa = "avx512vnni";
 };
 
 // log-softmax of one row, in double.
@@ -51,9 +58,11 @@ std::vector<double> log_softmax(const float* logits, std::size_t n) {
   return out;
 }
 
-EngineOptions engine_options(const Candidate& c, const Options& opt, bool int8, std::int64_t batch) {
+EngineOptions engine_options(const Candidate& c, const Options& opt, bool int8, std::int64_t batch,
+                             const std::string& isa) {
   EngineOptions o;
   o.model_path = c.path;
+  o.cpu_isa = isa;
   o.weights = c.weights;
   o.threads = opt.threads;
   o.int8_activations = int8;
@@ -68,7 +77,7 @@ struct Score {
 };
 
 void run(const Options& opt) {
-  const Engine reference(engine_options({opt.reference}, opt, false, 512));
+  const Engine reference(engine_options({opt.reference}, opt, false, 512, opt.reference_isa));
   const auto vocab = static_cast<std::size_t>(reference.model_info().n_vocab);
   const std::int32_t seq_len =
       static_cast<std::int32_t>(std::min<std::int64_t>(opt.seq_len, reference.model_info().context_length));
@@ -94,13 +103,15 @@ void run(const Options& opt) {
   for (const auto& seq : sequences) want.push_back(reference.logits(seq, true));
   fmt::print("reference {} ({} positions in {} sequences generated at temperature 1, seed {})\n", opt.reference,
              total, sequences.size(), opt.seed);
-  fmt::print("{:<40} {:>6} {:>10} {:>12} {:>10} {:>9}\n", "model", "acts", "positions", "mean KLD", "max KLD",
+  fmt::print("{:<40} {:>14} {:>10} {:>12} {:>10} {:>9}\n", "model", "acts", "positions", "mean KLD", "max KLD",
              "top-1");
   for (const Candidate& candidate : opt.models) {
     const std::string label =
         candidate.weights == "as-stored" ? candidate.path : candidate.path + " --weights " + candidate.weights;
     for (bool int8 : {false, true}) {
-      const Engine engine(engine_options(candidate, opt, int8, 1));  // every position a decode step
+      if (opt.prefill && int8) continue;  // int8 activations apply to decode steps only
+      // Every position a decode step, or (--prefill) each sequence one prompt batch.
+      const Engine engine(engine_options(candidate, opt, int8, opt.prefill ? 512 : 1, opt.isa));
       Score score;
       for (std::size_t s = 0; s < sequences.size(); ++s) {
         const std::vector<float> got = engine.logits(sequences[s], true);
@@ -120,7 +131,8 @@ void run(const Options& opt) {
           ++score.n;
         }
       }
-      fmt::print("{:<40} {:>6} {:>10} {:>12.6f} {:>10.5f} {:>8.2f}%\n", label, int8 ? "int8" : "f32", score.n,
+      const std::string acts = opt.prefill ? "prefill " + engine.model_info().cpu_isa : int8 ? "int8" : "f32";
+      fmt::print("{:<40} {:>14} {:>10} {:>12.6f} {:>10.5f} {:>8.2f}%\n", label, acts, score.n,
                  score.kld_sum / static_cast<double>(score.n), score.kld_max,
                  100.0 * static_cast<double>(score.agree) / static_cast<double>(score.n));
       std::fflush(stdout);
@@ -144,6 +156,12 @@ int main(int argc, char** argv) {
       opt.threads = std::atoi(argv[++i]);
     } else if (a == "--seed" && has_value) {
       opt.seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--prefill") {
+      opt.prefill = true;
+    } else if (a == "--isa" && has_value) {
+      opt.isa = argv[++i];
+    } else if (a == "--ref-isa" && has_value) {
+      opt.reference_isa = argv[++i];
     } else if (a == "--weights" && has_value) {
       std::string_view list = argv[++i];
       while (!list.empty()) {
@@ -160,7 +178,8 @@ int main(int argc, char** argv) {
   for (const std::string& w : weights) opt.models.push_back({opt.reference, w});
   if (opt.reference.empty() || opt.models.empty()) {
     fmt::print(stderr, "usage: bench_accuracy REF_F32.gguf [MODEL.gguf ...] [--weights f16,q8,fp8,...] "
-                       "[--positions N] [--seq-len L] [--threads T] [--seed S]\n");
+                       "[--positions N] [--seq-len L] [--threads T] [--seed S] [--prefill] [--isa LEVEL] "
+                       "[--ref-isa LEVEL]\n");
     return 2;
   }
   try {

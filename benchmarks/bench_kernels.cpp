@@ -15,7 +15,7 @@
 // Every figure is the median of --repeats timed runs after one warm-up run.
 //
 // Usage: bench_kernels [--rows N] [--cols N] [--m N] [--ctx N] [--repeats N] [--ws-mib N]
-//                      [--threads N] [--isa generic|avx2|avx512] [--formats f32,q8_0,...]
+//                      [--threads N] [--isa generic|avx2|avx512|avx512vnni|amx] [--formats f32,q8_0,...]
 #include "core/aligned_buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/memory_bandwidth.hpp"
@@ -130,6 +130,7 @@ double fma_peak(cpu::CpuContext& ctx) {
 #if defined(__x86_64__)
         case cpu::Isa::kAvx512:
         case cpu::Isa::kAvx512Vnni:
+        case cpu::Isa::kAmx:  // fp32 FMA peak (the AMX tile peak is not measured here)
           flops[static_cast<std::size_t>(t)] = fma_loop_avx512(iters);
           break;
         case cpu::Isa::kAvx2:
@@ -256,6 +257,7 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
         std::min(threads, 4);  // 64 rows split in grains of 16
     const cpu::WeightMatrix w = mats.at(type, opt.rows, opt.cols, 0);
     ctx.reserve_scratch(cpu::matmul_scratch_floats(w, opt.m));
+    ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, opt.m));  // AMX: the bf16 copy of x
     const double gm =
         median_seconds(opt.repeats, [&] { cpu::matmul(ctx, w, x.data(), opt.cols, opt.m, y.data(), opt.rows); });
     const double flops =
@@ -318,7 +320,7 @@ Options parse(int argc, char** argv) {
       opt.threads = std::atoi(value);
     else if (key == "--isa") {
       for (const auto part : split_commas(value)) {
-        for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
+        for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx}) {
           if (cpu::name(isa) == part) opt.isas.push_back(isa);
         }
       }
@@ -331,7 +333,7 @@ Options parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
+  if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx};
   if (opt.formats.empty()) {
     opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
                    DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,

@@ -15,7 +15,7 @@ std::vector<OptionSpec> engine_option_specs() {
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
       {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
-      {"isa", 0, "LEVEL", "CPU kernel level: auto, avx512vnni, avx512, avx2, generic", "auto"},
+      {"isa", 0, "LEVEL", "CPU kernel level: auto, amx, avx512vnni, avx512, avx2, generic", "auto"},
       {"activations", 0, "KIND", "decode activations for quantized weights: int8 or f32", "int8"},
       weights_option_spec(),
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},

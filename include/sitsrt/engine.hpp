@@ -29,7 +29,7 @@ struct EngineOptions {
   KvCacheType kv_cache_type = KvCacheType::kF16;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
   RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints
-  std::string cpu_isa = "auto";  // "auto", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU)
+  std::string cpu_isa = "auto";  // "auto", "amx", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU)
   // Decode matmuls of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_G128 weights quantize their input row to int8 per
   // 32-block and use integer dot products (faster; adds the activation rounding error, see
   // docs/quantization.md). false: float activations everywhere. Recorded in ModelInfo.

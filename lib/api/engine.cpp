@@ -34,11 +34,12 @@ constexpr std::int64_t kDefaultContextCap = 4096;
 
 cpu::Isa parse_isa(const std::string& name) {
   if (name == "auto" || name.empty()) return cpu::detect_isa();
+  if (name == "amx") return cpu::Isa::kAmx;
   if (name == "avx512vnni") return cpu::Isa::kAvx512Vnni;
   if (name == "avx512") return cpu::Isa::kAvx512;
   if (name == "avx2") return cpu::Isa::kAvx2;
   if (name == "generic") return cpu::Isa::kGeneric;
-  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, avx512vnni, avx512, avx2, generic", name);
+  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, amx, avx512vnni, avx512, avx2, generic", name);
 }
 
 void validate(const EngineOptions& o) {

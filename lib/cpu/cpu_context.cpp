@@ -3,6 +3,10 @@
 #if defined(SITSRT_X86_KERNELS)
 #include <cpuid.h>
 #endif
+#if defined(SITSRT_X86_KERNELS) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "core/check.hpp"
 
@@ -20,6 +24,8 @@ std::string_view name(Isa isa) noexcept {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+    case Isa::kAmx:
+      return "amx";
   }
   return "unknown";
 }
@@ -30,6 +36,28 @@ namespace {
 bool has_f16c() noexcept {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
+// AMX-TILE + AMX-BF16 (CPUID 7.0 EDX bits 24, 22) and AVX512-BF16 (7.1 EAX bit 5), which
+// gemm_amx.cpp is compiled for, and the tile data state granted to this process: Linux enables
+// it only on request (arch_prctl ARCH_REQ_XCOMP_PERM, once per process, for all its threads) and
+// refuses where the kernel or hypervisor does not support it. Checked once.
+bool amx_usable() noexcept {
+#if defined(__linux__)
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) return false;
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0 || (eax & (1u << 5)) == 0) return false;
+    constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+    unsigned long permitted = 0;
+    return syscall(SYS_arch_prctl, kArchGetXcompPerm, &permitted) == 0 && (permitted & (1ul << kXfeatureXtiledata)) != 0;
+  }();
+  return usable;
+#else
+  return false;  // other systems: no way to request the tile state here
+#endif
 }
 }  // namespace
 #endif
@@ -42,7 +70,7 @@ Isa detect_isa() noexcept {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") &&
                       __builtin_cpu_supports("fma") && has_f16c();
-  if (avx512 && __builtin_cpu_supports("avx512vnni")) return Isa::kAvx512Vnni;
+  if (avx512 && __builtin_cpu_supports("avx512vnni")) return amx_usable() ? Isa::kAmx : Isa::kAvx512Vnni;
   if (avx512) return Isa::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
     return Isa::kAvx2;

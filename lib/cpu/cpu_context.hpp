@@ -17,6 +17,7 @@ enum class Isa {
   kAvx2,     // AVX2 + FMA + F16C
   kAvx512,   // AVX-512 F/BW/VL/DQ
   kAvx512Vnni,  // kAvx512 + VNNI (vpdpbusd): integer-dot decode with int8 activations
+  kAmx,         // kAvx512Vnni + AMX-BF16 tiles: prefill (m > 1) with bf16 operands, fp32 sums
 };
 std::string_view name(Isa isa) noexcept;
 Isa detect_isa() noexcept;  // the best level this CPU supports

@@ -21,6 +21,8 @@ constexpr IsaTables kIsaTables[] = {
     // Plain AVX-512 has no vpdpbusd: its integer dots are the AVX2 ones.
     {Isa::kAvx512, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx2},
     {Isa::kAvx512Vnni, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx512vnni},
+    // AMX only changes prefill (matmul.cpp sends m > 1 to gemm_amx); the rest is avx512vnni.
+    {Isa::kAmx, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx512vnni},
 #endif
 };
 

@@ -3,6 +3,7 @@
 #include "cpu/matmul.hpp"
 
 #include "core/check.hpp"
+#include "cpu/amx_prefill.hpp"
 #include "cpu/decode_kernel.hpp"
 
 #include <algorithm>
@@ -42,6 +43,12 @@ void matvec(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y) {
 void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, const float* x, std::int64_t ldx,
           std::int64_t m, float* y, std::int64_t ldy) {
   const detail::DequantFn dequant = kernels.formats[static_cast<int>(w.type)].dequant;
+#if defined(SITSRT_X86_KERNELS)
+  if (ctx.isa() == Isa::kAmx) {
+    detail::gemm_amx(ctx, dequant, w, x, ldx, m, y, ldy);
+    return;
+  }
+#endif
   const std::int64_t tile_rows = kernels.tile_rows;
   const std::size_t need = matmul_scratch_floats(w, m);
   const DTypeTraits& tr = traits(w.type);
@@ -123,6 +130,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 }
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
+  if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
   if (m != 1 || detail::DecodeKernel::for_weight(ctx, w.type).qdot == nullptr) return 0;
   return detail::quantized_row_bytes(w.cols);
 }
@@ -130,7 +138,8 @@ std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, st
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept {
   if (m <= 1 || w.cols <= 0) return 0;
   const std::int64_t kc = std::min(detail::kGemmBlockK, w.cols);
-  return static_cast<std::size_t>(2 * detail::kGemmTileRows * tile_stride(kc));  // tile + kernel work copy
+  // tile + kernel work copy; or the AMX gemm's tiles when the context runs at Isa::kAmx
+  return static_cast<std::size_t>(std::max(2 * detail::kGemmTileRows * tile_stride(kc), detail::kAmxScratchFloats));
 }
 
 void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out,

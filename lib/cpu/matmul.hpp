@@ -30,17 +30,20 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 
 // Per-thread scratch (in floats) matmul needs for this weight and batch size: 0 for m <= 1
 // (decode needs none), otherwise two weight tiles of at most 32 rows x 1024 columns (256 KiB),
-// independent of m. Reserve the maximum over a plan's matmuls with CpuContext::reserve_scratch;
-// matmul throws kInternal when less is reserved.
+// or the AMX gemm's 100 KiB when that is more (small cols), independent of m. Reserve the
+// maximum over a plan's matmuls with CpuContext::reserve_scratch; matmul throws kInternal when
+// less is reserved.
 //
 // Numerics: float accumulation with FMA in a fixed per-ISA order that does not depend on the
 // thread count (each output is computed by one thread); m == 1 and m > 1 use different orders,
-// so decode and prefill of the same token may differ in the last bits.
+// so decode and prefill of the same token may differ in the last bits. At Isa::kAmx, m > 1 rounds
+// x and W to bf16 and sums in fp32 (see cpu/amx_prefill.hpp): relative error <= 2^-7 per term.
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept;
 
 // Shared scratch bytes (CpuContext::reserve_shared_bytes) matmul needs for this weight and
 // batch size in this context: the int8-quantized input row when the context uses int8
-// activations and the format has an integer-dot kernel at its ISA level (decode, m == 1); else 0.
+// activations and the format has an integer-dot kernel at its ISA level (decode, m == 1); the
+// bf16 copy of x at Isa::kAmx (m > 1); else 0.
 // With int8 activations, decode of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 computes
 // sum_b fl(d_w d_x) * int_dot_b [+ m_w fl(d_x sum q)] (see cpu/qdot_kernels.hpp): the error
 // versus the float path is that of rounding x to 8 bits per 32-block.

@@ -55,6 +55,7 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
       const std::int64_t rows = value.rows == graph::RowSpace::kTokens ? plan.max_tokens : plan.max_outputs;
       scratch = std::max(scratch, cpu::matmul_scratch_floats(w, rows));
       shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, 1));  // decode steps
+      shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, rows));  // prefill (AMX: bf16 x)
     } else if (node.op == graph::OpKind::kAttention) {
       const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
                                       node.attrs.attn_scale, node.attrs.window};

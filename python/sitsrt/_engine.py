@@ -88,7 +88,8 @@ class Engine:
         ctx: context window in tokens (None: min(training context, 4096)).
         kv_dtype: KV cache element type, "f16" or "f32".
         max_batch_tokens: prompt tokens per forward pass.
-        cpu_isa: "auto", "avx512", "avx2" or "generic" (clamped to the CPU).
+        cpu_isa: "auto", "amx", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU;
+            "avx512vnni" on a CPU with AMX keeps prefill in float instead of bf16 tiles).
         memory_budget_bytes: limit for weights + KV caches + activations (0: unlimited); too small
             for the weights and one request: refused at load; full: requests wait for a session.
         weights: matmul weight format: "as-stored" (read in place), or converted at load to
@@ -118,8 +119,9 @@ class Engine:
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype: expected 'f16' or 'f32', got {kv_dtype!r}")
-        if cpu_isa not in ("auto", "avx512", "avx2", "generic"):
-            raise ValueError(f"cpu_isa: expected 'auto', 'avx512', 'avx2' or 'generic', got {cpu_isa!r}")
+        if cpu_isa not in ("auto", "amx", "avx512vnni", "avx512", "avx2", "generic"):
+            raise ValueError("cpu_isa: expected 'auto', 'amx', 'avx512vnni', 'avx512', 'avx2' or 'generic', "
+                             f"got {cpu_isa!r}")
         if weights not in _WEIGHT_FORMATS:
             raise ValueError(f"weights: expected one of {', '.join(_WEIGHT_FORMATS)}, got {weights!r}")
         _devices(devices)

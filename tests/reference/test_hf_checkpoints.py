@@ -21,7 +21,9 @@ from numpy_forward import Model
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SITSRT = os.environ.get("SITSRT_BIN", str(ROOT / "build" / "bin" / "sitsrt"))
 TOKENS = [5, 77, 12, 290, 41, 3, 150, 151, 9, 200, 64, 18, 33, 250, 7, 99, 120, 45, 260, 11, 6, 180, 71, 30]
-ENGINE = ["--all", "--kv-type", "f32", "--activations", "f32", "--batch", "8", "-t", "2"]
+# --isa avx512vnni: float prefill (the default on AMX CPUs rounds prefill operands to bf16);
+# clamped to the CPU like any level.
+ENGINE = ["--all", "--kv-type", "f32", "--activations", "f32", "--batch", "8", "-t", "2", "--isa", "avx512vnni"]
 
 
 @pytest.fixture(scope="module")

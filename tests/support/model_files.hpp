@@ -29,6 +29,11 @@ inline std::string random_model(const RandomModelOptions& options, const std::st
   return path.string();
 }
 
+// EngineOptions::cpu_isa for tests that hold prefill to float rounding: the best level whose
+// prefill is float (at "amx", the default on CPUs with AMX, prefill rounds its matmul operands to
+// bf16; see cpu/amx_prefill.hpp). Clamped to the CPU like any level.
+inline constexpr const char* kFloatPrefillIsa = "avx512vnni";
+
 inline RandomModelOptions tiny_options(DType type) {
   RandomModelOptions o;
   o.dim = 64;

@@ -19,6 +19,7 @@ EngineOptions options_for(const std::string& path) {
   EngineOptions o;
   o.model_path = path;
   o.threads = 1;
+  o.cpu_isa = test::kFloatPrefillIsa;  // the "same model" case expects float-rounding agreement
   return o;
 }
 

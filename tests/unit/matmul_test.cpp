@@ -117,10 +117,12 @@ std::vector<Shape> float_only_shapes() {
   return {{3, 172, 1}, {17, 172, 5}, {64, 7, 33}, {1, 1, 2}, {129, 172, 2}, {5, 1, 1}, {7, 1037, 3}};
 }
 
-// The AVX-512 FP8 decode kernel rounds the activations to bf16 where the CPU has AVX512_BF16.
+// The AVX-512 FP8 decode kernel (also the AMX level's) rounds the activations to bf16 where the
+// CPU has AVX512_BF16.
 bool fp8_decode_rounds_to_bf16(cpu::Isa isa) {
 #if defined(__x86_64__)
-  return (isa == cpu::Isa::kAvx512 || isa == cpu::Isa::kAvx512Vnni) && cpu::detail::avx512_bf16_supported();
+  return (isa == cpu::Isa::kAvx512 || isa == cpu::Isa::kAvx512Vnni || isa == cpu::Isa::kAmx) &&
+         cpu::detail::avx512_bf16_supported();
 #else
   (void)isa;
   return false;
@@ -131,8 +133,15 @@ bool fp8_decode_rounds_to_bf16(cpu::Isa isa) {
 // product whose activations were rounded to bf16 is at most 2^-8 sum |w| |x|.
 constexpr double kBf16Rounding = 0x1p-8;
 
+// Relative error per term of the AMX prefill on top of the float bound: x and w each rounded to
+// bf16 (8 significant bits, round to nearest even: unit roundoff 2^-8 each), products exact in
+// fp32: |bf16(x) bf16(w) - x w| <= (2 * 2^-8 + 2^-16) |x w|.
+constexpr double kBf16OperandsError = 0x1p-7 + 0x1p-16;
+
 void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   CAPTURE(name(type), cpu::name(isa), threads, s.rows, s.cols, s.m);
+  // AMX changes only m > 1; decode stays on the float kernels and their bound.
+  const double bf16_error = isa == cpu::Isa::kAmx && s.m > 1 ? kBf16OperandsError : 0.0;
   test::Rng rng(static_cast<std::uint64_t>(s.rows * 1000003 + s.cols * 101 + s.m * 7 + static_cast<int>(type)));
   const std::size_t pad = std::vector<std::size_t>{0, 6, 64}[static_cast<std::size_t>((s.rows + s.cols) % 3)];
   const TestWeights w = make_weights(type, s.rows, s.cols, pad, rng);
@@ -142,6 +151,7 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   cpu::CpuContext ctx(threads, isa);
   REQUIRE(ctx.isa() == isa);
   ctx.reserve_scratch(cpu::matmul_scratch_floats(w.view(), s.m));
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w.view(), s.m));
   constexpr float kSentinel = -12345.0f;
   std::vector<float> y(static_cast<std::size_t>(s.m * ldy), kSentinel);
   cpu::matmul(ctx, w.view(), x.data(), ldx, s.m, y.data(), ldy);
@@ -166,7 +176,7 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
       }
       expected.push_back(sum);
       const bool bf16_acts = type == DType::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
-      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)) +
+      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)) + bf16_error * abs_sum +
                           (bf16_acts ? kBf16Rounding * abs_sum : 0.0));
       actual.push_back(y[static_cast<std::size_t>(i * ldy + r)]);
     }
@@ -227,6 +237,47 @@ TEST_CASE("matmul matches a double reference for every format, ISA and shape", "
   if (is_float_type(type)) {
     for (const Shape& s : float_only_shapes()) check_matmul(type, isa, threads, s);
   }
+}
+
+TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding", "[matmul][amx]") {
+  if (!cpu::isa_supported(cpu::Isa::kAmx)) {
+    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles (the float prefill is tested above)");
+    return;
+  }
+  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
+  const int threads = GENERATE(1, 3);
+  for (const Shape& s : matmul_shapes()) {
+    if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
+  }
+  // Whole and partial 16 x 16 tiles and 32 x 32 blocks (rows = weight rows, m = x rows), several
+  // 512-column K blocks with a partial last one, more x rows than one 256-row pass, and K not a
+  // multiple of 32 (float formats).
+  for (Shape s : {Shape{32, 512, 16}, Shape{48, 1024, 32}, Shape{96, 1536, 47}, Shape{33, 2560, 64},
+                  Shape{64, 768, 17}, Shape{31, 256, 100}, Shape{16, 3072, 31}, Shape{40, 768, 300},
+                  Shape{17, 1280, 513}}) {
+    if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
+  }
+  if (is_float_type(type)) {
+    for (const Shape& s : float_only_shapes()) check_matmul(type, cpu::Isa::kAmx, threads, s);
+    check_matmul(type, cpu::Isa::kAmx, threads, {40, 1037, 19});
+  }
+}
+
+TEST_CASE("AMX prefill needs the shared buffer for its bf16 copy of x reserved", "[matmul][amx]") {
+  if (!cpu::isa_supported(cpu::Isa::kAmx)) {
+    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles");
+    return;
+  }
+  test::Rng rng(3);
+  const TestWeights w = make_weights(DType::kQ8_0, 8, 64, 0, rng);
+  const std::vector<float> x = make_inputs(4, 64, 64, rng);
+  std::vector<float> y(4 * 8);
+  cpu::CpuContext ctx(1, cpu::Isa::kAmx);
+  ctx.reserve_scratch(cpu::matmul_scratch_floats(w.view(), 4));
+  CHECK(cpu::matmul_shared_bytes(ctx, w.view(), 4) >= 4 * 64 * 2);
+  CHECK_THROWS_AS(cpu::matmul(ctx, w.view(), x.data(), 64, 4, y.data(), 8), Error);
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w.view(), 4));
+  CHECK_NOTHROW(cpu::matmul(ctx, w.view(), x.data(), 64, 4, y.data(), 8));
 }
 
 TEST_CASE("matmul rejects bad weights and unreserved scratch", "[matmul]") {

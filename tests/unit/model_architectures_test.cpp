@@ -138,6 +138,7 @@ static double relative_logit_error(const std::string& label, const std::string& 
   options.threads = 2;
   options.kv_cache_type = KvCacheType::kF32;
   options.int8_activations = false;
+  options.cpu_isa = test::kFloatPrefillIsa;
   options.max_batch_tokens = batch;
   const Engine engine(options);
   const std::vector<float> got = engine.logits(tokens, /*all_positions=*/true);
