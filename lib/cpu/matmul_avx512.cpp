@@ -340,24 +340,44 @@ __attribute__((target("avx512bf16"))) inline void fp8_block_bf16(const BlockFP8_
 // note); wider rows (an FFN wider than 32768) run the F16C kernel.
 constexpr std::int64_t kFp8Bf16MaxCols = 32768;
 
+// R rows per pass share the activation loads and stream side by side; every row's arithmetic
+// is that of R = 1. Past its row's end a row's prefetch continues in the next group (qdot_rows).
+template <int R>
+__attribute__((target("avx512bf16"))) inline void fp8_rows_bf16(const std::byte* w, std::size_t row_stride,
+                                                                std::int64_t cols, const float* x,
+                                                                const std::uint16_t* xb, float* y) {
+  const std::int64_t nb = cols / kFp8Block;
+  const BlockFP8_E4M3* blocks[R];
+  __m512 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) {
+    blocks[i] = reinterpret_cast<const BlockFP8_E4M3*>(w + static_cast<std::size_t>(i) * row_stride);
+    acc0[i] = acc1[i] = _mm512_setzero_ps();
+  }
+  std::int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const std::size_t ahead = static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + kPrefetchBytes;
+    const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+    for (int i = 0; i < R; ++i) {
+      const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(i) * row_stride + ahead + wrap);
+      for (int line = 0; line < 3; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+      fp8_block_bf16(blocks[i][b], xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
+      fp8_block_bf16(blocks[i][b + 1], xb + (b + 1) * kFp8Block, x + (b + 1) * kFp8Block, acc1[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    if (b < nb) fp8_block_bf16(blocks[i][b], xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
+    y[i] = 256.0f * _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));  // exact: a power of 2
+  }
+}
+
 __attribute__((target("avx512bf16"))) void matvec_fp8_bf16(const std::byte* w, std::size_t row_stride,
                                                             std::int64_t cols, const float* x, float* y,
                                                             std::int64_t n_rows) {
   alignas(64) std::uint16_t xb[kFp8Bf16MaxCols];
   fp8_activations_bf16(x, cols, xb);
-  const std::int64_t nb = cols / kFp8Block;
-  for (std::int64_t r = 0; r < n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockFP8_E4M3*>(w + static_cast<std::size_t>(r) * row_stride);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    std::int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      for (int line = 0; line < 3; ++line) prefetch_ahead(reinterpret_cast<const std::byte*>(blocks + b) + 64 * line);
-      fp8_block_bf16(blocks[b], xb + b * kFp8Block, x + b * kFp8Block, acc0);
-      fp8_block_bf16(blocks[b + 1], xb + (b + 1) * kFp8Block, x + (b + 1) * kFp8Block, acc1);
-    }
-    if (b < nb) fp8_block_bf16(blocks[b], xb + b * kFp8Block, x + b * kFp8Block, acc0);
-    y[r] = 256.0f * _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));  // exact: a power of 2
-  }
+  std::int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) fp8_rows_bf16<4>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, xb, y + r);
+  for (; r < n_rows; ++r) fp8_rows_bf16<1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, xb, y + r);
 }
 
 // INT4 g128: the table of the block's 16 weights d * (q - z), looked up by nibble as in DecodeQ4.
