@@ -9,6 +9,7 @@
 
 #include "core/function_ref.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -57,5 +58,30 @@ struct Range {
   std::int64_t end;
 };
 Range split_range(std::int64_t n, int thread_index, int n_threads, std::int64_t grain = 1) noexcept;
+
+// Hands out [0, n) in chunks of `chunk` to whichever thread asks next: the parts of a
+// ThreadPool::run job each call next() until it returns an empty range, so a thread that is
+// slowed or descheduled holds up at most the chunk it has claimed, not a fixed 1/n of the work.
+// Lives on the submitting thread's stack for one job (no allocation); a cache line of its own
+// keeps the counter's traffic off the caller's other locals.
+class alignas(64) ChunkQueue {
+ public:
+  // chunk >= 1.
+  ChunkQueue(std::int64_t n, std::int64_t chunk) noexcept : n_(n), chunk_(chunk) {}
+  ChunkQueue(const ChunkQueue&) = delete;
+  ChunkQueue& operator=(const ChunkQueue&) = delete;
+
+  // The next unclaimed chunk, or an empty range once all are claimed. Thread-safe.
+  [[nodiscard]] Range next() noexcept {
+    const std::int64_t begin = next_.fetch_add(1, std::memory_order_relaxed) * chunk_;
+    if (begin >= n_) return {n_, n_};
+    return {begin, std::min(n_, begin + chunk_)};
+  }
+
+ private:
+  std::atomic<std::int64_t> next_{0};
+  std::int64_t n_;
+  std::int64_t chunk_;
+};
 
 }  // namespace sitsrt

@@ -2,10 +2,12 @@
 // matmul() and the fused products of matvec_group.hpp so both give bit-identical outputs.
 #pragma once
 
+#include "core/thread_pool.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/matmul_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace sitsrt::cpu::detail {
@@ -13,6 +15,38 @@ namespace sitsrt::cpu::detail {
 // Decode rows are handed out in multiples of this so each thread streams whole cache lines
 // of every format and the split does not depend on the format.
 inline constexpr std::int64_t kMatvecGrain = 16;
+
+// With several threads, decode rows are claimed in chunks (ChunkQueue) rather than split into
+// one fixed part per thread: the host is shared, and a thread descheduled mid-step would
+// otherwise make the others wait for its whole part. About this many chunks per thread keeps
+// the tail a straggler leaves small while each chunk still streams a long contiguous run of
+// the weight (64-176 rows of the 0.35B model's matrices at 2 threads; see docs/performance.md).
+inline constexpr std::int64_t kDecodeChunksPerThread = 8;
+
+// Chunk size in grain units for `units` grain units on n_threads (one chunk per thread alone).
+[[nodiscard]] inline std::int64_t decode_chunk_units(std::int64_t units, int n_threads) noexcept {
+  if (n_threads <= 1) return std::max<std::int64_t>(1, units);
+  const std::int64_t chunks = kDecodeChunksPerThread * n_threads;
+  return std::max<std::int64_t>(1, (units + chunks - 1) / chunks);
+}
+
+// Runs body(Range of grain units) on the pool for every chunk of [0, units), each chunk on
+// whichever thread claims it. Which thread runs a chunk never changes its result.
+template <typename Body>
+void for_each_decode_chunk(ThreadPool& pool, std::int64_t units, Body&& body) {
+  ChunkQueue chunks(units, decode_chunk_units(units, pool.size()));
+  pool.run([&](int, int) {
+    for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) body(c);
+  });
+}
+
+// The same over rows [0, rows): body(begin, end) with begin a multiple of kMatvecGrain.
+template <typename Body>
+void for_each_decode_row_chunk(ThreadPool& pool, std::int64_t rows, Body&& body) {
+  for_each_decode_chunk(pool, (rows + kMatvecGrain - 1) / kMatvecGrain, [&](Range units) {
+    body(units.begin * kMatvecGrain, std::min(rows, units.end * kMatvecGrain));
+  });
+}
 
 // Throws kInvalidArgument for negative shapes, partial blocks, a short row_stride or null data.
 void check_weight(const WeightMatrix& w, const char* op);

@@ -23,16 +23,16 @@ std::int64_t tile_stride(std::int64_t kc) {
 }
 
 // y = x W^T for m == 1: the int8 path quantizes x once on the calling thread into the shared
-// scratch; rows are split in kMatvecGrain chunks, one fused dequantize-dot per row.
+// scratch; rows are claimed by the threads in chunks of whole kMatvecGrain units, one fused
+// dequantize-dot per row.
 void matvec(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y) {
   const detail::DecodeKernel kernel = detail::DecodeKernel::for_weight(ctx, w.type);
   detail::QuantizedRow q{};
   if (kernel.qdot != nullptr) {
     q = detail::qdot_kernels_for(ctx.isa()).quantize(x, w.cols, ctx.shared(detail::quantized_row_bytes(w.cols)));
   }
-  ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(w.rows, t, n, detail::kMatvecGrain);
-    kernel.rows(w, x, &q, y, r.begin, r.end);
+  detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
+    kernel.rows(w, x, &q, y, begin, end);
   });
 }
 

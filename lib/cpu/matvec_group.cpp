@@ -50,13 +50,13 @@ void matvec_group(CpuContext& ctx, std::span<const MatvecTarget> targets, const 
   std::array<const WeightMatrix*, kMaxTargets> weights{};
   for (std::size_t i = 0; i < targets.size(); ++i) weights[i] = targets[i].weight;
   const PreparedGroup g = prepare(ctx, {weights.data(), targets.size()}, x, "matvec_group");
-  // Rows of all targets, concatenated in grain units so every target's split stays grain-aligned.
+  // Rows of all targets, concatenated in grain units so every chunk stays grain-aligned in its
+  // target(s); a chunk may span the end of one target and the start of the next.
   std::array<std::int64_t, kMaxTargets + 1> first_unit{};
   for (std::size_t i = 0; i < targets.size(); ++i) {
     first_unit[i + 1] = first_unit[i] + (targets[i].weight->rows + detail::kMatvecGrain - 1) / detail::kMatvecGrain;
   }
-  ctx.pool().run([&](int t, int n) {
-    const Range units = split_range(first_unit[targets.size()], t, n);
+  detail::for_each_decode_chunk(ctx.pool(), first_unit[targets.size()], [&](Range units) {
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const WeightMatrix& w = *targets[i].weight;
       const std::int64_t begin = std::max(units.begin, first_unit[i]) - first_unit[i];
@@ -76,23 +76,20 @@ void matvec_swiglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix
     raise(ErrorCode::kInvalidArgument, "matvec_swiglu: gate has {} rows, up has {}", gate.rows, up.rows);
   }
   const auto swiglu_row = detail::vec_kernels_for(ctx.isa()).swiglu_row;
-  ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(gate.rows, t, n, detail::kMatvecGrain);
-    if (r.end <= r.begin) return;
-    p.kernels[0].rows(gate, x, &p.q, g, r.begin, r.end);
-    p.kernels[1].rows(up, x, &p.q, u, r.begin, r.end);
-    swiglu_row(g + r.begin, u + r.begin, out + r.begin, r.end - r.begin);
+  // Each chunk's activations are computed as soon as its gate and up rows are (still in cache).
+  detail::for_each_decode_row_chunk(ctx.pool(), gate.rows, [&](std::int64_t begin, std::int64_t end) {
+    p.kernels[0].rows(gate, x, &p.q, g, begin, end);
+    p.kernels[1].rows(up, x, &p.q, u, begin, end);
+    swiglu_row(g + begin, u + begin, out + begin, end - begin);
   });
 }
 
 void matvec_add(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y, const float* residual, float* out) {
   const std::array<const WeightMatrix*, 1> weights{&w};
   const PreparedGroup p = prepare(ctx, weights, x, "matvec_add");
-  ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(w.rows, t, n, detail::kMatvecGrain);
-    if (r.end <= r.begin) return;
-    p.kernels[0].rows(w, x, &p.q, y, r.begin, r.end);
-    for (std::int64_t i = r.begin; i < r.end; ++i) out[i] = residual[i] + y[i];
+  detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
+    p.kernels[0].rows(w, x, &p.q, y, begin, end);
+    for (std::int64_t i = begin; i < end; ++i) out[i] = residual[i] + y[i];
   });
 }
 

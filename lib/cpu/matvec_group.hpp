@@ -1,6 +1,6 @@
 // Fused decode (m == 1) products: several weights that read the same input row, computed in one
 // parallel region with the input quantized once, and element-wise epilogues (SwiGLU, residual
-// add) applied by each thread to its own rows as soon as they are done. A decode step of a
+// add) applied to each claimed chunk of rows as soon as its products are done. A decode step of a
 // 24-layer model otherwise pays ~260 fork-joins, each a few microseconds of two cores waiting.
 // Every output is bit-identical to the unfused ops (same kernels, same quantized input, same
 // row kernels for the epilogues), whatever the thread count.

@@ -152,6 +152,28 @@ TEST_CASE("thread pool finishes a job while a part blocks", "[core]") {
   CHECK(runs.load() == 3);
 }
 
+TEST_CASE("ChunkQueue hands out every chunk exactly once across threads", "[core]") {
+  ThreadPool pool(3);
+  for (std::int64_t n : {0, 1, 7, 64, 1000}) {
+    for (std::int64_t chunk : {1, 3, 64, 2000}) {
+      CAPTURE(n, chunk);
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+      std::atomic<int> bad_ranges{0};
+      ChunkQueue chunks(n, chunk);
+      pool.run([&](int, int) {
+        for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) {
+          if (c.begin % chunk != 0 || c.end - c.begin > chunk || c.end > n) bad_ranges.fetch_add(1);
+          for (std::int64_t i = c.begin; i < c.end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+        }
+      });
+      REQUIRE(bad_ranges.load() == 0);
+      for (const auto& h : hits) REQUIRE(h.load() == 1);
+      const Range after = chunks.next();
+      CHECK(after.begin == after.end);
+    }
+  }
+}
+
 TEST_CASE("split_range covers the range without overlap", "[core]") {
   for (int n : {0, 1, 7, 64, 1000}) {
     for (int threads : {1, 2, 3, 8}) {

@@ -2,6 +2,7 @@
 // bit) and against a double-precision reference, and whole-model decode with and without them.
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
+#include "cpu/decode_kernel.hpp"
 #include "cpu/elementwise.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/matvec_group.hpp"
@@ -16,9 +17,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 using namespace sitsrt;
@@ -131,6 +135,66 @@ TEST_CASE("fused decode products equal the unfused ops bit for bit and the doubl
     const std::vector<float> y0 = unfused(ctx, down, h);
     CHECK(y == y0);
     for (std::size_t i = 0; i < y0.size(); ++i) REQUIRE(out[i] == residual[i] + y0[i]);
+  }
+}
+
+TEST_CASE("decode rows are claimed in chunks, so a stalled thread holds up only its own chunk", "[fusion]") {
+  cpu::CpuContext ctx(2, cpu::detect_isa(), true);
+  const std::int64_t rows = 2816;  // the 0.35B model's ffn rows: 176 grain units
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(rows));
+  std::atomic<int> bad_ranges{0}, chunks_total{0}, chunks_by_staller{0};
+  std::atomic<std::thread::id> staller{};
+  cpu::detail::for_each_decode_row_chunk(ctx.pool(), rows, [&](std::int64_t begin, std::int64_t end) {
+    if (begin % cpu::detail::kMatvecGrain != 0 || end <= begin || end > rows) bad_ranges.fetch_add(1);
+    for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+    chunks_total.fetch_add(1);
+    if (begin == 0) {  // the first chunk's thread stalls, as a descheduled thread would
+      staller.store(std::this_thread::get_id());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (staller.load() == std::this_thread::get_id()) chunks_by_staller.fetch_add(1);
+  });
+  REQUIRE(bad_ranges.load() == 0);
+  for (const auto& h : hits) REQUIRE(h.load() == 1);
+  CHECK(chunks_total.load() >= 8);
+  // With one fixed part per thread the staller would compute half of the rows; here the other
+  // thread claims every chunk left while it sleeps.
+  CHECK(chunks_by_staller.load() < chunks_total.load() / 2);
+}
+
+TEST_CASE("decode products do not depend on the thread count or on which thread runs a chunk", "[fusion]") {
+  const bool int8 = GENERATE(false, true);
+  CAPTURE(int8);
+  test::Rng rng(int8 ? 91 : 92);
+  const std::int64_t dim = 512, kv = 256 - 16, ffn = 1408 - 16 * 3, down_cols = 1536;
+  const Weights q = random_weights(DType::kQ8_0, dim, dim, rng), k = random_weights(DType::kQ4_0, kv, dim, rng),
+                gate = random_weights(DType::kQ4_K, ffn, dim, rng), up = random_weights(DType::kQ4_K, ffn, dim, rng),
+                down = random_weights(DType::kQ8_0, dim, down_cols, rng);
+  const std::vector<float> x = rng.normals(dim), h = rng.normals(static_cast<std::size_t>(down_cols)),
+                           residual = rng.normals(dim);
+  struct Outputs {
+    std::vector<float> yq, yk, g, u, act, y, out;
+    bool operator==(const Outputs&) const = default;
+  };
+  const auto run = [&](cpu::CpuContext& ctx) {
+    Outputs o{std::vector<float>(dim), std::vector<float>(kv), std::vector<float>(ffn), std::vector<float>(ffn),
+              std::vector<float>(ffn), std::vector<float>(dim), std::vector<float>(dim)};
+    const cpu::WeightMatrix wq = q.view(), wk = k.view();
+    const cpu::MatvecTarget targets[] = {{&wq, o.yq.data()}, {&wk, o.yk.data()}};
+    cpu::matvec_group(ctx, targets, x.data());
+    cpu::matvec_swiglu(ctx, gate.view(), up.view(), x.data(), o.g.data(), o.u.data(), o.act.data());
+    cpu::matvec_add(ctx, down.view(), h.data(), o.y.data(), residual.data(), o.out.data());
+    return o;
+  };
+  cpu::CpuContext one(1, cpu::detect_isa(), int8);
+  reserve(one, {&q, &k, &gate, &up, &down});
+  const Outputs want = run(one);
+  // More threads than this machine's cores: the chunks go to whichever thread the OS runs.
+  for (const int threads : {2, 3, 7}) {
+    CAPTURE(threads);
+    cpu::CpuContext ctx(threads, cpu::detect_isa(), int8);
+    reserve(ctx, {&q, &k, &gate, &up, &down});
+    for (int round = 0; round < 10; ++round) REQUIRE(run(ctx) == want);
   }
 }
 
