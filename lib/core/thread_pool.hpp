@@ -61,7 +61,8 @@ Range split_range(std::int64_t n, int thread_index, int n_threads, std::int64_t 
 
 // Hands out [0, n) in chunks of `chunk` to whichever thread asks next: the parts of a
 // ThreadPool::run job each call next() until it returns an empty range, so a thread that is
-// slowed or descheduled holds up at most the chunk it has claimed, not a fixed 1/n of the work.
+// slowed or descheduled holds up at most the chunk it has claimed, not the rest of a fixed 1/n
+// of the work. A claimed chunk is never taken back.
 // Lives on the submitting thread's stack for one job (no allocation); a cache line of its own
 // keeps the counter's traffic off the caller's other locals.
 class alignas(64) ChunkQueue {

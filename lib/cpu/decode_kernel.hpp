@@ -17,10 +17,13 @@ namespace sitsrt::cpu::detail {
 inline constexpr std::int64_t kMatvecGrain = 16;
 
 // With several threads, decode rows are claimed in chunks (ChunkQueue) rather than split into
-// one fixed part per thread: the host is shared, and a thread descheduled mid-step would
-// otherwise make the others wait for its whole part. About this many chunks per thread keeps
-// the tail a straggler leaves small while each chunk still streams a long contiguous run of
-// the weight (64-176 rows of the 0.35B model's matrices at 2 threads; see docs/performance.md).
+// one fixed part per thread: on a shared host a thread that runs slower than the others, or is
+// descheduled before it finishes, leaves at most one chunk for the others to wait on instead of
+// the rest of its part (a chunk it holds while descheduled still waits for it to run again).
+// About this many chunks per thread keeps that tail small while each chunk still streams a long
+// contiguous run of
+// the weight (at 2 threads: 64 rows of a 1024-row matrix, 176 of a 2816-row FFN matrix, i.e.
+// 70-190 KiB of Q8_0). 32 per thread measured 1-3% slower; see docs/performance.md.
 inline constexpr std::int64_t kDecodeChunksPerThread = 8;
 
 // Chunk size in grain units for `units` grain units on n_threads (one chunk per thread alone).
