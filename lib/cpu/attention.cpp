@@ -149,7 +149,8 @@ struct AttentionPlan {
   void run_chunk(std::int64_t i, std::int64_t g, std::int64_t chunk, const Partial& dst, float* scratch) const {
     const std::int64_t d = shape->head_dim;
     const std::int64_t begin = first(i) + chunk * kAttendChunk;
-    const std::size_t skip = static_cast<std::size_t>(begin) * kv->row_stride + static_cast<std::size_t>(g) * head_bytes;
+    const std::size_t skip =
+        static_cast<std::size_t>(begin) * kv->row_stride + static_cast<std::size_t>(g) * head_bytes;
     detail::AttendArgs args{};
     args.q = q + i * ldq + g * group * d;
     args.k = kv->k + skip;

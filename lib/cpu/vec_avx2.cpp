@@ -139,7 +139,8 @@ inline void softmax_numerators(float* sh, std::int64_t n, float* max_out, float*
   const __m256 minus_inf = _mm256_set1_ps(-__builtin_inff());
   __m256 mv = minus_inf;
   for (std::int64_t p = 0; p < n; p += 8) {
-    mv = _mm256_max_ps(mv, _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(sh + p), _mm256_castsi256_ps(lanes_below(p, n))));
+    mv =
+        _mm256_max_ps(mv, _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(sh + p), _mm256_castsi256_ps(lanes_below(p, n))));
   }
   const float m = hmax(mv);
   const __m256 max = _mm256_set1_ps(m);
