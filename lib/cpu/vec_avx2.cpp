@@ -1,6 +1,7 @@
 // AVX2 + FMA + F16C row primitives (see vec_kernels.hpp): 8 float lanes, a vector exp.
 // Rows are padded to 16 floats (the layout shared with the other levels), so steps of 8
 // never need a tail inside the padded buffers; only reads from caller memory are masked.
+#include "cpu/attend_rows.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #include <immintrin.h>
@@ -60,14 +61,6 @@ inline __m256 exp_avx2(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// A kv head's rows are n_kv_heads * head_dim elements apart (2 KiB for 8 x 128 f16), so
-// consecutive positions often sit on different 4 KiB pages, where hardware prefetchers stop:
-// decode at long context waited on every row. Rows kPrefetchRows ahead are requested here.
-constexpr std::int64_t kPrefetchRows = 8;
-inline void prefetch_row(const std::byte* row, std::int64_t bytes) {
-  for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
-}
-
 // 8 elements of a cache row from element c, converted to floats straight from memory (lanes at
 // or past d read as 0; c may run to pad16(d)).
 struct RowF32 {
@@ -89,36 +82,21 @@ struct RowF16 {
   }
 };
 
-// Position p's row of a chunk; past the end (a last partial block of four) it repeats row n-1.
-inline const std::byte* chunk_row(const std::byte* base, const AttendArgs& a, std::int64_t p) {
-  return base + static_cast<std::size_t>(p < a.n ? p : a.n - 1) * a.row_stride;
-}
-
 // As scores_block in vec_avx512.cpp, with 8 lanes and at most two heads per pass (16 registers).
 template <typename Row, int H>
 void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
   const std::int64_t d = a.head_dim, n = a.n, row_bytes = d * Row::kBytes;
   for (std::int64_t p = 0; p < n; p += 4) {
-    for (std::int64_t i = p + kPrefetchRows; i < p + kPrefetchRows + 4 && i < n; ++i) {
-      prefetch_row(chunk_row(a.k, a, i), row_bytes);
-    }
-    if (prefetch_values) {
-      for (std::int64_t i = p; i < p + 4 && i < n; ++i) {
-        const auto* vr = reinterpret_cast<const char*>(chunk_row(a.v, a, i));
-        for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(vr + b, _MM_HINT_T1);
-      }
-    }
-    const std::byte* r0 = chunk_row(a.k, a, p);
-    const std::byte* r1 = chunk_row(a.k, a, p + 1);
-    const std::byte* r2 = chunk_row(a.k, a, p + 2);
-    const std::byte* r3 = chunk_row(a.k, a, p + 3);
+    prefetch_block<_MM_HINT_T0>(a.k, a, p + kPrefetchRows, row_bytes);
+    if (prefetch_values) prefetch_block<_MM_HINT_T1>(a.v, a, p, row_bytes);
+    const Block4 k = block_rows(a.k, a, p);
     __m256 acc[H][4];
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < 4; ++i) acc[h][i] = _mm256_setzero_ps();
     }
     for (std::int64_t c = 0; c < dp; c += 8) {
-      const __m256 k0 = Row::load(r0, c, d), k1 = Row::load(r1, c, d), k2 = Row::load(r2, c, d);
-      const __m256 k3 = Row::load(r3, c, d);
+      const __m256 k0 = Row::load(k.r[0], c, d), k1 = Row::load(k.r[1], c, d), k2 = Row::load(k.r[2], c, d);
+      const __m256 k3 = Row::load(k.r[3], c, d);
       for (int h = 0; h < H; ++h) {
         const __m256 qv = _mm256_load_ps(qp + h * dp + c);
         acc[h][0] = _mm256_fmadd_ps(qv, k0, acc[h][0]);
@@ -161,13 +139,10 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
   const std::int64_t d = a.head_dim, g = a.group;
   for (std::int64_t i = 0; i < g * dp; i += 8) _mm256_store_ps(a.o + i, _mm256_setzero_ps());
   for (std::int64_t p = 0; p < a.n; p += 4) {
-    const std::byte* r0 = chunk_row(a.v, a, p);
-    const std::byte* r1 = chunk_row(a.v, a, p + 1);
-    const std::byte* r2 = chunk_row(a.v, a, p + 2);
-    const std::byte* r3 = chunk_row(a.v, a, p + 3);
+    const Block4 v = block_rows(a.v, a, p);
     for (std::int64_t c = 0; c < dp; c += 8) {
-      const __m256 v0 = Row::load(r0, c, d), v1 = Row::load(r1, c, d), v2 = Row::load(r2, c, d);
-      const __m256 v3 = Row::load(r3, c, d);
+      const __m256 v0 = Row::load(v.r[0], c, d), v1 = Row::load(v.r[1], c, d), v2 = Row::load(v.r[2], c, d);
+      const __m256 v3 = Row::load(v.r[3], c, d);
       for (std::int64_t h = 0; h < g; ++h) {
         const float* wh = w + h * kAttendChunk + p;
         float* oh = a.o + h * dp + c;
@@ -196,7 +171,7 @@ void attend_avx2(const AttendArgs& a) {
       _mm256_store_ps(qp + h * dp + c, _mm256_mul_ps(qv, scale));
     }
   }
-  for (std::int64_t i = 0; i < kPrefetchRows && i < a.n; ++i) prefetch_row(chunk_row(a.k, a, i), d * Row::kBytes);
+  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0>(a.k, a, p, d * Row::kBytes);
   for (std::int64_t h = 0; h < g;) {  // heads in pairs: 8 accumulators
     float* sh = s + h * kAttendChunk;
     if (g - h >= 2) {

@@ -9,6 +9,8 @@
 #endif
 #include <immintrin.h>
 
+#include "cpu/attend_rows.hpp"  // after the pragmas: it includes immintrin.h too
+
 namespace sitsrt::cpu::detail {
 namespace {
 
@@ -49,14 +51,6 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// A kv head's rows are n_kv_heads * head_dim elements apart (2 KiB for 8 x 128 f16), so
-// consecutive positions often sit on different 4 KiB pages, where hardware prefetchers stop:
-// decode at long context waited on every row. Rows kPrefetchRows ahead are requested here.
-constexpr std::int64_t kPrefetchRows = 8;
-inline void prefetch_row(const std::byte* row, std::int64_t bytes) {
-  for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
-}
-
 // 16 elements of a cache row from element c, converted to floats straight from memory
 // (lanes at or past d read as 0).
 struct RowF32 {
@@ -72,11 +66,6 @@ struct RowF16 {
   }
 };
 
-// Position p's row of a chunk; past the end (a last partial block of four) it repeats row n-1.
-inline const std::byte* chunk_row(const std::byte* base, const AttendArgs& a, std::int64_t p) {
-  return base + static_cast<std::size_t>(p < a.n ? p : a.n - 1) * a.row_stride;
-}
-
 // Scores of H heads (qp rows dp apart, s rows kAttendChunk apart) against positions 0 .. n-1,
 // four key rows at a time: each key vector is converted once and used by all H heads. Scores of
 // the repeated rows of a last partial block land in s[n, pad4(n)) and are ignored. With
@@ -85,26 +74,16 @@ template <typename Row, int H>
 void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
   const std::int64_t d = a.head_dim, n = a.n, row_bytes = d * Row::kBytes;
   for (std::int64_t p = 0; p < n; p += 4) {
-    for (std::int64_t i = p + kPrefetchRows; i < p + kPrefetchRows + 4 && i < n; ++i) {
-      prefetch_row(chunk_row(a.k, a, i), row_bytes);
-    }
-    if (prefetch_values) {
-      for (std::int64_t i = p; i < p + 4 && i < n; ++i) {
-        const auto* vr = reinterpret_cast<const char*>(chunk_row(a.v, a, i));
-        for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(vr + b, _MM_HINT_T1);
-      }
-    }
-    const std::byte* r0 = chunk_row(a.k, a, p);
-    const std::byte* r1 = chunk_row(a.k, a, p + 1);
-    const std::byte* r2 = chunk_row(a.k, a, p + 2);
-    const std::byte* r3 = chunk_row(a.k, a, p + 3);
+    prefetch_block<_MM_HINT_T0>(a.k, a, p + kPrefetchRows, row_bytes);
+    if (prefetch_values) prefetch_block<_MM_HINT_T1>(a.v, a, p, row_bytes);
+    const Block4 k = block_rows(a.k, a, p);
     __m512 acc[H][4];
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_setzero_ps();
     }
     for (std::int64_t c = 0; c < dp; c += 16) {
-      const __m512 k0 = Row::load(r0, c, d), k1 = Row::load(r1, c, d), k2 = Row::load(r2, c, d);
-      const __m512 k3 = Row::load(r3, c, d);
+      const __m512 k0 = Row::load(k.r[0], c, d), k1 = Row::load(k.r[1], c, d), k2 = Row::load(k.r[2], c, d);
+      const __m512 k3 = Row::load(k.r[3], c, d);
       for (int h = 0; h < H; ++h) {
         const __m512 qv = _mm512_load_ps(qp + h * dp + c);
         acc[h][0] = _mm512_fmadd_ps(qv, k0, acc[h][0]);
@@ -145,13 +124,10 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
   const std::int64_t d = a.head_dim, g = a.group;
   for (std::int64_t i = 0; i < g * dp; i += 16) _mm512_store_ps(a.o + i, _mm512_setzero_ps());
   for (std::int64_t p = 0; p < a.n; p += 4) {
-    const std::byte* r0 = chunk_row(a.v, a, p);
-    const std::byte* r1 = chunk_row(a.v, a, p + 1);
-    const std::byte* r2 = chunk_row(a.v, a, p + 2);
-    const std::byte* r3 = chunk_row(a.v, a, p + 3);
+    const Block4 v = block_rows(a.v, a, p);
     for (std::int64_t c = 0; c < dp; c += 16) {
-      const __m512 v0 = Row::load(r0, c, d), v1 = Row::load(r1, c, d), v2 = Row::load(r2, c, d);
-      const __m512 v3 = Row::load(r3, c, d);
+      const __m512 v0 = Row::load(v.r[0], c, d), v1 = Row::load(v.r[1], c, d), v2 = Row::load(v.r[2], c, d);
+      const __m512 v3 = Row::load(v.r[3], c, d);
       for (std::int64_t h = 0; h < g; ++h) {
         const float* wh = w + h * kAttendChunk + p;
         float* oh = a.o + h * dp + c;
@@ -178,7 +154,7 @@ void attend_avx512(const AttendArgs& a) {
       _mm512_store_ps(qp + h * dp + c, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_below(c, d), a.q + h * d + c), scale));
     }
   }
-  for (std::int64_t i = 0; i < kPrefetchRows && i < a.n; ++i) prefetch_row(chunk_row(a.k, a, i), d * Row::kBytes);
+  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0>(a.k, a, p, d * Row::kBytes);
   for (std::int64_t h = 0; h < g;) {  // heads in blocks of up to four: 16 accumulators
     const std::int64_t left = g - h;
     float* sh = s + h * kAttendChunk;
