@@ -49,27 +49,45 @@ int main(int argc, char** argv) {
   std::string dir = "build/models";
   std::vector<std::string> types = {"f16", "q8_0", "q4_0"};
   int prompt_tokens = 128, gen_tokens = 32, reps = 3;
+  bool mmap_weights = false;
+  std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       fmt::print("usage: bench_models [--dir DIR] [--types f16,q8_0,q4_0,q4_k_m,fp8_e4m3] [--prompt 128] [--gen 32] "
-                 "[--reps 3]\nWrites the synthetic 0.35B models it lacks into DIR, then prints prefill and decode "
-                 "tokens/s at 1 thread and all threads beside the memory-bandwidth floor.\n");
+                 "[--reps 3] [--threads 1,2] [--mmap]\nWrites the synthetic 0.35B models it lacks into DIR, then "
+                 "prints prefill and decode tokens/s at 1 thread and all threads (or --threads) beside the "
+                 "memory-bandwidth floor. --mmap: weights read in place from the file instead of resident.\n");
       return 0;
     }
+    if (a == "--mmap") {
+      mmap_weights = true;
+    } else {
+      args.push_back(a);
+    }
   }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--dir") dir = argv[i + 1];
-    else if (a == "--types") types = split(argv[i + 1]);
-    else if (a == "--prompt") prompt_tokens = std::stoi(argv[i + 1]);
-    else if (a == "--gen") gen_tokens = std::stoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::stoi(argv[i + 1]);
-  }
-  std::filesystem::create_directories(dir);
   const int all_threads = ThreadPool::hardware_threads();
   std::vector<int> thread_counts = {1};
   if (all_threads > 1) thread_counts.push_back(all_threads);
+  for (std::size_t i = 0; i + 1 < args.size(); i += 2) {
+    const std::string& a = args[i];
+    const char* value = args[i + 1].c_str();
+    if (a == "--threads") {
+      thread_counts.clear();
+      for (const std::string& t : split(value)) thread_counts.push_back(std::stoi(t));
+    } else if (a == "--dir") {
+      dir = value;
+    } else if (a == "--types") {
+      types = split(value);
+    } else if (a == "--prompt") {
+      prompt_tokens = std::stoi(value);
+    } else if (a == "--gen") {
+      gen_tokens = std::stoi(value);
+    } else if (a == "--reps") {
+      reps = std::stoi(value);
+    }
+  }
+  std::filesystem::create_directories(dir);
 
   fmt::print("{:<6} {:>3} {:>10} {:>12} {:>12} {:>11} {:>8} {:>12} {:>10}\n", "type", "thr", "MiB/token",
              "prefill t/s", "decode t/s", "floor t/s", "ratio", "GB/s (meas)", "RSS");
@@ -89,6 +107,7 @@ int main(int argc, char** argv) {
       eo.model_path = path;
       eo.threads = threads;
       eo.context_length = prompt_tokens + gen_tokens + 8;
+      eo.mmap_weights = mmap_weights;
       const Engine engine(eo);
       std::vector<std::int32_t> prompt;
       for (int i = 0; i < prompt_tokens; ++i) prompt.push_back(3 + (i * 7919) % 31000);
@@ -115,7 +134,9 @@ int main(int argc, char** argv) {
     }
   }
   fmt::print("\nfloor = measured read bandwidth / weight bytes per token (decode cannot be faster than reading\n"
-             "every weight once per token); ratio = decode / floor. Medians of {} runs; {} prompt tokens, {} generated.\n",
-             reps, prompt_tokens, gen_tokens);
+             "every weight once per token); ratio = decode / floor. Medians of {} runs; {} prompt tokens, {} generated.\n"
+             "Weights {}.\n",
+             reps, prompt_tokens, gen_tokens,
+             mmap_weights ? "read in place from the mmapped file" : "resident (huge pages, Q8_0/Q4_0 repacked)");
   return 0;
 }

@@ -18,6 +18,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"isa", 0, "LEVEL", "CPU kernel level: auto, amx, avx512vnni, avx512, avx2, generic", "auto"},
       {"activations", 0, "KIND", "decode activations for quantized weights: int8 or f32", "int8"},
       weights_option_spec(),
+      {"mmap", 0, "", "read weights in place from the mmapped file (default: copy them into huge pages, Q8_0/Q4_0 "
+                      "repacked for the decode kernels; faster decode, slower load)", ""},
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
       {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
   };
@@ -55,6 +57,7 @@ EngineOptions engine_options_from(const Args& args) {
   if (act != "int8" && act != "f32") throw UsageError(fmt::format("--activations must be int8 or f32, got '{}'", act));
   o.int8_activations = act == "int8";
   o.weights = args.get_or("weights", "as-stored");  // the Engine rejects a bad value, listing the valid ones
+  o.mmap_weights = args.has("mmap");
   o.on_progress = print_progress;
   return o;
 }
@@ -73,11 +76,18 @@ nlohmann::json weights_json(const ModelInfo& info) {
           {"converted_bytes", info.weights_converted_bytes},
           {"converted_to_bytes", info.weights_converted_to_bytes},
           {"convert_seconds", info.weights_convert_seconds},
-          {"output_head", info.weights_output_head}};
+          {"output_head", info.weights_output_head},
+          {"mmapped", info.weights_mmapped},
+          {"repacked_tensors", info.weights_repacked_tensors},
+          {"copy_seconds", info.weights_copy_seconds}};
 }
 
 std::string weights_text(const ModelInfo& info) {
-  if (info.weights == "as-stored") return "as stored";
+  const std::string placement =
+      info.weights_mmapped ? "mmapped"
+                           : fmt::format("resident ({} repacked, copied in {:.3f} s)", info.weights_repacked_tensors,
+                                         info.weights_copy_seconds);
+  if (info.weights == "as-stored") return "as stored, " + placement;
   std::string text =
       fmt::format("{}: {} matmul tensors converted ({:.1f} MiB -> {:.1f} MiB in {:.3f} s), {} kept as stored",
                   info.weights, info.weights_converted_tensors,
@@ -85,7 +95,7 @@ std::string weights_text(const ModelInfo& info) {
                   static_cast<double>(info.weights_converted_to_bytes) / (1 << 20), info.weights_convert_seconds,
                   info.weights_kept_tensors);
   if (!info.weights_output_head.empty()) text += fmt::format("; output head in {}", info.weights_output_head);
-  return text;
+  return text + "; " + placement;
 }
 
 std::string read_key_file(const std::string& path) {

@@ -38,6 +38,9 @@ struct ModelInfo {
   // The output head's format when the conversion kept it out of the target ("fp8" holds it at
   // 16 bits: "bf16" for an F32 head); empty when the head follows the target.
   std::string weights_output_head;
+  bool weights_mmapped = false;       // EngineOptions::mmap_weights: read in place from the file
+  int weights_repacked_tensors = 0;   // resident matmul weights repacked for the CPU kernels
+  double weights_copy_seconds = 0.0;  // wall time of copying (and repacking) resident weights
   std::int32_t bos = -1;
   std::int32_t eos = -1;
 };

@@ -81,7 +81,8 @@ struct Engine::Impl {
       : options(std::move(o)),
         model(load_model(options.model_path)),
         spec(model.spec),
-        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations) {
+        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations,
+                !options.mmap_weights) {
     // An HF directory (or a GGUF converted from one) has no GGUF vocabulary; until tokenizer.json
     // is read it serves token ids only (logits), and everything that needs a tokenizer says so.
     if (model.gguf && model.gguf->find("tokenizer.ggml.tokens") != nullptr) {
@@ -126,11 +127,16 @@ struct Engine::Impl {
       plan.profile = profile.get();
     }
 
+    if (options.on_progress) backend.set_progress([this](double f) { options.on_progress("load", f); });
     backend.bind_weights(graph, weight_source());
+    backend.set_progress(nullptr);
+    // Resident weights may take a little more than the file (rows padded to cache lines).
+    check_budget(backend.memory().weight_bytes,
+                 KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
     backend.prepare(graph, plan.memory, context_length);
-    prefault();
+    if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
     fill_info(kv_type);
-    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes);
+    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend.memory().weight_bytes);
     fill_digest();
   }
 
@@ -233,6 +239,9 @@ struct Engine::Impl {
     info.threads = backend.context().threads();
     info.cpu_isa = std::string(cpu::name(backend.context().isa()));
     info.int8_activations = backend.context().int8_activations();
+    info.weights_mmapped = options.mmap_weights;
+    info.weights_repacked_tensors = backend.repacked_weights();
+    info.weights_copy_seconds = backend.weight_copy_seconds();
     info.weights = options.weights.empty() ? "as-stored" : options.weights;
     if (converted) {
       const WeightConversionReport& r = converted->report();

@@ -24,8 +24,8 @@ std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_c
 
 }  // namespace
 
-DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& info,
-                                       std::uint64_t budget_bytes) {
+DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& info, std::uint64_t budget_bytes,
+                                    std::uint64_t weight_bytes) {
   DevicePlan plan;
   plan.context_length = info.context_length;
   PlanDevice cpu;
@@ -33,7 +33,7 @@ DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& 
   cpu.kind = "cpu";
   cpu.detail = fmt::format("{}, {} threads", info.cpu_isa, info.threads);
   cpu.budget_bytes = budget_bytes;
-  cpu.weight_bytes = graph.total_weight_bytes();
+  cpu.weight_bytes = weight_bytes;
   cpu.kv_bytes_per_request = info.kv_cache_bytes;
   cpu.activation_bytes_per_request = info.activation_bytes;
   plan.devices.push_back(cpu);

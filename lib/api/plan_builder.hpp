@@ -8,6 +8,8 @@
 
 namespace sitsrt {
 
-DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& info, std::uint64_t budget_bytes);
+// weight_bytes: what the backend holds for the graph's weights (resident copies may pad rows).
+DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& info, std::uint64_t budget_bytes,
+                                    std::uint64_t weight_bytes);
 
 }  // namespace sitsrt

@@ -28,9 +28,13 @@ enum class DType : std::uint8_t {
   kQ6_K,
   kQ8_K,
   kIQ4_NL,
+  // CPU-internal repacked layouts of Q8_0 and Q4_0 (core/repacked_blocks.hpp): resident weights
+  // only, never in files.
+  kQ8_0R,
+  kQ4_0R,
 };
 
-inline constexpr int kDTypeCount = 17;
+inline constexpr int kDTypeCount = 19;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

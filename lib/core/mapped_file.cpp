@@ -61,4 +61,12 @@ void MappedFile::release() noexcept {
   size_ = 0;
 }
 
+void release_mapped_pages(std::span<const std::byte> bytes) noexcept {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(bytes.data()) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+  // MADV_DONTNEED on a private, never-written file mapping only unmaps page-cache pages.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace sitsrt

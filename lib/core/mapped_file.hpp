@@ -40,4 +40,8 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+// Drops the whole pages inside `bytes` (part of a read-only file mapping) from the process:
+// they stop counting in its resident memory and are read from the file again if touched.
+void release_mapped_pages(std::span<const std::byte> bytes) noexcept;
+
 }  // namespace sitsrt

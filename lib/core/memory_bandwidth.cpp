@@ -44,7 +44,8 @@ sum_words(const std::uint64_t* p, std::size_t n) {
 
 double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int repeats) {
   const std::size_t words = std::max<std::size_t>(bytes / 8, 4096);
-  AlignedBuffer buffer(words * 8, "memory bandwidth probe");
+  // Huge pages, as the resident weights use: the floor is what the machine can stream at best.
+  AlignedBuffer buffer(words * 8, "memory bandwidth probe", AlignedBuffer::Pages::kHuge);
   auto* data = buffer.as<std::uint64_t>();
   const auto share = [&](int t, int n) { return split_range(static_cast<std::int64_t>(words), t, n, 512); };
   pool.run([&](int t, int n) {

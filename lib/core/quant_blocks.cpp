@@ -3,6 +3,7 @@
 #include "core/check.hpp"
 #include "core/half.hpp"
 #include "core/kquant_blocks.hpp"
+#include "core/repacked_blocks.hpp"
 
 #include <algorithm>
 #include <array>
@@ -216,6 +217,43 @@ void encode_blocks(void (*encode)(const float*, Block&) noexcept, const float* s
   for (std::int64_t i = 0; i < nb; ++i) encode(src + i * kElements, b[i]);
 }
 
+// Repacked rows go through their stored format one group at a time (a group is self-contained).
+void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t nb) {
+  const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = repack_group(g, nb, block_bytes);
+    const auto* at = static_cast<const std::byte*>(src) + group.offset;
+    float* out = dst + g * kRepackGroupElements;
+    if (type == DType::kQ8_0R) {
+      BlockQ8_0 blocks[kRepackGroupBlocks];
+      unpack_row_q8_0r(at, blocks, group.blocks);
+      dequantize_row(DType::kQ8_0, blocks, out, group.blocks * kQBlock);
+    } else {
+      BlockQ4_0 blocks[kRepackGroupBlocks];
+      unpack_row_q4_0r(at, blocks, group.blocks);
+      dequantize_row(DType::kQ4_0, blocks, out, group.blocks * kQBlock);
+    }
+  }
+}
+
+void quantize_repacked(DType type, const float* src, void* dst, std::int64_t nb) {
+  const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = repack_group(g, nb, block_bytes);
+    auto* at = static_cast<std::byte*>(dst) + group.offset;
+    const float* in = src + g * kRepackGroupElements;
+    if (type == DType::kQ8_0R) {
+      BlockQ8_0 blocks[kRepackGroupBlocks];
+      quantize_row(DType::kQ8_0, in, blocks, group.blocks * kQBlock);
+      repack_row_q8_0(blocks, at, group.blocks);
+    } else {
+      BlockQ4_0 blocks[kRepackGroupBlocks];
+      quantize_row(DType::kQ4_0, in, blocks, group.blocks * kQBlock);
+      repack_row_q4_0(blocks, at, group.blocks);
+    }
+  }
+}
+
 }  // namespace
 
 float fp8_e4m3_to_fp32(std::uint8_t code) noexcept { return kFp8Values[code]; }
@@ -328,6 +366,8 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
     case DType::kQ6_K: return decode_blocks<BlockQ6_K, kSuperBlock>(decode_block_q6_k, src, dst, nb);
     case DType::kQ8_K: return decode_blocks<BlockQ8_K, kSuperBlock>(decode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return decode_blocks<BlockIQ4_NL, kQBlock>(decode_block_iq4_nl, src, dst, nb);
+    case DType::kQ8_0R:
+    case DType::kQ4_0R: return dequantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
 }
@@ -450,6 +490,8 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
     case DType::kQ6_K: return encode_blocks<BlockQ6_K, kSuperBlock>(encode_block_q6_k, src, dst, nb);
     case DType::kQ8_K: return encode_blocks<BlockQ8_K, kSuperBlock>(encode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return encode_blocks<BlockIQ4_NL, kQBlock>(encode_block_iq4_nl, src, dst, nb);
+    case DType::kQ8_0R:
+    case DType::kQ4_0R: return quantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }

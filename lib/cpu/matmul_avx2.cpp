@@ -421,6 +421,9 @@ constexpr MatmulKernels kAvx2Kernels = {
         {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
         {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
         {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
+        // repacked section
+        {DType::kQ8_0R, matvec_q8_0r_portable, dequant_q8_0r_portable},
+        {DType::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
     },
     gemm_tile_avx2,
     30,

@@ -4,6 +4,7 @@
 // dequantized tile of up to 32 weight rows into panels and runs a 12 x 32 outer-product
 // micro-kernel (24 zmm accumulators) over them.
 #include "core/quant_blocks.hpp"
+#include "core/repacked_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
@@ -445,6 +446,53 @@ void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64
   }
 }
 
+// Repacked Q8_0/Q4_0 (core/repacked_blocks.hpp): each block's values computed as the stored
+// format's decoder computes them (d * q, d * (q - 8) by table), so bit-identical to
+// dequantize_row. Q4_0R: block 4j + b of a quad has its levels in bytes 32 (b % 2) .. + 31 of
+// the quad, low nibbles for b < 2, high for b >= 2 (vpermps reads only the low 4 index bits).
+template <DType kType>
+void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  constexpr bool kQ8 = kType == DType::kQ8_0R;
+  constexpr std::size_t kBlockBytes = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  constexpr int kLevelBytes = kQ8 ? kQBlock : kQBlock / 2;
+  const std::int64_t nb = n / kQBlock;
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = repack_group(g, nb, kBlockBytes);
+    const std::byte* levels = src + group.offset;
+    const auto* scales = reinterpret_cast<const std::uint16_t*>(levels + group.blocks * kLevelBytes);
+    float* out = dst + g * kRepackGroupElements;
+    const int quad_blocks = group.blocks / 4 * 4;
+    for (int i = 0; i < group.blocks; ++i) {
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(scales[i]));  // 2-byte load: the last scale may end the buffer
+      __m512 lo, hi;
+      if constexpr (kQ8) {
+        const __m128i flip = _mm_set1_epi8(-128);
+        const auto* q = reinterpret_cast<const __m128i*>(levels + kQBlock * i);
+        lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(_mm_loadu_si128(q), flip)));
+        hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(_mm_loadu_si128(q + 1), flip)));
+        lo = _mm512_mul_ps(lo, d);
+        hi = _mm512_mul_ps(hi, d);
+      } else {
+        const __m512 table = _mm512_mul_ps(levels_from(-8.0f), d);
+        __m512i lo_index, hi_index;
+        if (i < quad_blocks) {
+          const auto* run = reinterpret_cast<const __m128i*>(levels + 64 * (i / 4) + 32 * (i % 2));
+          const int shift = i % 4 < 2 ? 0 : 4;
+          lo_index = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(run)), shift);
+          hi_index = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(run + 1)), shift);
+        } else {  // a block after the last whole quad: GGUF qs
+          lo_index = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * i)));
+          hi_index = _mm512_srli_epi32(lo_index, 4);
+        }
+        lo = _mm512_permutexvar_ps(lo_index, table);
+        hi = _mm512_permutexvar_ps(hi_index, table);
+      }
+      _mm512_storeu_ps(out + kQBlock * i, lo);
+      _mm512_storeu_ps(out + kQBlock * i + 16, hi);
+    }
+  }
+}
+
 // dst = the dequantized weights, bit-identical to dequantize_row.
 template <typename D>
 void dequant_blocks_avx512(const std::byte* src, float* dst, std::int64_t n) {
@@ -618,6 +666,10 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
         {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
         {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
+        // repacked section: float decode through dequantize_row (resident weights decode with
+        // the integer kernels), prefill dequant vectorized
+        {DType::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<DType::kQ8_0R>},
+        {DType::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<DType::kQ4_0R>},
     },
     gemm_tile_avx512,
     32,

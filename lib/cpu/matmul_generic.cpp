@@ -354,6 +354,9 @@ constexpr MatmulKernels kGenericKernels = {
         {DType::kQ6_K, matvec_decoded_generic<DType::kQ6_K>, dequant_decoded_generic<DType::kQ6_K>},
         {DType::kQ8_K, matvec_decoded_generic<DType::kQ8_K>, dequant_decoded_generic<DType::kQ8_K>},
         {DType::kIQ4_NL, matvec_decoded_generic<DType::kIQ4_NL>, dequant_decoded_generic<DType::kIQ4_NL>},
+        // repacked section
+        {DType::kQ8_0R, matvec_q8_0r_portable, dequant_q8_0r_portable},
+        {DType::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
     },
     gemm_tile_generic,
     32,

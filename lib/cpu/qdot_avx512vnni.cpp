@@ -7,6 +7,7 @@
 // until the end of the row.
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
+#include "core/repacked_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
@@ -130,6 +131,23 @@ inline void pair_dot(const typename U::Block* blocks, std::int64_t b, bool secon
   pair_dot_scaled<U>(blocks, b, second, x, dw, mw, acc);
 }
 
+// Prefetches the kStep bytes kPrefetchBytes past byte `at` of each of R rows, one per cache line
+// (Q8_0's 4 blocks, 136 bytes: 3; one per iteration left half of the lines to the hardware
+// prefetcher and cost ~10% of Q8_0 decode). Past the end of its row, row r's prefetch continues
+// into row r of the next group (the rows in between are this group's, already streaming), as
+// one row alone would run on.
+template <int R, std::size_t kStep>
+inline void prefetch_rows(const std::byte* w, std::size_t row_stride, std::size_t at) {
+  const std::size_t ahead = at + kPrefetchBytes;
+  const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const std::byte* row = w + static_cast<std::size_t>(r) * row_stride + ahead + wrap;
+#pragma GCC unroll 4
+    for (std::size_t off = 0; off < kStep; off += 64) _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T0);
+  }
+}
+
 // R rows at once: each step loads the activation blocks (levels, scales, offset sums) once for
 // all R rows, and R independent streams keep more loads in flight. Every row's arithmetic (and
 // its order) is exactly that of R = 1, so results do not depend on how rows are grouped.
@@ -147,19 +165,7 @@ inline void qdot_rows(const std::byte* w, std::size_t row_stride, const Quantize
   }
   std::int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
-    // One prefetch per cache line of the 4 blocks (Q8_0: 136 bytes, so 3; one per iteration
-    // left half of the lines to the hardware prefetcher and cost ~10% of Q8_0 decode).
-    // Past the end of its row, row r's prefetch continues into row r of the next group (the
-    // rows in between are this group's, already streaming), as one row alone would run on.
-    constexpr std::size_t kStep = 4 * sizeof(Block);
-    const std::size_t ahead = static_cast<std::size_t>(b) * sizeof(Block) + kPrefetchBytes;
-    const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const std::byte* row = w + static_cast<std::size_t>(r) * row_stride + ahead + wrap;
-#pragma GCC unroll 4
-      for (std::size_t off = 0; off < kStep; off += 64) _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T0);
-    }
+    prefetch_rows<R, 4 * sizeof(Block)>(w, row_stride, static_cast<std::size_t>(b) * sizeof(Block));
     __m512i init01 = _mm512_setzero_si512(), init23 = _mm512_setzero_si512();
     if constexpr (!U::kMin) {
       init01 = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * b), U::kShift);
@@ -198,6 +204,105 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
     qdot_rows<U, kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
   }
   for (; r < n_rows; ++r) qdot_rows<U, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+}
+
+// Repacked Q8_0 / Q4_0 (core/repacked_blocks.hpp): the pairs, offsets, scale products and
+// accumulation order of qdot_rows<UnpackQ8_0> / qdot_rows<UnpackQ4<BlockQ4_0>>, so the results
+// are bit-identical to the stored layout's; only the loads change. A quad's levels come from
+// 64-byte loads with no unpacking shuffles (Q8_0R: already unsigned; Q4_0R: one load, two
+// masks), and its four scales from one 8-byte load instead of four 2-byte gathers.
+struct RepackedQ8_0 {
+  static constexpr std::size_t kBlockBytes = sizeof(BlockQ8_0);
+  static constexpr int kLevelBytes = kQBlock;
+  static constexpr int kShift = UnpackQ8_0::kShift;
+  static void quad_levels(const std::byte* quad, __m512i& u01, __m512i& u23) {
+    u01 = _mm512_loadu_si512(quad);
+    u23 = _mm512_loadu_si512(quad + 64);
+  }
+  static __m512i tail_levels(const std::byte* levels, int i, bool second) {
+    const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + kLevelBytes * i));
+    const __m256i u1 = second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + kLevelBytes * (i + 1)))
+                              : _mm256_setzero_si256();
+    return pair_from_halves(u0, u1);
+  }
+};
+struct RepackedQ4_0 {
+  static constexpr std::size_t kBlockBytes = sizeof(BlockQ4_0);
+  static constexpr int kLevelBytes = kQBlock / 2;
+  static constexpr int kShift = UnpackQ4<BlockQ4_0, false>::kShift;
+  static void quad_levels(const std::byte* quad, __m512i& u01, __m512i& u23) {
+    const __m512i v = _mm512_loadu_si512(quad), low = _mm512_set1_epi8(0x0F);
+    u01 = _mm512_and_si512(v, low);
+    u23 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  }
+  static __m512i tail_levels(const std::byte* levels, int i, bool second) {  // GGUF qs after the last quad
+    const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * (i + 1)))
+                              : _mm_setzero_si128();
+    return nibbles_of(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * i)), q1);
+  }
+};
+
+template <typename F, int R>
+inline void qdot_repacked_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
+  const std::int64_t nb = x.blocks;
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  const __m512i first_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i second_pair = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = repack_group(g, nb, F::kBlockBytes);
+    const std::size_t scales_at = group.offset + static_cast<std::size_t>(group.blocks) * F::kLevelBytes;
+    int i = 0;
+    for (; i + 4 <= group.blocks; i += 4) {
+      const std::int64_t b = g * kRepackGroupBlocks + i;
+      // As qdot_rows (the group holds the same bytes as its stored blocks, in another order).
+      prefetch_rows<R, 4 * F::kBlockBytes>(w, row_stride, static_cast<std::size_t>(b) * F::kBlockBytes);
+      const __m512i init01 = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * b), F::kShift);
+      const __m512i init23 = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * (b + 2)), F::kShift);
+      const __m512i q01 = _mm512_load_si512(x.qs + 32 * b), q23 = _mm512_load_si512(x.qs + 32 * (b + 2));
+      const __m512 xd01 = _mm512_load_ps(x.d8 + 8 * b), xd23 = _mm512_load_ps(x.d8 + 8 * (b + 2));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
+        const __m512 halves = _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + scales_at + 2 * i))));
+        const __m512 d01 = _mm512_permutexvar_ps(first_pair, halves), d23 = _mm512_permutexvar_ps(second_pair, halves);
+        __m512i u01, u23;
+        F::quad_levels(row + group.offset + static_cast<std::size_t>(i) * F::kLevelBytes, u01, u23);
+        const __m512i dot01 = _mm512_dpbusd_epi32(init01, u01, q01);
+        const __m512i dot23 = _mm512_dpbusd_epi32(init23, u23, q23);
+        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot01), _mm512_mul_ps(d01, xd01), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot23), _mm512_mul_ps(d23, xd23), acc1[r]);
+      }
+    }
+    for (; i < group.blocks; i += 2) {  // the row's last (nb mod 4) blocks, in pairs, as qdot_rows
+      const std::int64_t b = g * kRepackGroupBlocks + i;
+      const bool second = i + 1 < group.blocks;
+      const __m512i init = _mm512_slli_epi32(_mm512_load_si512(x.neg_sum8 + 8 * b), F::kShift);
+      const __m512i q = _mm512_load_si512(x.qs + 32 * b);
+      const __m512 xd = _mm512_load_ps(x.d8 + 8 * b);
+      for (int r = 0; r < R; ++r) {
+        const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
+        const std::byte* scales = row + scales_at;
+        const __m512 dw = pair_halves(load_u16(scales + 2 * i), second ? load_u16(scales + 2 * (i + 1)) : 0u);
+        const __m512i dot = _mm512_dpbusd_epi32(init, F::tail_levels(row + group.offset, i, second), q);
+        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc0[r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
+template <typename F>
+void qdot_repacked(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr int kRows = 4;
+  std::int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) {
+    qdot_repacked_rows<F, kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+  }
+  for (; r < n_rows; ++r) qdot_repacked_rows<F, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
 // INT4 g128: a group's 4 sub-blocks are two pairs (Q4_0-packed); lane 0 of each block starts at
@@ -425,6 +530,8 @@ constexpr QdotKernels kAvx512Vnni = {{
     // K-quant section (Q2_K, Q3_K, IQ4_NL: the AVX2 kernels; no Q8_K path)
     qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_k4_vnni<false, BlockQ4_K>,
     qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
+    // repacked section
+    qdot_repacked<RepackedQ8_0>, qdot_repacked<RepackedQ4_0>,
 }, quantize_avx512};
 
 }  // namespace

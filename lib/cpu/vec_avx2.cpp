@@ -1,6 +1,7 @@
 // AVX2 + FMA + F16C row primitives (see vec_kernels.hpp): 8 float lanes, a vector exp.
 // Rows are padded to 16 floats (the layout shared with the other levels), so steps of 8
 // never need a tail inside the padded buffers; only reads from caller memory are masked.
+#include "cpu/attend_rows.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #include <immintrin.h>
@@ -60,148 +61,129 @@ inline __m256 exp_avx2(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// A kv head's rows are n_kv_heads * head_dim elements apart (2 KiB for 8 x 128 f16), so
-// consecutive positions often sit on different 4 KiB pages, where hardware prefetchers stop:
-// decode at long context waited on every row. Rows kPrefetchRows ahead are requested here.
-constexpr std::int64_t kPrefetchRows = 8;
-inline void prefetch_row(const std::byte* row, std::int64_t bytes) {
-  for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
-}
-
-// Cache rows -> d floats zero padded to pad16(d).
+// 8 elements of a cache row from element c, converted to floats straight from memory (lanes at
+// or past d read as 0; c may run to pad16(d)).
 struct RowF32 {
   static constexpr std::int64_t kBytes = 4;
-  static void widen(const std::byte* src, std::int64_t d, float* dst) {
-    const auto* f = reinterpret_cast<const float*>(src);
-    for (std::int64_t c = 0; c < pad16(d); c += 8) {
-      _mm256_store_ps(dst + c, c + 8 <= d ? _mm256_loadu_ps(f + c) : _mm256_maskload_ps(f + c, lanes_below(c, d)));
-    }
+  static __m256 load(const std::byte* row, std::int64_t c, std::int64_t d) {
+    const auto* f = reinterpret_cast<const float*>(row) + c;
+    if (c + 8 <= d) return _mm256_loadu_ps(f);
+    return c < d ? _mm256_maskload_ps(f, lanes_below(c, d)) : _mm256_setzero_ps();
   }
 };
 struct RowF16 {
   static constexpr std::int64_t kBytes = 2;
-  static void widen(const std::byte* src, std::int64_t d, float* dst) {
-    std::int64_t c = 0;
-    for (; c + 8 <= d; c += 8) {
-      _mm256_store_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * c))));
-    }
-    if (c < d) {  // tail: copy the remaining halves into a zeroed block
-      alignas(16) std::uint16_t tail[8] = {};
-      std::memcpy(tail, src + 2 * c, static_cast<std::size_t>(d - c) * 2);
-      _mm256_store_ps(dst + c, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(tail))));
-      c += 8;
-    }
-    for (; c < pad16(d); c += 8) _mm256_store_ps(dst + c, _mm256_setzero_ps());
+  static __m256 load(const std::byte* row, std::int64_t c, std::int64_t d) {
+    if (c + 8 <= d) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    if (c >= d) return _mm256_setzero_ps();
+    alignas(16) std::uint16_t tail[8] = {};  // copy the remaining halves into a zeroed block
+    std::memcpy(tail, row + 2 * c, static_cast<std::size_t>(d - c) * 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
   }
 };
 
-inline void scores4(const float* qp, std::int64_t g, std::int64_t dp, const float* kv, float* s, std::int64_t ns) {
-  for (std::int64_t h = 0; h < g; ++h) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    const float* qh = qp + h * dp;
-    for (std::int64_t c = 0; c < dp; c += 8) {
-      const __m256 qv = _mm256_load_ps(qh + c);
-      a0 = _mm256_fmadd_ps(qv, _mm256_load_ps(kv + c), a0);
-      a1 = _mm256_fmadd_ps(qv, _mm256_load_ps(kv + dp + c), a1);
-      a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(kv + 2 * dp + c), a2);
-      a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(kv + 3 * dp + c), a3);
+// As scores_block in vec_avx512.cpp, with 8 lanes and at most two heads per pass (16 registers).
+template <typename Row, int H>
+void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
+  const std::int64_t d = a.head_dim, n = a.n, row_bytes = d * Row::kBytes;
+  for (std::int64_t p = 0; p < n; p += 4) {
+    prefetch_block<_MM_HINT_T0>(a.k, a, p + kPrefetchRows, row_bytes);
+    if (prefetch_values) prefetch_block<_MM_HINT_T1>(a.v, a, p, row_bytes);
+    const Block4 k = block_rows(a.k, a, p);
+    __m256 acc[H][4];
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < 4; ++i) acc[h][i] = _mm256_setzero_ps();
     }
-    _mm_storeu_ps(s + h * ns, reduce4(a0, a1, a2, a3));
+    for (std::int64_t c = 0; c < dp; c += 8) {
+      const __m256 k0 = Row::load(k.r[0], c, d), k1 = Row::load(k.r[1], c, d), k2 = Row::load(k.r[2], c, d);
+      const __m256 k3 = Row::load(k.r[3], c, d);
+      for (int h = 0; h < H; ++h) {
+        const __m256 qv = _mm256_load_ps(qp + h * dp + c);
+        acc[h][0] = _mm256_fmadd_ps(qv, k0, acc[h][0]);
+        acc[h][1] = _mm256_fmadd_ps(qv, k1, acc[h][1]);
+        acc[h][2] = _mm256_fmadd_ps(qv, k2, acc[h][2]);
+        acc[h][3] = _mm256_fmadd_ps(qv, k3, acc[h][3]);
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      _mm_storeu_ps(s + h * kAttendChunk + p, reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]));
+    }
   }
 }
 
-inline void values_block(const float* s, std::int64_t ns, std::int64_t g, std::int64_t dp, const float* kv, int rows,
-                         float* o) {
-  for (std::int64_t h = 0; h < g; ++h) {
-    __m256 w[4];
-    for (int i = 0; i < rows; ++i) w[i] = _mm256_set1_ps(s[h * ns + i]);
-    float* oh = o + h * dp;
-    for (std::int64_t c = 0; c < dp; c += 8) {
-      __m256 acc = _mm256_load_ps(oh + c);
-      for (int i = 0; i < rows; ++i) acc = _mm256_fmadd_ps(w[i], _mm256_load_ps(kv + i * dp + c), acc);
-      _mm256_store_ps(oh + c, acc);
-    }
-  }
-}
-
-// Replaces sh[0, n) by exp(sh - max(sh)) and returns 1 / their sum (8 float partial sums).
-// The scores buffer is padded to 16, so full 8-lane steps stay inside it; lanes >= n are masked.
-inline float softmax_numerators(float* sh, std::int64_t n) {
+// sh[0, n) -> exp(sh - max) with max and sum (8 float partial sums) returned; sh[n, pad16(n))
+// -> 0 so the value pass can run whole blocks of four rows (s rows are kAttendChunk long).
+inline void softmax_numerators(float* sh, std::int64_t n, float* max_out, float* sum_out) {
   const __m256 minus_inf = _mm256_set1_ps(-__builtin_inff());
   __m256 mv = minus_inf;
   for (std::int64_t p = 0; p < n; p += 8) {
-    mv = _mm256_max_ps(mv, _mm256_blendv_ps(minus_inf, _mm256_load_ps(sh + p), _mm256_castsi256_ps(lanes_below(p, n))));
+    mv =
+        _mm256_max_ps(mv, _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(sh + p), _mm256_castsi256_ps(lanes_below(p, n))));
   }
-  const __m256 max = _mm256_set1_ps(hmax(mv));
+  const float m = hmax(mv);
+  const __m256 max = _mm256_set1_ps(m);
   __m256 sum = _mm256_setzero_ps();
-  for (std::int64_t p = 0; p < n; p += 8) {
+  for (std::int64_t p = 0; p < pad16(n); p += 8) {
     const __m256 keep = _mm256_castsi256_ps(lanes_below(p, n));
-    const __m256 e = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_load_ps(sh + p), max)), keep);
-    _mm256_store_ps(sh + p, e);
+    const __m256 e = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sh + p), max)), keep);
+    _mm256_storeu_ps(sh + p, e);
     sum = _mm256_add_ps(sum, e);
   }
-  return 1.0f / hsum(sum);
+  *max_out = m;
+  *sum_out = hsum(sum);
+}
+
+// As values_pass in vec_avx512.cpp, with 8 lanes.
+template <typename Row>
+void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
+  const std::int64_t d = a.head_dim, g = a.group;
+  for (std::int64_t i = 0; i < g * dp; i += 8) _mm256_store_ps(a.o + i, _mm256_setzero_ps());
+  for (std::int64_t p = 0; p < a.n; p += 4) {
+    const Block4 v = block_rows(a.v, a, p);
+    for (std::int64_t c = 0; c < dp; c += 8) {
+      const __m256 v0 = Row::load(v.r[0], c, d), v1 = Row::load(v.r[1], c, d), v2 = Row::load(v.r[2], c, d);
+      const __m256 v3 = Row::load(v.r[3], c, d);
+      for (std::int64_t h = 0; h < g; ++h) {
+        const float* wh = w + h * kAttendChunk + p;
+        float* oh = a.o + h * dp + c;
+        __m256 acc = _mm256_fmadd_ps(_mm256_broadcast_ss(wh), v0, _mm256_load_ps(oh));
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(wh + 1), v1, acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(wh + 2), v2, acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(wh + 3), v3, acc);
+        _mm256_store_ps(oh, acc);
+      }
+    }
+  }
 }
 
 template <typename Row>
 void attend_avx2(const AttendArgs& a) {
-  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group, n = a.n, ns = pad16(n);
+  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
   float* qp = a.scratch;
   float* s = qp + g * dp;
-  float* kv = s + g * ns;
-  float* o = kv + 4 * dp;
-  float* zinv = o + g * dp;
   const __m256 scale = _mm256_set1_ps(a.scale);
   for (std::int64_t h = 0; h < g; ++h) {
     for (std::int64_t c = 0; c < dp; c += 8) {
       const float* src = a.q + h * d + c;
-      const __m256 qv = c + 8 <= d ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, lanes_below(c, d));
+      const __m256 qv = c + 8 <= d ? _mm256_loadu_ps(src)
+                        : c < d    ? _mm256_maskload_ps(src, lanes_below(c, d))
+                                   : _mm256_setzero_ps();
       _mm256_store_ps(qp + h * dp + c, _mm256_mul_ps(qv, scale));
     }
   }
-  const std::int64_t row_bytes = d * Row::kBytes;
-  const auto prefetch_rows = [&](const std::byte* base, std::int64_t p0, std::int64_t count) {
-    for (std::int64_t p = p0; p < p0 + count && p < n; ++p)
-      prefetch_row(base + static_cast<std::size_t>(p) * a.row_stride, row_bytes);
-  };
-  prefetch_rows(a.k, 0, kPrefetchRows);
-  std::int64_t p = 0;
-  for (; p + 4 <= n; p += 4) {
-    prefetch_rows(a.k, p + kPrefetchRows, 4);
-    for (int i = 0; i < 4; ++i) Row::widen(a.k + static_cast<std::size_t>(p + i) * a.row_stride, d, kv + i * dp);
-    scores4(qp, g, dp, kv, s + p, ns);
-  }
-  for (; p < n; ++p) {
-    Row::widen(a.k + static_cast<std::size_t>(p) * a.row_stride, d, kv);
-    for (std::int64_t h = 0; h < g; ++h) {
-      __m256 acc = _mm256_setzero_ps();
-      for (std::int64_t c = 0; c < dp; c += 8) {
-        acc = _mm256_fmadd_ps(_mm256_load_ps(qp + h * dp + c), _mm256_load_ps(kv + c), acc);
-      }
-      s[h * ns + p] = hsum(acc);
+  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0>(a.k, a, p, d * Row::kBytes);
+  for (std::int64_t h = 0; h < g;) {  // heads in pairs: 8 accumulators
+    float* sh = s + h * kAttendChunk;
+    if (g - h >= 2) {
+      scores_block<Row, 2>(a, qp + h * dp, dp, sh, h == 0);
+      h += 2;
+    } else {
+      scores_block<Row, 1>(a, qp + h * dp, dp, sh, h == 0);
+      h += 1;
     }
   }
-  for (std::int64_t h = 0; h < g; ++h) zinv[h] = softmax_numerators(s + h * ns, n);
-  for (std::int64_t i = 0; i < g * dp; i += 8) _mm256_store_ps(o + i, _mm256_setzero_ps());
-  prefetch_rows(a.v, 0, kPrefetchRows);
-  for (p = 0; p < n; p += 4) {
-    prefetch_rows(a.v, p + kPrefetchRows, 4);
-    const int rows = n - p >= 4 ? 4 : static_cast<int>(n - p);
-    for (int i = 0; i < rows; ++i) Row::widen(a.v + static_cast<std::size_t>(p + i) * a.row_stride, d, kv + i * dp);
-    values_block(s + p, ns, g, dp, kv, rows, o);
-  }
-  for (std::int64_t h = 0; h < g; ++h) {
-    const __m256 z = _mm256_set1_ps(zinv[h]);
-    for (std::int64_t c = 0; c < d; c += 8) {
-      const __m256 r = _mm256_mul_ps(_mm256_load_ps(o + h * dp + c), z);
-      float* dst = a.out + h * d + c;
-      if (c + 8 <= d) {
-        _mm256_storeu_ps(dst, r);
-      } else {
-        _mm256_maskstore_ps(dst, lanes_below(c, d), r);
-      }
-    }
-  }
+  for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
+  values_pass<Row>(a, s, dp);
 }
 
 void swiglu_row_avx2(const float* gate, const float* up, float* out, std::int64_t n) {

@@ -9,6 +9,8 @@
 #endif
 #include <immintrin.h>
 
+#include "cpu/attend_rows.hpp"  // after the pragmas: it includes immintrin.h too
+
 namespace sitsrt::cpu::detail {
 namespace {
 
@@ -49,133 +51,130 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// A kv head's rows are n_kv_heads * head_dim elements apart (2 KiB for 8 x 128 f16), so
-// consecutive positions often sit on different 4 KiB pages, where hardware prefetchers stop:
-// decode at long context waited on every row. Rows kPrefetchRows ahead are requested here.
-constexpr std::int64_t kPrefetchRows = 8;
-inline void prefetch_row(const std::byte* row, std::int64_t bytes) {
-  for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
-}
-
-// Cache rows -> d floats zero padded to pad16(d).
+// 16 elements of a cache row from element c, converted to floats straight from memory
+// (lanes at or past d read as 0).
 struct RowF32 {
   static constexpr std::int64_t kBytes = 4;
-  static void widen(const std::byte* src, std::int64_t d, float* dst) {
-    for (std::int64_t c = 0; c < pad16(d); c += 16) {
-      _mm512_store_ps(dst + c, _mm512_maskz_loadu_ps(lanes_below(c, d), src + 4 * c));
-    }
+  static __m512 load(const std::byte* row, std::int64_t c, std::int64_t d) {
+    return _mm512_maskz_loadu_ps(lanes_below(c, d), row + 4 * c);
   }
 };
 struct RowF16 {
   static constexpr std::int64_t kBytes = 2;
-  static void widen(const std::byte* src, std::int64_t d, float* dst) {
-    for (std::int64_t c = 0; c < pad16(d); c += 16) {
-      _mm512_store_ps(dst + c, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_below(c, d), src + 2 * c)));
-    }
+  static __m512 load(const std::byte* row, std::int64_t c, std::int64_t d) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_below(c, d), row + 2 * c));
   }
 };
 
-// s[h, p..p+3] = qp[h] . kv[0..3] for every head: the four key rows are shared by all heads.
-inline void scores4(const float* qp, std::int64_t g, std::int64_t dp, const float* kv, float* s, std::int64_t ns) {
-  for (std::int64_t h = 0; h < g; ++h) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    const float* qh = qp + h * dp;
-    for (std::int64_t c = 0; c < dp; c += 16) {
-      const __m512 qv = _mm512_load_ps(qh + c);
-      a0 = _mm512_fmadd_ps(qv, _mm512_load_ps(kv + c), a0);
-      a1 = _mm512_fmadd_ps(qv, _mm512_load_ps(kv + dp + c), a1);
-      a2 = _mm512_fmadd_ps(qv, _mm512_load_ps(kv + 2 * dp + c), a2);
-      a3 = _mm512_fmadd_ps(qv, _mm512_load_ps(kv + 3 * dp + c), a3);
+// Scores of H heads (qp rows dp apart, s rows kAttendChunk apart) against positions 0 .. n-1,
+// four key rows at a time: each key vector is converted once and used by all H heads. Scores of
+// the repeated rows of a last partial block land in s[n, pad4(n)) and are ignored. With
+// prefetch_values the V rows are requested towards L2 so the value pass finds them close.
+template <typename Row, int H>
+void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
+  const std::int64_t d = a.head_dim, n = a.n, row_bytes = d * Row::kBytes;
+  for (std::int64_t p = 0; p < n; p += 4) {
+    prefetch_block<_MM_HINT_T0>(a.k, a, p + kPrefetchRows, row_bytes);
+    if (prefetch_values) prefetch_block<_MM_HINT_T1>(a.v, a, p, row_bytes);
+    const Block4 k = block_rows(a.k, a, p);
+    __m512 acc[H][4];
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_setzero_ps();
     }
-    _mm_storeu_ps(s + h * ns, reduce4(a0, a1, a2, a3));
+    for (std::int64_t c = 0; c < dp; c += 16) {
+      const __m512 k0 = Row::load(k.r[0], c, d), k1 = Row::load(k.r[1], c, d), k2 = Row::load(k.r[2], c, d);
+      const __m512 k3 = Row::load(k.r[3], c, d);
+      for (int h = 0; h < H; ++h) {
+        const __m512 qv = _mm512_load_ps(qp + h * dp + c);
+        acc[h][0] = _mm512_fmadd_ps(qv, k0, acc[h][0]);
+        acc[h][1] = _mm512_fmadd_ps(qv, k1, acc[h][1]);
+        acc[h][2] = _mm512_fmadd_ps(qv, k2, acc[h][2]);
+        acc[h][3] = _mm512_fmadd_ps(qv, k3, acc[h][3]);
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      _mm_storeu_ps(s + h * kAttendChunk + p, reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]));
+    }
   }
 }
 
-// o[h] += sum_i s[h, p+i] * kv[i] for i < rows (<= 4): one read-modify-write of o per block.
-inline void values_block(const float* s, std::int64_t ns, std::int64_t g, std::int64_t dp, const float* kv, int rows,
-                         float* o) {
-  for (std::int64_t h = 0; h < g; ++h) {
-    __m512 w[4];
-    for (int i = 0; i < rows; ++i) w[i] = _mm512_set1_ps(s[h * ns + i]);
-    float* oh = o + h * dp;
-    for (std::int64_t c = 0; c < dp; c += 16) {
-      __m512 acc = _mm512_load_ps(oh + c);
-      for (int i = 0; i < rows; ++i) acc = _mm512_fmadd_ps(w[i], _mm512_load_ps(kv + i * dp + c), acc);
-      _mm512_store_ps(oh + c, acc);
-    }
-  }
-}
-
-// Replaces sh[0, n) by exp(sh - max(sh)) and returns 1 / their sum (16 float partial sums).
-inline float softmax_numerators(float* sh, std::int64_t n) {
+// sh[0, n) -> exp(sh - max) with max and sum (16 float partial sums) returned; sh[n, pad16(n))
+// -> 0 so the value pass can run whole blocks of four rows (s rows are kAttendChunk long).
+inline void softmax_numerators(float* sh, std::int64_t n, float* max_out, float* sum_out) {
   __m512 mv = _mm512_set1_ps(-__builtin_inff());
   for (std::int64_t p = 0; p < n; p += 16) {
     mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), lanes_below(p, n), sh + p));
   }
-  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  const float m = _mm512_reduce_max_ps(mv);
+  const __m512 max = _mm512_set1_ps(m);
   __m512 sum = _mm512_setzero_ps();
   for (std::int64_t p = 0; p < n; p += 16) {
-    const __mmask16 k = lanes_below(p, n);
-    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sh + p), max));
-    _mm512_mask_storeu_ps(sh + p, k, e);
-    sum = _mm512_mask_add_ps(sum, k, sum, e);
+    const __m512 e = _mm512_maskz_mov_ps(lanes_below(p, n), exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(sh + p), max)));
+    _mm512_storeu_ps(sh + p, e);
+    sum = _mm512_add_ps(sum, e);
   }
-  return 1.0f / _mm512_reduce_add_ps(sum);
+  *max_out = m;
+  *sum_out = _mm512_reduce_add_ps(sum);
 }
 
-// One (query row, kv head) pair; see attend_generic for the algorithm. Keys and values are
-// converted four rows at a time into L1-resident floats and shared by all heads of the group.
+// o[h] = sum_p w[h, p] * v[p], four rows at a time; each value vector is converted once for all
+// heads. A last partial block repeats row n-1 with weight 0 (adds exact zeros).
+template <typename Row>
+void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
+  const std::int64_t d = a.head_dim, g = a.group;
+  for (std::int64_t i = 0; i < g * dp; i += 16) _mm512_store_ps(a.o + i, _mm512_setzero_ps());
+  for (std::int64_t p = 0; p < a.n; p += 4) {
+    const Block4 v = block_rows(a.v, a, p);
+    for (std::int64_t c = 0; c < dp; c += 16) {
+      const __m512 v0 = Row::load(v.r[0], c, d), v1 = Row::load(v.r[1], c, d), v2 = Row::load(v.r[2], c, d);
+      const __m512 v3 = Row::load(v.r[3], c, d);
+      for (std::int64_t h = 0; h < g; ++h) {
+        const float* wh = w + h * kAttendChunk + p;
+        float* oh = a.o + h * dp + c;
+        __m512 acc = _mm512_fmadd_ps(_mm512_set1_ps(wh[0]), v0, _mm512_load_ps(oh));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(wh[1]), v1, acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(wh[2]), v2, acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(wh[3]), v3, acc);
+        _mm512_store_ps(oh, acc);
+      }
+    }
+  }
+}
+
+// One chunk of one (query row, kv head) pair (see AttendArgs): scores for every head reading
+// each key once, softmax numerators, then the value sum reading each value once.
 template <typename Row>
 void attend_avx512(const AttendArgs& a) {
-  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group, n = a.n, ns = pad16(n);
+  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
   float* qp = a.scratch;
   float* s = qp + g * dp;
-  float* kv = s + g * ns;
-  float* o = kv + 4 * dp;
-  float* zinv = o + g * dp;
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::int64_t h = 0; h < g; ++h) {
     for (std::int64_t c = 0; c < dp; c += 16) {
       _mm512_store_ps(qp + h * dp + c, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_below(c, d), a.q + h * d + c), scale));
     }
   }
-  const std::int64_t row_bytes = d * Row::kBytes;
-  const auto prefetch_rows = [&](const std::byte* base, std::int64_t p0, std::int64_t count) {
-    for (std::int64_t p = p0; p < p0 + count && p < n; ++p)
-      prefetch_row(base + static_cast<std::size_t>(p) * a.row_stride, row_bytes);
-  };
-  prefetch_rows(a.k, 0, kPrefetchRows);
-  std::int64_t p = 0;
-  for (; p + 4 <= n; p += 4) {
-    prefetch_rows(a.k, p + kPrefetchRows, 4);
-    for (int i = 0; i < 4; ++i) Row::widen(a.k + static_cast<std::size_t>(p + i) * a.row_stride, d, kv + i * dp);
-    scores4(qp, g, dp, kv, s + p, ns);
-  }
-  for (; p < n; ++p) {
-    Row::widen(a.k + static_cast<std::size_t>(p) * a.row_stride, d, kv);
-    for (std::int64_t h = 0; h < g; ++h) {
-      __m512 acc = _mm512_setzero_ps();
-      for (std::int64_t c = 0; c < dp; c += 16) {
-        acc = _mm512_fmadd_ps(_mm512_load_ps(qp + h * dp + c), _mm512_load_ps(kv + c), acc);
-      }
-      s[h * ns + p] = _mm512_reduce_add_ps(acc);
+  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0>(a.k, a, p, d * Row::kBytes);
+  for (std::int64_t h = 0; h < g;) {  // heads in blocks of up to four: 16 accumulators
+    const std::int64_t left = g - h;
+    float* sh = s + h * kAttendChunk;
+    const bool first = h == 0;
+    if (left >= 4) {
+      scores_block<Row, 4>(a, qp + h * dp, dp, sh, first);
+      h += 4;
+    } else if (left == 3) {
+      scores_block<Row, 3>(a, qp + h * dp, dp, sh, first);
+      h += 3;
+    } else if (left == 2) {
+      scores_block<Row, 2>(a, qp + h * dp, dp, sh, first);
+      h += 2;
+    } else {
+      scores_block<Row, 1>(a, qp + h * dp, dp, sh, first);
+      h += 1;
     }
   }
-  for (std::int64_t h = 0; h < g; ++h) zinv[h] = softmax_numerators(s + h * ns, n);
-  for (std::int64_t i = 0; i < g * dp; i += 16) _mm512_store_ps(o + i, _mm512_setzero_ps());
-  prefetch_rows(a.v, 0, kPrefetchRows);
-  for (p = 0; p < n; p += 4) {
-    prefetch_rows(a.v, p + kPrefetchRows, 4);
-    const int rows = n - p >= 4 ? 4 : static_cast<int>(n - p);
-    for (int i = 0; i < rows; ++i) Row::widen(a.v + static_cast<std::size_t>(p + i) * a.row_stride, d, kv + i * dp);
-    values_block(s + p, ns, g, dp, kv, rows, o);
-  }
-  for (std::int64_t h = 0; h < g; ++h) {
-    const __m512 z = _mm512_set1_ps(zinv[h]);
-    for (std::int64_t c = 0; c < dp; c += 16) {
-      _mm512_mask_storeu_ps(a.out + h * d + c, lanes_below(c, d), _mm512_mul_ps(_mm512_load_ps(o + h * dp + c), z));
-    }
-  }
+  for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
+  values_pass<Row>(a, s, dp);
 }
 
 // silu(g) * u = g * u / (1 + exp(-g)).

@@ -46,27 +46,25 @@ inline float dot_padded(const float* a, const float* b, std::int64_t dp) {
   return s;
 }
 
-// One (query row, kv head) pair: scores for all `group` heads reading each key once, softmax
-// numerators exp(s - max) with a float sum per head, then the value sum reading each value
-// once; the division by the sum is applied at the end.
+// One chunk of one (query row, kv head) pair (see AttendArgs): scores for all `group` heads
+// reading each key once, softmax numerators exp(s - max) with a float sum per head (16 partial
+// sums), then the value sum reading each value once.
 template <typename Row>
 void attend_generic(const AttendArgs& a) {
-  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group, n = a.n, ns = pad16(n);
-  float* qp = a.scratch;     // g x dp, pre-scaled
-  float* s = qp + g * dp;    // g x ns
-  float* kv = s + g * ns;    // 4 x dp (one row used here)
-  float* o = kv + 4 * dp;    // g x dp
-  float* zinv = o + g * dp;  // g
+  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group, n = a.n;
+  float* qp = a.scratch;             // g x dp, pre-scaled
+  float* s = qp + g * dp;            // g x kAttendChunk
+  float* kv = s + g * kAttendChunk;  // one widened row, dp
   for (std::int64_t h = 0; h < g; ++h) {
     for (std::int64_t c = 0; c < dp; ++c) qp[h * dp + c] = c < d ? a.q[h * d + c] * a.scale : 0.0f;
   }
   std::fill(kv, kv + dp, 0.0f);
   for (std::int64_t p = 0; p < n; ++p) {
     Row::widen(a.k + static_cast<std::size_t>(p) * a.row_stride, d, kv);
-    for (std::int64_t h = 0; h < g; ++h) s[h * ns + p] = dot_padded(qp + h * dp, kv, dp);
+    for (std::int64_t h = 0; h < g; ++h) s[h * kAttendChunk + p] = dot_padded(qp + h * dp, kv, dp);
   }
   for (std::int64_t h = 0; h < g; ++h) {
-    float* sh = s + h * ns;
+    float* sh = s + h * kAttendChunk;
     float max = -std::numeric_limits<float>::infinity();
     for (std::int64_t p = 0; p < n; ++p) max = std::max(max, sh[p]);
     float sum[16] = {};
@@ -76,19 +74,17 @@ void attend_generic(const AttendArgs& a) {
     }
     float total = 0.0f;
     for (float part : sum) total += part;
-    zinv[h] = 1.0f / total;
+    a.max[h] = max;
+    a.sum[h] = total;
   }
-  std::fill(o, o + g * dp, 0.0f);
+  std::fill(a.o, a.o + g * dp, 0.0f);
   for (std::int64_t p = 0; p < n; ++p) {
     Row::widen(a.v + static_cast<std::size_t>(p) * a.row_stride, d, kv);
     for (std::int64_t h = 0; h < g; ++h) {
-      const float weight = s[h * ns + p];
-      float* oh = o + h * dp;
+      const float weight = s[h * kAttendChunk + p];
+      float* oh = a.o + h * dp;
       for (std::int64_t c = 0; c < dp; ++c) oh[c] += weight * kv[c];
     }
-  }
-  for (std::int64_t h = 0; h < g; ++h) {
-    for (std::int64_t c = 0; c < d; ++c) a.out[h * d + c] = o[h * dp + c] * zinv[h];
   }
 }
 

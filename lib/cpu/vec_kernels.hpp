@@ -11,27 +11,35 @@
 
 namespace sitsrt::cpu::detail {
 
-// One (query row, kv head) pair of causal attention.
+// Positions one attend call covers at most. attention.cpp cuts every (query row, kv head)
+// pair's positions into chunks of this length and folds the chunks' partial results in order,
+// so scratch does not grow with the context and a long pair can be split over threads.
+inline constexpr std::int64_t kAttendChunk = 256;
+
+// One chunk of one (query row, kv head) pair of causal attention: for every query head h of the
+// group, max[h] = max_p s[h,p], sum[h] = sum_p exp(s[h,p] - max[h]) and the unnormalised
+// o[h] = sum_p exp(s[h,p] - max[h]) * v[p], with s[h,p] = (q[h] * scale) . k[p].
 struct AttendArgs {
   const float* q;          // group query heads, head h at q + h * head_dim
   const std::byte* k;      // key of position p (this kv head) at k + p * row_stride
   const std::byte* v;      // value of position p at v + p * row_stride
   std::size_t row_stride;  // bytes between positions
   std::int64_t group;      // query heads sharing this kv head
-  std::int64_t n;          // positions attended: 0 .. n-1 (n >= 1)
+  std::int64_t n;          // positions 0 .. n-1, 1 <= n <= kAttendChunk
   std::int64_t head_dim;
   float scale;
-  float* out;      // group heads, head h at out + h * head_dim
-  float* scratch;  // attend_scratch_floats(n, group, head_dim) floats, 64-byte aligned
+  float* o;        // group x pad16(head_dim) floats, 64-byte aligned; padding lanes get 0
+  float* max;      // group floats
+  float* sum;      // group floats
+  float* scratch;  // attend_scratch_floats(group, head_dim) floats, 64-byte aligned
 };
 using AttendFn = void (*)(const AttendArgs& args);
 
 // Scratch layout shared by every ISA (floats; p16 = round up to 16): scaled q group*p16(d),
-// scores group*p16(n), 4 converted K/V rows 4*p16(d), output accumulators group*p16(d),
-// 1/sum per head p16(group).
-inline std::size_t attend_scratch_floats(std::int64_t n, std::int64_t group, std::int64_t head_dim) noexcept {
+// scores group*kAttendChunk, one widened K/V row p16(d) (used by the generic level).
+inline std::size_t attend_scratch_floats(std::int64_t group, std::int64_t head_dim) noexcept {
   const auto p16 = [](std::int64_t v) { return (v + 15) / 16 * 16; };
-  return static_cast<std::size_t>(group * p16(head_dim) * 2 + group * p16(n) + 4 * p16(head_dim) + p16(group));
+  return static_cast<std::size_t>(group * p16(head_dim) + group * kAttendChunk + p16(head_dim));
 }
 
 struct VecKernels {

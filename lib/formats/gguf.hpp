@@ -103,6 +103,8 @@ class File {
   [[nodiscard]] std::uint64_t alignment() const noexcept { return alignment_; }
   [[nodiscard]] std::uint64_t data_offset() const noexcept { return data_offset_; }
   [[nodiscard]] std::size_t file_size() const noexcept { return bytes_.size(); }
+  // True when the bytes are this File's own read-only mapping (not a caller-owned image).
+  [[nodiscard]] bool mapped() const noexcept { return mapping_ != nullptr; }
   [[nodiscard]] const std::vector<KeyValue>& metadata() const noexcept { return metadata_; }   // file order
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }  // file order
 

@@ -51,6 +51,8 @@ class File {
   static File parse(std::span<const std::byte> bytes, std::string display_name);
 
   [[nodiscard]] const std::string& path() const noexcept { return name_; }
+  // True when the bytes are this File's own read-only mapping (not a caller-owned image).
+  [[nodiscard]] bool mapped() const noexcept { return mapping_ != nullptr; }
   [[nodiscard]] std::uint64_t data_offset() const noexcept { return data_offset_; }
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }  // by offset
   [[nodiscard]] const std::map<std::string, std::string, std::less<>>& metadata() const noexcept {

@@ -198,7 +198,7 @@ HfModel open_hf_model(const std::string& directory) {
       }
       if (t.shape.empty() || t.shape.size() > 2)
         raise(ErrorCode::kInvalidModel, "{}: tensor '{}' must have 1 or 2 dimensions", file.path(), t.name);
-      CatalogTensor c{*gguf_name, t.name, *type, {t.shape.rbegin(), t.shape.rend()}, t.bytes, file.tensor_data(t)};
+      CatalogTensor c{*gguf_name, t.name, *type, {t.shape.rbegin(), t.shape.rend()}, t.bytes, file.tensor_data(t), file.mapped()};
       const bool norm = gguf_name->ends_with("norm.weight");
       if (t.shape.size() == 1 && (*type != DType::kF32 || (gemma && norm))) {
         c.type = DType::kF32;

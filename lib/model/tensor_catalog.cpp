@@ -1,6 +1,7 @@
 #include "model/tensor_catalog.hpp"
 
 #include "core/check.hpp"
+#include "core/mapped_file.hpp"
 #include "formats/gguf.hpp"
 
 #include <fmt/format.h>
@@ -19,7 +20,7 @@ TensorCatalog TensorCatalog::from_gguf(const gguf::File& file) {
   // A copy of the File shares its mapping, so the views stay valid as long as the catalog.
   auto keep = std::make_shared<const gguf::File>(file);
   for (const gguf::TensorInfo& t : keep->tensors())
-    catalog.add({t.name, t.name, t.type, t.dims, t.bytes, keep->tensor_data(t)});
+    catalog.add({t.name, t.name, t.type, t.dims, t.bytes, keep->tensor_data(t), keep->mapped()});
   catalog.keep_alive(std::move(keep));
   return catalog;
 }
@@ -33,6 +34,12 @@ std::span<const std::byte> TensorCatalog::data(const graph::Weight& weight) cons
   const CatalogTensor* t = find(weight.name);
   if (t == nullptr) raise(ErrorCode::kInvalidModel, "{}: missing tensor '{}'", path_, weight.name);
   return t->data;
+}
+
+void TensorCatalog::release(const graph::Weight& weight) const noexcept {
+  const CatalogTensor* t = find(weight.name);
+  if (t == nullptr || !t->mapped) return;
+  release_mapped_pages(t->data);
 }
 
 std::string TensorCatalog::describe(const std::string& name) const {

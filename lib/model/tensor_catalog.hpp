@@ -33,6 +33,7 @@ struct CatalogTensor {
   std::vector<std::int64_t> dims;  // GGUF order: dims[0] is contiguous
   std::uint64_t bytes = 0;
   std::span<const std::byte> data;
+  bool mapped = false;  // data lies in a read-only file mapping (release() may drop its pages)
   [[nodiscard]] std::int64_t elements() const noexcept;
 };
 
@@ -47,6 +48,9 @@ class TensorCatalog final : public graph::WeightSource {
   [[nodiscard]] const CatalogTensor* find(std::string_view name) const noexcept;
   [[nodiscard]] const std::vector<CatalogTensor>& tensors() const noexcept { return tensors_; }  // insertion order
   [[nodiscard]] std::span<const std::byte> data(const graph::Weight& weight) const override;
+  // Drops a mapped tensor's whole pages from the process (they are re-read from the file if
+  // touched again); owned tensors stay.
+  void release(const graph::Weight& weight) const noexcept override;
   // "'blk.0.attn_q.weight'", plus the file's own name for it when the format names it
   // differently (for messages about missing or mis-shaped tensors).
   [[nodiscard]] std::string describe(const std::string& name) const;

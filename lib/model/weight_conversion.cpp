@@ -130,9 +130,20 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
 
 std::span<const std::byte> ConvertedWeightSource::data(const graph::Weight& weight) const {
   if (const auto it = converted_.find(weight.name); it != converted_.end()) {
+    if (it->second.data() == nullptr && weight.bytes > 0) {
+      raise(ErrorCode::kInternal, "converted weight '{}' was released to the backend", weight.name);
+    }
     return {it->second.data(), it->second.size()};
   }
   return stored_.data(weight);
+}
+
+void ConvertedWeightSource::release(const graph::Weight& weight) const noexcept {
+  if (const auto it = converted_.find(weight.name); it != converted_.end()) {
+    it->second = AlignedBuffer();
+  } else {
+    stored_.release(weight);
+  }
 }
 
 }  // namespace sitsrt

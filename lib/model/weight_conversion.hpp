@@ -65,12 +65,16 @@ class ConvertedWeightSource final : public graph::WeightSource {
   // for lookups is read one row per token, so it stays as stored. Rows are split over `pool`.
   ConvertedWeightSource(graph::Graph& graph, const graph::WeightSource& stored, WeightFormat target, ThreadPool& pool);
 
+  // Throws kInternal for a converted weight after release().
   [[nodiscard]] std::span<const std::byte> data(const graph::Weight& weight) const override;
+  // Frees a converted weight's buffer (the backend holds a copy); others: the stored source's.
+  void release(const graph::Weight& weight) const noexcept override;
   [[nodiscard]] const WeightConversionReport& report() const noexcept { return report_; }
 
  private:
   const graph::WeightSource& stored_;
-  std::unordered_map<std::string, AlignedBuffer> converted_;  // by tensor name
+  // By tensor name; release() empties an entry (the name stays, so data() can refuse it).
+  mutable std::unordered_map<std::string, AlignedBuffer> converted_;
   WeightConversionReport report_;
 };
 

@@ -3,11 +3,13 @@
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
 #include "cpu/matvec_group.hpp"
+#include "cpu/weight_layout.hpp"
 #include "ops/ops.hpp"
 #include "runtime/kv_cache.hpp"
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 
@@ -25,17 +27,60 @@ class CpuBuffer final : public BackendBuffer {
   AlignedBuffer buffer_;
 };
 
-CpuBackend::CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes, bool int8_activations)
-    : ctx_(threads, isa, int8_activations), budget_bytes_(budget_bytes) {}
+CpuBackend::CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes, bool int8_activations,
+                       bool resident_weights)
+    : ctx_(threads, isa, int8_activations), budget_bytes_(budget_bytes), resident_weights_(resident_weights) {}
+
+namespace {
+
+std::int64_t weight_rows(const graph::Weight& w) { return w.dims.size() > 1 ? w.dims[1] : 1; }
+
+// Weights some MatMul node reads (by WeightId); the others (norms, a lookup-only embedding) are
+// never repacked.
+std::vector<bool> matmul_weights(const graph::Graph& graph) {
+  std::vector<bool> matmul(graph.weights().size(), false);
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.op == graph::OpKind::kMatMul) matmul[static_cast<std::size_t>(node.weights[0])] = true;
+  }
+  return matmul;
+}
+
+}  // namespace
+
+std::vector<CpuBackend::Placement> CpuBackend::place_weights(const graph::Graph& graph, std::size_t* total) const {
+  const std::vector<bool> matmul = matmul_weights(graph);
+  std::vector<Placement> placements;
+  std::size_t offset = 0;
+  for (std::size_t id = 0; id < graph.weights().size(); ++id) {
+    const graph::Weight& w = graph.weights()[id];
+    Placement p{w.type, row_bytes(w.type, w.dims[0]), offset};
+    if (resident_weights_) {
+      p.layout = cpu::resident_layout(ctx_, w.type, matmul[id]);
+      p.row_stride = cpu::resident_row_stride(p.layout, w.dims[0]);
+      // Every weight starts on a cache line (its rows too, for the repacked layouts).
+      offset += (p.row_stride * static_cast<std::size_t>(weight_rows(w)) + 63) / 64 * 64;
+    }
+    placements.push_back(p);
+  }
+  *total = offset;
+  return placements;
+}
+
+std::uint64_t CpuBackend::weight_bytes_for(const graph::Graph& graph) const {
+  std::size_t total = 0;
+  const std::vector<Placement> placements = place_weights(graph, &total);
+  return resident_weights_ ? total : graph.total_weight_bytes();
+}
 
 void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source) {
   weights_.clear();
   weights_.reserve(graph.weights().size());
   weight_bytes_ = 0;
+  repacked_ = 0;
   for (const graph::Weight& w : graph.weights()) {
     const std::span<const std::byte> bytes = source.data(w);
     const std::int64_t cols = w.dims[0];
-    const std::int64_t rows = w.dims.size() > 1 ? w.dims[1] : 1;
+    const std::int64_t rows = weight_rows(w);
     const std::size_t row_stride = row_bytes(w.type, cols);
     if (bytes.size() < row_stride * static_cast<std::size_t>(rows)) {
       raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes, expected {}", w.name, bytes.size(),
@@ -44,6 +89,26 @@ void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSour
     weights_.push_back({w.type, bytes.data(), rows, cols, row_stride});
     weight_bytes_ += bytes.size();
   }
+  if (!resident_weights_) return;
+
+  // Resident: one huge-page buffer (streaming decode reads measured 20-30% faster per core than
+  // through the file's 4 KiB pages); each weight copied or repacked, then its file pages dropped.
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t total = 0;
+  const std::vector<Placement> placements = place_weights(graph, &total);
+  resident_ = AlignedBuffer(total, "resident weights", AlignedBuffer::Pages::kHuge);
+  for (std::size_t id = 0; id < weights_.size(); ++id) {
+    const Placement& p = placements[id];
+    cpu::WeightMatrix& w = weights_[id];
+    std::byte* dst = resident_.data() + p.offset;
+    cpu::copy_to_layout(ctx_, w, p.layout, dst, p.row_stride);
+    source.release(graph.weights()[id]);
+    if (p.layout != w.type) ++repacked_;
+    w = {p.layout, dst, w.rows, w.cols, p.row_stride};
+    if (progress_) progress_(total ? static_cast<double>(p.offset + p.row_stride * w.rows) / total : 1.0);
+  }
+  weight_bytes_ = total;
+  copy_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t kv_capacity) {

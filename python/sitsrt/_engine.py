@@ -97,6 +97,9 @@ class Engine:
             bf16 for an f32 head: info()["weights_output_head"]), "fp8-all" (E4M3, the head too)
             or "q4g128" (INT4 g128); the cost is in info() (weights_convert_seconds,
             weights_converted_bytes).
+        mmap_weights: True reads the weights in place from the mmapped file (instant load, pages
+            shared between processes); False (default) copies them into huge-page memory, Q8_0/Q4_0
+            repacked for the decode kernels (faster decode; info()["weights_copy_seconds"]).
         deterministic: results depend only on model, prompt, sampling and the recorded engine
             digest, never on the thread count (see docs/audit-log.md).
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
@@ -114,7 +117,7 @@ class Engine:
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
                  audit_key: str | bytes | None = None, weights: str = "as-stored",
-                 devices: str | Sequence[str] | None = None) -> None:
+                 mmap_weights: bool = False, devices: str | Sequence[str] | None = None) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
@@ -136,7 +139,8 @@ class Engine:
             memory_budget_bytes=_int("memory_budget_bytes", memory_budget_bytes, 0, _UINT64_MAX),
             deterministic=bool(deterministic),
             sinks=_sinks(audit, audit_key),
-            weights=weights)
+            weights=weights,
+            mmap_weights=bool(mmap_weights))
 
     # -- requests ---------------------------------------------------------------------------
 

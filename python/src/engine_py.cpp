@@ -121,7 +121,8 @@ void bind_engine(py::module_& m) {
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
                        std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
-                       bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights) {
+                       bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
+                       bool mmap_weights) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -135,12 +136,13 @@ void bind_engine(py::module_& m) {
              o.deterministic = deterministic;
              o.audit_sinks = std::move(sinks);
              o.weights = std::move(weights);
+             o.mmap_weights = mmap_weights;
              py::gil_scoped_release release;
              return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
-           py::arg("weights") = "as-stored")
+           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false)
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_bos") = true,
            py::call_guard<py::gil_scoped_release>())
@@ -197,6 +199,8 @@ void bind_engine(py::module_& m) {
         d["weights_converted_to_bytes"] = i.weights_converted_to_bytes;
         d["weights_convert_seconds"] = i.weights_convert_seconds;
         d["weights_output_head"] = i.weights_output_head;
+        d["weights_mmapped"] = i.weights_mmapped; d["weights_repacked_tensors"] = i.weights_repacked_tensors;
+        d["weights_copy_seconds"] = i.weights_copy_seconds;
         return d;
       })
       .def_property_readonly("circuit_breaker_open", &Engine::circuit_breaker_open)

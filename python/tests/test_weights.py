@@ -29,3 +29,13 @@ def test_fp8_weights_convert_and_stay_close(model_path):
     a, b = f32.logits(tokens), fp8.logits(tokens)
     assert a.shape == b.shape
     assert 0.0 < np.sqrt(np.mean((a - b) ** 2) / np.mean(a ** 2)) < 0.05
+
+
+def test_mmap_and_resident_weights_give_the_same_logits(model_path):
+    resident = sitsrt.Engine(model_path, threads=2, weights="q8")
+    mapped = sitsrt.Engine(model_path, threads=2, weights="q8", mmap_weights=True)
+    assert resident.info["weights_mmapped"] is False and mapped.info["weights_mmapped"] is True
+    assert resident.info["weights_copy_seconds"] > 0.0 and mapped.info["weights_copy_seconds"] == 0.0
+    assert mapped.info["weights_repacked_tensors"] == 0
+    tokens = resident.tokenize("Once upon a time")
+    assert np.array_equal(resident.logits(tokens), mapped.logits(tokens))  # repacking is lossless

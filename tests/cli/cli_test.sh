@@ -112,6 +112,12 @@ check "info --weights --json" json_check "$work/info-w.json" \
 "$cli" run -m "$model" -p "hi" -n 2 --json --weights fp8 >"$work/run-w.jsonl" 2>/dev/null
 check "run --weights: summary reports the conversion" json_check "$work/run-w.jsonl" \
   "lines[-1]['weights']['format'] == 'fp8' and lines[-1]['weights']['converted_tensors'] + lines[-1]['weights']['kept_tensors'] == 15"
+"$cli" bench -m "$model" -p 8 -n 4 -r 1 --no-bandwidth --json >"$work/bench-resident.json" 2>/dev/null
+"$cli" bench -m "$model" -p 8 -n 4 -r 1 --no-bandwidth --mmap --json >"$work/bench-mmap.json" 2>/dev/null
+check "bench: resident weights by default, copy time reported" json_check "$work/bench-resident.json" \
+  "doc['weights']['mmapped'] == False and doc['weights']['copy_seconds'] > 0 and doc['weights']['repacked_tensors'] >= 0"
+check "bench --mmap: read in place" json_check "$work/bench-mmap.json" \
+  "doc['weights']['mmapped'] == True and doc['weights']['copy_seconds'] == 0 and doc['weights']['repacked_tensors'] == 0"
 kmix="$work/q4_k_m.gguf"
 check "make-model --type q4_k_m" "$cli" make-model -o "$kmix" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 300 --type q4_k_m
 "$cli" run -m "$kmix" -p "hi" -n 2 --json --weights q8 >"$work/run-k.jsonl" 2>/dev/null

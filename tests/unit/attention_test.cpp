@@ -57,43 +57,70 @@ struct Case {
   DType type;
   std::int64_t group, head_dim, pos0, rows;
   std::int64_t window = 0;  // sliding window (0: full causal)
+  std::int64_t n_kv = 2;
 };
 
-// Stores positions [0, pos0 + rows) (earlier ones in a separate call, as a prefill after a
-// previous turn does), runs attention for rows pos0 .. pos0 + rows - 1 and checks every output
-// against softmax(q k^T * scale) v computed in double from the stored cache.
-void check_attention(cpu::Isa isa, int threads, const Case& c) {
-  CAPTURE(cpu::name(isa), threads, name(c.type), c.group, c.head_dim, c.pos0, c.rows, c.window);
-  const std::int64_t n_kv = 2, n_heads = n_kv * c.group, d = c.head_dim;
-  const std::int64_t width = n_kv * d, capacity = 4096;
-  const cpu::AttentionShape shape{n_heads, n_kv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                                  c.window};
-  test::Rng rng(static_cast<std::uint64_t>(c.group * 1000 + d * 10 + c.pos0 + c.rows + c.window * 7));
-  TestCache cache(c.type, width, capacity);
-  const std::int64_t total = c.pos0 + c.rows;
-  const std::int64_t ldkv = width + 3;
-  std::vector<float> k(static_cast<std::size_t>(total * ldkv)), v(k.size());
-  for (std::int64_t p = 0; p < total; ++p) {
-    const float ks = std::exp2(rng.uniform(-1.0f, 1.5f));  // peaky and flat score rows
-    for (std::int64_t e = 0; e < width; ++e) {
-      k[static_cast<std::size_t>(p * ldkv + e)] = rng.normal() * ks;
-      v[static_cast<std::size_t>(p * ldkv + e)] = rng.normal() * std::exp2(rng.uniform(-2.0f, 2.0f));
+constexpr float kSentinel = -777.0f;
+
+// A cache holding positions [0, pos0 + rows) (earlier ones stored in a separate call, as a
+// prefill after a previous turn does) and query rows for positions pos0 .. pos0 + rows - 1.
+struct Problem {
+  Case c;
+  std::int64_t n_heads, d, width, ldq;
+  static constexpr std::int64_t kCapacity = 4096;
+  cpu::AttentionShape shape;
+  TestCache cache;
+  std::vector<float> q;
+
+  Problem(cpu::Isa isa, const Case& cs)
+      : c(cs),
+        n_heads(cs.n_kv * cs.group),
+        d(cs.head_dim),
+        width(cs.n_kv * cs.head_dim),
+        ldq(n_heads * d + 5),
+        shape{n_heads, cs.n_kv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), cs.window},
+        cache(cs.type, width, kCapacity) {
+    test::Rng rng(static_cast<std::uint64_t>(c.group * 1000 + d * 10 + c.pos0 + c.rows + c.window * 7 + c.n_kv));
+    const std::int64_t total = c.pos0 + c.rows;
+    const std::int64_t ldkv = width + 3;
+    std::vector<float> k(static_cast<std::size_t>(total * ldkv)), v(k.size());
+    for (std::int64_t p = 0; p < total; ++p) {
+      const float ks = std::exp2(rng.uniform(-1.0f, 1.5f));  // peaky and flat score rows
+      for (std::int64_t e = 0; e < width; ++e) {
+        k[static_cast<std::size_t>(p * ldkv + e)] = rng.normal() * ks;
+        v[static_cast<std::size_t>(p * ldkv + e)] = rng.normal() * std::exp2(rng.uniform(-2.0f, 2.0f));
+      }
+    }
+    cpu::CpuContext ctx(2, isa);
+    if (c.pos0 > 0) cpu::kv_store(ctx, cache.view(), k.data(), ldkv, v.data(), ldkv, c.pos0, width, 0);
+    cpu::kv_store(ctx, cache.view(), k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, width,
+                  c.pos0);
+    q.assign(static_cast<std::size_t>(c.rows * ldq), std::nanf(""));
+    for (std::int64_t i = 0; i < c.rows; ++i) {
+      for (std::int64_t e = 0; e < n_heads * d; ++e) q[static_cast<std::size_t>(i * ldq + e)] = rng.normal() * 1.5f;
     }
   }
-  cpu::CpuContext ctx(threads, isa);
-  ctx.reserve_scratch(cpu::attention_scratch_floats(capacity, shape));
-  if (c.pos0 > 0) cpu::kv_store(ctx, cache.view(), k.data(), ldkv, v.data(), ldkv, c.pos0, width, 0);
-  cpu::kv_store(ctx, cache.view(), k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, width,
-                c.pos0);
 
-  const std::int64_t ldq = n_heads * d + 5;
-  std::vector<float> q(static_cast<std::size_t>(c.rows * ldq), std::nanf(""));
-  for (std::int64_t i = 0; i < c.rows; ++i) {
-    for (std::int64_t e = 0; e < n_heads * d; ++e) q[static_cast<std::size_t>(i * ldq + e)] = rng.normal() * 1.5f;
+  // Attention output (ldq floats per row; gaps keep kSentinel) with `threads` threads.
+  std::vector<float> run(cpu::Isa isa, int threads) {
+    cpu::CpuContext ctx(threads, isa);
+    ctx.reserve_scratch(cpu::attention_scratch_floats(kCapacity, shape));
+    std::vector<float> out(q.size(), kSentinel);
+    cpu::attention(ctx, q.data(), ldq, c.rows, c.pos0, cache.view(), shape, out.data(), ldq);
+    return out;
   }
-  constexpr float kSentinel = -777.0f;
-  std::vector<float> out(q.size(), kSentinel);
-  cpu::attention(ctx, q.data(), ldq, c.rows, c.pos0, cache.view(), shape, out.data(), ldq);
+};
+
+// Runs attention for the rows of Problem(c) and checks every output against
+// softmax(q k^T * scale) v computed in double from the stored cache.
+void check_attention(cpu::Isa isa, int threads, const Case& c) {
+  CAPTURE(cpu::name(isa), threads, name(c.type), c.group, c.head_dim, c.pos0, c.rows, c.window, c.n_kv);
+  Problem problem(isa, c);
+  const std::int64_t n_heads = problem.n_heads, d = problem.d, ldq = problem.ldq;
+  const cpu::AttentionShape& shape = problem.shape;
+  const TestCache& cache = problem.cache;
+  const std::vector<float>& q = problem.q;
+  const std::vector<float> out = problem.run(isa, threads);
 
   std::vector<double> expected, tolerance;
   std::vector<float> actual;
@@ -174,6 +201,35 @@ TEST_CASE("attention decodes at the end of a 4096-position cache", "[attention]"
   check_attention(isa, 2, {type, 4, 64, 4095, 1});
 }
 
+// Few (row, kv head) pairs at a long context: the positions are split into chunks run by
+// different threads and merged (attention.cpp); 1 thread runs the chunks in sequence.
+TEST_CASE("attention splits long contexts over threads and matches the reference", "[attention]") {
+  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+  const DType type = GENERATE(DType::kF32, DType::kF16);
+  const int threads = GENERATE(1, 2, 3);
+  if (!cpu::isa_supported(isa)) return;
+  check_attention(isa, threads, {type, 4, 64, 2999, 1, 0, 1});     // decode at 3000 positions
+  check_attention(isa, threads, {type, 2, 72, 2999, 1, 1500, 1});  // window not chunk aligned
+  check_attention(isa, threads, {type, 1, 128, 2050, 3, 0, 1});    // three rows, chunk edges
+}
+
+TEST_CASE("attention results do not depend on the thread count (split or not)", "[attention]") {
+  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+  const DType type = GENERATE(DType::kF32, DType::kF16);
+  if (!cpu::isa_supported(isa)) return;
+  for (const Case& c : {Case{type, 4, 64, 3000, 1, 0, 1}, Case{type, 2, 64, 2500, 2, 1100, 2},
+                        Case{type, 2, 64, 1800, 1, 0, 8}, Case{type, 1, 40, 100, 7, 0, 2}}) {
+    CAPTURE(cpu::name(isa), name(type), c.group, c.pos0, c.rows, c.window, c.n_kv);
+    Problem problem(isa, c);
+    const std::vector<float> one = problem.run(isa, 1);
+    for (int threads : {2, 3, 4, 5}) {
+      CAPTURE(threads);
+      const std::vector<float> many = problem.run(isa, threads);
+      REQUIRE(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("kv_store writes f16 rows bit-exactly and refuses positions past capacity", "[attention]") {
   const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
   if (!cpu::isa_supported(isa)) return;
@@ -217,5 +273,6 @@ TEST_CASE("attention scratch is linear in the capacity", "[attention]") {
   const std::size_t b = cpu::attention_scratch_floats(2048, shape);
   const std::size_t c = cpu::attention_scratch_floats(4096, shape);
   CHECK(c - b == 2 * (b - a));
-  CHECK(b - a == 4 * 1024);  // one score per position for each of the 4 heads of a group
+  // A split's chunk partials: up to 4 per 256 positions, each 4 heads x 128 floats plus max/sum.
+  CHECK(b - a == 4 * (1024 / 256) * (4 * 128 + 16));
 }

@@ -73,6 +73,50 @@ TEST_CASE("weights=q8 on an F32 model gives the logits of the same model written
   CHECK(stored.model_info().weights_converted_tensors == 0);
 }
 
+TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mmapped results bit for bit",
+          "[engine]") {
+  const DType type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kF16);
+  const std::string weights = GENERATE(as<std::string>{}, "as-stored", "q8");
+  CAPTURE(name(type), weights);
+  const std::string path = model(type, false);
+  EngineOptions o;
+  o.model_path = path;
+  o.threads = 2;
+  o.weights = weights;
+  o.mmap_weights = true;
+  const Engine mapped(o);
+  o.mmap_weights = false;
+  const Engine resident(o);
+  const std::vector<float> a = mapped.logits(kTokens, true), b = resident.logits(kTokens, true);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);  // prefill of every position
+  GenerationConfig greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_new_tokens = 12;
+  greedy.top_logprobs = 3;
+  greedy.stop_at_end_of_sequence = false;
+  std::vector<std::pair<std::int32_t, float>> ta, tb;  // decode steps: ids and log-probs
+  mapped.generate_from_tokens(kTokens, greedy, [&](const TokenEvent& e) {
+    ta.emplace_back(e.token_id, e.logprob);
+    return true;
+  });
+  resident.generate_from_tokens(kTokens, greedy, [&](const TokenEvent& e) {
+    tb.emplace_back(e.token_id, e.logprob);
+    return true;
+  });
+  CHECK(ta.size() == 12);
+  CHECK(ta == tb);
+  const ModelInfo& ri = resident.model_info();
+  CHECK(mapped.model_info().weights_mmapped);
+  CHECK_FALSE(ri.weights_mmapped);
+  CHECK(mapped.model_info().weights_repacked_tensors == 0);
+  CHECK(ri.weights_copy_seconds > 0.0);
+  CHECK(ri.weight_bytes == mapped.model_info().weight_bytes);  // the graph's bytes; residency may pad rows
+  const bool repacks = ri.int8_activations && (ri.cpu_isa == "avx512vnni" || ri.cpu_isa == "amx") &&
+                       (weights == "q8" || type != DType::kF16);
+  CHECK((ri.weights_repacked_tensors == 2 * 7 + 1) == repacks);  // 7 per layer + the output head
+}
+
 TEST_CASE("weights conversion keeps a lookup-only token embedding as stored", "[engine]") {
   const std::string f32_path = model(DType::kF32, false), q8_path = model(DType::kQ8_0, false);
   const Engine converted = engine(f32_path, "q8");

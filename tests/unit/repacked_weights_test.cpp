@@ -1,0 +1,187 @@
+// Repacked Q8_0 / Q4_0 layouts (core/repacked_blocks.hpp) and the CPU backend's resident
+// weights (cpu/weight_layout.hpp): the documented bytes, lossless round trips, and decode,
+// prefill and row lookups that give the stored layout's results bit for bit.
+#include "core/dtype.hpp"
+#include "core/half.hpp"
+#include "core/quant_blocks.hpp"
+#include "core/repacked_blocks.hpp"
+#include "cpu/cpu_context.hpp"
+#include "cpu/matmul.hpp"
+#include "cpu/weight_layout.hpp"
+#include "support/random.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+// Rows of random blocks in the stored format (normal values with a per-block scale), row
+// stride = the row's bytes.
+std::vector<std::byte> stored_rows(DType type, std::int64_t rows, std::int64_t cols, test::Rng& rng) {
+  const std::size_t stride = row_bytes(type, cols);
+  std::vector<std::byte> bytes(stride * static_cast<std::size_t>(rows));
+  std::vector<float> src(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float scale = 1.0f;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (c % 32 == 0) scale = std::exp2(rng.uniform(-4.0f, 2.0f));
+      const float v = rng.normal() * scale;
+      src[static_cast<std::size_t>(c)] = v == 0.0f ? scale : v;
+    }
+    quantize_row(type, src.data(), bytes.data() + static_cast<std::size_t>(r) * stride, cols);
+  }
+  return bytes;
+}
+
+// Block counts that exercise one and several groups, partial last groups, and every remainder
+// of a last group's blocks mod 4 (the Q4_0R tail blocks).
+constexpr std::int64_t kBlockCounts[] = {1, 2, 3, 4, 5, 7, 31, 32, 33, 35, 36, 38, 64, 88, 97};
+
+}  // namespace
+
+TEST_CASE("repacked rows round-trip the stored blocks and decode to the same values", "[repacked]") {
+  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
+  const DType repacked = repacked_format_of(stored);
+  REQUIRE(repacked != stored);
+  CHECK(stored_format_of(repacked) == stored);
+  CHECK(traits(repacked).block_bytes == traits(stored).block_bytes);
+  test::Rng rng(7);
+  for (const std::int64_t nb : kBlockCounts) {
+    CAPTURE(name(stored), nb);
+    const std::int64_t cols = nb * 32;
+    const std::vector<std::byte> blocks = stored_rows(stored, 1, cols, rng);
+    std::vector<std::byte> packed(blocks.size(), std::byte{0xAB}), back(blocks.size());
+    if (stored == DType::kQ8_0) {
+      repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(blocks.data()), packed.data(), nb);
+      unpack_row_q8_0r(packed.data(), reinterpret_cast<BlockQ8_0*>(back.data()), nb);
+    } else {
+      repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(blocks.data()), packed.data(), nb);
+      unpack_row_q4_0r(packed.data(), reinterpret_cast<BlockQ4_0*>(back.data()), nb);
+    }
+    CHECK(back == blocks);
+    CHECK(packed != blocks);  // it is a different layout
+
+    std::vector<float> want(static_cast<std::size_t>(cols)), got(static_cast<std::size_t>(cols));
+    dequantize_row(stored, blocks.data(), want.data(), cols);
+    dequantize_row(repacked, packed.data(), got.data(), cols);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+
+    // quantize_row of the repacked format = the stored quantizer, repacked.
+    std::vector<float> x = rng.normals(static_cast<std::size_t>(cols));
+    std::vector<std::byte> q_stored(blocks.size()), q_repacked(blocks.size());
+    quantize_row(stored, x.data(), q_stored.data(), cols);
+    quantize_row(repacked, x.data(), q_repacked.data(), cols);
+    std::vector<std::byte> expect(blocks.size());
+    if (stored == DType::kQ8_0) {
+      repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(q_stored.data()), expect.data(), nb);
+    } else {
+      repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(q_stored.data()), expect.data(), nb);
+    }
+    CHECK(q_repacked == expect);
+  }
+}
+
+TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]") {
+  // 37 blocks: one whole group (8 quads) and a last group of 5 (one quad + one tail block).
+  constexpr std::int64_t nb = 37;
+  test::Rng rng(11);
+  std::vector<BlockQ4_0> q4(nb);
+  std::vector<BlockQ8_0> q8(nb);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    q4[b].d = q8[b].d = static_cast<std::uint16_t>(0x3000 + b);
+    for (auto& v : q4[b].qs) v = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
+    for (auto& v : q8[b].qs) v = static_cast<std::int8_t>(rng.uniform_int(-128, 127));
+  }
+  std::vector<std::uint8_t> p4(nb * 18), p8(nb * 34);
+  repack_row_q4_0(q4.data(), reinterpret_cast<std::byte*>(p4.data()), nb);
+  repack_row_q8_0(q8.data(), reinterpret_cast<std::byte*>(p8.data()), nb);
+  const auto level4 = [&](std::int64_t b, int e) { return e < 16 ? q4[b].qs[e] & 15 : q4[b].qs[e - 16] >> 4; };
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::int64_t g = b / 32, i = b % 32, t = g == 0 ? 32 : nb - 32;
+    // Q8_0R: levels q ^ 0x80 at 32 i of the group, scales after the group's levels.
+    for (int e = 0; e < 32; ++e) CHECK(p8[g * 32 * 34 + 32 * i + e] == (static_cast<std::uint8_t>(q8[b].qs[e]) ^ 0x80));
+    std::uint16_t d8, d4;
+    std::memcpy(&d8, &p8[g * 32 * 34 + 32 * t + 2 * i], 2);
+    std::memcpy(&d4, &p4[g * 32 * 18 + 16 * t + 2 * i], 2);
+    CHECK(d8 == q8[b].d);
+    CHECK(d4 == q4[b].d);
+    // Q4_0R: quads share 64 bytes; the tail block keeps its GGUF qs.
+    const std::int64_t j = i / 4, k = i % 4;
+    for (int e = 0; e < 32; ++e) {
+      if (i < t / 4 * 4) {
+        const std::uint8_t byte = p4[g * 32 * 18 + 64 * j + 32 * (k % 2) + e];
+        CHECK((k < 2 ? byte & 15 : byte >> 4) == level4(b, e));
+      } else if (e < 16) {
+        CHECK(p4[g * 32 * 18 + 16 * i + e] == q4[b].qs[e]);
+      }
+    }
+  }
+}
+
+TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for it", "[repacked]") {
+  const cpu::CpuContext generic(1, cpu::Isa::kGeneric, true);
+  CHECK(cpu::resident_layout(generic, DType::kQ8_0, true) == DType::kQ8_0);
+  CHECK(cpu::resident_row_stride(DType::kQ8_0, 2816) == 88 * 34);
+  CHECK(cpu::resident_row_stride(DType::kQ4_0R, 2816) == 1600);  // 1584 rounded to a cache line
+  if (!cpu::isa_supported(cpu::Isa::kAvx512Vnni)) {
+    WARN("skipped the AVX-512 VNNI cases: this CPU lacks it");
+    return;
+  }
+  const cpu::CpuContext vnni(1, cpu::Isa::kAvx512Vnni, true), vnni_float(1, cpu::Isa::kAvx512Vnni, false);
+  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == DType::kQ8_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true) == DType::kQ4_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, false) == DType::kQ4_0);  // a lookup-only table
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true) == DType::kQ4_1);
+  CHECK(cpu::resident_layout(vnni, DType::kF16, true) == DType::kF16);
+  CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == DType::kQ8_0);  // float activations
+}
+
+TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to the stored layout", "[repacked]") {
+  const cpu::Isa isa = GENERATE(cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kGeneric);
+  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
+  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
+  const DType repacked = repacked_format_of(stored);
+  const int threads = GENERATE(1, 3);
+  test::Rng rng(23);
+  for (const std::int64_t rows : {1, 5, 18, 67}) {
+    for (const std::int64_t nb : {1, 3, 4, 33, 35, 88, 97}) {
+      const std::int64_t cols = nb * 32;
+      CAPTURE(cpu::name(isa), name(stored), threads, rows, cols);
+      const std::vector<std::byte> bytes = stored_rows(stored, rows, cols, rng);
+      cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
+      const cpu::WeightMatrix w{stored, bytes.data(), rows, cols, row_bytes(stored, cols)};
+      const std::size_t stride = cpu::resident_row_stride(repacked, cols);
+      // A heap vector: 16-byte aligned, not 64 (the kernels' weight loads are unaligned ones).
+      std::vector<std::byte> packed(stride * static_cast<std::size_t>(rows));
+      std::byte* at = packed.data();
+      cpu::copy_to_layout(ctx, w, repacked, at, stride);
+      const cpu::WeightMatrix r{repacked, at, rows, cols, stride};
+
+      // Decode is bit-identical where weights get repacked (the integer kernels); at other levels
+      // the repacked layout decodes with float activations (matmul_test checks it against a
+      // double reference), unlike the stored one. Prefill and lookups are identical everywhere.
+      const bool decode_identical = cpu::resident_layout(ctx, stored, true) == repacked;
+      for (const std::int64_t m : {1, 2, 9}) {
+        if (m == 1 && !decode_identical) continue;
+        const std::vector<float> x = rng.normals(static_cast<std::size_t>(m * cols));
+        ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, m));
+        ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, r, m));
+        ctx.reserve_scratch(std::max(cpu::matmul_scratch_floats(w, m), cpu::matmul_scratch_floats(r, m)));
+        std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size());
+        cpu::matmul(ctx, w, x.data(), cols, m, want.data(), rows);
+        cpu::matmul(ctx, r, x.data(), cols, m, got.data(), rows);
+        CAPTURE(m);
+        CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+      }
+      const std::vector<std::int32_t> ids = {0, static_cast<std::int32_t>(rows - 1), static_cast<std::int32_t>(rows / 2)};
+      std::vector<float> want(ids.size() * static_cast<std::size_t>(cols)), got(want.size());
+      cpu::get_rows(ctx, w, ids.data(), 3, want.data(), cols);
+      cpu::get_rows(ctx, r, ids.data(), 3, got.data(), cols);
+      CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+    }
+  }
+}
