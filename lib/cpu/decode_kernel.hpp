@@ -23,7 +23,7 @@ inline constexpr std::int64_t kMatvecGrain = 16;
 // About this many chunks per thread keeps that tail small while each chunk still streams a long
 // contiguous run of
 // the weight (at 2 threads: 64 rows of a 1024-row matrix, 176 of a 2816-row FFN matrix, i.e.
-// 70-190 KiB of Q8_0). 32 per thread measured 1-3% slower; see docs/performance.md.
+// 70-190 KiB of Q8_0). 16 and 32 per thread measured up to 7-9% slower; see docs/performance.md.
 inline constexpr std::int64_t kDecodeChunksPerThread = 8;
 
 // Chunk size in grain units for `units` grain units on n_threads (one chunk per thread alone).
