@@ -117,24 +117,31 @@ int main(int argc, char** argv) {
       c.top_logprobs = 0;
       c.stop_at_end_of_sequence = false;
       engine.generate_from_tokens(std::span(prompt).first(4), c);  // warm-up: page in the weights
-      std::vector<double> prefill, decode;
+      // The host's bandwidth drifts by tens of percent within seconds (other tenants), so every
+      // rep is bracketed by a probe just before and just after it and compared with their mean.
+      ThreadPool pool(threads);
+      const auto probe = [&] { return measure_read_bandwidth(pool, std::size_t{256} << 20, 3); };
+      const auto bytes = static_cast<double>(engine.model_info().weight_bytes_per_token);
+      std::vector<double> prefill, decode, bandwidths, ratios;
       for (int r = 0; r < reps; ++r) {
+        const double before = probe();
         const auto res = engine.generate_from_tokens(prompt, c);
+        const double bandwidth = (before + probe()) / 2.0;
         prefill.push_back(res.timings.prefill_tokens_per_second());
         decode.push_back(res.timings.decode_tokens_per_second());
+        bandwidths.push_back(bandwidth);
+        ratios.push_back(decode.back() / (bandwidth / bytes));
       }
       const double rss = rss_mib();
-      ThreadPool pool(threads);
-      const double bandwidth = measure_read_bandwidth(pool);
-      const auto bytes = static_cast<double>(engine.model_info().weight_bytes_per_token);
-      const double floor = bandwidth / bytes;
+      const double bandwidth = median(bandwidths);
       fmt::print("{:<6} {:>3} {:>10.1f} {:>12.1f} {:>12.2f} {:>11.2f} {:>7.0f}% {:>12.2f} {:>8.0f}Mi\n", type_name,
-                 threads, bytes / (1 << 20), median(prefill), median(decode), floor, 100.0 * median(decode) / floor,
-                 bandwidth / 1e9, rss);
+                 threads, bytes / (1 << 20), median(prefill), median(decode), bandwidth / bytes,
+                 100.0 * median(ratios), bandwidth / 1e9, rss);
     }
   }
   fmt::print("\nfloor = measured read bandwidth / weight bytes per token (decode cannot be faster than reading\n"
-             "every weight once per token); ratio = decode / floor. Medians of {} runs; {} prompt tokens, {} generated.\n"
+             "every weight once per token); ratio = decode / floor, each run against the mean of a bandwidth probe\n"
+             "just before and just after it. Medians of {} runs; {} prompt tokens, {} generated.\n"
              "Weights {}.\n",
              reps, prompt_tokens, gen_tokens,
              mmap_weights ? "read in place from the mmapped file" : "resident (huge pages, Q8_0/Q4_0 repacked)");

@@ -220,15 +220,6 @@ void encode_blocks(void (*encode)(const float*, Block&) noexcept, const float* s
 // Repacked rows go through their stored format one group at a time (a group is self-contained).
 void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t nb) {
   const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
-  if (type == DType::kFP8_E4M3R) {
-    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-      const RepackGroup group = repack_group(g, nb, block_bytes, kFp8RepackGroupBlocks);
-      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
-      unpack_row_fp8r(static_cast<const std::byte*>(src) + group.offset, blocks, group.blocks);
-      dequantize_row(DType::kFP8_E4M3, blocks, dst + g * kRepackGroupElements, group.blocks * kFp8Block);
-    }
-    return;
-  }
   for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
     const RepackGroup group = repack_group(g, nb, block_bytes);
     const auto* at = static_cast<const std::byte*>(src) + group.offset;
@@ -247,15 +238,6 @@ void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t n
 
 void quantize_repacked(DType type, const float* src, void* dst, std::int64_t nb) {
   const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
-  if (type == DType::kFP8_E4M3R) {
-    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-      const RepackGroup group = repack_group(g, nb, block_bytes, kFp8RepackGroupBlocks);
-      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
-      quantize_row(DType::kFP8_E4M3, src + g * kRepackGroupElements, blocks, group.blocks * kFp8Block);
-      repack_row_fp8(blocks, static_cast<std::byte*>(dst) + group.offset, group.blocks);
-    }
-    return;
-  }
   for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
     const RepackGroup group = repack_group(g, nb, block_bytes);
     auto* at = static_cast<std::byte*>(dst) + group.offset;
@@ -385,8 +367,7 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
     case DType::kQ8_K: return decode_blocks<BlockQ8_K, kSuperBlock>(decode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return decode_blocks<BlockIQ4_NL, kQBlock>(decode_block_iq4_nl, src, dst, nb);
     case DType::kQ8_0R:
-    case DType::kQ4_0R:
-    case DType::kFP8_E4M3R: return dequantize_repacked(type, src, dst, nb);
+    case DType::kQ4_0R: return dequantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
 }
@@ -510,8 +491,7 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
     case DType::kQ8_K: return encode_blocks<BlockQ8_K, kSuperBlock>(encode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return encode_blocks<BlockIQ4_NL, kQBlock>(encode_block_iq4_nl, src, dst, nb);
     case DType::kQ8_0R:
-    case DType::kQ4_0R:
-    case DType::kFP8_E4M3R: return quantize_repacked(type, src, dst, nb);
+    case DType::kQ4_0R: return quantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }

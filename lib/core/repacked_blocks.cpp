@@ -87,37 +87,10 @@ void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noe
   }
 }
 
-void repack_row_fp8(const BlockFP8_E4M3* src, std::byte* dst, std::int64_t nb) noexcept {
-  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockFP8_E4M3), kFp8RepackGroupBlocks);
-    std::byte* codes = dst + group.offset;
-    std::byte* scales = codes + static_cast<std::size_t>(group.blocks) * kFp8Block;
-    const BlockFP8_E4M3* blocks = src + g * kFp8RepackGroupBlocks;
-    for (int i = 0; i < group.blocks; ++i) {
-      std::memcpy(codes + kFp8Block * i, blocks[i].qs, kFp8Block);
-      std::memcpy(scales + 4 * i, &blocks[i].d, 4);
-    }
-  }
-}
-
-void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) noexcept {
-  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockFP8_E4M3), kFp8RepackGroupBlocks);
-    const std::byte* codes = src + group.offset;
-    const std::byte* scales = codes + static_cast<std::size_t>(group.blocks) * kFp8Block;
-    BlockFP8_E4M3* blocks = dst + g * kFp8RepackGroupBlocks;
-    for (int i = 0; i < group.blocks; ++i) {
-      std::memcpy(blocks[i].qs, codes + kFp8Block * i, kFp8Block);
-      std::memcpy(&blocks[i].d, scales + 4 * i, 4);
-    }
-  }
-}
-
 DType stored_format_of(DType type) noexcept {
   switch (type) {
     case DType::kQ8_0R: return DType::kQ8_0;
     case DType::kQ4_0R: return DType::kQ4_0;
-    case DType::kFP8_E4M3R: return DType::kFP8_E4M3;
     default: return type;
   }
 }
@@ -126,7 +99,6 @@ DType repacked_format_of(DType type) noexcept {
   switch (type) {
     case DType::kQ8_0: return DType::kQ8_0R;
     case DType::kQ4_0: return DType::kQ4_0R;
-    case DType::kFP8_E4M3: return DType::kFP8_E4M3R;
     default: return type;
   }
 }

@@ -1,21 +1,18 @@
-// Repacked layouts of Q8_0, Q4_0 and FP8 E4M3 rows (DType::kQ8_0R / kQ4_0R / kFP8_E4M3R): the
-// same levels (codes) and scales as the stored blocks, regrouped so that the AVX-512 decode
-// kernels load levels with aligned 64-byte loads and no unpacking shuffles, and read four
-// scales with one 8-byte load.
+// Repacked layouts of Q8_0 and Q4_0 rows (DType::kQ8_0R / kQ4_0R): the same levels and fp16
+// scales as the GGUF blocks, regrouped so that the AVX-512 decode kernels load levels with
+// aligned 64-byte loads and no unpacking shuffles, and read four scales with one 8-byte load.
 // The CPU backend repacks resident matmul weights into them at load (cpu/weight_layout.hpp);
 // they are never written to files. Byte for byte (docs/quantization.md):
 //
-// A row is cut into groups of 1024 elements (kRepackGroupElements: 32 blocks of Q8_0/Q4_0, 16
-// of FP8), the last group holding the rest (if any). Group g starts at byte g * 1024 /
-// block_size * block_bytes, so the row has the stored format's size and 1024-element column
-// chunks start at the same offsets. A group of t blocks is [levels of its t blocks][t scales,
-// block order] (fp16; FP8: fp32):
+// A row of nb blocks is cut into groups of kRepackGroupBlocks (32) blocks, the last group
+// holding the t = nb mod 32 rest (if any). Group g starts at byte g * 32 * block_bytes, so the
+// row has the stored format's size and 1024-element column chunks start at the same offsets.
+// A group of t blocks is [levels of its t blocks][t fp16 scales, block order]:
 //   Q8_0R: block i's 32 levels at 32 i, each stored as the unsigned byte q + 128 (q ^ 0x80).
 //   Q4_0R: the blocks in whole quads 4j .. 4j + 3 share the 64 bytes at 64 j: byte k holds
 //          element k mod 32 of block 4j + k / 32 in its low nibble and element k mod 32 of block
 //          4j + 2 + k / 32 in its high nibble. Blocks after the last whole quad (only in a last
 //          group with t mod 4 != 0) keep their GGUF 16-byte qs at 16 i.
-//   FP8R:  block i's 64 codes at 64 i, unchanged.
 // Element values are those of the stored block: d * q (Q8_0), d * (nibble - 8) (Q4_0).
 #pragma once
 
@@ -26,20 +23,19 @@
 
 namespace sitsrt {
 
-inline constexpr int kRepackGroupBlocks = 32;  // of the 32-element formats
+inline constexpr int kRepackGroupBlocks = 32;
 inline constexpr std::int64_t kRepackGroupElements = kRepackGroupBlocks * kQBlock;  // 1024
-inline constexpr int kFp8RepackGroupBlocks = static_cast<int>(kRepackGroupElements / kFp8Block);  // 16
 
 // Where group g of a row of nb blocks lies, and how many blocks it holds.
 struct RepackGroup {
   std::size_t offset;  // from the row start
   int blocks;
 };
-inline RepackGroup repack_group(std::int64_t g, std::int64_t nb, std::size_t block_bytes,
-                                int group_blocks = kRepackGroupBlocks) noexcept {
-  const std::int64_t first = g * group_blocks;
+inline RepackGroup repack_group(std::int64_t g, std::int64_t nb, std::size_t block_bytes) noexcept {
+  const std::int64_t first = g * kRepackGroupBlocks;
   const std::int64_t left = nb - first;
-  return {static_cast<std::size_t>(first) * block_bytes, static_cast<int>(left < group_blocks ? left : group_blocks)};
+  return {static_cast<std::size_t>(first) * block_bytes,
+          static_cast<int>(left < kRepackGroupBlocks ? left : kRepackGroupBlocks)};
 }
 
 // Whole rows (or whole-group prefixes of rows) of nb blocks, stored <-> repacked.
@@ -47,10 +43,8 @@ void repack_row_q8_0(const BlockQ8_0* src, std::byte* dst, std::int64_t nb) noex
 void repack_row_q4_0(const BlockQ4_0* src, std::byte* dst, std::int64_t nb) noexcept;
 void unpack_row_q8_0r(const std::byte* src, BlockQ8_0* dst, std::int64_t nb) noexcept;
 void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noexcept;
-void repack_row_fp8(const BlockFP8_E4M3* src, std::byte* dst, std::int64_t nb) noexcept;
-void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) noexcept;
 
-// The stored format a repacked one regroups (kQ8_0R -> kQ8_0, ...); `type` itself
+// The stored format a repacked one regroups (kQ8_0R -> kQ8_0, kQ4_0R -> kQ4_0); `type` itself
 // for every other format.
 DType stored_format_of(DType type) noexcept;
 // The repacked layout of a stored format, or `type` itself when it has none.

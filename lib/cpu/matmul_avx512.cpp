@@ -309,16 +309,16 @@ __attribute__((target("avx512bf16"))) void fp8_activations_bf16(const float* x, 
   }
 }
 
-// Adds a block's sum of (weight / 256) * x, times its scale d, to acc (codes: its 64 codes).
-__attribute__((target("avx512bf16"))) inline void fp8_block_bf16(const std::uint8_t* qs, float scale,
-                                                                 const std::uint16_t* xb, const float* x, __m512& acc) {
-  const __m512i codes = _mm512_loadu_si512(qs);
-  const __m512 d = _mm512_set1_ps(scale);
+// Adds block b's sum of (weight / 256) * x, times d, to acc.
+__attribute__((target("avx512bf16"))) inline void fp8_block_bf16(const BlockFP8_E4M3& b, const std::uint16_t* xb,
+                                                                 const float* x, __m512& acc) {
+  const __m512i codes = _mm512_loadu_si512(b.qs);
+  const __m512 d = _mm512_set1_ps(b.d);
   if (_mm512_testn_epi8_mask(codes, _mm512_set1_epi8(0x78)) != 0) {  // an exponent-0 code
     __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
     for (int s = 0; s < kFp8Block; s += 32) {
       __m512 lo, hi;
-      fp8x32_over256(qs + s, lo, hi);
+      fp8x32_over256(b.qs + s, lo, hi);
       p0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + s), p0);
       p1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + s + 16), p1);
     }
@@ -361,77 +361,24 @@ __attribute__((target("avx512bf16"))) inline void fp8_rows_bf16(const std::byte*
     for (int i = 0; i < R; ++i) {
       const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(i) * row_stride + ahead + wrap);
       for (int line = 0; line < 3; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
-      fp8_block_bf16(blocks[i][b].qs, blocks[i][b].d, xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
-      fp8_block_bf16(blocks[i][b + 1].qs, blocks[i][b + 1].d, xb + (b + 1) * kFp8Block, x + (b + 1) * kFp8Block,
-                     acc1[i]);
+      fp8_block_bf16(blocks[i][b], xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
+      fp8_block_bf16(blocks[i][b + 1], xb + (b + 1) * kFp8Block, x + (b + 1) * kFp8Block, acc1[i]);
     }
   }
   for (int i = 0; i < R; ++i) {
-    if (b < nb) fp8_block_bf16(blocks[i][b].qs, blocks[i][b].d, xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
+    if (b < nb) fp8_block_bf16(blocks[i][b], xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
     y[i] = 256.0f * _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));  // exact: a power of 2
   }
 }
 
-// The same for the repacked layout (core/repacked_blocks.hpp: 16-block groups of 64-byte
-// aligned codes, then fp32 scales): every block's arithmetic, accumulator (by block parity) and
-// order are fp8_rows_bf16's, so the results are bit-identical; the code loads no longer split
-// cache lines (a 68-byte block stride put 15 of every 16 across two).
-template <int R>
-__attribute__((target("avx512bf16"))) inline void fp8r_rows_bf16(const std::byte* w, std::size_t row_stride,
-                                                                 std::int64_t cols, const float* x,
-                                                                 const std::uint16_t* xb, float* y) {
-  const std::int64_t nb = cols / kFp8Block;
-  __m512 acc[2][R];
-  for (int i = 0; i < R; ++i) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
-  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockFP8_E4M3), kFp8RepackGroupBlocks);
-    const std::size_t scales_at = group.offset + static_cast<std::size_t>(group.blocks) * kFp8Block;
-    for (int k = 0; k < group.blocks; ++k) {
-      const std::int64_t b = g * kFp8RepackGroupBlocks + k;
-      if (b % 2 == 0 && b + 2 <= nb) {  // as fp8_rows_bf16: three lines per pair of blocks
-        const std::size_t ahead = static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + kPrefetchBytes;
-        const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
-        for (int i = 0; i < R; ++i) {
-          const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(i) * row_stride + ahead + wrap);
-          for (int line = 0; line < 3; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
-        }
-      }
-      for (int i = 0; i < R; ++i) {
-        const std::byte* row = w + static_cast<std::size_t>(i) * row_stride;
-        float d;
-        std::memcpy(&d, row + scales_at + 4 * static_cast<std::size_t>(k), 4);
-        const auto* codes = reinterpret_cast<const std::uint8_t*>(row + group.offset) + kFp8Block * k;
-        fp8_block_bf16(codes, d, xb + b * kFp8Block, x + b * kFp8Block, acc[b % 2][i]);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) y[i] = 256.0f * _mm512_reduce_add_ps(_mm512_add_ps(acc[0][i], acc[1][i]));
-}
-
-// FP8 decode with bf16 activations, stored (kRepacked = false) or repacked layout.
-template <bool kRepacked, int R>
-__attribute__((target("avx512bf16"))) inline void fp8_rows_of_layout(const std::byte* w, std::size_t row_stride,
-                                                                     std::int64_t cols, const float* x,
-                                                                     const std::uint16_t* xb, float* y) {
-  if constexpr (kRepacked) {
-    fp8r_rows_bf16<R>(w, row_stride, cols, x, xb, y);
-  } else {
-    fp8_rows_bf16<R>(w, row_stride, cols, x, xb, y);
-  }
-}
-template <bool kRepacked>
 __attribute__((target("avx512bf16"))) void matvec_fp8_bf16(const std::byte* w, std::size_t row_stride,
                                                             std::int64_t cols, const float* x, float* y,
                                                             std::int64_t n_rows) {
   alignas(64) std::uint16_t xb[kFp8Bf16MaxCols];
   fp8_activations_bf16(x, cols, xb);
   std::int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
-    fp8_rows_of_layout<kRepacked, 4>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, xb, y + r);
-  }
-  for (; r < n_rows; ++r) {
-    fp8_rows_of_layout<kRepacked, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, xb, y + r);
-  }
+  for (; r + 4 <= n_rows; r += 4) fp8_rows_bf16<4>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, xb, y + r);
+  for (; r < n_rows; ++r) fp8_rows_bf16<1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, cols, x, xb, y + r);
 }
 
 // INT4 g128: the table of the block's 16 weights d * (q - z), looked up by nibble as in DecodeQ4.
@@ -694,43 +641,9 @@ void matvec_fp8_avx512(const std::byte* w, std::size_t row_stride, std::int64_t 
                        std::int64_t n_rows) {
   static const bool bf16 = cpu_has_avx512_bf16();
   if (bf16 && cols <= kFp8Bf16MaxCols) {
-    matvec_fp8_bf16<false>(w, row_stride, cols, x, y, n_rows);
+    matvec_fp8_bf16(w, row_stride, cols, x, y, n_rows);
   } else {
     matvec_blocks_avx512<DecodeFP8_E4M3>(w, row_stride, cols, x, y, n_rows);
-  }
-}
-
-// Repacked FP8 (resident weights are repacked only where the BF16 kernel runs: weight_layout.cpp).
-void matvec_fp8r_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
-                        std::int64_t n_rows) {
-  static const bool bf16 = cpu_has_avx512_bf16();
-  if (bf16 && cols <= kFp8Bf16MaxCols) {
-    matvec_fp8_bf16<true>(w, row_stride, cols, x, y, n_rows);
-  } else {
-    matvec_fp8r_portable(w, row_stride, cols, x, y, n_rows);
-  }
-}
-
-// Repacked FP8 dequant: each block's values as DecodeFP8_E4M3::values computes them.
-void dequant_fp8r_avx512(const std::byte* src, float* dst, std::int64_t n) {
-  const std::int64_t nb = n / kFp8Block;
-  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockFP8_E4M3), kFp8RepackGroupBlocks);
-    const auto* codes = reinterpret_cast<const std::uint8_t*>(src + group.offset);
-    const std::byte* scales = src + group.offset + static_cast<std::size_t>(group.blocks) * kFp8Block;
-    float* out = dst + g * kRepackGroupElements;
-    for (int k = 0; k < group.blocks; ++k) {
-      prefetch_ahead(src + group.offset + sizeof(BlockFP8_E4M3) * static_cast<std::size_t>(k));
-      float d;
-      std::memcpy(&d, scales + 4 * k, 4);
-      const __m512 scale = _mm512_set1_ps(d * 256.0f);
-      for (int s = 0; s < kFp8Block; s += 32) {
-        __m512 lo, hi;
-        fp8x32_over256(codes + kFp8Block * k + s, lo, hi);
-        _mm512_storeu_ps(out + kFp8Block * k + s, _mm512_mul_ps(lo, scale));
-        _mm512_storeu_ps(out + kFp8Block * k + s + 16, _mm512_mul_ps(hi, scale));
-      }
-    }
   }
 }
 
@@ -754,11 +667,10 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
         {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
         {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
-        // repacked section: Q8_0R/Q4_0R float decode through dequantize_row (resident weights
-        // decode with the integer kernels), FP8R with its BF16 kernel; prefill dequant vectorized
+        // repacked section: float decode through dequantize_row (resident weights decode with
+        // the integer kernels), prefill dequant vectorized
         {DType::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<DType::kQ8_0R>},
         {DType::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<DType::kQ4_0R>},
-        {DType::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
     },
     gemm_tile_avx512,
     32,

@@ -74,16 +74,13 @@ void matvec_fp8_avx512_bf16(const std::byte* w, std::size_t row_stride, std::int
 void matvec_fp8_avx512_f16c(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                             std::int64_t n_rows);
 
-// Repacked Q8_0/Q4_0/FP8 (core/repacked_blocks.hpp) through dequantize_row, one 1024-element group
+// Repacked Q8_0/Q4_0 (core/repacked_blocks.hpp) through dequantize_row, one 1024-element group
 // at a time (matvec_repacked.cpp, baseline target): every table lists these unless it has its own.
 void matvec_q8_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows);
 void matvec_q4_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows);
-void matvec_fp8r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
-                          std::int64_t n_rows);
 void dequant_q8_0r_portable(const std::byte* src, float* dst, std::int64_t n);
-void dequant_fp8r_portable(const std::byte* src, float* dst, std::int64_t n);
 void dequant_q4_0r_portable(const std::byte* src, float* dst, std::int64_t n);
 
 // Prefill blocking shared by every ISA (the tile kernels accept any sizes; these keep the

@@ -192,7 +192,7 @@ constexpr QdotKernels kAvx2 = {{
     // K-quant section (the AVX2 kernels of matmul_kquant_avx2.cpp; no Q8_K path)
     qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_kquant_avx2<DType::kQ4_K>,
     qdot_kquant_avx2<DType::kQ5_K>, qdot_kquant_avx2<DType::kQ6_K>, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
-    nullptr, nullptr, nullptr,  // repacked section: AVX-512 VNNI only (FP8: float activations)
+    nullptr, nullptr,  // repacked section: AVX-512 VNNI only
 }, quantize_avx2};
 
 }  // namespace

@@ -531,7 +531,7 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_k4_vnni<false, BlockQ4_K>,
     qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
     // repacked section
-    qdot_repacked<RepackedQ8_0>, qdot_repacked<RepackedQ4_0>, nullptr,  // fp8_e4m3r: float activations
+    qdot_repacked<RepackedQ8_0>, qdot_repacked<RepackedQ4_0>,
 }, quantize_avx512};
 
 }  // namespace

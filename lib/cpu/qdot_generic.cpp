@@ -301,7 +301,7 @@ constexpr QdotKernels kGeneric = {{
     qdot_k2_generic<BlockQ2_K>, qdot_k2_generic<BlockQ3_K>, qdot_k4_generic<BlockQ4_K>, qdot_k4_generic<BlockQ5_K>,
     qdot_q6_k_generic, nullptr, qdot_iq4_nl_generic,
     // repacked section: only the AVX-512 VNNI level has kernels (weights are repacked only there)
-    nullptr, nullptr, nullptr,
+    nullptr, nullptr,
 }, quantize_row_q8_act};
 
 }  // namespace

@@ -17,21 +17,11 @@ static_assert(detail::kGemmBlockK % kRepackGroupElements == 0);
 static_assert(detail::kAmxBlockK % kRepackGroupElements == 0);
 #endif
 
-DType resident_layout(const CpuContext& ctx, DType stored, bool matmul, std::int64_t cols) noexcept {
+DType resident_layout(const CpuContext& ctx, DType stored, bool matmul) noexcept {
   const DType repacked = repacked_format_of(stored);
-  if (!matmul || repacked == stored) return stored;
-  // Only where decode reads the repacked layout with its own kernel; everywhere else the stored
-  // layout's kernels are at least as fast. FP8: the AVX512-BF16 kernel (float activations).
-  if (stored == DType::kFP8_E4M3) {
-#if defined(SITSRT_X86_KERNELS)
-    const bool bf16_kernel = ctx.isa() >= Isa::kAvx512 && detail::avx512_bf16_supported() && cols <= 32768;
-    return bf16_kernel ? repacked : stored;  // 32768: the widest row the BF16 kernel takes
-#else
-    (void)cols;
-    return stored;
-#endif
-  }
-  if (!ctx.int8_activations()) return stored;
+  // Only where decode reads the repacked layout with its own integer kernel; everywhere else
+  // the stored layout's kernels are at least as fast.
+  if (!matmul || repacked == stored || !ctx.int8_activations()) return stored;
   return detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(repacked)] != nullptr ? repacked : stored;
 }
 
@@ -56,8 +46,6 @@ void copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, s
         std::memcpy(row, from, bytes);
       } else if (layout == DType::kQ8_0R) {
         repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(from), row, nb);
-      } else if (layout == DType::kFP8_E4M3R) {
-        repack_row_fp8(reinterpret_cast<const BlockFP8_E4M3*>(from), row, stored.cols / kFp8Block);
       } else {
         repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(from), row, nb);
       }

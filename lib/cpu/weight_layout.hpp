@@ -13,10 +13,9 @@
 
 namespace sitsrt::cpu {
 
-// The layout a `cols`-wide weight of type `stored` is copied into; `matmul`: a matmul reads it (a
-// table only looked up by row stays as stored). Depends on the context's ISA level and int8
-// activations.
-DType resident_layout(const CpuContext& ctx, DType stored, bool matmul, std::int64_t cols) noexcept;
+// The layout a weight of type `stored` is copied into; `matmul`: a matmul reads it (a table only
+// looked up by row stays as stored). Depends on the context's ISA level and int8 activations.
+DType resident_layout(const CpuContext& ctx, DType stored, bool matmul) noexcept;
 
 // Bytes between rows of a `cols`-wide weight in `layout`: the row's bytes, rounded up to 64 for
 // repacked rows of at least 1 KiB so that every row (and its 64-byte loads) starts on a cache line.

@@ -55,7 +55,7 @@ std::vector<CpuBackend::Placement> CpuBackend::place_weights(const graph::Graph&
     const graph::Weight& w = graph.weights()[id];
     Placement p{w.type, row_bytes(w.type, w.dims[0]), offset};
     if (resident_weights_) {
-      p.layout = cpu::resident_layout(ctx_, w.type, matmul[id], w.dims[0]);
+      p.layout = cpu::resident_layout(ctx_, w.type, matmul[id]);
       p.row_stride = cpu::resident_row_stride(p.layout, w.dims[0]);
       // Every weight starts on a cache line (its rows too, for the repacked layouts).
       offset += (p.row_stride * static_cast<std::size_t>(weight_rows(w)) + 63) / 64 * 64;

@@ -1,7 +1,6 @@
 // EngineOptions::weights: load-time conversion of matmul weights (bit-identical to a file
 // written in the target format, close to F32 for fp8 / q4g128, embedding handling, errors).
 #include "core/dtype.hpp"
-#include "cpu/matmul_kernels.hpp"
 #include "formats/gguf.hpp"
 #include "support/model_files.hpp"
 
@@ -76,7 +75,7 @@ TEST_CASE("weights=q8 on an F32 model gives the logits of the same model written
 
 TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mmapped results bit for bit",
           "[engine]") {
-  const DType type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kFP8_E4M3, DType::kF16);
+  const DType type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kF16);
   const std::string weights = GENERATE(as<std::string>{}, "as-stored", "q8");
   CAPTURE(name(type), weights);
   const std::string path = model(type, false);
@@ -113,11 +112,8 @@ TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mm
   CHECK(mapped.model_info().weights_repacked_tensors == 0);
   CHECK(ri.weights_copy_seconds > 0.0);
   CHECK(ri.weight_bytes == mapped.model_info().weight_bytes);  // the graph's bytes; residency may pad rows
-  const bool vnni = ri.cpu_isa == "avx512vnni" || ri.cpu_isa == "amx";
-  const bool fp8_kernel = cpu::detail::avx512_bf16_supported() && (vnni || ri.cpu_isa == "avx512");
-  const bool repacks = weights == "q8" || type == DType::kQ8_0 || type == DType::kQ4_0
-                           ? ri.int8_activations && vnni
-                           : type == DType::kFP8_E4M3 && fp8_kernel;
+  const bool repacks = ri.int8_activations && (ri.cpu_isa == "avx512vnni" || ri.cpu_isa == "amx") &&
+                       (weights == "q8" || type != DType::kF16);
   CHECK((ri.weights_repacked_tensors == 2 * 7 + 1) == repacks);  // 7 per layer + the output head
 }
 

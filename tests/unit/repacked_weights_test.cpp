@@ -1,4 +1,4 @@
-// Repacked Q8_0 / Q4_0 / FP8 layouts (core/repacked_blocks.hpp) and the CPU backend's resident
+// Repacked Q8_0 / Q4_0 layouts (core/repacked_blocks.hpp) and the CPU backend's resident
 // weights (cpu/weight_layout.hpp): the documented bytes, lossless round trips, and decode,
 // prefill and row lookups that give the stored layout's results bit for bit.
 #include "core/dtype.hpp"
@@ -7,7 +7,6 @@
 #include "core/repacked_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
-#include "cpu/matmul_kernels.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/random.hpp"
 
@@ -38,25 +37,14 @@ std::vector<std::byte> stored_rows(DType type, std::int64_t rows, std::int64_t c
   return bytes;
 }
 
-void repack(DType stored, const std::byte* blocks, std::byte* packed, std::int64_t nb) {
-  if (stored == DType::kQ8_0) repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(blocks), packed, nb);
-  if (stored == DType::kQ4_0) repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(blocks), packed, nb);
-  if (stored == DType::kFP8_E4M3) repack_row_fp8(reinterpret_cast<const BlockFP8_E4M3*>(blocks), packed, nb);
-}
-void unpack(DType stored, const std::byte* packed, std::byte* blocks, std::int64_t nb) {
-  if (stored == DType::kQ8_0) unpack_row_q8_0r(packed, reinterpret_cast<BlockQ8_0*>(blocks), nb);
-  if (stored == DType::kQ4_0) unpack_row_q4_0r(packed, reinterpret_cast<BlockQ4_0*>(blocks), nb);
-  if (stored == DType::kFP8_E4M3) unpack_row_fp8r(packed, reinterpret_cast<BlockFP8_E4M3*>(blocks), nb);
-}
-
-// Block counts that exercise one and several groups (32 blocks; FP8: 16), partial last groups,
-// and every remainder of a last group's blocks mod 4 (the Q4_0R tail blocks).
-constexpr std::int64_t kBlockCounts[] = {1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 32, 33, 35, 36, 38, 64, 88, 97};
+// Block counts that exercise one and several groups, partial last groups, and every remainder
+// of a last group's blocks mod 4 (the Q4_0R tail blocks).
+constexpr std::int64_t kBlockCounts[] = {1, 2, 3, 4, 5, 7, 31, 32, 33, 35, 36, 38, 64, 88, 97};
 
 }  // namespace
 
 TEST_CASE("repacked rows round-trip the stored blocks and decode to the same values", "[repacked]") {
-  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kFP8_E4M3);
+  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
   const DType repacked = repacked_format_of(stored);
   REQUIRE(repacked != stored);
   CHECK(stored_format_of(repacked) == stored);
@@ -64,13 +52,18 @@ TEST_CASE("repacked rows round-trip the stored blocks and decode to the same val
   test::Rng rng(7);
   for (const std::int64_t nb : kBlockCounts) {
     CAPTURE(name(stored), nb);
-    const std::int64_t cols = nb * traits(stored).block_size;
+    const std::int64_t cols = nb * 32;
     const std::vector<std::byte> blocks = stored_rows(stored, 1, cols, rng);
     std::vector<std::byte> packed(blocks.size(), std::byte{0xAB}), back(blocks.size());
-    repack(stored, blocks.data(), packed.data(), nb);
-    unpack(stored, packed.data(), back.data(), nb);
+    if (stored == DType::kQ8_0) {
+      repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(blocks.data()), packed.data(), nb);
+      unpack_row_q8_0r(packed.data(), reinterpret_cast<BlockQ8_0*>(back.data()), nb);
+    } else {
+      repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(blocks.data()), packed.data(), nb);
+      unpack_row_q4_0r(packed.data(), reinterpret_cast<BlockQ4_0*>(back.data()), nb);
+    }
     CHECK(back == blocks);
-    if (stored != DType::kFP8_E4M3 || nb > 1) CHECK(packed != blocks);  // a different layout
+    CHECK(packed != blocks);  // it is a different layout
 
     std::vector<float> want(static_cast<std::size_t>(cols)), got(static_cast<std::size_t>(cols));
     dequantize_row(stored, blocks.data(), want.data(), cols);
@@ -83,7 +76,11 @@ TEST_CASE("repacked rows round-trip the stored blocks and decode to the same val
     quantize_row(stored, x.data(), q_stored.data(), cols);
     quantize_row(repacked, x.data(), q_repacked.data(), cols);
     std::vector<std::byte> expect(blocks.size());
-    repack(stored, q_stored.data(), expect.data(), nb);
+    if (stored == DType::kQ8_0) {
+      repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(q_stored.data()), expect.data(), nb);
+    } else {
+      repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(q_stored.data()), expect.data(), nb);
+    }
     CHECK(q_repacked == expect);
   }
 }
@@ -100,21 +97,6 @@ TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]
     for (auto& v : q8[b].qs) v = static_cast<std::int8_t>(rng.uniform_int(-128, 127));
   }
   std::vector<std::uint8_t> p4(nb * 18), p8(nb * 34);
-  // FP8: 21 blocks, one group of 16 and one of 5: codes at 64 i, fp32 scales after them.
-  std::vector<BlockFP8_E4M3> f8(21);
-  for (std::size_t b = 0; b < f8.size(); ++b) {
-    f8[b].d = 0.5f + static_cast<float>(b);
-    for (auto& v : f8[b].qs) v = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
-  }
-  std::vector<std::uint8_t> pf(f8.size() * 68);
-  repack_row_fp8(f8.data(), reinterpret_cast<std::byte*>(pf.data()), 21);
-  for (std::size_t b = 0; b < f8.size(); ++b) {
-    const std::size_t g = b / 16, i = b % 16, t = g == 0 ? 16 : 5;
-    CHECK(std::memcmp(&pf[g * 16 * 68 + 64 * i], f8[b].qs, 64) == 0);
-    float d;
-    std::memcpy(&d, &pf[g * 16 * 68 + 64 * t + 4 * i], 4);
-    CHECK(d == f8[b].d);
-  }
   repack_row_q4_0(q4.data(), reinterpret_cast<std::byte*>(p4.data()), nb);
   repack_row_q8_0(q8.data(), reinterpret_cast<std::byte*>(p8.data()), nb);
   const auto level4 = [&](std::int64_t b, int e) { return e < 16 ? q4[b].qs[e] & 15 : q4[b].qs[e - 16] >> 4; };
@@ -142,7 +124,7 @@ TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]
 
 TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for it", "[repacked]") {
   const cpu::CpuContext generic(1, cpu::Isa::kGeneric, true);
-  CHECK(cpu::resident_layout(generic, DType::kQ8_0, true, 1024) == DType::kQ8_0);
+  CHECK(cpu::resident_layout(generic, DType::kQ8_0, true) == DType::kQ8_0);
   CHECK(cpu::resident_row_stride(DType::kQ8_0, 2816) == 88 * 34);
   CHECK(cpu::resident_row_stride(DType::kQ4_0R, 2816) == 1600);  // 1584 rounded to a cache line
   if (!cpu::isa_supported(cpu::Isa::kAvx512Vnni)) {
@@ -150,29 +132,24 @@ TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for
     return;
   }
   const cpu::CpuContext vnni(1, cpu::Isa::kAvx512Vnni, true), vnni_float(1, cpu::Isa::kAvx512Vnni, false);
-  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true, 1024) == DType::kQ8_0R);
-  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true, 1024) == DType::kQ4_0R);
-  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, false, 1024) == DType::kQ4_0);  // a lookup-only table
-  CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true, 1024) == DType::kQ4_1);
-  CHECK(cpu::resident_layout(vnni, DType::kF16, true, 1024) == DType::kF16);
-  CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true, 1024) == DType::kQ8_0);  // float activations
-  // FP8 decodes with float activations: repacked where its AVX512-BF16 kernel runs.
-  const bool bf16 = cpu::detail::avx512_bf16_supported();
-  CHECK((cpu::resident_layout(vnni_float, DType::kFP8_E4M3, true, 1024) == DType::kFP8_E4M3R) == bf16);
-  CHECK(cpu::resident_layout(vnni_float, DType::kFP8_E4M3, true, 65536) == DType::kFP8_E4M3);  // too wide
-  CHECK(cpu::resident_layout(generic, DType::kFP8_E4M3, true, 1024) == DType::kFP8_E4M3);
+  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == DType::kQ8_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true) == DType::kQ4_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, false) == DType::kQ4_0);  // a lookup-only table
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true) == DType::kQ4_1);
+  CHECK(cpu::resident_layout(vnni, DType::kF16, true) == DType::kF16);
+  CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == DType::kQ8_0);  // float activations
 }
 
 TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to the stored layout", "[repacked]") {
   const cpu::Isa isa = GENERATE(cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kGeneric);
   if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
-  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kFP8_E4M3);
+  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
   const DType repacked = repacked_format_of(stored);
   const int threads = GENERATE(1, 3);
   test::Rng rng(23);
   for (const std::int64_t rows : {1, 5, 18, 67}) {
     for (const std::int64_t nb : {1, 3, 4, 33, 35, 88, 97}) {
-      const std::int64_t cols = nb * traits(stored).block_size;
+      const std::int64_t cols = nb * 32;
       CAPTURE(cpu::name(isa), name(stored), threads, rows, cols);
       const std::vector<std::byte> bytes = stored_rows(stored, rows, cols, rng);
       cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
@@ -187,7 +164,7 @@ TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to 
       // Decode is bit-identical where weights get repacked (the integer kernels); at other levels
       // the repacked layout decodes with float activations (matmul_test checks it against a
       // double reference), unlike the stored one. Prefill and lookups are identical everywhere.
-      const bool decode_identical = cpu::resident_layout(ctx, stored, true, cols) == repacked;
+      const bool decode_identical = cpu::resident_layout(ctx, stored, true) == repacked;
       for (const std::int64_t m : {1, 2, 9}) {
         if (m == 1 && !decode_identical) continue;
         const std::vector<float> x = rng.normals(static_cast<std::size_t>(m * cols));
