@@ -14,6 +14,50 @@ constexpr std::int64_t kPairChunk = 64;
 // Pairs whose frequencies are precomputed on the stack per call (rot_dims <= 2048).
 constexpr std::int64_t kMaxPairs = 1024;
 
+// One position's cos/sin for every pair, and everything they depend on. A decode step ropes q
+// and k of every layer at the same position with the same parameters (48 calls for 24 layers);
+// each thread keeps its last table, so they are computed once per step (a call costs ~3.5 us:
+// a pow, a cos and a sin per pair). freq_factors are compared by value: a later model may
+// reuse the address with other factors.
+struct RopeTable {
+  bool valid = false;
+  std::int32_t pos = 0;
+  std::int64_t rot_dims = 0;
+  float freq_base = 0.0f, freq_scale = 0.0f;
+  bool has_factors = false;
+  YarnParams yarn;
+  Llama3Params llama3;
+  float factors[kMaxPairs] = {};
+  float cs[kMaxPairs] = {}, sn[kMaxPairs] = {};
+
+  // Field by field; NaN parameters never match, so they recompute.
+  [[nodiscard]] bool holds(const RopeParams& p, std::int32_t position) const noexcept {
+    const auto same_yarn = [](const YarnParams& a, const YarnParams& b) {
+      return a.enabled == b.enabled && a.original_context == b.original_context && a.beta_fast == b.beta_fast &&
+             a.beta_slow == b.beta_slow && a.attn_factor == b.attn_factor;
+    };
+    const auto same_llama3 = [](const Llama3Params& a, const Llama3Params& b) {
+      return a.enabled == b.enabled && a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+             a.high_freq_factor == b.high_freq_factor && a.original_context == b.original_context;
+    };
+    return valid && pos == position && rot_dims == p.rot_dims && freq_base == p.freq_base &&
+           freq_scale == p.freq_scale && has_factors == (p.freq_factors != nullptr) && same_yarn(yarn, p.yarn) &&
+           same_llama3(llama3, p.llama3) &&
+           (!has_factors || std::equal(factors, factors + rot_dims / 2, p.freq_factors));
+  }
+  void remember(const RopeParams& p, std::int32_t position) noexcept {
+    valid = true;
+    pos = position;
+    rot_dims = p.rot_dims;
+    freq_base = p.freq_base;
+    freq_scale = p.freq_scale;
+    has_factors = p.freq_factors != nullptr;
+    yarn = p.yarn;
+    llama3 = p.llama3;
+    if (has_factors) std::copy(p.freq_factors, p.freq_factors + rot_dims / 2, factors);
+  }
+};
+
 // YaRN's pair index at which a dimension turns n_rotations times over the original context.
 double yarn_correction_dim(double rot_dims, double original_context, double n_rotations, double base) {
   return rot_dims * std::log(original_context / (n_rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
@@ -78,44 +122,55 @@ void rope(CpuContext& ctx, float* x, std::int64_t ldx, std::int64_t rows, std::i
   }
   const std::int64_t half = rot / 2;
   if (rows == 0 || half == 0 || n_heads == 0) return;
-  double inv_freq[kMaxPairs];
-  double mscale_d = 1.0;
-  rope_inverse_frequencies(params, inv_freq, &mscale_d);
-  const bool scaled = mscale_d != 1.0;
   const bool neox = params.style == RopeStyle::kNeox;
-  const auto rotate_rows = [&](std::int64_t r0, std::int64_t r1) {
-    float cs[kPairChunk], sn[kPairChunk];
-    for (std::int64_t j0 = 0; j0 < half; j0 += kPairChunk) {
-      const std::int64_t nj = std::min(kPairChunk, half - j0);
-      for (std::int64_t i = r0; i < r1; ++i) {
-        const double pos = positions[i];
-        for (std::int64_t j = 0; j < nj; ++j) {
-          const double theta = pos * inv_freq[j0 + j];
-          cs[j] = static_cast<float>(scaled ? mscale_d * std::cos(theta) : std::cos(theta));
-          sn[j] = static_cast<float>(scaled ? mscale_d * std::sin(theta) : std::sin(theta));
-        }
-        for (std::int64_t h = 0; h < n_heads; ++h) {
-          float* head = x + i * ldx + h * hd;
-          // normal: pair (2j, 2j+1); neox: pair (j, j + half).
-          float* a = neox ? head + j0 : head + 2 * j0;
-          float* b = neox ? head + j0 + half : head + 2 * j0 + 1;
-          const std::int64_t step = neox ? 1 : 2;
-          for (std::int64_t j = 0; j < nj; ++j) {
-            const float x0 = a[j * step], x1 = b[j * step];
-            a[j * step] = x0 * cs[j] - x1 * sn[j];
-            b[j * step] = x0 * sn[j] + x1 * cs[j];
-          }
-        }
+  // Rotates pairs j0 .. j0 + nj - 1 of every head of `row` by cs / sn (indexed from j0).
+  const auto rotate_pairs = [&](float* row, const float* cs, const float* sn, std::int64_t j0, std::int64_t nj) {
+    for (std::int64_t h = 0; h < n_heads; ++h) {
+      float* head = row + h * hd;
+      // normal: pair (2j, 2j+1); neox: pair (j, j + half).
+      float* a = neox ? head + j0 : head + 2 * j0;
+      float* b = neox ? head + j0 + half : head + 2 * j0 + 1;
+      const std::int64_t step = neox ? 1 : 2;
+      for (std::int64_t j = 0; j < nj; ++j) {
+        const float x0 = a[j * step], x1 = b[j * step];
+        a[j * step] = x0 * cs[j] - x1 * sn[j];
+        b[j * step] = x0 * sn[j] + x1 * cs[j];
       }
     }
   };
-  if (rows == 1) {
-    rotate_rows(0, 1);
+  // cos / sin of pairs j0 .. j0 + n - 1 at `pos`.
+  double inv_freq[kMaxPairs];
+  double mscale_d = 1.0;
+  const auto angles = [&](double pos, std::int64_t j0, std::int64_t n, float* cs, float* sn) {
+    const bool scaled = mscale_d != 1.0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double theta = pos * inv_freq[j0 + j];
+      cs[j] = static_cast<float>(scaled ? mscale_d * std::cos(theta) : std::cos(theta));
+      sn[j] = static_cast<float>(scaled ? mscale_d * std::sin(theta) : std::sin(theta));
+    }
+  };
+  if (rows == 1) {  // decode: on the calling thread, with its memoised table
+    thread_local RopeTable table;
+    if (!table.holds(params, positions[0])) {
+      table.valid = false;  // until filled
+      rope_inverse_frequencies(params, inv_freq, &mscale_d);
+      angles(positions[0], 0, half, table.cs, table.sn);
+      table.remember(params, positions[0]);
+    }
+    rotate_pairs(x, table.cs, table.sn, 0, half);
     return;
   }
+  rope_inverse_frequencies(params, inv_freq, &mscale_d);
   ctx.pool().run([&](int t, int threads) {
     const Range r = split_range(rows, t, threads);
-    if (r.end > r.begin) rotate_rows(r.begin, r.end);
+    float cs[kPairChunk], sn[kPairChunk];
+    for (std::int64_t j0 = 0; j0 < half; j0 += kPairChunk) {
+      const std::int64_t nj = std::min(kPairChunk, half - j0);
+      for (std::int64_t i = r.begin; i < r.end; ++i) {
+        angles(positions[i], j0, nj, cs, sn);
+        rotate_pairs(x + i * ldx, cs, sn, j0, nj);
+      }
+    }
   });
 }
 

@@ -278,3 +278,46 @@ TEST_CASE("add matches a double reference", "[kernels]") {
   test::check_close(expected, actual, tolerance, "add");
   check_gaps_untouched(a_in, a, rows, n, ld);
 }
+
+TEST_CASE("one-row rope reuses its cos/sin only for the same position and parameters", "[kernels]") {
+  // The one-row (decode) path memoises the last position's table per thread; every change of a
+  // parameter it depends on, freq_factors' values at an unchanged address included, must give
+  // the result of a fresh computation (the several-row path computes every row afresh, with
+  // the same formula, so the two must agree bit for bit).
+  cpu::CpuContext ctx(2, cpu::Isa::kGeneric);
+  test::Rng rng(5);
+  constexpr std::int64_t d = 64, heads = 3;
+  std::vector<float> factors(d / 2, 1.0f);
+  cpu::RopeParams params{d, d, 10000.0f, 1.0f, nullptr, cpu::RopeStyle::kNeox, {}, {}};
+  const auto check = [&](std::int32_t pos) {
+    const std::vector<float> x = rng.normals(heads * d);
+    std::vector<float> one = x, two(2 * x.size());
+    std::copy(x.begin(), x.end(), two.begin());
+    std::copy(x.begin(), x.end(), two.begin() + static_cast<std::ptrdiff_t>(x.size()));
+    const std::int32_t positions[2] = {pos, pos};
+    cpu::rope(ctx, one.data(), heads * d, 1, heads, positions, params);
+    cpu::rope(ctx, two.data(), heads * d, 2, heads, positions, params);
+    CHECK(std::equal(one.begin(), one.end(), two.begin()));
+  };
+  check(7);
+  check(7);  // memoised
+  check(8);
+  params.freq_base = 500000.0f;
+  check(8);
+  params.freq_factors = factors.data();
+  check(8);
+  factors[3] = 4.0f;  // same address, other values
+  check(8);
+  params.yarn = {true, 2048.0, 32.0, 1.0, 1.0};
+  params.freq_scale = 0.25f;
+  check(8);
+  params.yarn.attn_factor = 0.9;
+  check(8);
+  params.llama3 = {true, 8.0, 1.0, 4.0, 8192.0};
+  params.yarn.enabled = false;
+  check(8);
+  params.llama3.factor = 16.0;
+  check(8);
+  params.style = cpu::RopeStyle::kNormal;  // not part of the table, but changes the pairing
+  check(8);
+}
