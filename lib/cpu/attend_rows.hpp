@@ -34,13 +34,16 @@ inline Block4 block_rows(const std::byte* base, const AttendArgs& a, std::int64_
   return b;
 }
 
-// Requests rows [p, p + 4) of base (those below n) with prefetch hint Hint.
+// Requests rows [p, p + 4) of base (those below n) with prefetch hint Hint (_MM_HINT_T0 or
+// _MM_HINT_T1). __builtin_prefetch, not _mm_prefetch: GCC's takes an enum _mm_hint and clang's is
+// a macro over an int, so neither accepts the other's argument; the hints' values are the
+// locality levels (T0 = 3, T1 = 2) in both.
 template <int Hint>
 inline void prefetch_block(const std::byte* base, const AttendArgs& a, std::int64_t p, std::int64_t row_bytes) {
   const std::int64_t end = std::min(p + 4, a.n);
   for (std::int64_t i = p; i < end; ++i) {
     const auto* row = reinterpret_cast<const char*>(base + static_cast<std::size_t>(i) * a.row_stride);
-    for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, static_cast<_mm_hint>(Hint));
+    for (std::int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, Hint & 3);
   }
 }
 
