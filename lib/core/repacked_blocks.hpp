@@ -1,6 +1,7 @@
 // Repacked layouts of Q8_0 and Q4_0 rows (DType::kQ8_0R / kQ4_0R): the same levels and fp16
 // scales as the GGUF blocks, regrouped so that the AVX-512 decode kernels load levels with
-// aligned 64-byte loads and no unpacking shuffles, and read four scales with one 8-byte load.
+// 64-byte loads and no unpacking shuffles, and read four (Q8_0R) or sixteen (Q4_0R) scales with
+// one load.
 // The CPU backend repacks resident matmul weights into them at load (cpu/weight_layout.hpp);
 // they are never written to files. Byte for byte (docs/quantization.md):
 //
@@ -9,10 +10,8 @@
 // row has the stored format's size and 1024-element column chunks start at the same offsets.
 // A group of t blocks is [levels of its t blocks][t fp16 scales, block order]:
 //   Q8_0R: block i's 32 levels at 32 i, each stored as the unsigned byte q + 128 (q ^ 0x80).
-//   Q4_0R: the blocks in whole quads 4j .. 4j + 3 share the 64 bytes at 64 j: byte k holds
-//          element k mod 32 of block 4j + k / 32 in its low nibble and element k mod 32 of block
-//          4j + 2 + k / 32 in its high nibble. Blocks after the last whole quad (only in a last
-//          group with t mod 4 != 0) keep their GGUF 16-byte qs at 16 i.
+//   Q4_0R: block i's GGUF qs (16 bytes: element k in the low nibble of byte k, element k + 16
+//          in its high nibble) at 16 i, so four consecutive blocks are one 64-byte load.
 // Element values are those of the stored block: d * q (Q8_0), d * (nibble - 8) (Q4_0).
 #pragma once
 

@@ -448,8 +448,7 @@ void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64
 
 // Repacked Q8_0/Q4_0 (core/repacked_blocks.hpp): each block's values computed as the stored
 // format's decoder computes them (d * q, d * (q - 8) by table), so bit-identical to
-// dequantize_row. Q4_0R: block 4j + b of a quad has its levels in bytes 32 (b % 2) .. + 31 of
-// the quad, low nibbles for b < 2, high for b >= 2 (vpermps reads only the low 4 index bits).
+// dequantize_row. Q4_0R: block i's GGUF qs at 16 i of the group.
 template <DType kType>
 void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
   constexpr bool kQ8 = kType == DType::kQ8_0R;
@@ -461,7 +460,6 @@ void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
     const std::byte* levels = src + group.offset;
     const auto* scales = reinterpret_cast<const std::uint16_t*>(levels + group.blocks * kLevelBytes);
     float* out = dst + g * kRepackGroupElements;
-    const int quad_blocks = group.blocks / 4 * 4;
     for (int i = 0; i < group.blocks; ++i) {
       if (i % 2 == 0) prefetch_ahead(levels + static_cast<std::size_t>(i) * kBlockBytes);  // as the stored dequant
       const __m512 d = _mm512_set1_ps(_cvtsh_ss(scales[i]));  // 2-byte load: the last scale may end the buffer
@@ -475,16 +473,10 @@ void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
         hi = _mm512_mul_ps(hi, d);
       } else {
         const __m512 table = _mm512_mul_ps(levels_from(-8.0f), d);
-        __m512i lo_index, hi_index;
-        if (i < quad_blocks) {
-          const auto* run = reinterpret_cast<const __m128i*>(levels + 64 * (i / 4) + 32 * (i % 2));
-          const int shift = i % 4 < 2 ? 0 : 4;
-          lo_index = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(run)), shift);
-          hi_index = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(run + 1)), shift);
-        } else {  // a block after the last whole quad: GGUF qs
-          lo_index = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * i)));
-          hi_index = _mm512_srli_epi32(lo_index, 4);
-        }
+        // GGUF qs: vpermps reads the low 4 bits of each index.
+        const __m512i lo_index =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * i)));
+        const __m512i hi_index = _mm512_srli_epi32(lo_index, 4);
         lo = _mm512_permutexvar_ps(lo_index, table);
         hi = _mm512_permutexvar_ps(hi_index, table);
       }

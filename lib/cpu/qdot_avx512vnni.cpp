@@ -4,12 +4,13 @@
 // activations and sums groups of 4 into 16 int32 lanes (8 per block), starting from
 // -offset * sum(q) / 8 per lane so the offset (128, 8 or 16) cancels exactly in integers. The
 // lanes are converted once and FMAed with [d_w0 d_x0 x8, d_w1 d_x1 x8]: no horizontal sums
-// until the end of the row.
+// until the end of the row. (Q4_0 / Q4_0R use four blocks per zmm: qdot_q4_avx512vnni.cpp.)
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "core/repacked_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
+#include "cpu/qdot_prefetch_avx512.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -23,7 +24,6 @@
 namespace sitsrt::cpu::detail {
 namespace {
 
-constexpr int kPrefetchBytes = 1536;  // as in matmul_avx512.cpp
 inline void prefetch_ahead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
 }
@@ -131,23 +131,6 @@ inline void pair_dot(const typename U::Block* blocks, std::int64_t b, bool secon
   pair_dot_scaled<U>(blocks, b, second, x, dw, mw, acc);
 }
 
-// Prefetches the kStep bytes kPrefetchBytes past byte `at` of each of R rows, one per cache line
-// (Q8_0's 4 blocks, 136 bytes: 3; one per iteration left half of the lines to the hardware
-// prefetcher and cost ~10% of Q8_0 decode). Past the end of its row, row r's prefetch continues
-// into row r of the next group (the rows in between are this group's, already streaming), as
-// one row alone would run on.
-template <int R, std::size_t kStep>
-inline void prefetch_rows(const std::byte* w, std::size_t row_stride, std::size_t at) {
-  const std::size_t ahead = at + kPrefetchBytes;
-  const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const std::byte* row = w + static_cast<std::size_t>(r) * row_stride + ahead + wrap;
-#pragma GCC unroll 4
-    for (std::size_t off = 0; off < kStep; off += 64) _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T0);
-  }
-}
-
 // R rows at once: each step loads the activation blocks (levels, scales, offset sums) once for
 // all R rows, and R independent streams keep more loads in flight. Every row's arithmetic (and
 // its order) is exactly that of R = 1, so results do not depend on how rows are grouped.
@@ -206,11 +189,11 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
   for (; r < n_rows; ++r) qdot_rows<U, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
-// Repacked Q8_0 / Q4_0 (core/repacked_blocks.hpp): the pairs, offsets, scale products and
-// accumulation order of qdot_rows<UnpackQ8_0> / qdot_rows<UnpackQ4<BlockQ4_0>>, so the results
-// are bit-identical to the stored layout's; only the loads change. A quad's levels come from
-// 64-byte loads with no unpacking shuffles (Q8_0R: already unsigned; Q4_0R: one load, two
-// masks), and its four scales from one 8-byte load instead of four 2-byte gathers.
+// Repacked Q8_0 (core/repacked_blocks.hpp): the pairs, offsets, scale products and
+// accumulation order of qdot_rows<UnpackQ8_0>, so the results are bit-identical to the stored
+// layout's; only the loads change. A quad's levels come from two 64-byte loads with no
+// unpacking (already unsigned), and its four scales from one 8-byte load instead of four
+// 2-byte gathers. (Q4_0 and Q4_0R: qdot_q4_avx512vnni.cpp.)
 struct RepackedQ8_0 {
   static constexpr std::size_t kBlockBytes = sizeof(BlockQ8_0);
   static constexpr int kLevelBytes = kQBlock;
@@ -226,22 +209,6 @@ struct RepackedQ8_0 {
     return pair_from_halves(u0, u1);
   }
 };
-struct RepackedQ4_0 {
-  static constexpr std::size_t kBlockBytes = sizeof(BlockQ4_0);
-  static constexpr int kLevelBytes = kQBlock / 2;
-  static constexpr int kShift = UnpackQ4<BlockQ4_0, false>::kShift;
-  static void quad_levels(const std::byte* quad, __m512i& u01, __m512i& u23) {
-    const __m512i v = _mm512_loadu_si512(quad), low = _mm512_set1_epi8(0x0F);
-    u01 = _mm512_and_si512(v, low);
-    u23 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-  }
-  static __m512i tail_levels(const std::byte* levels, int i, bool second) {  // GGUF qs after the last quad
-    const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * (i + 1)))
-                              : _mm_setzero_si128();
-    return nibbles_of(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * i)), q1);
-  }
-};
-
 template <typename F, int R>
 inline void qdot_repacked_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
   const std::int64_t nb = x.blocks;
@@ -521,7 +488,7 @@ constexpr QdotKernels kAvx512Vnni = {{
     nullptr,                                          // f16
     nullptr,                                          // bf16
     qdot_avx512vnni<UnpackQ8_0>,                      // q8_0
-    qdot_avx512vnni<UnpackQ4<BlockQ4_0, false>>,      // q4_0
+    qdot_q4_0_avx512vnni,                             // q4_0: qdot_q4_avx512vnni.cpp
     qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
     qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
     qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
@@ -531,7 +498,7 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_k4_vnni<false, BlockQ4_K>,
     qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
     // repacked section
-    qdot_repacked<RepackedQ8_0>, qdot_repacked<RepackedQ4_0>,
+    qdot_repacked<RepackedQ8_0>, qdot_q4_0r_avx512vnni,
 }, quantize_avx512};
 
 }  // namespace

@@ -15,27 +15,40 @@ namespace {
 std::int64_t padded_blocks(std::int64_t cols) {
   return (cols / kQBlock + 1) / 2 * 2;
 }
+// A section of one 4-byte value per block, rounded up to a cache line.
+std::size_t small_section_bytes(std::size_t nbp) {
+  return (nbp * 4 + 63) / 64 * 64;
+}
 }  // namespace
 
 std::size_t quantized_row_bytes(std::int64_t cols) noexcept {
   if (cols <= 0 || cols % kQBlock != 0) return 0;
   const auto nbp = static_cast<std::size_t>(padded_blocks(cols));
-  // qs, d8, neg_sum8, ds8 (32 B each) + ds (4 B) per block; sections stay 64-byte aligned
-  // because nbp is even.
-  return nbp * (32 + 32 + 32 + 32) + (nbp * 4 + 63) / 64 * 64;
+  // qs, d8, neg_sum8, ds8 (32 B each; 64-byte aligned sections because nbp is even) + ds, d,
+  // sum (4 B each, each section rounded up to 64 bytes).
+  return nbp * (32 + 32 + 32 + 32) + 3 * small_section_bytes(nbp);
 }
 
 QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept {
   const std::int64_t nbp = padded_blocks(cols);
-  return {reinterpret_cast<std::int8_t*>(buffer),        reinterpret_cast<float*>(buffer + nbp * 32),
-          reinterpret_cast<std::int32_t*>(buffer + nbp * 64), reinterpret_cast<float*>(buffer + nbp * 96),
-          reinterpret_cast<float*>(buffer + nbp * 128),   cols / kQBlock,
+  const std::size_t small = small_section_bytes(static_cast<std::size_t>(nbp));
+  std::byte* ds = buffer + nbp * 128;
+  return {reinterpret_cast<std::int8_t*>(buffer),
+          reinterpret_cast<float*>(buffer + nbp * 32),
+          reinterpret_cast<std::int32_t*>(buffer + nbp * 64),
+          reinterpret_cast<float*>(buffer + nbp * 96),
+          reinterpret_cast<float*>(ds),
+          reinterpret_cast<float*>(ds + small),
+          reinterpret_cast<std::int32_t*>(ds + 2 * small),
+          cols / kQBlock,
           nbp};
 }
 
 void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept {
   const float ds = d * static_cast<float>(sum);
   l.ds[b] = ds;
+  l.d[b] = d;
+  l.sum[b] = sum;
   for (int i = 0; i < 8; ++i) {
     l.d8[b * 8 + i] = d;
     l.neg_sum8[b * 8 + i] = -sum;
@@ -44,7 +57,7 @@ void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, st
 }
 
 QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept {
-  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.blocks};
+  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.d, l.sum, l.blocks};
 }
 
 QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept {

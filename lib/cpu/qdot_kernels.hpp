@@ -25,6 +25,8 @@ struct QuantizedRow {
   const std::int32_t* neg_sum8 = nullptr;  // padded_blocks * 8: -sum(q of block b), repeated
   const float* ds = nullptr;            // padded_blocks: fl(d * sum(q))
   const float* ds8 = nullptr;           // padded_blocks * 8: ds / 8, repeated (sums to ds)
+  const float* d = nullptr;             // padded_blocks: d of block b at [b] (16 blocks per vector)
+  const std::int32_t* sum = nullptr;    // padded_blocks: sum(q of block b)
   std::int64_t blocks = 0;              // real blocks (cols / 32)
 };
 
@@ -42,10 +44,12 @@ struct QuantizedRowLayout {
   std::int32_t* neg_sum8;
   float* ds8;
   float* ds;
+  float* d;
+  std::int32_t* sum;
   std::int64_t blocks, padded_blocks;
 };
 QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) noexcept;
-// Writes block b's per-block values (d8, neg_sum8, ds, ds8) from its scale d and level sum;
+// Writes block b's per-block values (d8, neg_sum8, ds, ds8, d, sum) from its scale d and level sum;
 // every quantizer ends each block with it. (Out of line and compiled for the baseline target:
 // the ISA files may call it, see the ODR note in matmul_kernels.hpp.)
 void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept;
@@ -65,6 +69,11 @@ const QdotKernels& qdot_kernels_generic() noexcept;
 #if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
+// Q4_0 (stored) and Q4_0R (repacked) entries of the avx512vnni table (qdot_q4_avx512vnni.cpp).
+void qdot_q4_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                          std::int64_t n_rows);
+void qdot_q4_0r_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                           std::int64_t n_rows);
 #endif
 
 }  // namespace sitsrt::cpu::detail

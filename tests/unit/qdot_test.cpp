@@ -255,6 +255,8 @@ TEST_CASE("activation quantizer matches the scalar reference bit for bit on ever
         REQUIRE(q.ds8[b * 8 + l] * 8.0f == q.ds[b]);
       }
       REQUIRE(q.ds[b] == d * static_cast<float>(sum));
+      REQUIRE(q.d[b] == d);
+      REQUIRE(q.sum[b] == sum);
     }
   }
 }

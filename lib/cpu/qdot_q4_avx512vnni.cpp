@@ -1,0 +1,229 @@
+// AVX-512 VNNI integer-dot decode of Q4_0 weights, in the stored GGUF layout (kQ4_0) and the
+// resident repacked one (kQ4_0R, core/repacked_blocks.hpp); numerics in qdot_kernels.hpp.
+//
+// Four blocks per zmm: the 64 bytes of four blocks' GGUF qs (byte k = element k in the low
+// nibble, element k + 16 in the high one) give, after & 0x0F and (>> 4) & 0x0F, 128-bit lane j =
+// block j's elements 0..15 and 16..31. Two vpdpbusd against the matching activation halves
+// (lane j = block j's q0..15, then q16..31) into one accumulator leave 4 int32 lanes per block.
+// Sixteen blocks per float step: the four quads' lanes are reduced to one vector of 16 exact
+// block sums u . q (block i in lane i), the offset 8 sum(q) is subtracted in integers, and one
+// FMA adds float(sum) * fl(d_w d_x) for all 16. The per-block float work (scale spreading,
+// conversions, FMAs) is what bounded the two-blocks-per-zmm kernel; here it is 1/8 as much.
+// Both layouts feed the same exact integer sums and scales to the same float operations, so
+// their results are bit-identical.
+#include "core/quant_blocks.hpp"
+#include "core/repacked_blocks.hpp"
+#include "cpu/qdot_kernels.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include "cpu/qdot_prefetch_avx512.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+constexpr int kUnitBlocks = 16;  // blocks per float step
+constexpr int kQuads = kUnitBlocks / 4;
+constexpr int kQsBytes = kQBlock / 2;
+
+// Masks of the first `present` blocks (clamped to 0..4) of a quad: 4 dwords per block.
+inline __mmask16 quad_dwords(int present) {
+  return static_cast<__mmask16>(present >= 4 ? 0xFFFFu : present <= 0 ? 0u : (1u << (4 * present)) - 1);
+}
+inline __mmask16 unit_lanes(int present) {
+  return static_cast<__mmask16>(present >= kUnitBlocks ? 0xFFFFu : (1u << present) - 1);
+}
+
+// The activation side of a unit of 16 blocks, shared by the rows of a pass.
+struct UnitActivations {
+  __m512i lo[kQuads], hi[kQuads];  // quad k, lane j: block 4k + j's q0..15 / q16..31
+  __m512 d;                        // d_x of block i in lane i
+  __m512i offset;                  // 8 sum(q) of block i in lane i
+};
+
+// Blocks b0 .. b0 + n - 1 of x (n < 16 only in a row's last unit; the rest read as zeros).
+template <bool kFull>
+inline UnitActivations unit_activations(const QuantizedRow& x, std::int64_t b0, int n) {
+  UnitActivations a;
+#pragma GCC unroll 4
+  for (int k = 0; k < kQuads; ++k) {
+    const std::int8_t* q = x.qs + kQBlock * (b0 + 4 * k);  // [blk 0 | blk 1] [blk 2 | blk 3], 32 bytes each
+    __m512i q01, q23;
+    if constexpr (kFull) {
+      q01 = _mm512_load_si512(q);
+      q23 = _mm512_load_si512(q + 64);
+    } else {
+      q01 = _mm512_maskz_loadu_epi32(quad_dwords(2 * (n - 4 * k)), q);
+      q23 = _mm512_maskz_loadu_epi32(quad_dwords(2 * (n - 4 * k - 2)), q + 64);
+    }
+    a.lo[k] = _mm512_shuffle_i64x2(q01, q23, _MM_SHUFFLE(2, 0, 2, 0));
+    a.hi[k] = _mm512_shuffle_i64x2(q01, q23, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  const __mmask16 lanes = unit_lanes(kFull ? kUnitBlocks : n);
+  a.d = _mm512_maskz_loadu_ps(lanes, x.d + b0);
+  a.offset = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lanes, x.sum + b0), 3);
+  return a;
+}
+
+// acc[lane i] += float(u . q - 8 sum(q)) * fl(d_w d_x) for block i of the unit, from the four
+// quads' packed qs and the 16 fp16 weight scales.
+inline void accumulate_unit(const __m512i (&qs)[kQuads], __m256i halves, const UnitActivations& a, __m512& acc) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512i dot[kQuads];
+#pragma GCC unroll 4
+  for (int k = 0; k < kQuads; ++k) {
+    const __m512i lo = _mm512_and_si512(qs[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(qs[k], 4), low);
+    dot[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a.lo[k]), hi, a.hi[k]);
+  }
+  // 4 lanes per block -> 2: 128-bit lane j = [block j of quad k: 2 lanes, block j of quad k + 1: 2].
+  const __m512i d01 = _mm512_add_epi32(_mm512_unpacklo_epi64(dot[0], dot[1]), _mm512_unpackhi_epi64(dot[0], dot[1]));
+  const __m512i d23 = _mm512_add_epi32(_mm512_unpacklo_epi64(dot[2], dot[3]), _mm512_unpackhi_epi64(dot[2], dot[3]));
+  // -> 1: lane 4j + k = block 4k + j; the permutation puts block i in lane i.
+  const __m512 f01 = _mm512_castsi512_ps(d01), f23 = _mm512_castsi512_ps(d23);
+  const __m512i sums = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f01, f23, _MM_SHUFFLE(2, 0, 2, 0))),
+                                        _mm512_castps_si512(_mm512_shuffle_ps(f01, f23, _MM_SHUFFLE(3, 1, 3, 1))));
+  const __m512i block_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i exact = _mm512_sub_epi32(_mm512_permutexvar_epi32(block_order, sums), a.offset);
+  const __m512 scale = _mm512_mul_ps(_mm512_cvtph_ps(halves), a.d);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), scale, acc);
+}
+
+// Word indices of vpermt2w over a quad's 72 bytes (A = bytes 0..63, B = bytes 8..71).
+constexpr int quad_word(int byte) {  // the index of the word at even `byte` of the quad
+  return byte < 64 ? byte / 2 : 32 + (byte - 8) / 2;
+}
+// Block j's qs (bytes 18 j + 2 .. 18 j + 17) to words 8 j .. 8 j + 7.
+constexpr std::array<std::uint16_t, 32> kQuadQs = [] {
+  std::array<std::uint16_t, 32> idx{};
+  for (int w = 0; w < 32; ++w) idx[static_cast<std::size_t>(w)] = static_cast<std::uint16_t>(quad_word(18 * (w / 8) + 2 + 2 * (w % 8)));
+  return idx;
+}();
+// The scales (bytes 0 of each block) of two quads P (first source) and Q: word i < 4 = P's block
+// i, word 4 + i = Q's block i; words 8..15 repeat 0..7.
+constexpr std::array<std::uint16_t, 32> kPairScales = [] {
+  std::array<std::uint16_t, 32> idx{};
+  for (int w = 0; w < 16; ++w) idx[static_cast<std::size_t>(w)] = static_cast<std::uint16_t>(9 * (w % 4) + (w % 8 < 4 ? 0 : 32));
+  return idx;
+}();
+
+// Stored GGUF blocks (18 bytes: fp16 d, 16 bytes qs). A whole unit gathers each quad's qs with
+// one vpermt2w over two overlapping loads and the 16 scales with two more from the quads'
+// first loads; a last partial unit copies its blocks.
+struct StoredQ4_0 {
+  static void full_unit(const std::byte* row, std::int64_t /*nb*/, std::int64_t b0, __m512i (&qs)[kQuads],
+                        __m256i& halves) {
+    const __m512i qs_words = _mm512_loadu_si512(kQuadQs.data());
+    const std::byte* unit = row + static_cast<std::size_t>(b0) * sizeof(BlockQ4_0);
+    __m512i first[kQuads];
+#pragma GCC unroll 4
+    for (int k = 0; k < kQuads; ++k) {
+      const std::byte* quad = unit + 4 * k * sizeof(BlockQ4_0);
+      first[k] = _mm512_loadu_si512(quad);
+      qs[k] = _mm512_permutex2var_epi16(first[k], qs_words, _mm512_loadu_si512(quad + 8));
+    }
+    const __m512i scale_words = _mm512_loadu_si512(kPairScales.data());
+    const __m512i s01 = _mm512_permutex2var_epi16(first[0], scale_words, first[1]);
+    const __m512i s23 = _mm512_permutex2var_epi16(first[2], scale_words, first[3]);
+    halves = _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00u, s01, s23));
+  }
+  static void last_unit(const std::byte* row, std::int64_t /*nb*/, std::int64_t b0, int n, __m512i (&qs)[kQuads],
+                        __m256i& halves) {
+    alignas(64) std::uint8_t levels[kUnitBlocks * kQsBytes] = {};
+    alignas(32) std::uint16_t d[kUnitBlocks] = {};
+    const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row) + b0;
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(levels + kQsBytes * i, blocks[i].qs, kQsBytes);
+      std::memcpy(&d[i], &blocks[i].d, 2);
+    }
+    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_load_si512(levels + 64 * k);
+    halves = _mm256_load_si256(reinterpret_cast<const __m256i*>(d));
+  }
+};
+
+// Repacked groups of 32 blocks ([16-byte qs per block][fp16 scales]): a unit is 4 64-byte loads
+// and one 32-byte load of scales, masked in a last partial unit.
+struct RepackedQ4_0 {
+  static void full_unit(const std::byte* row, std::int64_t nb, std::int64_t b0, __m512i (&qs)[kQuads],
+                        __m256i& halves) {
+    const RepackGroup group = repack_group(b0 / kRepackGroupBlocks, nb, sizeof(BlockQ4_0));
+    const std::byte* levels = row + group.offset + static_cast<std::size_t>(b0 % kRepackGroupBlocks) * kQsBytes;
+#pragma GCC unroll 4
+    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_loadu_si512(levels + 64 * k);
+    halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales_of(row, group, b0)));
+  }
+  static void last_unit(const std::byte* row, std::int64_t nb, std::int64_t b0, int n, __m512i (&qs)[kQuads],
+                        __m256i& halves) {
+    const RepackGroup group = repack_group(b0 / kRepackGroupBlocks, nb, sizeof(BlockQ4_0));
+    const std::byte* levels = row + group.offset + static_cast<std::size_t>(b0 % kRepackGroupBlocks) * kQsBytes;
+    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_maskz_loadu_epi32(quad_dwords(n - 4 * k), levels + 64 * k);
+    halves = _mm256_maskz_loadu_epi16(unit_lanes(n), scales_of(row, group, b0));
+  }
+  static const std::byte* scales_of(const std::byte* row, const RepackGroup& group, std::int64_t b0) {
+    return row + group.offset + static_cast<std::size_t>(group.blocks) * kQsBytes +
+           2 * static_cast<std::size_t>(b0 % kRepackGroupBlocks);
+  }
+};
+
+// R rows per pass share the activation side of each unit.
+template <typename Layout, int R>
+inline void q4_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
+  const std::int64_t nb = x.blocks;
+  __m512 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  std::int64_t b0 = 0;
+  for (; b0 + kUnitBlocks <= nb; b0 += kUnitBlocks) {
+    prefetch_rows<R, kUnitBlocks * sizeof(BlockQ4_0)>(w, row_stride, static_cast<std::size_t>(b0) * sizeof(BlockQ4_0));
+    const UnitActivations a = unit_activations<true>(x, b0, kUnitBlocks);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m512i qs[kQuads];
+      __m256i halves;
+      Layout::full_unit(w + static_cast<std::size_t>(r) * row_stride, nb, b0, qs, halves);
+      accumulate_unit(qs, halves, a, acc[r]);
+    }
+  }
+  if (b0 < nb) {
+    const int n = static_cast<int>(nb - b0);
+    const UnitActivations a = unit_activations<false>(x, b0, n);
+    for (int r = 0; r < R; ++r) {
+      __m512i qs[kQuads];
+      __m256i halves;
+      Layout::last_unit(w + static_cast<std::size_t>(r) * row_stride, nb, b0, n, qs, halves);
+      accumulate_unit(qs, halves, a, acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <typename Layout>
+void q4_matvec(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  constexpr int kRows = 4;
+  std::int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) q4_rows<Layout, kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+  for (; r < n_rows; ++r) q4_rows<Layout, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+}
+
+}  // namespace
+
+void qdot_q4_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                          std::int64_t n_rows) {
+  q4_matvec<StoredQ4_0>(w, row_stride, x, y, n_rows);
+}
+
+void qdot_q4_0r_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                           std::int64_t n_rows) {
+  q4_matvec<RepackedQ4_0>(w, row_stride, x, y, n_rows);
+}
+
+}  // namespace sitsrt::cpu::detail
