@@ -84,13 +84,14 @@ inline void accumulate_unit(const __m512i (&qs)[kQuads], __m256i halves, const U
     const __m512i lo = _mm512_and_si512(qs[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(qs[k], 4), low);
     dot[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a.lo[k]), hi, a.hi[k]);
   }
+  // The reduction runs in int16 pairs (vpackssdw + vpmaddwd): a lane of 8 products is at most
+  // 8 * 15 * 127 = 15240 in magnitude, two of them 30480, so the packs never saturate.
   // 4 lanes per block -> 2: 128-bit lane j = [block j of quad k: 2 lanes, block j of quad k + 1: 2].
-  const __m512i d01 = _mm512_add_epi32(_mm512_unpacklo_epi64(dot[0], dot[1]), _mm512_unpackhi_epi64(dot[0], dot[1]));
-  const __m512i d23 = _mm512_add_epi32(_mm512_unpacklo_epi64(dot[2], dot[3]), _mm512_unpackhi_epi64(dot[2], dot[3]));
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i d01 = _mm512_madd_epi16(_mm512_packs_epi32(dot[0], dot[1]), ones);
+  const __m512i d23 = _mm512_madd_epi16(_mm512_packs_epi32(dot[2], dot[3]), ones);
   // -> 1: lane 4j + k = block 4k + j; the permutation puts block i in lane i.
-  const __m512 f01 = _mm512_castsi512_ps(d01), f23 = _mm512_castsi512_ps(d23);
-  const __m512i sums = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f01, f23, _MM_SHUFFLE(2, 0, 2, 0))),
-                                        _mm512_castps_si512(_mm512_shuffle_ps(f01, f23, _MM_SHUFFLE(3, 1, 3, 1))));
+  const __m512i sums = _mm512_madd_epi16(_mm512_packs_epi32(d01, d23), ones);
   const __m512i block_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m512i exact = _mm512_sub_epi32(_mm512_permutexvar_epi32(block_order, sums), a.offset);
   const __m512 scale = _mm512_mul_ps(_mm512_cvtph_ps(halves), a.d);
@@ -115,14 +116,23 @@ constexpr std::array<std::uint16_t, 32> kPairScales = [] {
   return idx;
 }();
 
+// Where a unit of 16 blocks starting at block b0 lies in every row (rows share nb): its levels
+// and scales' byte offsets from the row start.
+struct UnitAt {
+  std::size_t levels, scales;
+};
+
 // Stored GGUF blocks (18 bytes: fp16 d, 16 bytes qs). A whole unit gathers each quad's qs with
 // one vpermt2w over two overlapping loads and the 16 scales with two more from the quads'
 // first loads; a last partial unit copies its blocks.
 struct StoredQ4_0 {
-  static void full_unit(const std::byte* row, std::int64_t /*nb*/, std::int64_t b0, __m512i (&qs)[kQuads],
-                        __m256i& halves) {
+  static UnitAt locate(std::int64_t /*nb*/, std::int64_t b0) {
+    const std::size_t at = static_cast<std::size_t>(b0) * sizeof(BlockQ4_0);
+    return {at, at};
+  }
+  static void full_unit(const std::byte* row, UnitAt at, __m512i (&qs)[kQuads], __m256i& halves) {
     const __m512i qs_words = _mm512_loadu_si512(kQuadQs.data());
-    const std::byte* unit = row + static_cast<std::size_t>(b0) * sizeof(BlockQ4_0);
+    const std::byte* unit = row + at.levels;
     __m512i first[kQuads];
 #pragma GCC unroll 4
     for (int k = 0; k < kQuads; ++k) {
@@ -135,11 +145,10 @@ struct StoredQ4_0 {
     const __m512i s23 = _mm512_permutex2var_epi16(first[2], scale_words, first[3]);
     halves = _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00u, s01, s23));
   }
-  static void last_unit(const std::byte* row, std::int64_t /*nb*/, std::int64_t b0, int n, __m512i (&qs)[kQuads],
-                        __m256i& halves) {
+  static void last_unit(const std::byte* row, UnitAt at, int n, __m512i (&qs)[kQuads], __m256i& halves) {
     alignas(64) std::uint8_t levels[kUnitBlocks * kQsBytes] = {};
     alignas(32) std::uint16_t d[kUnitBlocks] = {};
-    const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row) + b0;
+    const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row + at.levels);
     for (int i = 0; i < n; ++i) {
       std::memcpy(levels + kQsBytes * i, blocks[i].qs, kQsBytes);
       std::memcpy(&d[i], &blocks[i].d, 2);
@@ -152,24 +161,19 @@ struct StoredQ4_0 {
 // Repacked groups of 32 blocks ([16-byte qs per block][fp16 scales]): a unit is 4 64-byte loads
 // and one 32-byte load of scales, masked in a last partial unit.
 struct RepackedQ4_0 {
-  static void full_unit(const std::byte* row, std::int64_t nb, std::int64_t b0, __m512i (&qs)[kQuads],
-                        __m256i& halves) {
+  static UnitAt locate(std::int64_t nb, std::int64_t b0) {
     const RepackGroup group = repack_group(b0 / kRepackGroupBlocks, nb, sizeof(BlockQ4_0));
-    const std::byte* levels = row + group.offset + static_cast<std::size_t>(b0 % kRepackGroupBlocks) * kQsBytes;
+    const auto i = static_cast<std::size_t>(b0 % kRepackGroupBlocks);
+    return {group.offset + i * kQsBytes, group.offset + static_cast<std::size_t>(group.blocks) * kQsBytes + 2 * i};
+  }
+  static void full_unit(const std::byte* row, UnitAt at, __m512i (&qs)[kQuads], __m256i& halves) {
 #pragma GCC unroll 4
-    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_loadu_si512(levels + 64 * k);
-    halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales_of(row, group, b0)));
+    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_loadu_si512(row + at.levels + 64 * k);
+    halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + at.scales));
   }
-  static void last_unit(const std::byte* row, std::int64_t nb, std::int64_t b0, int n, __m512i (&qs)[kQuads],
-                        __m256i& halves) {
-    const RepackGroup group = repack_group(b0 / kRepackGroupBlocks, nb, sizeof(BlockQ4_0));
-    const std::byte* levels = row + group.offset + static_cast<std::size_t>(b0 % kRepackGroupBlocks) * kQsBytes;
-    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_maskz_loadu_epi32(quad_dwords(n - 4 * k), levels + 64 * k);
-    halves = _mm256_maskz_loadu_epi16(unit_lanes(n), scales_of(row, group, b0));
-  }
-  static const std::byte* scales_of(const std::byte* row, const RepackGroup& group, std::int64_t b0) {
-    return row + group.offset + static_cast<std::size_t>(group.blocks) * kQsBytes +
-           2 * static_cast<std::size_t>(b0 % kRepackGroupBlocks);
+  static void last_unit(const std::byte* row, UnitAt at, int n, __m512i (&qs)[kQuads], __m256i& halves) {
+    for (int k = 0; k < kQuads; ++k) qs[k] = _mm512_maskz_loadu_epi32(quad_dwords(n - 4 * k), row + at.levels + 64 * k);
+    halves = _mm256_maskz_loadu_epi16(unit_lanes(n), row + at.scales);
   }
 };
 
@@ -184,21 +188,23 @@ inline void q4_rows(const std::byte* w, std::size_t row_stride, const QuantizedR
   for (; b0 + kUnitBlocks <= nb; b0 += kUnitBlocks) {
     prefetch_rows<R, kUnitBlocks * sizeof(BlockQ4_0)>(w, row_stride, static_cast<std::size_t>(b0) * sizeof(BlockQ4_0));
     const UnitActivations a = unit_activations<true>(x, b0, kUnitBlocks);
+    const UnitAt at = Layout::locate(nb, b0);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m512i qs[kQuads];
       __m256i halves;
-      Layout::full_unit(w + static_cast<std::size_t>(r) * row_stride, nb, b0, qs, halves);
+      Layout::full_unit(w + static_cast<std::size_t>(r) * row_stride, at, qs, halves);
       accumulate_unit(qs, halves, a, acc[r]);
     }
   }
   if (b0 < nb) {
     const int n = static_cast<int>(nb - b0);
     const UnitActivations a = unit_activations<false>(x, b0, n);
+    const UnitAt at = Layout::locate(nb, b0);
     for (int r = 0; r < R; ++r) {
       __m512i qs[kQuads];
       __m256i halves;
-      Layout::last_unit(w + static_cast<std::size_t>(r) * row_stride, nb, b0, n, qs, halves);
+      Layout::last_unit(w + static_cast<std::size_t>(r) * row_stride, at, n, qs, halves);
       accumulate_unit(qs, halves, a, acc[r]);
     }
   }
