@@ -7,11 +7,14 @@
 #include "core/repacked_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
+#include "cpu/qdot_kernels.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/random.hpp"
+#include "support/tolerance.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -174,5 +177,74 @@ TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to 
       cpu::get_rows(ctx, r, ids.data(), 3, got.data(), cols);
       CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
     }
+  }
+}
+
+TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, stored = repacked", "[repacked]") {
+  // The AVX-512 VNNI Q4_0 / Q4_0R kernels sum 16 blocks' lanes in int16 pairs and subtract the
+  // offset 8 sum(q) per block: a wrong block -> lane order, offset or saturated pack shows here
+  // against sum_b d_w d_x sum_i (u_i - 8) q_i in double, for every row length of 1..97 blocks.
+  // Random qs bytes and scales per block, plus extreme blocks (all levels 15 or 0 against
+  // q = +-127) that reach the int16 bounds.
+  if (!cpu::isa_supported(cpu::Isa::kAvx512Vnni)) {
+    WARN("skipped: this CPU lacks AVX-512 VNNI");
+    return;
+  }
+  test::Rng rng(41);
+  constexpr std::int64_t kRows = 5;  // one 4-row pass and one single row
+  cpu::CpuContext ctx(1, cpu::Isa::kAvx512Vnni, /*int8_activations=*/true);
+  for (std::int64_t nb = 1; nb <= 97; ++nb) {
+    const std::int64_t cols = nb * 32;
+    CAPTURE(nb);
+    std::vector<BlockQ4_0> blocks(static_cast<std::size_t>(kRows * nb));
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      blocks[i].d = fp32_to_fp16(std::exp2(rng.uniform(-6.0f, 2.0f)) * (rng.uniform(0.0f, 1.0f) < 0.5f ? -1.0f : 1.0f));
+      const int kind = rng.uniform_int(0, 9);  // 0: all 15, 1: all 0, else random
+      for (auto& q : blocks[i].qs) q = static_cast<std::uint8_t>(kind == 0 ? 0xFF : kind == 1 ? 0x00 : rng.uniform_int(0, 255));
+    }
+    std::vector<float> x(static_cast<std::size_t>(cols));
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const int kind = rng.uniform_int(0, 9);  // 0: constant +, 1: constant - (q = +-127), else random
+      const float scale = std::exp2(rng.uniform(-3.0f, 3.0f));
+      for (int i = 0; i < 32; ++i) {
+        x[static_cast<std::size_t>(b * 32 + i)] = kind == 0 ? scale : kind == 1 ? -scale : rng.normal() * scale;
+      }
+    }
+    const auto* stored_bytes = reinterpret_cast<const std::byte*>(blocks.data());
+    const cpu::WeightMatrix w{DType::kQ4_0, stored_bytes, kRows, cols, row_bytes(DType::kQ4_0, cols)};
+    const std::size_t stride = cpu::resident_row_stride(DType::kQ4_0R, cols);
+    std::vector<std::byte> packed(stride * kRows);
+    cpu::copy_to_layout(ctx, w, DType::kQ4_0R, packed.data(), stride);
+    const cpu::WeightMatrix r{DType::kQ4_0R, packed.data(), kRows, cols, stride};
+    ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, 1));
+    std::vector<float> y_stored(kRows), y_repacked(kRows);
+    cpu::matmul(ctx, w, x.data(), cols, 1, y_stored.data(), kRows);
+    cpu::matmul(ctx, r, x.data(), cols, 1, y_repacked.data(), kRows);
+    CHECK(std::memcmp(y_stored.data(), y_repacked.data(), kRows * 4) == 0);
+
+    // The quantized activations (the portable quantizer; every ISA's is bit-identical).
+    std::vector<std::byte> buffer(cpu::detail::quantized_row_bytes(cols) + 64);
+    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 63) / 64 * 64);
+    const cpu::detail::QuantizedRow q = cpu::detail::quantize_row_q8_act(x.data(), cols, aligned);
+    std::vector<double> want(kRows), tol(kRows);
+    for (std::int64_t row = 0; row < kRows; ++row) {
+      double sum = 0.0, mag = 0.0;
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const BlockQ4_0& blk = blocks[static_cast<std::size_t>(row * nb + b)];
+        std::int64_t dot = 0;
+        for (int i = 0; i < 32; ++i) {
+          const int u = i < 16 ? blk.qs[i] & 15 : blk.qs[i - 16] >> 4;
+          dot += static_cast<std::int64_t>(u - 8) * q.qs[b * 32 + i];
+        }
+        const double scale = static_cast<double>(fp16_to_fp32(blk.d)) * q.d[b];
+        sum += scale * static_cast<double>(dot);
+        mag += std::fabs(scale * static_cast<double>(dot));
+      }
+      want[static_cast<std::size_t>(row)] = sum;
+      // Each block: the scale product and the FMA round once; then the lanes' accumulation
+      // (nb / 16 terms each) and the 16-lane sum (4 levels).
+      tol[static_cast<std::size_t>(row)] = test::dot_tolerance(nb / 16 + 1 + 4, mag, 2);
+    }
+    test::check_close(want, y_stored, tol, "Q4_0 int8 decode vs double reference");
   }
 }
