@@ -136,7 +136,7 @@ struct StoredQ4_0 {
     __m512i first[kQuads];
 #pragma GCC unroll 4
     for (int k = 0; k < kQuads; ++k) {
-      const std::byte* quad = unit + 4 * k * sizeof(BlockQ4_0);
+      const std::byte* quad = unit + static_cast<std::size_t>(4 * k) * sizeof(BlockQ4_0);
       first[k] = _mm512_loadu_si512(quad);
       qs[k] = _mm512_permutex2var_epi16(first[k], qs_words, _mm512_loadu_si512(quad + 8));
     }
