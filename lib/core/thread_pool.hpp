@@ -59,30 +59,40 @@ struct Range {
 };
 Range split_range(std::int64_t n, int thread_index, int n_threads, std::int64_t grain = 1) noexcept;
 
-// Hands out [0, n) in chunks of `chunk` to whichever thread asks next: the parts of a
+// Hands out [0, n) in chunks of at most `chunk` to whichever thread asks next: the parts of a
 // ThreadPool::run job each call next() until it returns an empty range, so a thread that is
 // slowed or descheduled holds up at most the chunk it has claimed, not the rest of a fixed 1/n
 // of the work. A claimed chunk is never taken back.
+// With tail_parts > 0 the chunks shrink towards the end (guided scheduling): a chunk is at most
+// ceil(left / tail_parts) of the `left` unclaimed items, so the last chunks are small and the
+// threads finish close together, while the early chunks keep their full size (long runs).
 // Lives on the submitting thread's stack for one job (no allocation); a cache line of its own
 // keeps the counter's traffic off the caller's other locals.
 class alignas(64) ChunkQueue {
  public:
-  // chunk >= 1.
-  ChunkQueue(std::int64_t n, std::int64_t chunk) noexcept : n_(n), chunk_(chunk) {}
+  // chunk >= 1, tail_parts >= 0.
+  ChunkQueue(std::int64_t n, std::int64_t chunk, std::int64_t tail_parts = 0) noexcept
+      : n_(n), chunk_(chunk), tail_parts_(tail_parts) {}
   ChunkQueue(const ChunkQueue&) = delete;
   ChunkQueue& operator=(const ChunkQueue&) = delete;
 
   // The next unclaimed chunk, or an empty range once all are claimed. Thread-safe.
   [[nodiscard]] Range next() noexcept {
-    const std::int64_t begin = next_.fetch_add(1, std::memory_order_relaxed) * chunk_;
-    if (begin >= n_) return {n_, n_};
-    return {begin, std::min(n_, begin + chunk_)};
+    std::int64_t begin = next_.load(std::memory_order_relaxed);
+    while (begin < n_) {
+      const std::int64_t left = n_ - begin;
+      std::int64_t size = std::min(chunk_, left);
+      if (tail_parts_ > 0) size = std::min(size, (left + tail_parts_ - 1) / tail_parts_);
+      if (next_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) return {begin, begin + size};
+    }
+    return {n_, n_};
   }
 
  private:
   std::atomic<std::int64_t> next_{0};
   std::int64_t n_;
   std::int64_t chunk_;
+  std::int64_t tail_parts_;
 };
 
 }  // namespace sitsrt

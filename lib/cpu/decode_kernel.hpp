@@ -25,6 +25,10 @@ inline constexpr std::int64_t kMatvecGrain = 16;
 // the weight (at 2 threads: 64 rows of a 1024-row matrix, 176 of a 2816-row FFN matrix, i.e.
 // 70-190 KiB of Q8_0). 16 and 32 per thread measured up to 7-9% slower; see docs/performance.md.
 inline constexpr std::int64_t kDecodeChunksPerThread = 8;
+// The last chunks shrink (ChunkQueue's tail_parts = this * threads) so the threads finish a
+// matmul close together: at 2 threads a 1024-row matrix is 13 chunks of 64 rows, then 48, 48,
+// 32 and four of 16 (16 chunks of 64 without it).
+inline constexpr std::int64_t kDecodeTailParts = 2;
 
 // Chunk size in grain units for `units` grain units on n_threads (one chunk per thread alone).
 [[nodiscard]] inline std::int64_t decode_chunk_units(std::int64_t units, int n_threads) noexcept {
@@ -37,7 +41,7 @@ inline constexpr std::int64_t kDecodeChunksPerThread = 8;
 // whichever thread claims it. Which thread runs a chunk never changes its result.
 template <typename Body>
 void for_each_decode_chunk(ThreadPool& pool, std::int64_t units, Body&& body) {
-  ChunkQueue chunks(units, decode_chunk_units(units, pool.size()));
+  ChunkQueue chunks(units, decode_chunk_units(units, pool.size()), kDecodeTailParts * pool.size());
   pool.run([&](int, int) {
     for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) body(c);
   });

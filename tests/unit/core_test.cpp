@@ -156,22 +156,37 @@ TEST_CASE("ChunkQueue hands out every chunk exactly once across threads", "[core
   ThreadPool pool(3);
   for (std::int64_t n : {0, 1, 7, 64, 1000}) {
     for (std::int64_t chunk : {1, 3, 64, 2000}) {
-      CAPTURE(n, chunk);
-      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
-      std::atomic<int> bad_ranges{0};
-      ChunkQueue chunks(n, chunk);
-      pool.run([&](int, int) {
-        for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) {
-          if (c.begin % chunk != 0 || c.end - c.begin > chunk || c.end > n) bad_ranges.fetch_add(1);
-          for (std::int64_t i = c.begin; i < c.end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
-        }
-      });
-      REQUIRE(bad_ranges.load() == 0);
-      for (const auto& h : hits) REQUIRE(h.load() == 1);
-      const Range after = chunks.next();
-      CHECK(after.begin == after.end);
+      for (std::int64_t tail_parts : {0, 1, 4}) {
+        CAPTURE(n, chunk, tail_parts);
+        std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+        std::atomic<int> bad_ranges{0};
+        ChunkQueue chunks(n, chunk, tail_parts);
+        pool.run([&](int, int) {
+          for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) {
+            // fixed chunks start on multiples of `chunk`; guided ones never exceed it
+            if ((tail_parts == 0 && c.begin % chunk != 0) || c.end - c.begin > chunk || c.end > n) {
+              bad_ranges.fetch_add(1);
+            }
+            for (std::int64_t i = c.begin; i < c.end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+          }
+        });
+        REQUIRE(bad_ranges.load() == 0);
+        for (const auto& h : hits) REQUIRE(h.load() == 1);
+        const Range after = chunks.next();
+        CHECK(after.begin == after.end);
+      }
     }
   }
+}
+
+TEST_CASE("ChunkQueue with tail_parts shrinks its chunks towards the end", "[core]") {
+  // One thread: the sequence is deterministic. 64 items, chunks of at most 4, tail_parts 4:
+  // full chunks while 16 or more are left, then ceil(left / 4).
+  ChunkQueue chunks(64, 4, 4);
+  std::vector<std::int64_t> sizes;
+  for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) sizes.push_back(c.end - c.begin);
+  const std::vector<std::int64_t> want{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 2, 1, 1, 1, 1};
+  CHECK(sizes == want);
 }
 
 TEST_CASE("split_range covers the range without overlap", "[core]") {
