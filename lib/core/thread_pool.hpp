@@ -59,40 +59,65 @@ struct Range {
 };
 Range split_range(std::int64_t n, int thread_index, int n_threads, std::int64_t grain = 1) noexcept;
 
-// Hands out [0, n) in chunks of at most `chunk` to whichever thread asks next: the parts of a
-// ThreadPool::run job each call next() until it returns an empty range, so a thread that is
-// slowed or descheduled holds up at most the chunk it has claimed, not the rest of a fixed 1/n
-// of the work. A claimed chunk is never taken back.
-// With tail_parts > 0 the chunks shrink towards the end (guided scheduling): a chunk is at most
-// ceil(left / tail_parts) of the `left` unclaimed items, so the last chunks are small and the
-// threads finish close together, while the early chunks keep their full size (long runs).
-// Lives on the submitting thread's stack for one job (no allocation); a cache line of its own
-// keeps the counter's traffic off the caller's other locals.
-class alignas(64) ChunkQueue {
+// Hands out [0, n) in chunks of at most `chunk` to the parts of a ThreadPool::run job, so a
+// thread that is slowed or descheduled holds up at most the chunk it has claimed, not the rest
+// of a fixed 1/n of the work (a claimed chunk is never taken back). Each of `parts` logical
+// parts (run's part index) first owns a contiguous 1/parts of the range and claims its chunks
+// from the front of it, so a part's successive chunks are adjacent: a decode matvec
+// keeps streaming one run of rows, and its prefetches past a chunk's end land in the next
+// chunk it takes instead of in another thread's rows. A part whose range is used up takes
+// chunks from the back of the others' (at most half of what is left there), and owners too take
+// at most half of what is left, so the parts finish close together. With one part, chunks are
+// handed out in order at full size. Lives on the submitting thread's stack for one job.
+class OwnedChunkQueue {
  public:
-  // chunk >= 1, tail_parts >= 0.
-  ChunkQueue(std::int64_t n, std::int64_t chunk, std::int64_t tail_parts = 0) noexcept
-      : n_(n), chunk_(chunk), tail_parts_(tail_parts) {}
-  ChunkQueue(const ChunkQueue&) = delete;
-  ChunkQueue& operator=(const ChunkQueue&) = delete;
+  static constexpr int kMaxParts = 64;  // more parts share ranges (part p uses range p mod 64)
 
-  // The next unclaimed chunk, or an empty range once all are claimed. Thread-safe.
-  [[nodiscard]] Range next() noexcept {
-    std::int64_t begin = next_.load(std::memory_order_relaxed);
-    while (begin < n_) {
-      const std::int64_t left = n_ - begin;
-      std::int64_t size = std::min(chunk_, left);
-      if (tail_parts_ > 0) size = std::min(size, (left + tail_parts_ - 1) / tail_parts_);
-      if (next_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) return {begin, begin + size};
+  // chunk >= 1; n < 2^32.
+  OwnedChunkQueue(std::int64_t n, std::int64_t chunk, int parts) noexcept
+      : n_(n), chunk_(chunk), parts_(std::clamp(parts, 1, kMaxParts)) {
+    for (int p = 0; p < parts_; ++p) {
+      const Range r = split_range(n, p, parts_);
+      ranges_[p].bounds.store(pack(r.begin, r.end), std::memory_order_relaxed);
+    }
+  }
+  OwnedChunkQueue(const OwnedChunkQueue&) = delete;
+  OwnedChunkQueue& operator=(const OwnedChunkQueue&) = delete;
+
+  // The next chunk for `part`, or an empty range once everything is claimed. Thread-safe.
+  [[nodiscard]] Range next(int part) noexcept {
+    const int own = part % parts_;
+    for (int k = 0; k < parts_; ++k) {
+      OwnedRange& r = ranges_[(own + k) % parts_];
+      std::uint64_t bounds = r.bounds.load(std::memory_order_relaxed);
+      for (;;) {
+        const std::int64_t front = low(bounds), back = high(bounds), left = back - front;
+        if (left <= 0) break;
+        const std::int64_t size = std::min(chunk_, parts_ == 1 ? left : (left + 1) / 2);
+        const bool from_front = k == 0;
+        const std::uint64_t claimed = from_front ? pack(front + size, back) : pack(front, back - size);
+        if (r.bounds.compare_exchange_weak(bounds, claimed, std::memory_order_relaxed)) {
+          return from_front ? Range{front, front + size} : Range{back - size, back};
+        }
+      }
     }
     return {n_, n_};
   }
 
  private:
-  std::atomic<std::int64_t> next_{0};
+  static std::uint64_t pack(std::int64_t front, std::int64_t back) noexcept {
+    return static_cast<std::uint64_t>(front) | static_cast<std::uint64_t>(back) << 32;
+  }
+  static std::int64_t low(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v & 0xFFFFFFFFu); }
+  static std::int64_t high(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v >> 32); }
+
+  struct alignas(64) OwnedRange {  // [front, back) still unclaimed; a cache line each
+    std::atomic<std::uint64_t> bounds{0};
+  };
   std::int64_t n_;
   std::int64_t chunk_;
-  std::int64_t tail_parts_;
+  int parts_;
+  OwnedRange ranges_[kMaxParts];
 };
 
 }  // namespace sitsrt

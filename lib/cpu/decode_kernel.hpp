@@ -16,19 +16,17 @@ namespace sitsrt::cpu::detail {
 // of every format and the split does not depend on the format.
 inline constexpr std::int64_t kMatvecGrain = 16;
 
-// With several threads, decode rows are claimed in chunks (ChunkQueue) rather than split into
-// one fixed part per thread: on a shared host a thread that runs slower than the others, or is
-// descheduled before it finishes, leaves at most one chunk for the others to wait on instead of
-// the rest of its part (a chunk it holds while descheduled still waits for it to run again).
-// About this many chunks per thread keeps that tail small while each chunk still streams a long
-// contiguous run of
-// the weight (at 2 threads: 64 rows of a 1024-row matrix, 176 of a 2816-row FFN matrix, i.e.
-// 70-190 KiB of Q8_0). 16 and 32 per thread measured up to 7-9% slower; see docs/performance.md.
+// With several threads, decode rows are claimed in chunks (OwnedChunkQueue) rather than split
+// into one fixed part per thread: on a shared host a thread that runs slower than the others, or
+// is descheduled before it finishes, leaves at most one chunk for the others to wait on instead
+// of the rest of its part (a chunk it holds while descheduled still waits for it to run again).
+// Each thread first works through its own contiguous share, chunk after adjacent chunk (one
+// unbroken weight stream), then takes halves of what the others have left; the chunks shrink
+// near the end so the threads finish close together. The full chunk is 1/8 of a thread's share
+// (at 2 threads: 64 rows of a 1024-row matrix, 176 of a 2816-row FFN matrix). Measured at 2
+// threads against one shared counter with fixed chunks: thread-pool waiting 6-9% -> 4-7% of
+// decode samples, decode +2-4% (docs/performance.md).
 inline constexpr std::int64_t kDecodeChunksPerThread = 8;
-// The last chunks shrink (ChunkQueue's tail_parts = this * threads) so the threads finish a
-// matmul close together: at 2 threads a 1024-row matrix is 13 chunks of 64 rows, then 48, 48,
-// 32 and four of 16 (16 chunks of 64 without it).
-inline constexpr std::int64_t kDecodeTailParts = 2;
 
 // Chunk size in grain units for `units` grain units on n_threads (one chunk per thread alone).
 [[nodiscard]] inline std::int64_t decode_chunk_units(std::int64_t units, int n_threads) noexcept {
@@ -38,12 +36,12 @@ inline constexpr std::int64_t kDecodeTailParts = 2;
 }
 
 // Runs body(Range of grain units) on the pool for every chunk of [0, units), each chunk on
-// whichever thread claims it. Which thread runs a chunk never changes its result.
+// whichever part claims it. Which thread runs a chunk never changes its result.
 template <typename Body>
 void for_each_decode_chunk(ThreadPool& pool, std::int64_t units, Body&& body) {
-  ChunkQueue chunks(units, decode_chunk_units(units, pool.size()), kDecodeTailParts * pool.size());
-  pool.run([&](int, int) {
-    for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) body(c);
+  OwnedChunkQueue chunks(units, decode_chunk_units(units, pool.size()), pool.size());
+  pool.run([&](int part, int) {
+    for (Range c = chunks.next(part); c.begin < c.end; c = chunks.next(part)) body(c);
   });
 }
 

@@ -152,41 +152,55 @@ TEST_CASE("thread pool finishes a job while a part blocks", "[core]") {
   CHECK(runs.load() == 3);
 }
 
-TEST_CASE("ChunkQueue hands out every chunk exactly once across threads", "[core]") {
+TEST_CASE("OwnedChunkQueue hands out every item exactly once across threads", "[core]") {
   ThreadPool pool(3);
   for (std::int64_t n : {0, 1, 7, 64, 1000}) {
     for (std::int64_t chunk : {1, 3, 64, 2000}) {
-      for (std::int64_t tail_parts : {0, 1, 4}) {
-        CAPTURE(n, chunk, tail_parts);
+      for (int parts : {1, 2, 3, 5, 70}) {  // 70 > kMaxParts: parts share ranges
+        CAPTURE(n, chunk, parts);
         std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
         std::atomic<int> bad_ranges{0};
-        ChunkQueue chunks(n, chunk, tail_parts);
-        pool.run([&](int, int) {
-          for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) {
-            // fixed chunks start on multiples of `chunk`; guided ones never exceed it
-            if ((tail_parts == 0 && c.begin % chunk != 0) || c.end - c.begin > chunk || c.end > n) {
-              bad_ranges.fetch_add(1);
+        OwnedChunkQueue chunks(n, chunk, parts);
+        pool.run([&](int part, int threads) {
+          // the pool's 3 parts stand in for `parts` parts: each claims for several of them
+          for (int p = part; p < parts; p += threads) {
+            for (Range c = chunks.next(p); c.begin < c.end; c = chunks.next(p)) {
+              if (c.end - c.begin > chunk || c.begin < 0 || c.end > n) bad_ranges.fetch_add(1);
+              for (std::int64_t i = c.begin; i < c.end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
             }
-            for (std::int64_t i = c.begin; i < c.end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
           }
         });
         REQUIRE(bad_ranges.load() == 0);
         for (const auto& h : hits) REQUIRE(h.load() == 1);
-        const Range after = chunks.next();
+        const Range after = chunks.next(0);
         CHECK(after.begin == after.end);
       }
     }
   }
 }
 
-TEST_CASE("ChunkQueue with tail_parts shrinks its chunks towards the end", "[core]") {
-  // One thread: the sequence is deterministic. 64 items, chunks of at most 4, tail_parts 4:
-  // full chunks while 16 or more are left, then ceil(left / 4).
-  ChunkQueue chunks(64, 4, 4);
-  std::vector<std::int64_t> sizes;
-  for (Range c = chunks.next(); c.begin < c.end; c = chunks.next()) sizes.push_back(c.end - c.begin);
-  const std::vector<std::int64_t> want{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 2, 1, 1, 1, 1};
-  CHECK(sizes == want);
+TEST_CASE("OwnedChunkQueue: parts take their own range in order, then halves of the others' rest", "[core]") {
+  // 64 items, 2 parts (ranges [0, 32) and [32, 64)), chunks of at most 4. Part 0 alone: its own
+  // range front to back (full chunks while 8 or more are left, then halves), then part 1's
+  // range from the back, halves of what is left.
+  OwnedChunkQueue chunks(64, 4, 2);
+  std::vector<Range> got;
+  for (Range c = chunks.next(0); c.begin < c.end; c = chunks.next(0)) got.push_back(c);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> want{
+      {0, 4}, {4, 8}, {8, 12}, {12, 16}, {16, 20}, {20, 24}, {24, 28}, {28, 30}, {30, 31}, {31, 32},
+      {60, 64}, {56, 60}, {52, 56}, {48, 52}, {44, 48}, {40, 44}, {36, 40}, {34, 36}, {33, 34}, {32, 33}};
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].begin == want[i].first);
+    CHECK(got[i].end == want[i].second);
+  }
+  // One part: the whole range in order at full size.
+  OwnedChunkQueue one(10, 4, 1);
+  CHECK(one.next(0).end == 4);
+  CHECK(one.next(0).end == 8);
+  const Range last = one.next(0);
+  CHECK((last.begin == 8 && last.end == 10));
 }
 
 TEST_CASE("split_range covers the range without overlap", "[core]") {
