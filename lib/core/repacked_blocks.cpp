@@ -4,63 +4,58 @@
 
 namespace sitsrt {
 
-void repack_row_q8_0(const BlockQ8_0* src, std::byte* dst, std::int64_t nb) noexcept {
+namespace {
+
+// Calls visit(i, levels, scale) for block i of a row of nb blocks, with the offsets of its
+// levels (level_bytes of them) and of its fp16 scale in the repacked row.
+template <typename Visit>
+void for_each_repacked_block(std::int64_t nb, std::size_t block_bytes, std::size_t level_bytes, Visit&& visit) {
   for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockQ8_0));
-    std::byte* levels = dst + group.offset;
-    std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQBlock;
-    const BlockQ8_0* blocks = src + g * kRepackGroupBlocks;
+    const RepackGroup group = repack_group(g, nb, block_bytes);
+    const std::size_t scales = group.offset + static_cast<std::size_t>(group.blocks) * level_bytes;
     for (int i = 0; i < group.blocks; ++i) {
-      for (int e = 0; e < kQBlock; ++e) {
-        levels[i * kQBlock + e] = static_cast<std::byte>(static_cast<std::uint8_t>(blocks[i].qs[e]) ^ 0x80u);
-      }
-      std::memcpy(scales + 2 * i, &blocks[i].d, 2);
+      visit(g * kRepackGroupBlocks + i, group.offset + static_cast<std::size_t>(i) * level_bytes,
+            scales + 2 * static_cast<std::size_t>(i));
     }
   }
 }
 
-void unpack_row_q8_0r(const std::byte* src, BlockQ8_0* dst, std::int64_t nb) noexcept {
-  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockQ8_0));
-    const std::byte* levels = src + group.offset;
-    const std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQBlock;
-    BlockQ8_0* blocks = dst + g * kRepackGroupBlocks;
-    for (int i = 0; i < group.blocks; ++i) {
-      for (int e = 0; e < kQBlock; ++e) {
-        blocks[i].qs[e] = static_cast<std::int8_t>(static_cast<std::uint8_t>(levels[i * kQBlock + e]) ^ 0x80u);
-      }
-      std::memcpy(&blocks[i].d, scales + 2 * i, 2);
+constexpr std::size_t kQ4Qs = kQBlock / 2;
+
+}  // namespace
+
+// Q8_0R: each level stored as the unsigned byte q ^ 0x80, then the group's scales.
+void repack_row_q8_0(const BlockQ8_0* src, std::byte* dst, std::int64_t nb) noexcept {
+  for_each_repacked_block(nb, sizeof(BlockQ8_0), kQBlock, [&](std::int64_t b, std::size_t levels, std::size_t scale) {
+    for (int e = 0; e < kQBlock; ++e) {
+      dst[levels + static_cast<std::size_t>(e)] = static_cast<std::byte>(static_cast<std::uint8_t>(src[b].qs[e]) ^ 0x80u);
     }
-  }
+    std::memcpy(dst + scale, &src[b].d, 2);
+  });
+}
+
+void unpack_row_q8_0r(const std::byte* src, BlockQ8_0* dst, std::int64_t nb) noexcept {
+  for_each_repacked_block(nb, sizeof(BlockQ8_0), kQBlock, [&](std::int64_t b, std::size_t levels, std::size_t scale) {
+    for (int e = 0; e < kQBlock; ++e) {
+      dst[b].qs[e] = static_cast<std::int8_t>(static_cast<std::uint8_t>(src[levels + static_cast<std::size_t>(e)]) ^ 0x80u);
+    }
+    std::memcpy(&dst[b].d, src + scale, 2);
+  });
 }
 
 // Q4_0R: the GGUF qs of a group's blocks back to back, then their scales.
 void repack_row_q4_0(const BlockQ4_0* src, std::byte* dst, std::int64_t nb) noexcept {
-  constexpr int kQs = kQBlock / 2;
-  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockQ4_0));
-    std::byte* levels = dst + group.offset;
-    std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQs;
-    const BlockQ4_0* blocks = src + g * kRepackGroupBlocks;
-    for (int i = 0; i < group.blocks; ++i) {
-      std::memcpy(levels + kQs * i, blocks[i].qs, kQs);
-      std::memcpy(scales + 2 * i, &blocks[i].d, 2);
-    }
-  }
+  for_each_repacked_block(nb, sizeof(BlockQ4_0), kQ4Qs, [&](std::int64_t b, std::size_t levels, std::size_t scale) {
+    std::memcpy(dst + levels, src[b].qs, kQ4Qs);
+    std::memcpy(dst + scale, &src[b].d, 2);
+  });
 }
 
 void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noexcept {
-  constexpr int kQs = kQBlock / 2;
-  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, sizeof(BlockQ4_0));
-    const std::byte* levels = src + group.offset;
-    const std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQs;
-    BlockQ4_0* blocks = dst + g * kRepackGroupBlocks;
-    for (int i = 0; i < group.blocks; ++i) {
-      std::memcpy(blocks[i].qs, levels + kQs * i, kQs);
-      std::memcpy(&blocks[i].d, scales + 2 * i, 2);
-    }
-  }
+  for_each_repacked_block(nb, sizeof(BlockQ4_0), kQ4Qs, [&](std::int64_t b, std::size_t levels, std::size_t scale) {
+    std::memcpy(dst[b].qs, src + levels, kQ4Qs);
+    std::memcpy(&dst[b].d, src + scale, 2);
+  });
 }
 
 DType stored_format_of(DType type) noexcept {
