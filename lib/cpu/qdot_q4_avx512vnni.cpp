@@ -23,8 +23,6 @@
 
 #include "cpu/qdot_prefetch_avx512.hpp"
 
-#include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
 
@@ -102,18 +100,23 @@ inline void accumulate_unit(const __m512i (&qs)[kQuads], __m256i halves, const U
 constexpr int quad_word(int byte) {  // the index of the word at even `byte` of the quad
   return byte < 64 ? byte / 2 : 32 + (byte - 8) / 2;
 }
+// 32 word indices for vpermt2w (a plain array, not std::array: no std:: template is instantiated
+// with this file's flags, see the ODR note in matmul_kernels.hpp).
+struct alignas(64) WordIndices {
+  std::uint16_t idx[32];
+};
 // Block j's qs (bytes 18 j + 2 .. 18 j + 17) to words 8 j .. 8 j + 7.
-constexpr std::array<std::uint16_t, 32> kQuadQs = [] {
-  std::array<std::uint16_t, 32> idx{};
-  for (int w = 0; w < 32; ++w) idx[static_cast<std::size_t>(w)] = static_cast<std::uint16_t>(quad_word(18 * (w / 8) + 2 + 2 * (w % 8)));
-  return idx;
+constexpr WordIndices kQuadQs = [] {
+  WordIndices t{};
+  for (int w = 0; w < 32; ++w) t.idx[w] = static_cast<std::uint16_t>(quad_word(18 * (w / 8) + 2 + 2 * (w % 8)));
+  return t;
 }();
 // The scales (bytes 0 of each block) of two quads P (first source) and Q: word i < 4 = P's block
 // i, word 4 + i = Q's block i; words 8..15 repeat 0..7.
-constexpr std::array<std::uint16_t, 32> kPairScales = [] {
-  std::array<std::uint16_t, 32> idx{};
-  for (int w = 0; w < 16; ++w) idx[static_cast<std::size_t>(w)] = static_cast<std::uint16_t>(9 * (w % 4) + (w % 8 < 4 ? 0 : 32));
-  return idx;
+constexpr WordIndices kPairScales = [] {
+  WordIndices t{};
+  for (int w = 0; w < 16; ++w) t.idx[w] = static_cast<std::uint16_t>(9 * (w % 4) + (w % 8 < 4 ? 0 : 32));
+  return t;
 }();
 
 // Where a unit of 16 blocks starting at block b0 lies in every row (rows share nb): its levels
@@ -131,7 +134,7 @@ struct StoredQ4_0 {
     return {at, at};
   }
   static void full_unit(const std::byte* row, UnitAt at, __m512i (&qs)[kQuads], __m256i& halves) {
-    const __m512i qs_words = _mm512_loadu_si512(kQuadQs.data());
+    const __m512i qs_words = _mm512_load_si512(kQuadQs.idx);
     const std::byte* unit = row + at.levels;
     __m512i first[kQuads];
 #pragma GCC unroll 4
@@ -140,7 +143,7 @@ struct StoredQ4_0 {
       first[k] = _mm512_loadu_si512(quad);
       qs[k] = _mm512_permutex2var_epi16(first[k], qs_words, _mm512_loadu_si512(quad + 8));
     }
-    const __m512i scale_words = _mm512_loadu_si512(kPairScales.data());
+    const __m512i scale_words = _mm512_load_si512(kPairScales.idx);
     const __m512i s01 = _mm512_permutex2var_epi16(first[0], scale_words, first[1]);
     const __m512i s23 = _mm512_permutex2var_epi16(first[2], scale_words, first[3]);
     halves = _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00u, s01, s23));
