@@ -300,7 +300,8 @@ void qdot_q4_g128_avx512vnni(const std::byte* w, std::size_t row_stride, const Q
   }
 }
 
-// Q4_K / Q5_K: sub-blocks 2p and 2p + 1 of a super-block are activation blocks 8B + 2p and
+// Q5_K (Q4_K has its own kernel, qdot_q4k_avx512vnni.cpp; this one also takes Q4_K, with
+// kFifthBit false): sub-blocks 2p and 2p + 1 of a super-block are activation blocks 8B + 2p and
 // 8B + 2p + 1, consecutive in x: one zmm holds the 32-byte qs run p twice, the upper copy shifted
 // right by 4, so after the mask it is [levels of 2p, levels of 2p + 1] (Q5_K: plus 16 where bit
 // 2p / 2p + 1 of qh[l] is set). vpdpbusd needs no offset (levels are unsigned); the scale pair
@@ -495,7 +496,7 @@ constexpr QdotKernels kAvx512Vnni = {{
     nullptr,                                          // fp8_e4m3: float activations
     qdot_q4_g128_avx512vnni,                          // q4_g128
     // K-quant section (Q2_K, Q3_K, IQ4_NL: the AVX2 kernels; no Q8_K path)
-    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_k4_vnni<false, BlockQ4_K>,
+    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_q4_k_avx512vnni,
     qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
     // repacked section
     qdot_repacked<RepackedQ8_0>, qdot_q4_0r_avx512vnni,

@@ -69,6 +69,9 @@ const QdotKernels& qdot_kernels_generic() noexcept;
 #if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
+// The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
+void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                          std::int64_t n_rows);
 // Q4_0 (stored) and Q4_0R (repacked) entries of the avx512vnni table (qdot_q4_avx512vnni.cpp).
 void qdot_q4_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);
