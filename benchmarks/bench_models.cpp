@@ -144,6 +144,6 @@ int main(int argc, char** argv) {
              "just before and just after it. Medians of {} runs; {} prompt tokens, {} generated.\n"
              "Weights {}.\n",
              reps, prompt_tokens, gen_tokens,
-             mmap_weights ? "read in place from the mmapped file" : "resident (huge pages, Q8_0/Q4_0 repacked)");
+             mmap_weights ? "read in place from the mmapped file" : "resident (huge pages, Q8_0/Q4_0/FP8 repacked where the CPU has their kernels)");
   return 0;
 }

@@ -28,13 +28,14 @@ enum class DType : std::uint8_t {
   kQ6_K,
   kQ8_K,
   kIQ4_NL,
-  // CPU-internal repacked layouts of Q8_0 and Q4_0 (core/repacked_blocks.hpp): resident weights
-  // only, never in files.
+  // CPU-internal repacked layouts of Q8_0, Q4_0 and FP8 E4M3 (core/repacked_blocks.hpp):
+  // resident weights only, never in files.
   kQ8_0R,
   kQ4_0R,
+  kFP8_E4M3R,
 };
 
-inline constexpr int kDTypeCount = 19;
+inline constexpr int kDTypeCount = 20;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

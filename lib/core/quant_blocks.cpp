@@ -105,6 +105,13 @@ float e4m3_magnitude(float v) {
                               (std::bit_cast<std::uint32_t>(subnormal) & below_normal));
 }
 
+// d (finite, >= 0) rounded to nearest even at 11 significant bits: the FP8R repack
+// (repacked_blocks.hpp) then holds every block scale exactly as an fp16 multiple of a power of two.
+float with_11_significant_bits(float d) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(d);
+  return std::bit_cast<float>((u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu);
+}
+
 // Squared error of the block encoded with scale d (codes of x * (1 / d), see above).
 float fp8_block_error(const float* x, float d) {
   const float inv = 1.0f / d;
@@ -158,7 +165,7 @@ void quantize_fp8_block(const float* x, BlockFP8_E4M3& b) {
   float best_err = std::numeric_limits<float>::infinity();
   int best = 4;  // k = 0
   const auto consider = [&](int i) {
-    const float err = fp8_block_error(x, base * factors[static_cast<std::size_t>(i)]);
+    const float err = fp8_block_error(x, with_11_significant_bits(base * factors[static_cast<std::size_t>(i)]));
     if (err < best_err) {
       best_err = err;
       best = i;
@@ -170,7 +177,7 @@ void quantize_fp8_block(const float* x, BlockFP8_E4M3& b) {
   for (int i = std::max(0, coarse - 3); i <= std::min(35, coarse + 3); ++i) {
     if (i != coarse) consider(i);
   }
-  const float best_d = base * factors[static_cast<std::size_t>(best)];
+  const float best_d = with_11_significant_bits(base * factors[static_cast<std::size_t>(best)]);
   b.d = best_d;
   if (b.d == 0.0f) b.d = std::numeric_limits<float>::denorm_min();  // amax / 448 underflowed
   for (int j = 0; j < kFp8Block; ++j) b.qs[j] = fp8_e4m3_of_quotient(x[j], b.d);
@@ -219,6 +226,15 @@ void encode_blocks(void (*encode)(const float*, Block&) noexcept, const float* s
 
 // Repacked rows go through their stored format one group at a time (a group is self-contained).
 void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t nb) {
+  if (type == DType::kFP8_E4M3R) {
+    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+      const RepackGroup group = fp8_repack_group(g, nb);
+      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
+      unpack_row_fp8r(static_cast<const std::byte*>(src) + group.offset, blocks, group.blocks);
+      dequantize_row(DType::kFP8_E4M3, blocks, dst + g * kRepackGroupElements, group.blocks * kFp8Block);
+    }
+    return;
+  }
   const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
   for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
     const RepackGroup group = repack_group(g, nb, block_bytes);
@@ -237,6 +253,15 @@ void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t n
 }
 
 void quantize_repacked(DType type, const float* src, void* dst, std::int64_t nb) {
+  if (type == DType::kFP8_E4M3R) {  // exact: the encoder's scales have 11 significant bits
+    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+      const RepackGroup group = fp8_repack_group(g, nb);
+      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
+      quantize_row(DType::kFP8_E4M3, src + g * kRepackGroupElements, blocks, group.blocks * kFp8Block);
+      repack_row_fp8(blocks, static_cast<std::byte*>(dst) + group.offset, group.blocks);
+    }
+    return;
+  }
   const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
   for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
     const RepackGroup group = repack_group(g, nb, block_bytes);
@@ -367,7 +392,8 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
     case DType::kQ8_K: return decode_blocks<BlockQ8_K, kSuperBlock>(decode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return decode_blocks<BlockIQ4_NL, kQBlock>(decode_block_iq4_nl, src, dst, nb);
     case DType::kQ8_0R:
-    case DType::kQ4_0R: return dequantize_repacked(type, src, dst, nb);
+    case DType::kQ4_0R:
+    case DType::kFP8_E4M3R: return dequantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
 }
@@ -491,7 +517,8 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
     case DType::kQ8_K: return encode_blocks<BlockQ8_K, kSuperBlock>(encode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return encode_blocks<BlockIQ4_NL, kQBlock>(encode_block_iq4_nl, src, dst, nb);
     case DType::kQ8_0R:
-    case DType::kQ4_0R: return quantize_repacked(type, src, dst, nb);
+    case DType::kQ4_0R:
+    case DType::kFP8_E4M3R: return quantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }

@@ -1,5 +1,8 @@
 #include "core/repacked_blocks.hpp"
 
+#include "core/half.hpp"
+
+#include <cmath>
 #include <cstring>
 
 namespace sitsrt {
@@ -58,10 +61,80 @@ void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noe
   });
 }
 
+// FP8R: the codes of a group back to back, then s and the relative scales r_i = d_i / s.
+namespace {
+
+// r = d / s rounded to fp16; true when s * r gives d back exactly.
+bool relative_scale(float d, float s, std::uint16_t& r) noexcept {
+  r = fp32_to_fp16(s != 0.0f ? d / s : 0.0f);
+  return s * fp16_to_fp32(r) == d;
+}
+
+// The group scale s for blocks b[0, t) and their r_i; false when no candidate is exact.
+bool split_scales(const BlockFP8_E4M3* b, int t, float& s, std::uint16_t* r) noexcept {
+  float largest = 0.0f;
+  for (int i = 0; i < t; ++i) largest = std::fmax(largest, std::fabs(b[i].d));
+  int e = 0;
+  const float m = std::frexp(largest, &e);  // largest = m 2^e, m in [0.5, 1)
+  const float power = m == 0.5f ? largest : std::ldexp(1.0f, e);  // the least 2^j >= largest
+  for (const float candidate : {power, largest}) {
+    s = candidate;
+    bool exact = true;
+    for (int i = 0; i < t; ++i) exact = relative_scale(b[i].d, s, r[i]) && exact;
+    if (exact) return true;
+  }
+  s = power;
+  for (int i = 0; i < t; ++i) relative_scale(b[i].d, s, r[i]);
+  return false;
+}
+
+}  // namespace
+
+bool repack_row_fp8(const BlockFP8_E4M3* src, std::byte* dst, std::int64_t nb) noexcept {
+  bool exact = true;
+  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = fp8_repack_group(g, nb);
+    const BlockFP8_E4M3* b = src + g * kFp8RepackGroupBlocks;
+    std::byte* at = dst + group.offset;
+    const std::size_t codes = static_cast<std::size_t>(group.blocks) * kFp8Block;
+    for (int i = 0; i < group.blocks; ++i) std::memcpy(at + static_cast<std::size_t>(i) * kFp8Block, b[i].qs, kFp8Block);
+    if (group.blocks == 1) {
+      std::memcpy(at + codes, &b[0].d, 4);
+      continue;
+    }
+    float s = 0.0f;
+    std::uint16_t r[kFp8RepackGroupBlocks];
+    exact = split_scales(b, group.blocks, s, r) && exact;
+    std::memcpy(at + codes, &s, 4);
+    std::memcpy(at + codes + 4, r, 2 * static_cast<std::size_t>(group.blocks));
+    std::memset(at + codes + 4 + 2 * static_cast<std::size_t>(group.blocks), 0,
+                2 * static_cast<std::size_t>(group.blocks) - 4);
+  }
+  return exact;
+}
+
+void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) noexcept {
+  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = fp8_repack_group(g, nb);
+    BlockFP8_E4M3* b = dst + g * kFp8RepackGroupBlocks;
+    const std::byte* at = src + group.offset;
+    const std::size_t codes = static_cast<std::size_t>(group.blocks) * kFp8Block;
+    float s = 0.0f;
+    std::memcpy(&s, at + codes, 4);
+    for (int i = 0; i < group.blocks; ++i) {
+      std::memcpy(b[i].qs, at + static_cast<std::size_t>(i) * kFp8Block, kFp8Block);
+      std::uint16_t r = 0x3C00;  // 1.0: a one-block group stores d itself
+      if (group.blocks > 1) std::memcpy(&r, at + codes + 4 + 2 * static_cast<std::size_t>(i), 2);
+      b[i].d = s * fp16_to_fp32(r);
+    }
+  }
+}
+
 DType stored_format_of(DType type) noexcept {
   switch (type) {
     case DType::kQ8_0R: return DType::kQ8_0;
     case DType::kQ4_0R: return DType::kQ4_0;
+    case DType::kFP8_E4M3R: return DType::kFP8_E4M3;
     default: return type;
   }
 }
@@ -70,6 +143,7 @@ DType repacked_format_of(DType type) noexcept {
   switch (type) {
     case DType::kQ8_0: return DType::kQ8_0R;
     case DType::kQ4_0: return DType::kQ4_0R;
+    case DType::kFP8_E4M3: return DType::kFP8_E4M3R;
     default: return type;
   }
 }

@@ -1,7 +1,7 @@
-// Repacked layouts of Q8_0 and Q4_0 rows (DType::kQ8_0R / kQ4_0R): the same levels and fp16
-// scales as the GGUF blocks, regrouped so that the AVX-512 decode kernels load levels with
-// 64-byte loads and no unpacking shuffles, and read four (Q8_0R) or sixteen (Q4_0R) scales with
-// one load.
+// Repacked layouts of Q8_0, Q4_0 and FP8 E4M3 rows (DType::kQ8_0R / kQ4_0R / kFP8_E4M3R): the
+// same levels and scales as the stored blocks, regrouped so that the AVX-512 decode kernels load
+// levels with 64-byte loads and no unpacking shuffles, and read four (Q8_0R) or sixteen (Q4_0R)
+// scales with one load, or (FP8R) take each block's scale as an fp16 memory broadcast.
 // The CPU backend repacks resident matmul weights into them at load (cpu/weight_layout.hpp);
 // they are never written to files. Byte for byte (docs/quantization.md):
 //
@@ -13,6 +13,14 @@
 //   Q4_0R: block i's GGUF qs (16 bytes: element k in the low nibble of byte k, element k + 16
 //          in its high nibble) at 16 i, so four consecutive blocks are one 64-byte load.
 // Element values are those of the stored block: d * q (Q8_0), d * (nibble - 8) (Q4_0).
+//
+// FP8R: groups of kFp8RepackGroupBlocks (16) 64-element blocks (1024 elements, the group g at
+// byte g * 16 * 68, the last one holding the rest t). A group of t >= 2 blocks is
+// [t x 64 codes][fp32 s][t fp16 r, block order][2t - 4 zero bytes], block i's scale being
+// d_i = s * r_i exactly (fp32 product); a group of one block is [64 codes][fp32 d]. The
+// repacker takes s = the least power of two >= the largest |d| (exact for the encoder's 11-bit scales, see
+// quantize_fp8_block) or s = the largest d (exact for per-channel scales, all d equal); rows it
+// cannot split exactly stay FP8 (weight_layout.cpp), so FP8R dequantizes bit-identically to FP8.
 #pragma once
 
 #include "core/quant_blocks.hpp"
@@ -37,13 +45,30 @@ inline RepackGroup repack_group(std::int64_t g, std::int64_t nb, std::size_t blo
           static_cast<int>(left < kRepackGroupBlocks ? left : kRepackGroupBlocks)};
 }
 
+inline constexpr int kFp8RepackGroupBlocks = 16;
+inline constexpr std::size_t kFp8RepackGroupBytes = kFp8RepackGroupBlocks * sizeof(BlockFP8_E4M3);  // 1088
+static_assert(kFp8RepackGroupBlocks * kFp8Block == kRepackGroupElements);
+
+// Group g of an FP8R row of nb blocks.
+inline RepackGroup fp8_repack_group(std::int64_t g, std::int64_t nb) noexcept {
+  const std::int64_t first = g * kFp8RepackGroupBlocks;
+  const std::int64_t left = nb - first;
+  return {static_cast<std::size_t>(g) * kFp8RepackGroupBytes,
+          static_cast<int>(left < kFp8RepackGroupBlocks ? left : kFp8RepackGroupBlocks)};
+}
+
 // Whole rows (or whole-group prefixes of rows) of nb blocks, stored <-> repacked.
 void repack_row_q8_0(const BlockQ8_0* src, std::byte* dst, std::int64_t nb) noexcept;
 void repack_row_q4_0(const BlockQ4_0* src, std::byte* dst, std::int64_t nb) noexcept;
 void unpack_row_q8_0r(const std::byte* src, BlockQ8_0* dst, std::int64_t nb) noexcept;
 void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noexcept;
+// False when some group's scales have no exact split s * r_i: dst then holds the nearest r_i
+// (a valid FP8R row whose values differ slightly from src's).
+bool repack_row_fp8(const BlockFP8_E4M3* src, std::byte* dst, std::int64_t nb) noexcept;
+void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) noexcept;  // d_i = s * r_i
 
-// The stored format a repacked one regroups (kQ8_0R -> kQ8_0, kQ4_0R -> kQ4_0); `type` itself
+// The stored format a repacked one regroups (kQ8_0R -> kQ8_0, kQ4_0R -> kQ4_0,
+// kFP8_E4M3R -> kFP8_E4M3); `type` itself
 // for every other format.
 DType stored_format_of(DType type) noexcept;
 // The repacked layout of a stored format, or `type` itself when it has none.

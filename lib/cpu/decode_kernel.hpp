@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 
 namespace sitsrt::cpu::detail {
 
@@ -56,23 +57,45 @@ void for_each_decode_row_chunk(ThreadPool& pool, std::int64_t rows, Body&& body)
 // Throws kInvalidArgument for negative shapes, partial blocks, a short row_stride or null data.
 void check_weight(const WeightMatrix& w, const char* op);
 
+// x as the decode kernels read it: the floats, and where a kernel needs them, the int8 row (q)
+// or fp16 row (h) prepared once per product on the calling thread in the context's shared scratch.
+struct DecodeInput {
+  const float* x = nullptr;
+  QuantizedRow q{};
+  HalfRow h{};
+};
+
 struct DecodeKernel {
-  QdotFn qdot = nullptr;      // integer dot on the int8 input row (context quantizes activations)
-  MatvecFn matvec = nullptr;  // otherwise: float activations
+  QdotFn qdot = nullptr;        // integer dot on the int8 input row
+  HalfMatvecFn half = nullptr;  // FP8R with AVX512-FP16, on the fp16 input row
+  MatvecFn matvec = nullptr;    // otherwise: float activations
 
   static DecodeKernel for_weight(const CpuContext& ctx, DType type) noexcept;
 
-  // y[begin, end) of y = W x; q is x quantized (quantize_row_q8_act) when qdot is set.
-  void rows(const WeightMatrix& w, const float* x, const QuantizedRow* q, float* y, std::int64_t begin,
-            std::int64_t end) const noexcept {
+  [[nodiscard]] bool needs_input() const noexcept { return qdot != nullptr || half != nullptr; }
+
+  // y[begin, end) of y = W x.
+  void rows(const WeightMatrix& w, const DecodeInput& in, float* y, std::int64_t begin, std::int64_t end) const noexcept {
     if (end <= begin) return;
     const std::byte* first = w.data + static_cast<std::size_t>(begin) * w.row_stride;
     if (qdot != nullptr) {
-      qdot(first, w.row_stride, *q, y + begin, end - begin);
+      qdot(first, w.row_stride, in.q, y + begin, end - begin);
+    } else if (half != nullptr) {
+      half(first, w.row_stride, w.cols, in.x, in.h, y + begin, end - begin);
     } else {
-      matvec(first, w.row_stride, w.cols, x, y + begin, end - begin);
+      matvec(first, w.row_stride, w.cols, in.x, y + begin, end - begin);
     }
   }
 };
+
+// Shared scratch bytes a product needs for x (cols wide) when some of its kernels need a prepared
+// input: room for both rows the context may prepare, so any mix of kernels in one fused product
+// fits in what any one of its weights reserved (0 when `kernel` needs none).
+std::size_t decode_input_bytes(const CpuContext& ctx, const DecodeKernel& kernel, std::int64_t cols) noexcept;
+
+// x prepared for `kernels` (cols wide) in ctx.shared(): the int8 row if any has qdot, the fp16
+// row if any has half.
+DecodeInput prepare_decode_input(CpuContext& ctx, std::span<const DecodeKernel> kernels, const float* x,
+                                 std::int64_t cols);
 
 }  // namespace sitsrt::cpu::detail

@@ -4,6 +4,10 @@
 #include "cpu/qdot_kernels.hpp"
 #include "cpu/vec_kernels.hpp"
 
+#if defined(SITSRT_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
 namespace sitsrt::cpu::detail {
 namespace {
 
@@ -43,6 +47,25 @@ const VecKernels& vec_kernels_for(Isa isa) noexcept {
 }
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
   return tables_for(isa).qdot();
+}
+
+bool avx512_fp16_supported() noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID leaf 7 subleaf 0, EDX bit 23: AVX512_FP16
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0;
+#else
+  return false;
+#endif
+}
+
+bool fp8r_decode_native(Isa isa) noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  // Every AVX-512 level uses matmul_kernels_avx512, whose FP8R entry runs the FP16 kernel.
+  return tables_for(isa).matmul == matmul_kernels_avx512 && avx512_fp16_supported();
+#else
+  (void)isa;
+  return false;
+#endif
 }
 
 }  // namespace sitsrt::cpu::detail

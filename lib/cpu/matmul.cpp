@@ -4,6 +4,7 @@
 
 #include "core/check.hpp"
 #include "cpu/amx_prefill.hpp"
+#include "core/quant_blocks.hpp"
 #include "cpu/decode_kernel.hpp"
 
 #include <algorithm>
@@ -22,17 +23,14 @@ std::int64_t tile_stride(std::int64_t kc) {
   return round_up(kc, 16);
 }
 
-// y = x W^T for m == 1: the int8 path quantizes x once on the calling thread into the shared
-// scratch; rows are claimed by the threads in chunks of whole kMatvecGrain units, one fused
-// dequantize-dot per row.
+// y = x W^T for m == 1: the int8 and fp16 paths prepare x once on the calling thread in the
+// shared scratch; rows are claimed by the threads in chunks of whole kMatvecGrain units, one
+// fused dequantize-dot per row.
 void matvec(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y) {
   const detail::DecodeKernel kernel = detail::DecodeKernel::for_weight(ctx, w.type);
-  detail::QuantizedRow q{};
-  if (kernel.qdot != nullptr) {
-    q = detail::qdot_kernels_for(ctx.isa()).quantize(x, w.cols, ctx.shared(detail::quantized_row_bytes(w.cols)));
-  }
+  const detail::DecodeInput in = detail::prepare_decode_input(ctx, {&kernel, 1}, x, w.cols);
   detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
-    kernel.rows(w, x, &q, y, begin, end);
+    kernel.rows(w, in, y, begin, end);
   });
 }
 
@@ -104,8 +102,42 @@ void check_weight(const WeightMatrix& w, const char* op) {
 DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, DType type) noexcept {
   DecodeKernel k;
   if (ctx.int8_activations()) k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
-  if (k.qdot == nullptr) k.matvec = matmul_kernels_for(ctx.isa()).formats[static_cast<int>(type)].matvec;
+  if (k.qdot == nullptr && type == DType::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {
+    k.half = matvec_fp8r_half_avx512fp16;
+  }
+  if (!k.needs_input()) k.matvec = matmul_kernels_for(ctx.isa()).formats[static_cast<int>(type)].matvec;
   return k;
+}
+
+namespace {
+// The int8 row first, the fp16 row after it (64-byte aligned: quantized_row_bytes is a multiple).
+std::size_t quantized_part_bytes(const CpuContext& ctx, std::int64_t cols) noexcept {
+  return ctx.int8_activations() ? quantized_row_bytes(cols) : 0;
+}
+std::size_t half_part_bytes(const CpuContext& ctx, std::int64_t cols) noexcept {
+  return fp8r_decode_native(ctx.isa()) && cols % kFp8Block == 0 ? half_row_bytes(cols) : 0;
+}
+}  // namespace
+
+std::size_t decode_input_bytes(const CpuContext& ctx, const DecodeKernel& kernel, std::int64_t cols) noexcept {
+  if (!kernel.needs_input()) return 0;
+  return quantized_part_bytes(ctx, cols) + half_part_bytes(ctx, cols);
+}
+
+DecodeInput prepare_decode_input(CpuContext& ctx, std::span<const DecodeKernel> kernels, const float* x,
+                                 std::int64_t cols) {
+  DecodeInput in{x, {}, {}};
+  bool int8 = false, half = false;
+  for (const DecodeKernel& k : kernels) {
+    int8 = int8 || k.qdot != nullptr;
+    half = half || k.half != nullptr;
+  }
+  if (!int8 && !half) return in;
+  const std::size_t q_bytes = quantized_part_bytes(ctx, cols);
+  std::byte* shared = ctx.shared(q_bytes + half_part_bytes(ctx, cols));
+  if (int8) in.q = qdot_kernels_for(ctx.isa()).quantize(x, cols, shared);
+  if (half) in.h = prepare_half_row_avx512fp16(x, cols, shared + q_bytes);
+  return in;
 }
 
 }  // namespace detail
@@ -131,8 +163,8 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
   if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
-  if (m != 1 || detail::DecodeKernel::for_weight(ctx, w.type).qdot == nullptr) return 0;
-  return detail::quantized_row_bytes(w.cols);
+  if (m != 1) return 0;
+  return detail::decode_input_bytes(ctx, detail::DecodeKernel::for_weight(ctx, w.type), w.cols);
 }
 
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept {

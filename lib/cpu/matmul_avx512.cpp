@@ -618,6 +618,47 @@ void gemm_tile_avx512(const float* x, std::int64_t ldx, std::int64_t m, const fl
   }
 }
 
+// FP8R (core/repacked_blocks.hpp): decode by the AVX512-FP16 kernel where the CPU has it (the
+// only case in which weights are repacked to it, weight_layout.cpp), else the portable one.
+void matvec_fp8r_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                        std::int64_t n_rows) {
+  static const bool fp16 = avx512_fp16_supported();
+  if (fp16) {
+    matvec_fp8r_avx512fp16(w, row_stride, cols, x, y, n_rows);
+  } else {
+    matvec_fp8r_portable(w, row_stride, cols, x, y, n_rows);
+  }
+}
+
+// Prefill dequant of FP8R: block i's scale d_i = s * r_i (fp32, as unpack_row_fp8r), then the
+// values exactly as DecodeFP8_E4M3::values (so as dequantize_row of the stored FP8).
+void dequant_fp8r_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  const std::int64_t nb = n / kFp8Block;
+  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = fp8_repack_group(g, nb);
+    const std::byte* at = src + group.offset;
+    const std::size_t codes = static_cast<std::size_t>(group.blocks) * kFp8Block;
+    float s;
+    std::memcpy(&s, at + codes, 4);
+    for (int i = 0; i < group.blocks; ++i, dst += kFp8Block) {
+      float d = s;
+      if (group.blocks > 1) {
+        std::uint16_t r;
+        std::memcpy(&r, at + codes + 4 + 2 * static_cast<std::size_t>(i), 2);
+        d = s * _cvtsh_ss(r);
+      }
+      const __m512 scale = _mm512_set1_ps(d * 256.0f);
+      const auto* q = reinterpret_cast<const std::uint8_t*>(at) + static_cast<std::size_t>(i) * kFp8Block;
+      for (int h = 0; h < kFp8Block; h += 32) {
+        __m512 lo, hi;
+        fp8x32_over256(q + h, lo, hi);
+        _mm512_storeu_ps(dst + h, _mm512_mul_ps(lo, scale));
+        _mm512_storeu_ps(dst + h + 16, _mm512_mul_ps(hi, scale));
+      }
+    }
+  }
+}
+
 // Named instances (the table below lists them by format).
 constexpr MatvecFn matvec_f32_avx512 = matvec_float_avx512<LoadF32>;
 constexpr MatvecFn matvec_f16_avx512 = matvec_float_avx512<LoadF16>;
@@ -663,6 +704,7 @@ constexpr MatmulKernels kAvx512Kernels = {
         // the integer kernels), prefill dequant vectorized
         {DType::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<DType::kQ8_0R>},
         {DType::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<DType::kQ4_0R>},
+        {DType::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
     },
     gemm_tile_avx512,
     32,

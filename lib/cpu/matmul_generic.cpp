@@ -357,6 +357,7 @@ constexpr MatmulKernels kGenericKernels = {
         // repacked section
         {DType::kQ8_0R, matvec_q8_0r_portable, dequant_q8_0r_portable},
         {DType::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
+        {DType::kFP8_E4M3R, matvec_fp8r_portable, dequant_fp8r_portable},
     },
     gemm_tile_generic,
     32,

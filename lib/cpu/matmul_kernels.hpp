@@ -74,14 +74,44 @@ void matvec_fp8_avx512_bf16(const std::byte* w, std::size_t row_stride, std::int
 void matvec_fp8_avx512_f16c(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                             std::int64_t n_rows);
 
-// Repacked Q8_0/Q4_0 (core/repacked_blocks.hpp) through dequantize_row, one 1024-element group
-// at a time (matvec_repacked.cpp, baseline target): every table lists these unless it has its own.
+// FP8R decode with AVX512-FP16 (matvec_fp8r_avx512fp16.cpp). Products and per-group sums in
+// fp16 with the activations scaled by a power of two and rounded to fp16 once per product (a
+// HalfRow in the context's shared scratch, like the int8 path's QuantizedRow); numerics in that
+// file. Decode reaches it through DecodeKernel (decode_kernel.hpp) where fp8r_decode_native; the
+// AVX-512 table's FP8R entry prepares its own row on the stack (rows up to 32768 wide, else the
+// portable kernel).
+struct HalfRow {
+  const std::uint16_t* x16 = nullptr;  // x * 2^k as fp16, per 64-element block in the kernel's order
+  int k = 0;
+  bool valid = false;  // false: x holds inf / NaN or is far outside any activation's range
+};
+inline constexpr std::size_t half_row_bytes(std::int64_t cols) noexcept {
+  return (static_cast<std::size_t>(cols) * 2 + 63) / 64 * 64;
+}
+using HalfMatvecFn = void (*)(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
+                              const HalfRow& h, float* y, std::int64_t n_rows);
+bool avx512_fp16_supported() noexcept;
+// Only where avx512_fp16_supported(); buffer: half_row_bytes(cols), 64-byte aligned.
+HalfRow prepare_half_row_avx512fp16(const float* x, std::int64_t cols, std::byte* buffer) noexcept;
+void matvec_fp8r_half_avx512fp16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
+                                 const HalfRow& h, float* y, std::int64_t n_rows);
+void matvec_fp8r_avx512fp16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows);
+// True when the FP8R decode at `isa` is that kernel: only then does FP8 repack (weight_layout.cpp).
+bool fp8r_decode_native(Isa isa) noexcept;
+
+// Repacked Q8_0/Q4_0/FP8 (core/repacked_blocks.hpp) through dequantize_row, one 1024-element
+// group at a time (matvec_repacked.cpp, baseline target): every table lists these unless it has
+// its own.
 void matvec_q8_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows);
 void matvec_q4_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows);
+void matvec_fp8r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                          std::int64_t n_rows);
 void dequant_q8_0r_portable(const std::byte* src, float* dst, std::int64_t n);
 void dequant_q4_0r_portable(const std::byte* src, float* dst, std::int64_t n);
+void dequant_fp8r_portable(const std::byte* src, float* dst, std::int64_t n);
 
 // Prefill blocking shared by every ISA (the tile kernels accept any sizes; these keep the
 // working set in cache). The weight tile is at most kGemmTileRows x kGemmBlockK floats in

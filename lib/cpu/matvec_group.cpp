@@ -14,16 +14,15 @@ constexpr std::size_t kMaxTargets = 8;
 
 struct PreparedGroup {
   std::array<detail::DecodeKernel, kMaxTargets> kernels{};
-  detail::QuantizedRow q{};
+  detail::DecodeInput in{};
 };
 
-// Checks the weights (same cols) and quantizes x once when any of them takes the int8 path.
+// Checks the weights (same cols) and prepares x once for the kernels that need it.
 PreparedGroup prepare(CpuContext& ctx, std::span<const WeightMatrix* const> weights, const float* x, const char* op) {
   if (weights.empty() || weights.size() > kMaxTargets) {
     raise(ErrorCode::kInvalidArgument, "{}: {} weights (1 to {} allowed)", op, weights.size(), kMaxTargets);
   }
   PreparedGroup g;
-  bool any_int8 = false;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     detail::check_weight(*weights[i], op);
     if (weights[i]->cols == 0) raise(ErrorCode::kInvalidArgument, "{}: weight {} has no columns", op, i);
@@ -32,12 +31,8 @@ PreparedGroup prepare(CpuContext& ctx, std::span<const WeightMatrix* const> weig
             weights[0]->cols);
     }
     g.kernels[i] = detail::DecodeKernel::for_weight(ctx, weights[i]->type);
-    any_int8 = any_int8 || g.kernels[i].qdot != nullptr;
   }
-  if (any_int8) {
-    const std::int64_t cols = weights[0]->cols;
-    g.q = detail::qdot_kernels_for(ctx.isa()).quantize(x, cols, ctx.shared(detail::quantized_row_bytes(cols)));
-  }
+  g.in = detail::prepare_decode_input(ctx, {g.kernels.data(), weights.size()}, x, weights[0]->cols);
   return g;
 }
 
@@ -62,7 +57,7 @@ void matvec_group(CpuContext& ctx, std::span<const MatvecTarget> targets, const 
       const std::int64_t begin = std::max(units.begin, first_unit[i]) - first_unit[i];
       const std::int64_t end = std::min(units.end, first_unit[i + 1]) - first_unit[i];
       if (end <= begin) continue;
-      g.kernels[i].rows(w, x, &g.q, targets[i].y, begin * detail::kMatvecGrain,
+      g.kernels[i].rows(w, g.in, targets[i].y, begin * detail::kMatvecGrain,
                         std::min(w.rows, end * detail::kMatvecGrain));
     }
   });
@@ -78,8 +73,8 @@ void matvec_swiglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix
   const auto swiglu_row = detail::vec_kernels_for(ctx.isa()).swiglu_row;
   // Each chunk's activations are computed as soon as its gate and up rows are (still in cache).
   detail::for_each_decode_row_chunk(ctx.pool(), gate.rows, [&](std::int64_t begin, std::int64_t end) {
-    p.kernels[0].rows(gate, x, &p.q, g, begin, end);
-    p.kernels[1].rows(up, x, &p.q, u, begin, end);
+    p.kernels[0].rows(gate, p.in, g, begin, end);
+    p.kernels[1].rows(up, p.in, u, begin, end);
     swiglu_row(g + begin, u + begin, out + begin, end - begin);
   });
 }
@@ -88,7 +83,7 @@ void matvec_add(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y
   const std::array<const WeightMatrix*, 1> weights{&w};
   const PreparedGroup p = prepare(ctx, weights, x, "matvec_add");
   detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
-    p.kernels[0].rows(w, x, &p.q, y, begin, end);
+    p.kernels[0].rows(w, p.in, y, begin, end);
     for (std::int64_t i = begin; i < end; ++i) out[i] = residual[i] + y[i];
   });
 }

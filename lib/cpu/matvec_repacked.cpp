@@ -1,7 +1,7 @@
-// Portable float-activation decode and dequant of the repacked Q8_0/Q4_0 layouts, through
+// Portable float-activation decode and dequant of the repacked Q8_0/Q4_0/FP8 layouts, through
 // dequantize_row one 1024-element group at a time. Compiled for the baseline target (see the ODR
 // note in matmul_kernels.hpp) and listed by every ISA table: resident weights are only repacked
-// where the integer decode kernels read them (cpu/weight_layout.cpp), so this path serves
+// where a dedicated decode kernel reads them (cpu/weight_layout.cpp), so this path serves
 // prefill tiles at levels without a dedicated dequant, forced ISA levels and tests.
 #include "core/repacked_blocks.hpp"
 #include "cpu/matmul_kernels.hpp"
@@ -14,7 +14,7 @@ namespace {
 template <DType kType>
 void matvec_repacked(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                      std::int64_t n_rows) {
-  const std::size_t group_bytes = static_cast<std::size_t>(kRepackGroupBlocks) * traits(kType).block_bytes;
+  const std::size_t group_bytes = row_bytes(kType, kRepackGroupElements);  // every layout's groups hold 1024
   float buf[kRepackGroupElements];
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
@@ -38,11 +38,18 @@ void matvec_q4_0r_portable(const std::byte* w, std::size_t row_stride, std::int6
                            std::int64_t n_rows) {
   matvec_repacked<DType::kQ4_0R>(w, row_stride, cols, x, y, n_rows);
 }
+void matvec_fp8r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                         std::int64_t n_rows) {
+  matvec_repacked<DType::kFP8_E4M3R>(w, row_stride, cols, x, y, n_rows);
+}
 void dequant_q8_0r_portable(const std::byte* src, float* dst, std::int64_t n) {
   dequantize_row(DType::kQ8_0R, src, dst, n);
 }
 void dequant_q4_0r_portable(const std::byte* src, float* dst, std::int64_t n) {
   dequantize_row(DType::kQ4_0R, src, dst, n);
+}
+void dequant_fp8r_portable(const std::byte* src, float* dst, std::int64_t n) {
+  dequantize_row(DType::kFP8_E4M3R, src, dst, n);
 }
 
 }  // namespace sitsrt::cpu::detail

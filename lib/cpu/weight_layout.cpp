@@ -6,6 +6,7 @@
 #include "cpu/matmul_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
+#include <atomic>
 #include <cstring>
 
 namespace sitsrt::cpu {
@@ -17,11 +18,35 @@ static_assert(detail::kGemmBlockK % kRepackGroupElements == 0);
 static_assert(detail::kAmxBlockK % kRepackGroupElements == 0);
 #endif
 
+namespace {
+
+// Repacks FP8 rows into FP8R; false (dst then to be overwritten) when a row's scales do not
+// split exactly (repacked_blocks.hpp), so that FP8R always dequantizes as the stored rows.
+bool copy_fp8_repacked(CpuContext& ctx, const WeightMatrix& stored, std::byte* dst, std::size_t dst_stride) {
+  const std::size_t bytes = row_bytes(stored.type, stored.cols);
+  const std::int64_t nb = stored.cols / kFp8Block;
+  std::atomic<bool> exact{true};
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(stored.rows, t, n, 16);
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      const auto* from = reinterpret_cast<const BlockFP8_E4M3*>(stored.data + static_cast<std::size_t>(i) * stored.row_stride);
+      std::byte* row = dst + static_cast<std::size_t>(i) * dst_stride;
+      if (!repack_row_fp8(from, row, nb)) exact.store(false, std::memory_order_relaxed);
+      std::memset(row + bytes, 0, dst_stride - bytes);
+    }
+  });
+  return exact.load();
+}
+
+}  // namespace
+
 DType resident_layout(const CpuContext& ctx, DType stored, bool matmul) noexcept {
   const DType repacked = repacked_format_of(stored);
-  // Only where decode reads the repacked layout with its own integer kernel; everywhere else
-  // the stored layout's kernels are at least as fast.
-  if (!matmul || repacked == stored || !ctx.int8_activations()) return stored;
+  // Only where decode reads the repacked layout with its own kernel (integer for Q8_0R/Q4_0R,
+  // AVX512-FP16 for FP8R); everywhere else the stored layout's kernels are at least as fast.
+  if (!matmul || repacked == stored) return stored;
+  if (repacked == DType::kFP8_E4M3R) return detail::fp8r_decode_native(ctx.isa()) ? repacked : stored;
+  if (!ctx.int8_activations()) return stored;
   return detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(repacked)] != nullptr ? repacked : stored;
 }
 
@@ -33,9 +58,13 @@ std::size_t resident_row_stride(DType layout, std::int64_t cols) {
   return (bytes + 63) / 64 * 64;
 }
 
-void copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, std::byte* dst, std::size_t dst_stride) {
+DType copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, std::byte* dst, std::size_t dst_stride) {
   const std::size_t bytes = row_bytes(stored.type, stored.cols);
   SITSRT_ASSERT((layout == stored.type || layout == repacked_format_of(stored.type)) && dst_stride >= bytes);
+  if (layout == DType::kFP8_E4M3R && !copy_fp8_repacked(ctx, stored, dst, dst_stride)) {
+    layout = stored.type;  // some block scale has no exact FP8R split: copy the stored rows
+  }
+  if (layout == DType::kFP8_E4M3R) return layout;
   const std::int64_t nb = stored.cols / kQBlock;
   ctx.pool().run([&](int t, int n) {
     const Range r = split_range(stored.rows, t, n, 16);
@@ -52,6 +81,7 @@ void copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, s
       std::memset(row + bytes, 0, dst_stride - bytes);
     }
   });
+  return layout;
 }
 
 }  // namespace sitsrt::cpu

@@ -1,7 +1,8 @@
 // The layouts the CPU backend keeps its resident copy of the weights in (EngineOptions::
 // mmap_weights = false): the stored layout, or for the formats whose decode kernels read a
-// repacked one faster, that one (core/repacked_blocks.hpp). A repacked weight gives the same
-// results bit for bit as its stored format.
+// repacked one faster, that one (core/repacked_blocks.hpp). A repacked weight dequantizes bit
+// for bit as its stored format; Q8_0R/Q4_0R also decode bit-identically, FP8R's AVX512-FP16
+// decode rounds differently from stored FP8's BF16 kernel (both within their tested bounds).
 #pragma once
 
 #include "core/dtype.hpp"
@@ -23,6 +24,8 @@ std::size_t resident_row_stride(DType layout, std::int64_t cols);
 
 // Writes `stored`'s rows into dst (rows of dst_stride bytes) in `layout` (stored.type itself or
 // its repacked layout), rows split over the context's threads. Stride padding is zeroed.
-void copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, std::byte* dst, std::size_t dst_stride);
+// Returns the layout written: stored.type instead of FP8R when some block scale has no exact
+// FP8R split (core/repacked_blocks.hpp).
+DType copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, std::byte* dst, std::size_t dst_stride);
 
 }  // namespace sitsrt::cpu

@@ -101,10 +101,10 @@ void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSour
     const Placement& p = placements[id];
     cpu::WeightMatrix& w = weights_[id];
     std::byte* dst = resident_.data() + p.offset;
-    cpu::copy_to_layout(ctx_, w, p.layout, dst, p.row_stride);
+    const DType layout = cpu::copy_to_layout(ctx_, w, p.layout, dst, p.row_stride);
     source.release(graph.weights()[id]);
-    if (p.layout != w.type) ++repacked_;
-    w = {p.layout, dst, w.rows, w.cols, p.row_stride};
+    if (layout != w.type) ++repacked_;
+    w = {layout, dst, w.rows, w.cols, p.row_stride};
     if (progress_) progress_(total ? static_cast<double>(p.offset + p.row_stride * w.rows) / total : 1.0);
   }
   weight_bytes_ = total;

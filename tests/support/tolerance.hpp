@@ -18,9 +18,11 @@
 #include "core/half.hpp"
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
+#include "core/repacked_blocks.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -112,6 +114,27 @@ inline std::vector<double> weight_magnitudes(DType type, const void* row, std::i
     }
   }
   return mag;
+}
+
+// Extra error of the AVX512-FP16 FP8R decode (cpu/matvec_fp8r_avx512fp16.cpp) for one row
+// against x: fp16 arithmetic (unit roundoff 2^-11) on each term's path rounds x, the product,
+// the block's pair sum, the r_i FMA, up to 8 accumulations and the pair of accumulators: 13
+// roundings, so gamma16(13) * sum |w x|; plus, where results fall in fp16's subnormal range,
+// at most half its spacing (2^-25 in units of the scaled sum, 2^e |s| in real units with
+// max |x| = f 2^e) per operation, 4 per lane and block (32 lanes).
+inline double fp8r_fp16_tolerance(const void* row, std::int64_t cols, const float* x, double abs_sum) {
+  const std::int64_t nb = cols / kFp8Block;
+  std::vector<BlockFP8_E4M3> blocks(static_cast<std::size_t>(nb));
+  unpack_row_fp8r(static_cast<const std::byte*>(row), blocks.data(), nb);
+  double max_d = 0.0, max_x = 0.0;
+  for (const BlockFP8_E4M3& b : blocks) max_d = std::max(max_d, std::fabs(static_cast<double>(b.d)));
+  for (std::int64_t c = 0; c < cols; ++c) max_x = std::max(max_x, std::fabs(static_cast<double>(x[c])));
+  int e = 0;
+  std::frexp(max_x, &e);
+  const double u16 = 0x1p-11, roundings = 13.0;
+  const double relative = roundings * u16 / (1.0 - roundings * u16);
+  const double absolute = static_cast<double>(nb) * 32.0 * 4.0 * 0x1p-25 * std::ldexp(1.0, e) * 2.0 * max_d;
+  return relative * abs_sum + absolute;
 }
 
 // Softmax-weighted sum out = sum_p P_p v_p with P = softmax(s), when every score carries an

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -154,9 +155,11 @@ TEST_CASE("fp8 e4m3 rows: every code is x / d rounded to nearest even (double re
   WARN("fp8 rows: " << subnormal << " subnormal codes, " << clipped << " clipped block maxima");
 }
 
-TEST_CASE("fp8 e4m3 rows: a float quotient on a midpoint rounds by the exact quotient", "[core]") {
-  // x = fl(m d) for a midpoint m of two E4M3 values: fl(x / d) is often m exactly while x / d is
-  // not, and then only the exact quotient says which neighbour is nearer.
+TEST_CASE("fp8 e4m3 rows: quotients within an ulp of a midpoint round to the nearest code", "[core]") {
+  // x = a float neighbour of m d for a midpoint m of two E4M3 values: the nearest codes are
+  // decided by less than an ulp. (With the encoder's 11-bit scales m d is exact and no float x
+  // other than m d has fl(x / d) = m, so the exact-remainder tie break of the encoder, kept for
+  // arbitrary scales, is not reached here: the count below is expected to be 0.)
   test::Rng rng(77);
   int float_ties = 0;
   for (int trial = 0; trial < 300; ++trial) {
@@ -169,7 +172,8 @@ TEST_CASE("fp8 e4m3 rows: a float quotient on a midpoint rounds by the exact quo
     for (int j = 1; j < 64; ++j) {
       const int c = rng.uniform_int(0, 0x60);  // magnitudes up to 64: within the block's range
       const double mid = (e4m3_reference(c) + e4m3_reference(c + 1)) / 2.0;
-      x[j] = static_cast<float>((j % 2 == 0 ? 1.0 : -1.0) * mid * d);
+      const float on_mid = static_cast<float>((j % 2 == 0 ? 1.0 : -1.0) * mid * d);
+      x[j] = std::nextafter(on_mid, j % 4 < 2 ? 0.0f : 2.0f * on_mid);
     }
     quantize_row(DType::kFP8_E4M3, x.data(), &block, 64);
     for (int j = 0; j < 64; ++j) {
@@ -182,7 +186,6 @@ TEST_CASE("fp8 e4m3 rows: a float quotient on a midpoint rounds by the exact quo
     }
   }
   WARN("midpoint quotients that the float division alone would misround: " << float_ties);
-  CHECK(float_ties > 100);
 }
 
 TEST_CASE("fp8 e4m3 rows: the scale search lowers the squared error of amax / 448", "[core]") {
@@ -199,8 +202,10 @@ TEST_CASE("fp8 e4m3 rows: the scale search lowers the squared error of amax / 44
     for (int j = 0; j < 64; ++j) amax = std::max(amax, std::fabs(x[b * 64 + j]));
     const double base = amax / 448.0f;
     // d = amax / 448 * 2^(k / 32) for k in [-4, 32): the searched range.
-    CHECK(blocks[b].d >= base * std::exp2(-4.0 / 32.0) * (1.0 - 1e-6));
-    CHECK(blocks[b].d <= base * std::exp2(31.0 / 32.0) * (1.0 + 1e-6));
+    CHECK(blocks[b].d >= base * std::exp2(-4.0 / 32.0) * (1.0 - 0x1p-11));
+    // (both ends widened by the rounding of d to 11 significant bits, which FP8R relies on)
+    CHECK(blocks[b].d <= base * std::exp2(31.0 / 32.0) * (1.0 + 0x1p-11));
+    CHECK((std::bit_cast<std::uint32_t>(blocks[b].d) & 0x1FFFu) == 0);
     double err = 0.0;
     for (int j = 0; j < 64; ++j) err += (static_cast<double>(y[b * 64 + j]) - x[b * 64 + j]) * (y[b * 64 + j] - x[b * 64 + j]);
     CHECK(err == Approx(reference_block_error(&x[b * 64], blocks[b].d)).epsilon(1e-4));

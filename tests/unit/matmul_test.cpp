@@ -25,7 +25,7 @@ namespace {
 constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
                                DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
                                DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,    DType::kQ8_K,    DType::kIQ4_NL,
-                               DType::kQ8_0R, DType::kQ4_0R};
+                               DType::kQ8_0R, DType::kQ4_0R, DType::kFP8_E4M3R};
 
 bool is_float_type(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
@@ -51,7 +51,8 @@ TestWeights make_weights(DType type, std::int64_t rows, std::int64_t cols, std::
   // Rows keep the alignment of their widest field, as in any model file (GGUF tensors start
   // 32-aligned and these rows are whole multiples of it): fp32 scales (FP8, Q8_K) and f32 need
   // 4 bytes, fp16 scales 2. A stride of 2 mod 4 would make the block structs misaligned (UB).
-  const std::size_t align = type == DType::kF32 || type == DType::kFP8_E4M3 || type == DType::kQ8_K ? 4 : 2;
+  const std::size_t align =
+      type == DType::kF32 || type == DType::kFP8_E4M3 || type == DType::kFP8_E4M3R || type == DType::kQ8_K ? 4 : 2;
   pad = (pad + align - 1) / align * align;
   TestWeights w{type, rows, cols, row_bytes(type, cols) + pad, {}, {}, {}};
   w.bytes.assign(w.stride * static_cast<std::size_t>(rows), std::byte{0xFF});
@@ -177,8 +178,12 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
       }
       expected.push_back(sum);
       const bool bf16_acts = type == DType::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
+      const bool fp16_decode = type == DType::kFP8_E4M3R && s.m == 1 && cpu::detail::fp8r_decode_native(isa);
       tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)) + bf16_error * abs_sum +
-                          (bf16_acts ? kBf16Rounding * abs_sum : 0.0));
+                          (bf16_acts ? kBf16Rounding * abs_sum : 0.0) +
+                          (fp16_decode ? test::fp8r_fp16_tolerance(w.bytes.data() + static_cast<std::size_t>(r) * w.stride,
+                                                                   s.cols, x.data() + i * ldx, abs_sum)
+                                       : 0.0));
       actual.push_back(y[static_cast<std::size_t>(i * ldy + r)]);
     }
     for (std::int64_t r = s.rows; r < ldy && i + 1 < s.m; ++r) {  // gaps between y rows untouched

@@ -1,0 +1,173 @@
+// FP8 E4M3 decode from the repacked FP8R layout (core/repacked_blocks.hpp) with AVX512-FP16.
+// Reached only where the CPU has AVX512_FP16 (matmul_avx512.cpp's FP8R entry checks it).
+//
+// Why fp16: E4M3 codes become fp16 values exactly in three integer operations per 32 (below), and
+// vfmaddph does 32 products per instruction at the fp32 FMA's rate, where the BF16 kernel on
+// stored FP8 pays two vdpbf16ps at one per 2 cycles plus a subnormal check per block (measured in
+// cache, 1 thread: about 5 vs 10 cycles per 64 weights). The FP8R layout gives every block's
+// scale as an fp16 r_i relative to its group's fp32 s, so it is applied by a memory-broadcast FMA.
+//
+// Numerics, per call: x is scaled by 2^k so that max |x| * 2^k lies in [128, 256) and rounded
+// to fp16 (relative error <= 2^-11; values under 2^-14 after scaling lose precision gradually).
+// Per block, t = sum of two products per lane (w / 256 as fp16, exact), then a_i += t * r_i, in
+// fp16, alternating two accumulators. |w / 256| <= 1.875 (NaN codes included), |x| <= 256 and
+// |r_i| <= 1, so a lane of a block is at most 960 and a group's 16 blocks sum to at most 15360:
+// fp16 (max 65504) never overflows. Each group's lanes are widened to fp32 and FMA'd with s;
+// the row's sum times 256 * 2^-k is y. Rows whose x holds inf or NaN take the portable kernel,
+// which propagates them as float arithmetic does. A row's result does not depend on the rows
+// decoded with it.
+#include "core/repacked_blocks.hpp"
+#include "cpu/matmul_kernels.hpp"
+
+// GCC 12's intrinsic headers make their "undefined" vectors by self-initialisation (GCC bug
+// 105593), reported by -Wmaybe-uninitialized at every inlined intrinsic: silenced here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <math.h>  // frexpf / ldexpf: plain C functions (see the ODR note in matmul_kernels.hpp)
+
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+constexpr int kPrefetchBytes = 1536;  // as the other decode kernels (matmul_avx512.cpp)
+// Widest row the table entry prepares on the stack (64 KiB of fp16: no allocation, and no std::
+// container instantiated with these flags); decode proper prepares in the context's scratch.
+constexpr std::int64_t kStackCols = 32768;
+
+// x[0, n) * 2^k as fp16, per 64-element block in the order the unpacks below leave the codes in:
+// the 32 words of unpacklo (elements 16 L + 0..7 of each 128-bit lane L), then unpackhi's.
+void scaled_activations_fp16(const float* x, std::int64_t n, int k, std::uint16_t* out) {
+  const __m512 scale = _mm512_set1_ps(static_cast<float>(k));
+  for (std::int64_t b = 0; b < n; b += kFp8Block, x += kFp8Block, out += kFp8Block) {
+    for (int lane = 0; lane < 4; ++lane) {
+      const __m256i h = _mm512_cvtps_ph(_mm512_scalef_ps(_mm512_loadu_ps(x + 16 * lane), scale),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * lane), _mm256_castsi256_si128(h));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 + 8 * lane), _mm256_extracti128_si256(h, 1));
+    }
+  }
+}
+
+// 32 E4M3 codes in the high bytes of 16-bit lanes -> fp16 code / 256, exactly: an arithmetic
+// shift right by one puts E4M3's exponent and mantissa in fp16's fields (bias 7 vs 15: a factor
+// 2^-8, subnormals included) and the mask clears the sign's copy in bit 14.
+inline __m512h fp16_over256(__m512i high_bytes) {
+  return _mm512_castsi512_ph(_mm512_and_si512(_mm512_srai_epi16(high_bytes, 1), _mm512_set1_epi16(static_cast<short>(0xBF80))));
+}
+
+// Adds block `codes`' t * r to a (x16: the block's 64 activations in unpack order).
+inline __m512h block_fp16(const std::byte* codes, const std::uint16_t* x16, const _Float16* r, __m512h a) {
+  const __m512i c = _mm512_loadu_si512(codes);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512h t = _mm512_mul_ph(fp16_over256(_mm512_unpacklo_epi8(zero, c)), _mm512_castsi512_ph(_mm512_loadu_si512(x16)));
+  t = _mm512_fmadd_ph(fp16_over256(_mm512_unpackhi_epi8(zero, c)), _mm512_castsi512_ph(_mm512_loadu_si512(x16 + 32)), t);
+  return _mm512_fmadd_ph(t, _mm512_set1_ph(*r), a);
+}
+
+// acc[i] += sum over the groups of s * (group sum) for R rows of nb blocks.
+template <int R>
+inline void fp8r_rows(const std::byte* w, std::size_t row_stride, std::int64_t nb, const std::uint16_t* x16,
+                      __m512 (&acc)[R]) {
+  static const _Float16 kOne = 1.0f;  // a one-block group's implied r
+  for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g, x16 += kRepackGroupElements) {
+    const RepackGroup group = fp8_repack_group(g, nb);
+    const std::size_t codes_bytes = static_cast<std::size_t>(group.blocks) * kFp8Block;
+    __m512h a0[R], a1[R];
+    for (int i = 0; i < R; ++i) a0[i] = a1[i] = _mm512_setzero_ph();
+    const std::byte* rel[R];
+    for (int i = 0; i < R; ++i) {
+      const std::byte* at = w + static_cast<std::size_t>(i) * row_stride + group.offset + codes_bytes + 4;
+      rel[i] = group.blocks > 1 ? at : reinterpret_cast<const std::byte*>(&kOne);
+    }
+    int b = 0;
+    for (; b + 2 <= group.blocks; b += 2) {
+      const std::size_t pos = group.offset + static_cast<std::size_t>(b) * kFp8Block;
+      // As the stored layout's offset of block b (68 bytes each), 3 lines per 2 blocks: the
+      // prefetch runs slightly ahead of the codes and also covers each group's scales.
+      const std::size_t ahead = group.offset + static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + kPrefetchBytes;
+      const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const std::byte* row = w + static_cast<std::size_t>(i) * row_stride;
+        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + wrap), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + wrap + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + wrap + 128), _MM_HINT_T0);
+        const auto* r = reinterpret_cast<const _Float16*>(rel[i]);
+        a0[i] = block_fp16(row + pos, x16 + b * kFp8Block, r + b, a0[i]);
+        a1[i] = block_fp16(row + pos + kFp8Block, x16 + (b + 1) * kFp8Block, r + b + 1, a1[i]);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const std::byte* row = w + static_cast<std::size_t>(i) * row_stride;
+      if (b < group.blocks) {
+        a0[i] = block_fp16(row + group.offset + static_cast<std::size_t>(b) * kFp8Block, x16 + b * kFp8Block,
+                           reinterpret_cast<const _Float16*>(rel[i]) + b, a0[i]);
+      }
+      const __m512i sum = _mm512_castph_si512(_mm512_add_ph(a0[i], a1[i]));
+      const __m512 wide = _mm512_add_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(sum)),
+                                        _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sum, 1)));
+      float s;
+      std::memcpy(&s, row + group.offset + codes_bytes, 4);
+      acc[i] = _mm512_fmadd_ps(wide, _mm512_set1_ps(s), acc[i]);
+    }
+  }
+}
+
+template <int R>
+inline void fp8r_pass(const std::byte* w, std::size_t row_stride, std::int64_t nb, const std::uint16_t* x16,
+                      float scale_back, float* y) {
+  __m512 acc[R];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  fp8r_rows<R>(w, row_stride, nb, x16, acc);
+  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]) * scale_back;
+}
+
+}  // namespace
+
+HalfRow prepare_half_row_avx512fp16(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
+  // max |x|, and whether x is finite (x * 0 is 0 for finite x, NaN for inf or NaN).
+  __m512 m = _mm512_setzero_ps(), finite = _mm512_setzero_ps();
+  for (std::int64_t c = 0; c < cols; c += 16) {
+    const __m512 v = _mm512_loadu_ps(x + c);
+    m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    finite = _mm512_add_ps(finite, _mm512_mul_ps(v, _mm512_setzero_ps()));
+  }
+  if (_mm512_cmp_ps_mask(finite, finite, _CMP_UNORD_Q) != 0) return {};
+  int e = 0;
+  frexpf(_mm512_reduce_max_ps(m), &e);  // max = f 2^e, f in [0.5, 1); 0 gives e = 0
+  if (e < -64 || e > 64) return {};  // far outside any activation's range: keep float arithmetic
+  auto* x16 = reinterpret_cast<std::uint16_t*>(buffer);
+  scaled_activations_fp16(x, cols, 8 - e, x16);  // max |x| 2^k in [128, 256)
+  return {x16, 8 - e, true};
+}
+
+void matvec_fp8r_half_avx512fp16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
+                                 const HalfRow& h, float* y, std::int64_t n_rows) {
+  if (!h.valid) {  // inf / NaN in x: float arithmetic propagates them
+    matvec_fp8r_portable(w, row_stride, cols, x, y, n_rows);
+    return;
+  }
+  const float scale_back = ldexpf(1.0f, 8 - h.k);  // 256 * 2^-k
+  const std::int64_t nb = cols / kFp8Block;
+  std::int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) fp8r_pass<4>(w + static_cast<std::size_t>(r) * row_stride, row_stride, nb, h.x16, scale_back, y + r);
+  for (; r < n_rows; ++r) fp8r_pass<1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, nb, h.x16, scale_back, y + r);
+}
+
+void matvec_fp8r_avx512fp16(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                            std::int64_t n_rows) {
+  if (cols > kStackCols) {
+    matvec_fp8r_portable(w, row_stride, cols, x, y, n_rows);
+    return;
+  }
+  alignas(64) std::byte buffer[kStackCols * 2];
+  const HalfRow h = prepare_half_row_avx512fp16(x, cols, buffer);
+  matvec_fp8r_half_avx512fp16(w, row_stride, cols, x, h, y, n_rows);
+}
+
+}  // namespace sitsrt::cpu::detail
