@@ -33,28 +33,25 @@ namespace sitsrt {
 inline constexpr int kRepackGroupBlocks = 32;
 inline constexpr std::int64_t kRepackGroupElements = kRepackGroupBlocks * kQBlock;  // 1024
 
-// Where group g of a row of nb blocks lies, and how many blocks it holds.
+// Where group g of a row of nb blocks lies, and how many blocks it holds (groups of
+// group_blocks: 32 for Q8_0R / Q4_0R, kFp8RepackGroupBlocks for FP8R).
 struct RepackGroup {
   std::size_t offset;  // from the row start
   int blocks;
 };
-inline RepackGroup repack_group(std::int64_t g, std::int64_t nb, std::size_t block_bytes) noexcept {
-  const std::int64_t first = g * kRepackGroupBlocks;
+inline RepackGroup repack_group(std::int64_t g, std::int64_t nb, std::size_t block_bytes,
+                                int group_blocks = kRepackGroupBlocks) noexcept {
+  const std::int64_t first = g * group_blocks;
   const std::int64_t left = nb - first;
-  return {static_cast<std::size_t>(first) * block_bytes,
-          static_cast<int>(left < kRepackGroupBlocks ? left : kRepackGroupBlocks)};
+  return {static_cast<std::size_t>(first) * block_bytes, static_cast<int>(left < group_blocks ? left : group_blocks)};
 }
 
 inline constexpr int kFp8RepackGroupBlocks = 16;
-inline constexpr std::size_t kFp8RepackGroupBytes = kFp8RepackGroupBlocks * sizeof(BlockFP8_E4M3);  // 1088
 static_assert(kFp8RepackGroupBlocks * kFp8Block == kRepackGroupElements);
 
 // Group g of an FP8R row of nb blocks.
 inline RepackGroup fp8_repack_group(std::int64_t g, std::int64_t nb) noexcept {
-  const std::int64_t first = g * kFp8RepackGroupBlocks;
-  const std::int64_t left = nb - first;
-  return {static_cast<std::size_t>(g) * kFp8RepackGroupBytes,
-          static_cast<int>(left < kFp8RepackGroupBlocks ? left : kFp8RepackGroupBlocks)};
+  return repack_group(g, nb, sizeof(BlockFP8_E4M3), kFp8RepackGroupBlocks);
 }
 
 // Whole rows (or whole-group prefixes of rows) of nb blocks, stored <-> repacked.

@@ -6,7 +6,7 @@
 
 #include "cpu/vec_kernels.hpp"
 
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <algorithm>
 #include <cstddef>

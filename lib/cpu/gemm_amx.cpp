@@ -18,13 +18,7 @@
 
 #include "core/quant_blocks.hpp"
 
-// GCC 12's "undefined" intrinsic vectors trip -Wmaybe-uninitialized (GCC bug 105593), as in
-// matmul_avx512.cpp.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 namespace sitsrt::cpu::detail {
 namespace {

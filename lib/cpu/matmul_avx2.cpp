@@ -6,7 +6,7 @@
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <cstring>
 

@@ -8,13 +8,7 @@
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
 
-// GCC 12's avx512fintrin.h makes its "undefined" vectors by self-initialisation, which
-// -Wmaybe-uninitialized reports at every inlined intrinsic (GCC bug 105593): silenced here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <cpuid.h>
 

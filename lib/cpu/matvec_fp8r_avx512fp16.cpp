@@ -19,13 +19,7 @@
 #include "core/repacked_blocks.hpp"
 #include "cpu/matmul_kernels.hpp"
 
-// GCC 12's intrinsic headers make their "undefined" vectors by self-initialisation (GCC bug
-// 105593), reported by -Wmaybe-uninitialized at every inlined intrinsic: silenced here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <math.h>  // frexpf / ldexpf: plain C functions (see the ODR note in matmul_kernels.hpp)
 

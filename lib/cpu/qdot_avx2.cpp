@@ -8,7 +8,7 @@
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <cstring>
 

@@ -4,7 +4,7 @@
 // matmul_kernels.hpp).
 #pragma once
 
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <cstddef>
 

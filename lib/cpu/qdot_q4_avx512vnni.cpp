@@ -15,11 +15,7 @@
 #include "core/repacked_blocks.hpp"
 #include "cpu/qdot_kernels.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include "cpu/qdot_prefetch_avx512.hpp"
 

@@ -13,11 +13,7 @@
 #include "core/kquant_blocks.hpp"
 #include "cpu/qdot_kernels.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include "cpu/qdot_prefetch_avx512.hpp"
 

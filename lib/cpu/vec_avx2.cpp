@@ -4,7 +4,7 @@
 #include "cpu/attend_rows.hpp"
 #include "cpu/vec_kernels.hpp"
 
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
 #include <cstring>
 

@@ -1,15 +1,9 @@
 // AVX-512 row primitives (see vec_kernels.hpp): 16 float lanes, F16C conversions, a vector exp.
 #include "cpu/vec_kernels.hpp"
 
-// GCC 12's avx512fintrin.h makes its "undefined" vectors by self-initialisation, which
-// -Wmaybe-uninitialized reports at every inlined intrinsic (GCC bug 105593): silenced here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/simd_intrinsics.hpp"
 
-#include "cpu/attend_rows.hpp"  // after the pragmas: it includes immintrin.h too
+#include "cpu/attend_rows.hpp"
 
 namespace sitsrt::cpu::detail {
 namespace {
