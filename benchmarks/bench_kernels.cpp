@@ -234,7 +234,7 @@ MatvecTimes time_matvec(cpu::CpuContext& ctx, Matrices& mats, DType type, const 
 void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<float>& source) {
   cpu::CpuContext ctx(threads, isa);
   cpu::CpuContext ctx_int8(threads, isa, /*int8_activations=*/true);
-  const double bw = measure_read_bandwidth(ctx.pool(), std::size_t{512} << 20, 5);
+  const double bw = measure_read_bandwidth(ctx.pool(), dram_probe_bytes(), 5);
   const double peak = fma_peak(ctx);
   std::printf("\nisa %-7s threads %-3d read bandwidth %.1f GB/s (best of 5), FMA peak %.1f GFLOP/s\n",
               std::string(cpu::name(isa)).c_str(), ctx.threads(), bw / 1e9, peak / 1e9);

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       // The host's bandwidth drifts by tens of percent within seconds (other tenants), so every
       // rep is bracketed by a probe just before and just after it and compared with their mean.
       ThreadPool pool(threads);
-      const auto probe = [&] { return measure_read_bandwidth(pool, std::size_t{256} << 20, 3); };
+      const auto probe = [&] { return measure_read_bandwidth(pool, dram_probe_bytes(), 3); };
       const auto bytes = static_cast<double>(engine.model_info().weight_bytes_per_token);
       std::vector<double> prefill, decode, bandwidths, ratios;
       for (int r = 0; r < reps; ++r) {

@@ -76,7 +76,7 @@ int bench_command(int argc, char** argv) {
     prefill.push_back(res.timings.prefill_tokens_per_second());
     decode.push_back(res.timings.decode_tokens_per_second());
   }
-  const std::uint64_t rss = peak_rss_bytes();  // before the bandwidth probe's own 512 MiB buffer
+  const std::uint64_t rss = peak_rss_bytes();  // before the bandwidth probe's own buffer (dram_probe_bytes)
   double bandwidth = 0.0;
   if (!args.has("no-bandwidth")) {
     ThreadPool pool(info.threads);

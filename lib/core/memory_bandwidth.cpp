@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#if defined(__unix__)
+#include <unistd.h>
+#endif
 
 namespace sitsrt {
 namespace {
@@ -42,7 +45,17 @@ sum_words(const std::uint64_t* p, std::size_t n) {
 
 }  // namespace
 
+std::size_t dram_probe_bytes() noexcept {
+  std::size_t last_level = 0;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) last_level = static_cast<std::size_t>(l3);
+#endif
+  return std::max(std::size_t{512} << 20, 2 * last_level);
+}
+
 double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int repeats) {
+  if (bytes == 0) bytes = dram_probe_bytes();
   const std::size_t words = std::max<std::size_t>(bytes / 8, 4096);
   // Huge pages, as the resident weights use: the floor is what the machine can stream at best.
   AlignedBuffer buffer(words * 8, "memory bandwidth probe", AlignedBuffer::Pages::kHuge);
