@@ -1,7 +1,7 @@
 // Repacked layouts of Q8_0, Q4_0 and FP8 E4M3 rows (DType::kQ8_0R / kQ4_0R / kFP8_E4M3R): the
 // same levels and scales as the stored blocks, regrouped so that the AVX-512 decode kernels load
-// levels with 64-byte loads and no unpacking shuffles, and read four (Q8_0R) or sixteen (Q4_0R)
-// scales with one load, or (FP8R) take each block's scale as an fp16 memory broadcast.
+// levels with 64-byte loads and no unpacking shuffles (Q4_0R: one block per 32-bit lane), and
+// read four (Q8_0R) or sixteen (Q4_0R) scales with one load, or (FP8R) take each block's scale as an fp16 memory broadcast.
 // The CPU backend repacks resident matmul weights into them at load (cpu/weight_layout.hpp);
 // they are never written to files. Byte for byte (docs/quantization.md):
 //
@@ -10,8 +10,11 @@
 // row has the stored format's size and 1024-element column chunks start at the same offsets.
 // A group of t blocks is [levels of its t blocks][t fp16 scales, block order]:
 //   Q8_0R: block i's 32 levels at 32 i, each stored as the unsigned byte q + 128 (q ^ 0x80).
-//   Q4_0R: block i's GGUF qs (16 bytes: element k in the low nibble of byte k, element k + 16
-//          in its high nibble) at 16 i, so four consecutive blocks are one 64-byte load.
+//   Q4_0R: the GGUF qs (16 bytes: element k in the low nibble of byte k, element k + 16 in its
+//          high nibble) of units of 16 blocks, interleaved by 4-byte words: a unit of n blocks
+//          (n = 16 but in a row's last unit) starting with block 16 u of the group is at 256 u,
+//          and holds word j (qs bytes 4j..4j+3) of its block i at 4 (n j + i). One 64-byte load
+//          then gives word j of 16 blocks, block i in 32-bit lane i (q4_0r_word_offset).
 // Element values are those of the stored block: d * q (Q8_0), d * (nibble - 8) (Q4_0).
 //
 // FP8R: groups of kFp8RepackGroupBlocks (16) 64-element blocks (1024 elements, the group g at
@@ -52,6 +55,17 @@ static_assert(kFp8RepackGroupBlocks * kFp8Block == kRepackGroupElements);
 // Group g of an FP8R row of nb blocks.
 inline RepackGroup fp8_repack_group(std::int64_t g, std::int64_t nb) noexcept {
   return repack_group(g, nb, sizeof(BlockFP8_E4M3), kFp8RepackGroupBlocks);
+}
+
+inline constexpr int kQ4RepackUnitBlocks = 16;
+
+// Q4_0R: the byte offset, from its group's start, of word j (qs bytes 4j .. 4j + 3) of block i
+// of a group of t blocks.
+inline std::size_t q4_0r_word_offset(int t, int i, int j) noexcept {
+  const int unit = i / kQ4RepackUnitBlocks;
+  const int rest = t - kQ4RepackUnitBlocks * unit;
+  const int n = rest < kQ4RepackUnitBlocks ? rest : kQ4RepackUnitBlocks;
+  return static_cast<std::size_t>(kQ4RepackUnitBlocks * (kQBlock / 2) * unit + 4 * (n * j + i % kQ4RepackUnitBlocks));
 }
 
 // Whole rows (or whole-group prefixes of rows) of nb blocks, stored <-> repacked.

@@ -442,7 +442,7 @@ void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64
 
 // Repacked Q8_0/Q4_0 (core/repacked_blocks.hpp): each block's values computed as the stored
 // format's decoder computes them (d * q, d * (q - 8) by table), so bit-identical to
-// dequantize_row. Q4_0R: block i's GGUF qs at 16 i of the group.
+// dequantize_row. Q4_0R: block i's GGUF qs from its four words (q4_0r_word_offset).
 template <DType kType>
 void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
   constexpr bool kQ8 = kType == DType::kQ8_0R;
@@ -467,9 +467,10 @@ void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
         hi = _mm512_mul_ps(hi, d);
       } else {
         const __m512 table = _mm512_mul_ps(levels_from(-8.0f), d);
-        // GGUF qs: vpermps reads the low 4 bits of each index.
-        const __m512i lo_index =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + kLevelBytes * i)));
+        // The block's GGUF qs from its four words; vpermps reads the low 4 bits of each index.
+        std::int32_t words[4];
+        for (int j = 0; j < 4; ++j) std::memcpy(&words[j], levels + q4_0r_word_offset(group.blocks, i, j), 4);
+        const __m512i lo_index = _mm512_cvtepu8_epi32(_mm_setr_epi32(words[0], words[1], words[2], words[3]));
         const __m512i hi_index = _mm512_srli_epi32(lo_index, 4);
         lo = _mm512_permutexvar_ps(lo_index, table);
         hi = _mm512_permutexvar_ps(hi_index, table);

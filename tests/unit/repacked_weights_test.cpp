@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -90,8 +91,8 @@ TEST_CASE("repacked rows round-trip the stored blocks and decode to the same val
 }
 
 TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]") {
-  // 37 blocks: one whole group and a last group of 5.
-  constexpr std::int64_t nb = 37;
+  // 53 blocks: one whole group and a last group of 21 (Q4_0R: units of 16 and 5 blocks).
+  constexpr std::int64_t nb = 53;
   test::Rng rng(11);
   std::vector<BlockQ4_0> q4(nb);
   std::vector<BlockQ8_0> q8(nb);
@@ -112,8 +113,10 @@ TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]
     std::memcpy(&d4, &p4[g * 32 * 18 + 16 * t + 2 * i], 2);
     CHECK(d8 == q8[b].d);
     CHECK(d4 == q4[b].d);
-    // Q4_0R: the block's GGUF qs at 16 i of the group.
-    for (int e = 0; e < 16; ++e) CHECK(p4[g * 32 * 18 + 16 * i + e] == q4[b].qs[e]);
+    // Q4_0R: units of n blocks (16, and the rest at the row's end) at 256 bytes per 16 blocks,
+    // word j (qs bytes 4j..4j+3) of the unit's block k at 4 (n j + k).
+    const std::int64_t unit = i / 16, n = std::min<std::int64_t>(16, t - 16 * unit), k = i % 16;
+    for (int e = 0; e < 16; ++e) CHECK(p4[g * 32 * 18 + 256 * unit + 4 * (n * (e / 4) + k) + e % 4] == q4[b].qs[e]);
   }
 }
 
@@ -170,8 +173,9 @@ TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to 
 }
 
 TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, stored = repacked", "[repacked]") {
-  // The AVX-512 VNNI Q4_0 / Q4_0R kernels sum 16 blocks' lanes in int16 pairs and subtract the
-  // offset 8 sum(q) per block: a wrong block -> lane order, offset or saturated pack shows here
+  // The AVX-512 VNNI Q4_0 kernel sums 16 blocks' lanes in int16 pairs, the Q4_0R one sums each
+  // block in its own lane (low nibbles + 16 x high nibbles >> 4); both subtract the offset
+  // 8 sum(q) per block: a wrong block -> lane order, offset, shift or saturated pack shows here
   // against sum_b d_w d_x sum_i (u_i - 8) q_i in double, for every row length of 1..97 blocks.
   // Random qs bytes and scales per block, plus extreme blocks (all levels 15 or 0 against
   // q = +-127) that reach the int16 bounds.
