@@ -63,7 +63,7 @@ void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noe
   });
 }
 
-// FP8R: the codes of a group back to back, then s and the relative scales r_i = d_i / s.
+// FP8R: the codes of a group back to back (fp8r_code), then s and the relative scales r_i = d_i / s.
 namespace {
 
 // r = d / s rounded to fp16; true when s * r gives d back exactly.
@@ -99,7 +99,9 @@ bool repack_row_fp8(const BlockFP8_E4M3* src, std::byte* dst, std::int64_t nb) n
     const BlockFP8_E4M3* b = src + g * kFp8RepackGroupBlocks;
     std::byte* at = dst + group.offset;
     const std::size_t codes = static_cast<std::size_t>(group.blocks) * kFp8Block;
-    for (int i = 0; i < group.blocks; ++i) std::memcpy(at + static_cast<std::size_t>(i) * kFp8Block, b[i].qs, kFp8Block);
+    for (int i = 0; i < group.blocks; ++i) {
+      for (int e = 0; e < kFp8Block; ++e) at[static_cast<std::size_t>(kFp8Block * i + e)] = static_cast<std::byte>(fp8r_code(b[i].qs[e]));
+    }
     if (group.blocks == 1) {
       std::memcpy(at + codes, &b[0].d, 4);
       continue;
@@ -124,7 +126,7 @@ void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) 
     float s = 0.0f;
     std::memcpy(&s, at + codes, 4);
     for (int i = 0; i < group.blocks; ++i) {
-      std::memcpy(b[i].qs, at + static_cast<std::size_t>(i) * kFp8Block, kFp8Block);
+      for (int e = 0; e < kFp8Block; ++e) b[i].qs[e] = e4m3_code(static_cast<std::uint8_t>(at[static_cast<std::size_t>(kFp8Block * i + e)]));
       std::uint16_t r = 0x3C00;  // 1.0: a one-block group stores d itself
       if (group.blocks > 1) std::memcpy(&r, at + codes + 4 + 2 * static_cast<std::size_t>(i), 2);
       b[i].d = s * fp16_to_fp32(r);

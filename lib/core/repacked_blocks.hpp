@@ -19,7 +19,9 @@
 //
 // FP8R: groups of kFp8RepackGroupBlocks (16) 64-element blocks (1024 elements, the group g at
 // byte g * 16 * 68, the last one holding the rest t). A group of t >= 2 blocks is
-// [t x 64 codes][fp32 s][t fp16 r, block order][2t - 4 zero bytes], block i's scale being
+// [t x 64 codes][fp32 s][t fp16 r, block order][2t - 4 zero bytes], each code stored with its
+// mantissa's lowest bit moved next to the sign (fp8r_code: s m0 e3 e2 e1 e0 m2 m1, so that one
+// vpmultishiftqb and one mask make it an fp16, matvec_fp8r_avx512fp16.cpp), block i's scale being
 // d_i = s * r_i exactly (fp32 product); a group of one block is [64 codes][fp32 d]. The
 // repacker takes s = the least power of two >= the largest |d| (exact for the encoder's 11-bit scales, see
 // quantize_fp8_block) or s = the largest d (exact for per-channel scales, all d equal); rows it
@@ -51,6 +53,14 @@ inline RepackGroup repack_group(std::int64_t g, std::int64_t nb, std::size_t blo
 
 inline constexpr int kFp8RepackGroupBlocks = 16;
 static_assert(kFp8RepackGroupBlocks * kFp8Block == kRepackGroupElements);
+
+// An E4M3 code (s e3 e2 e1 e0 m2 m1 m0) as FP8R stores it (s m0 e3 e2 e1 e0 m2 m1), and back.
+inline constexpr std::uint8_t fp8r_code(std::uint8_t e4m3) noexcept {
+  return static_cast<std::uint8_t>((e4m3 & 0x80u) | ((e4m3 & 1u) << 6) | ((e4m3 >> 1) & 0x3Fu));
+}
+inline constexpr std::uint8_t e4m3_code(std::uint8_t fp8r) noexcept {
+  return static_cast<std::uint8_t>((fp8r & 0x80u) | ((fp8r & 0x3Fu) << 1) | ((fp8r >> 6) & 1u));
+}
 
 // Group g of an FP8R row of nb blocks.
 inline RepackGroup fp8_repack_group(std::int64_t g, std::int64_t nb) noexcept {

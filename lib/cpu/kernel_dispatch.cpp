@@ -54,8 +54,9 @@ bool avx512_fp16_supported() noexcept {
   // Asked once: decode asks per product, and CPUID traps to the hypervisor in a VM (measured:
   // 2% of a Q4_0 decode's samples when it was asked every time).
   static const bool supported = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID leaf 7 subleaf 0, EDX bit 23: AVX512_FP16
-    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0;
+    // CPUID leaf 7 subleaf 0: EDX bit 23 AVX512_FP16, ECX bit 1 AVX512_VBMI.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0 && (ecx & (1u << 1)) != 0;
   }();
   return supported;
 #else

@@ -625,6 +625,17 @@ void matvec_fp8r_avx512(const std::byte* w, std::size_t row_stride, std::int64_t
   }
 }
 
+// 32 FP8R codes (s m0 e3 e2 e1 e0 m2 m1, repacked_blocks.hpp) -> the E4M3 values / 256 as
+// fp32, exactly: fp16 s 0 e3 e2 e1 e0 m2 m1 m0 0000000 takes the code's bits 7 and 5..0 one byte
+// up (bit 6 of that byte masked) and m0 from bit 6 to bit 7, as fp8x32_over256 from E4M3.
+inline void fp8r_x32_over256(const std::uint8_t* codes, __m512& lo, __m512& hi) {
+  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
+  const __m512i m0 = _mm512_slli_epi16(_mm512_srli_epi16(b, 6), 7);  // bit 7 = m0 (bit 8 = s, not taken)
+  const __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(b, 8), m0, _mm512_set1_epi16(static_cast<short>(0xBF00)), 0xE4);
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
 // Prefill dequant of FP8R: block i's scale d_i = s * r_i (fp32, as unpack_row_fp8r), then the
 // values exactly as DecodeFP8_E4M3::values (so as dequantize_row of the stored FP8).
 void dequant_fp8r_avx512(const std::byte* src, float* dst, std::int64_t n) {
@@ -646,7 +657,7 @@ void dequant_fp8r_avx512(const std::byte* src, float* dst, std::int64_t n) {
       const auto* q = reinterpret_cast<const std::uint8_t*>(at) + static_cast<std::size_t>(i) * kFp8Block;
       for (int h = 0; h < kFp8Block; h += 32) {
         __m512 lo, hi;
-        fp8x32_over256(q + h, lo, hi);
+        fp8r_x32_over256(q + h, lo, hi);
         _mm512_storeu_ps(dst + h, _mm512_mul_ps(lo, scale));
         _mm512_storeu_ps(dst + h + 16, _mm512_mul_ps(hi, scale));
       }

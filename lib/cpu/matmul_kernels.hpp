@@ -90,6 +90,7 @@ inline constexpr std::size_t half_row_bytes(std::int64_t cols) noexcept {
 }
 using HalfMatvecFn = void (*)(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x,
                               const HalfRow& h, float* y, std::int64_t n_rows);
+// AVX512_FP16 and AVX512_VBMI (vpmultishiftqb), what the FP8R kernel below uses; CPUID asked once.
 bool avx512_fp16_supported() noexcept;
 // Only where avx512_fp16_supported(); buffer: half_row_bytes(cols), 64-byte aligned.
 HalfRow prepare_half_row_avx512fp16(const float* x, std::int64_t cols, std::byte* buffer) noexcept;

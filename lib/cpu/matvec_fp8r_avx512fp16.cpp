@@ -1,7 +1,7 @@
 // FP8 E4M3 decode from the repacked FP8R layout (core/repacked_blocks.hpp) with AVX512-FP16.
-// Reached only where the CPU has AVX512_FP16 (matmul_avx512.cpp's FP8R entry checks it).
+// Reached only where the CPU has AVX512_FP16 and AVX512_VBMI (matmul_avx512.cpp's FP8R entry checks).
 //
-// Why fp16: E4M3 codes become fp16 values exactly in three integer operations per 32 (below), and
+// Why fp16: FP8R codes become fp16 values exactly in two integer operations per 32 (below), and
 // vfmaddph does 32 products per instruction at the fp32 FMA's rate, where the BF16 kernel on
 // stored FP8 pays two vdpbf16ps at one per 2 cycles plus a subnormal check per block (measured in
 // cache, 1 thread: about 5 vs 10 cycles per 64 weights). The FP8R layout gives every block's
@@ -33,36 +33,64 @@ constexpr int kPrefetchBytes = 1536;  // as the other decode kernels (matmul_avx
 // container instantiated with these flags); decode proper prepares in the context's scratch.
 constexpr std::int64_t kStackCols = 32768;
 
-// x[0, n) * 2^k as fp16, per 64-element block in the order the unpacks below leave the codes in:
-// the 32 words of unpacklo (elements 16 L + 0..7 of each 128-bit lane L), then unpackhi's.
+// The order in which fp16_over256 leaves a 64-code block's codes: of each 8-code qword q, codes
+// 0..3 in words 4q..4q+3 of the first vector, codes 4..7 in those of the second.
+struct alignas(64) WordIndices {  // a plain array: no std:: template with these flags (matmul_kernels.hpp)
+  std::uint16_t idx[32];
+};
+constexpr WordIndices code_order(int half) {
+  WordIndices t{};
+  for (int w = 0; w < 32; ++w) t.idx[w] = static_cast<std::uint16_t>(8 * (w / 4) + 4 * half + w % 4);
+  return t;
+}
+constexpr WordIndices kFirstCodes = code_order(0), kSecondCodes = code_order(1);
+
+// vpmultishiftqb control: word w = 4q + k of a vector takes code c = 4 half + k of qword q, its
+// high byte the code itself (bits 8c..8c+7: s m0 e3 e2 e1 e0 m2 m1) and its low byte bits
+// 8c-1..8c+6, which put m0 in bit 7.
+struct alignas(64) ByteIndices {
+  std::uint8_t idx[64];
+};
+constexpr ByteIndices shift_control(int half) {
+  ByteIndices t{};
+  for (int w = 0; w < 32; ++w) {
+    const int c = 4 * half + w % 4;
+    t.idx[2 * w] = static_cast<std::uint8_t>((8 * c + 63) % 64);
+    t.idx[2 * w + 1] = static_cast<std::uint8_t>(8 * c);
+  }
+  return t;
+}
+constexpr ByteIndices kFirstShifts = shift_control(0), kSecondShifts = shift_control(1);
+
+// x[0, n) * 2^k as fp16, per 64-element block in code order (kFirstCodes, then kSecondCodes).
 void scaled_activations_fp16(const float* x, std::int64_t n, int k, std::uint16_t* out) {
   const __m512 scale = _mm512_set1_ps(static_cast<float>(k));
+  const __m512i first = _mm512_load_si512(kFirstCodes.idx), second = _mm512_load_si512(kSecondCodes.idx);
   for (std::int64_t b = 0; b < n; b += kFp8Block, x += kFp8Block, out += kFp8Block) {
-    for (int lane = 0; lane < 4; ++lane) {
-      const __m256i h = _mm512_cvtps_ph(_mm512_scalef_ps(_mm512_loadu_ps(x + 16 * lane), scale),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * lane), _mm256_castsi256_si128(h));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 + 8 * lane), _mm256_extracti128_si256(h, 1));
+    __m256i h[4];
+    for (int q = 0; q < 4; ++q) {
+      h[q] = _mm512_cvtps_ph(_mm512_scalef_ps(_mm512_loadu_ps(x + 16 * q), scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
+    const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);  // elements 0..31
+    const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(h[2]), h[3], 1);  // elements 32..63
+    _mm512_storeu_si512(out, _mm512_permutex2var_epi16(lo, first, hi));
+    _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(lo, second, hi));
   }
 }
 
-// 32 E4M3 codes in the high bytes of 16-bit lanes -> fp16 code / 256, exactly: an arithmetic
-// shift right by one puts E4M3's exponent and mantissa in fp16's fields (bias 7 vs 15: a factor
-// 2^-8, subnormals included) and the mask clears the sign's copy in bit 14.
-inline __m512h fp16_over256(__m512i high_bytes) {
-  return _mm512_castsi512_ph(_mm512_and_si512(_mm512_srai_epi16(high_bytes, 1), _mm512_set1_epi16(static_cast<short>(0xBF80))));
+// 32 FP8R codes -> fp16 code / 256, exactly: vpmultishiftqb gathers each fp16's bytes (above),
+// the mask clears bit 14 (m0's copy) and bits 6..0: s 0 e3 e2 e1 e0 m2 m1 m0 0000000 is the
+// E4M3 value times 2^-8 (exponent bias 7 vs 15, subnormals included).
+inline __m512h fp16_over256(__m512i control, __m512i codes) {
+  return _mm512_castsi512_ph(_mm512_and_si512(_mm512_multishift_epi64_epi8(control, codes), _mm512_set1_epi16(static_cast<short>(0xBF80))));
 }
-
-// Adds block `codes`' t * r to a (x16: the block's 64 activations in unpack order).
+// Adds block `codes`' t * r to a (x16: the block's 64 activations in code order).
 inline __m512h block_fp16(const std::byte* codes, const std::uint16_t* x16, const _Float16* r, __m512h a) {
   const __m512i c = _mm512_loadu_si512(codes);
-  const __m512i zero = _mm512_setzero_si512();
-  __m512h t = _mm512_mul_ph(fp16_over256(_mm512_unpacklo_epi8(zero, c)), _mm512_castsi512_ph(_mm512_loadu_si512(x16)));
-  t = _mm512_fmadd_ph(fp16_over256(_mm512_unpackhi_epi8(zero, c)), _mm512_castsi512_ph(_mm512_loadu_si512(x16 + 32)), t);
+  __m512h t = _mm512_mul_ph(fp16_over256(_mm512_load_si512(kFirstShifts.idx), c), _mm512_castsi512_ph(_mm512_loadu_si512(x16)));
+  t = _mm512_fmadd_ph(fp16_over256(_mm512_load_si512(kSecondShifts.idx), c), _mm512_castsi512_ph(_mm512_loadu_si512(x16 + 32)), t);
   return _mm512_fmadd_ph(t, _mm512_set1_ph(*r), a);
 }
-
 // acc[i] += sum over the groups of s * (group sum) for R rows of nb blocks.
 template <int R>
 inline void fp8r_rows(const std::byte* w, std::size_t row_stride, std::int64_t nb, const std::uint16_t* x16,

@@ -72,7 +72,11 @@ TEST_CASE("fp8r bytes are where docs/quantization.md puts them", "[fp8r]") {
       const std::int64_t g = b / 16, i = b % 16, t = std::min<std::int64_t>(16, nb - 16 * g);
       const std::size_t group = static_cast<std::size_t>(g) * 1088;
       CAPTURE(b, t);
-      for (int e = 0; e < 64; ++e) CHECK(packed[group + 64 * i + e] == blocks[b].qs[e]);
+      // Each code s e3 e2 e1 e0 m2 m1 m0 stored as s m0 e3 e2 e1 e0 m2 m1.
+      for (int e = 0; e < 64; ++e) {
+        const unsigned c = blocks[b].qs[e];
+        CHECK(packed[group + 64 * i + e] == ((c & 0x80u) | (c & 1u) << 6 | (c & 0x7Eu) >> 1));
+      }
       float s;
       std::memcpy(&s, &packed[group + 64 * t], 4);
       if (t == 1) {
