@@ -24,6 +24,7 @@ constexpr std::array<DTypeTraits, kDTypeCount> kTraits = {{
     {"q6_k", 256, 210, true}, {"q8_k", 256, 292, true}, {"iq4_nl", 32, 18, true},
     // repacked section
     {"q8_0r", 32, 34, true}, {"q4_0r", 32, 18, true}, {"fp8_e4m3r", 64, 68, true},
+    {"q4_kr", 256, 144, true},
 }};
 
 }  // namespace

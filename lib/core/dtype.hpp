@@ -28,14 +28,15 @@ enum class DType : std::uint8_t {
   kQ6_K,
   kQ8_K,
   kIQ4_NL,
-  // CPU-internal repacked layouts of Q8_0, Q4_0 and FP8 E4M3 (core/repacked_blocks.hpp):
+  // CPU-internal repacked layouts of Q8_0, Q4_0, FP8 E4M3 and Q4_K (core/repacked_blocks.hpp):
   // resident weights only, never in files.
   kQ8_0R,
   kQ4_0R,
   kFP8_E4M3R,
+  kQ4_KR,
 };
 
-inline constexpr int kDTypeCount = 20;
+inline constexpr int kDTypeCount = 21;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

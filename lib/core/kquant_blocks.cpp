@@ -123,16 +123,15 @@ void fit_signed(const float* x, int half, int smax, SignedScales<kSub, kCount>& 
   }
 }
 
-// Packs 8 (scale, min) pairs of 6 bits into Q4_K/Q5_K's 12 bytes (inverse of unpack_scale_min_k4).
-void pack_scale_min_k4(const int* sc, const int* m, std::uint8_t* packed) {
+}  // namespace
+
+void pack_scale_min_k4(const int* sc, const int* m, std::uint8_t* packed) noexcept {
   for (int s = 0; s < 4; ++s) {
     packed[s] = static_cast<std::uint8_t>((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
     packed[s + 4] = static_cast<std::uint8_t>((m[s] & 63) | ((m[s + 4] >> 4) << 6));
     packed[s + 8] = static_cast<std::uint8_t>((sc[s + 4] & 15) | ((m[s + 4] & 15) << 4));
   }
 }
-
-}  // namespace
 
 // ---- Decode ----
 

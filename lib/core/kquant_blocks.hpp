@@ -78,6 +78,8 @@ constexpr ScaleMin unpack_scale_min_k4(const std::uint8_t* packed, int s) noexce
   if (s < 4) return {packed[s] & 63, packed[s + 4] & 63};
   return {(packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4), (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4)};
 }
+// Packs 8 (scale, min) pairs of 6 bits into those 12 bytes (the inverse).
+void pack_scale_min_k4(const int* sc, const int* m, std::uint8_t* packed) noexcept;
 // Q3_K: the signed scale (-32..31) of sub-block s (0..15) from the 12 packed bytes.
 constexpr int unpack_scale_q3_k(const std::uint8_t* packed, int s) noexcept {
   const int low = s < 8 ? packed[s] & 0x0F : packed[s - 8] >> 4;

@@ -235,6 +235,15 @@ void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t n
     }
     return;
   }
+  if (type == DType::kQ4_KR) {  // one unit of 2 super-blocks at a time
+    for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+      const Q4KUnit unit = q4_k_unit(u, nb);
+      BlockQ4_K blocks[kQ4KRepackUnitBlocks];
+      unpack_row_q4_kr(static_cast<const std::byte*>(src) + unit.levels, blocks, unit.blocks);
+      dequantize_row(DType::kQ4_K, blocks, dst + u * kQ4KRepackUnitBlocks * kSuperBlock, unit.blocks * kSuperBlock);
+    }
+    return;
+  }
   const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
   for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
     const RepackGroup group = repack_group(g, nb, block_bytes);
@@ -259,6 +268,15 @@ void quantize_repacked(DType type, const float* src, void* dst, std::int64_t nb)
       BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
       quantize_row(DType::kFP8_E4M3, src + g * kRepackGroupElements, blocks, group.blocks * kFp8Block);
       repack_row_fp8(blocks, static_cast<std::byte*>(dst) + group.offset, group.blocks);
+    }
+    return;
+  }
+  if (type == DType::kQ4_KR) {
+    for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+      const Q4KUnit unit = q4_k_unit(u, nb);
+      BlockQ4_K blocks[kQ4KRepackUnitBlocks];
+      quantize_row(DType::kQ4_K, src + u * kQ4KRepackUnitBlocks * kSuperBlock, blocks, unit.blocks * kSuperBlock);
+      repack_row_q4_k(blocks, static_cast<std::byte*>(dst) + unit.levels, unit.blocks);
     }
     return;
   }
@@ -393,7 +411,8 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
     case DType::kIQ4_NL: return decode_blocks<BlockIQ4_NL, kQBlock>(decode_block_iq4_nl, src, dst, nb);
     case DType::kQ8_0R:
     case DType::kQ4_0R:
-    case DType::kFP8_E4M3R: return dequantize_repacked(type, src, dst, nb);
+    case DType::kFP8_E4M3R:
+    case DType::kQ4_KR: return dequantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
 }
@@ -518,7 +537,8 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
     case DType::kIQ4_NL: return encode_blocks<BlockIQ4_NL, kQBlock>(encode_block_iq4_nl, src, dst, nb);
     case DType::kQ8_0R:
     case DType::kQ4_0R:
-    case DType::kFP8_E4M3R: return quantize_repacked(type, src, dst, nb);
+    case DType::kFP8_E4M3R:
+    case DType::kQ4_KR: return quantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }

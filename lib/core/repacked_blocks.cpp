@@ -63,6 +63,85 @@ void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noe
   });
 }
 
+// Q4_KR: each super-block's levels regrouped per sub-block and interleaved by words across the
+// unit, its scales and mins as plain 6-bit fields.
+namespace {
+
+// 8 six-bit values <-> 6 bytes, value s at bits 6 s .. 6 s + 5.
+void pack_six_bits(const int* v, std::byte* out) noexcept {
+  std::uint64_t bits = 0;
+  for (int s = 0; s < 8; ++s) bits |= static_cast<std::uint64_t>(v[s] & 63) << (6 * s);
+  for (int k = 0; k < 6; ++k) out[k] = static_cast<std::byte>(bits >> (8 * k));
+}
+void unpack_six_bits(const std::byte* in, int* v) noexcept {
+  std::uint64_t bits = 0;
+  for (int k = 0; k < 6; ++k) bits |= static_cast<std::uint64_t>(in[k]) << (8 * k);
+  for (int s = 0; s < 8; ++s) v[s] = static_cast<int>((bits >> (6 * s)) & 63);
+}
+// Stored Q4_K: element e of sub-block s is nibble s % 2 of byte 32 (s / 2) + e.
+std::size_t q4_k_level_byte(int s, int e) noexcept {
+  return static_cast<std::size_t>(32 * (s / 2) + e);
+}
+
+}  // namespace
+
+void repack_row_q4_k(const BlockQ4_K* src, std::byte* dst, std::int64_t nb) noexcept {
+  for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+    const Q4KUnit unit = q4_k_unit(u, nb);
+    for (int k = 0; k < unit.blocks; ++k) {
+      const BlockQ4_K& b = src[kQ4KRepackUnitBlocks * u + k];
+      int sc[8], m[8];
+      for (int s = 0; s < 8; ++s) {
+        const ScaleMin sm = unpack_scale_min_k4(b.scales, s);
+        sc[s] = sm.scale;
+        m[s] = sm.min;
+        std::uint8_t levels[16];
+        for (int e = 0; e < 16; ++e) {
+          const int shift = 4 * (s % 2);
+          levels[e] = static_cast<std::uint8_t>(((b.qs[q4_k_level_byte(s, e)] >> shift) & 15) |
+                                                (((b.qs[q4_k_level_byte(s, e + 16)] >> shift) & 15) << 4));
+        }
+        const int i = 8 * k + s;
+        for (int j = 0; j < 4; ++j) {
+          std::memcpy(dst + unit.levels + static_cast<std::size_t>(4 * (8 * unit.blocks * j + i)), levels + 4 * j, 4);
+        }
+      }
+      pack_six_bits(sc, dst + unit.scales + 6 * static_cast<std::size_t>(k));
+      pack_six_bits(m, dst + unit.mins + 6 * static_cast<std::size_t>(k));
+      std::memcpy(dst + unit.d + 2 * static_cast<std::size_t>(k), &b.d, 2);
+      std::memcpy(dst + unit.dmin + 2 * static_cast<std::size_t>(k), &b.dmin, 2);
+    }
+  }
+}
+
+void unpack_row_q4_kr(const std::byte* src, BlockQ4_K* dst, std::int64_t nb) noexcept {
+  for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+    const Q4KUnit unit = q4_k_unit(u, nb);
+    for (int k = 0; k < unit.blocks; ++k) {
+      BlockQ4_K& b = dst[kQ4KRepackUnitBlocks * u + k];
+      std::memset(b.qs, 0, sizeof(b.qs));
+      for (int s = 0; s < 8; ++s) {
+        std::uint8_t levels[16];
+        const int i = 8 * k + s;
+        for (int j = 0; j < 4; ++j) {
+          std::memcpy(levels + 4 * j, src + unit.levels + static_cast<std::size_t>(4 * (8 * unit.blocks * j + i)), 4);
+        }
+        const int shift = 4 * (s % 2);
+        for (int e = 0; e < 16; ++e) {
+          b.qs[q4_k_level_byte(s, e)] |= static_cast<std::uint8_t>((levels[e] & 15) << shift);
+          b.qs[q4_k_level_byte(s, e + 16)] |= static_cast<std::uint8_t>((levels[e] >> 4) << shift);
+        }
+      }
+      int sc[8], m[8];
+      unpack_six_bits(src + unit.scales + 6 * static_cast<std::size_t>(k), sc);
+      unpack_six_bits(src + unit.mins + 6 * static_cast<std::size_t>(k), m);
+      pack_scale_min_k4(sc, m, b.scales);
+      std::memcpy(&b.d, src + unit.d + 2 * static_cast<std::size_t>(k), 2);
+      std::memcpy(&b.dmin, src + unit.dmin + 2 * static_cast<std::size_t>(k), 2);
+    }
+  }
+}
+
 // FP8R: the codes of a group back to back (fp8r_code), then s and the relative scales r_i = d_i / s.
 namespace {
 
@@ -139,6 +218,7 @@ DType stored_format_of(DType type) noexcept {
     case DType::kQ8_0R: return DType::kQ8_0;
     case DType::kQ4_0R: return DType::kQ4_0;
     case DType::kFP8_E4M3R: return DType::kFP8_E4M3;
+    case DType::kQ4_KR: return DType::kQ4_K;
     default: return type;
   }
 }
@@ -148,6 +228,7 @@ DType repacked_format_of(DType type) noexcept {
     case DType::kQ8_0: return DType::kQ8_0R;
     case DType::kQ4_0: return DType::kQ4_0R;
     case DType::kFP8_E4M3: return DType::kFP8_E4M3R;
+    case DType::kQ4_K: return DType::kQ4_KR;
     default: return type;
   }
 }

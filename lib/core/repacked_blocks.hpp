@@ -1,4 +1,5 @@
-// Repacked layouts of Q8_0, Q4_0 and FP8 E4M3 rows (DType::kQ8_0R / kQ4_0R / kFP8_E4M3R): the
+// Repacked layouts of Q8_0, Q4_0, FP8 E4M3 and Q4_K rows (DType::kQ8_0R / kQ4_0R / kFP8_E4M3R /
+// kQ4_KR): the
 // same levels and scales as the stored blocks, regrouped so that the AVX-512 decode kernels load
 // levels with 64-byte loads and no unpacking shuffles (Q4_0R: one block per 32-bit lane), and
 // read four (Q8_0R) or sixteen (Q4_0R) scales with one load, or (FP8R) take each block's scale as an fp16 memory broadcast.
@@ -26,8 +27,17 @@
 // repacker takes s = the least power of two >= the largest |d| (exact for the encoder's 11-bit scales, see
 // quantize_fp8_block) or s = the largest d (exact for per-channel scales, all d equal); rows it
 // cannot split exactly stay FP8 (weight_layout.cpp), so FP8R dequantizes bit-identically to FP8.
+//
+// Q4_KR: units of 2 super-blocks (512 elements; the unit u at byte 288 u, a row's last unit
+// holding one when nb is odd). A unit of n super-blocks is
+// [levels: 128 n][scales: 6 n][mins: 6 n][d: 2 n][dmin: 2 n]: its 8 n sub-blocks (sub-block s
+// of super-block k is sub-block i = 8 k + s of the unit) hold their 32 levels as Q4_0R's blocks
+// do (element e in the low nibble of byte e, element e + 16 in the high one, word j = bytes
+// 4j..4j+3 at 4 (8 n j + i)); each super-block's 8 six-bit scales, then its 8 mins, are 6 bytes
+// (value s at bits 6 s .. 6 s + 5, little-endian); d and dmin are the stored fp16s.
 #pragma once
 
+#include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 
 #include <cstddef>
@@ -88,8 +98,23 @@ void unpack_row_q4_0r(const std::byte* src, BlockQ4_0* dst, std::int64_t nb) noe
 bool repack_row_fp8(const BlockFP8_E4M3* src, std::byte* dst, std::int64_t nb) noexcept;
 void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) noexcept;  // d_i = s * r_i
 
+// Q4_KR (above): super-blocks per unit, and where the parts of unit u of a row of nb lie.
+inline constexpr int kQ4KRepackUnitBlocks = 2;
+struct Q4KUnit {
+  std::size_t levels, scales, mins, d, dmin;  // byte offsets from the row start
+  int blocks;                                 // n: super-blocks in the unit
+};
+inline Q4KUnit q4_k_unit(std::int64_t u, std::int64_t nb) noexcept {
+  const std::int64_t left = nb - kQ4KRepackUnitBlocks * u;
+  const auto n = static_cast<std::size_t>(left < kQ4KRepackUnitBlocks ? left : kQ4KRepackUnitBlocks);
+  const std::size_t at = static_cast<std::size_t>(u) * kQ4KRepackUnitBlocks * sizeof(BlockQ4_K);
+  return {at, at + 128 * n, at + 134 * n, at + 140 * n, at + 142 * n, static_cast<int>(n)};
+}
+void repack_row_q4_k(const BlockQ4_K* src, std::byte* dst, std::int64_t nb) noexcept;
+void unpack_row_q4_kr(const std::byte* src, BlockQ4_K* dst, std::int64_t nb) noexcept;
+
 // The stored format a repacked one regroups (kQ8_0R -> kQ8_0, kQ4_0R -> kQ4_0,
-// kFP8_E4M3R -> kFP8_E4M3); `type` itself
+// kFP8_E4M3R -> kFP8_E4M3, kQ4_KR -> kQ4_K); `type` itself
 // for every other format.
 DType stored_format_of(DType type) noexcept;
 // The repacked layout of a stored format, or `type` itself when it has none.

@@ -49,17 +49,39 @@ const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
   return tables_for(isa).qdot();
 }
 
+#if defined(SITSRT_X86_KERNELS)
+namespace {
+// CPUID leaf 7 subleaf 0, asked once: decode asks per product, and CPUID traps to the hypervisor
+// in a VM (measured: 2% of a Q4_0 decode's samples when it was asked every time).
+struct Leaf7 {
+  unsigned ecx = 0, edx = 0;
+};
+const Leaf7& leaf7() noexcept {
+  static const Leaf7 leaf = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 ? Leaf7{ecx, edx} : Leaf7{};
+  }();
+  return leaf;
+}
+bool avx512_vbmi_supported() noexcept {
+  return (leaf7().ecx & (1u << 1)) != 0;  // ECX bit 1: AVX512_VBMI
+}
+}  // namespace
+#endif
+
 bool avx512_fp16_supported() noexcept {
 #if defined(SITSRT_X86_KERNELS)
-  // Asked once: decode asks per product, and CPUID traps to the hypervisor in a VM (measured:
-  // 2% of a Q4_0 decode's samples when it was asked every time).
-  static const bool supported = [] {
-    // CPUID leaf 7 subleaf 0: EDX bit 23 AVX512_FP16, ECX bit 1 AVX512_VBMI.
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0 && (ecx & (1u << 1)) != 0;
-  }();
-  return supported;
+  return (leaf7().edx & (1u << 23)) != 0 && avx512_vbmi_supported();  // EDX bit 23: AVX512_FP16
 #else
+  return false;
+#endif
+}
+
+bool q4_kr_decode_native(Isa isa) noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  return tables_for(isa).qdot == qdot_kernels_avx512vnni && avx512_vbmi_supported();
+#else
+  (void)isa;
   return false;
 #endif
 }

@@ -101,7 +101,9 @@ void check_weight(const WeightMatrix& w, const char* op) {
 
 DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, DType type) noexcept {
   DecodeKernel k;
-  if (ctx.int8_activations()) k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
+  if (ctx.int8_activations() && (type != DType::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
+    k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
+  }
   if (k.qdot == nullptr && type == DType::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {
     k.half = matvec_fp8r_half_avx512fp16;
   }

@@ -711,6 +711,7 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<DType::kQ8_0R>},
         {DType::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<DType::kQ4_0R>},
         {DType::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
+        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx2},
     },
     gemm_tile_avx512,
     32,

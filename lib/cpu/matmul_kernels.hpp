@@ -113,6 +113,9 @@ void matvec_fp8r_portable(const std::byte* w, std::size_t row_stride, std::int64
 void dequant_q8_0r_portable(const std::byte* src, float* dst, std::int64_t n);
 void dequant_q4_0r_portable(const std::byte* src, float* dst, std::int64_t n);
 void dequant_fp8r_portable(const std::byte* src, float* dst, std::int64_t n);
+void matvec_q4_kr_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                           std::int64_t n_rows);
+void dequant_q4_kr_portable(const std::byte* src, float* dst, std::int64_t n);
 
 // Prefill blocking shared by every ISA (the tile kernels accept any sizes; these keep the
 // working set in cache). The weight tile is at most kGemmTileRows x kGemmBlockK floats in

@@ -1,4 +1,4 @@
-// Portable float-activation decode and dequant of the repacked Q8_0/Q4_0/FP8 layouts, through
+// Portable float-activation decode and dequant of the repacked Q8_0/Q4_0/FP8/Q4_K layouts, through
 // dequantize_row one 1024-element group at a time. Compiled for the baseline target (see the ODR
 // note in matmul_kernels.hpp) and listed by every ISA table: resident weights are only repacked
 // where a dedicated decode kernel reads them (cpu/weight_layout.cpp), so this path serves
@@ -42,6 +42,10 @@ void matvec_fp8r_portable(const std::byte* w, std::size_t row_stride, std::int64
                          std::int64_t n_rows) {
   matvec_repacked<DType::kFP8_E4M3R>(w, row_stride, cols, x, y, n_rows);
 }
+void matvec_q4_kr_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
+                           std::int64_t n_rows) {
+  matvec_repacked<DType::kQ4_KR>(w, row_stride, cols, x, y, n_rows);
+}
 void dequant_q8_0r_portable(const std::byte* src, float* dst, std::int64_t n) {
   dequantize_row(DType::kQ8_0R, src, dst, n);
 }
@@ -50,6 +54,9 @@ void dequant_q4_0r_portable(const std::byte* src, float* dst, std::int64_t n) {
 }
 void dequant_fp8r_portable(const std::byte* src, float* dst, std::int64_t n) {
   dequantize_row(DType::kFP8_E4M3R, src, dst, n);
+}
+void dequant_q4_kr_portable(const std::byte* src, float* dst, std::int64_t n) {
+  dequantize_row(DType::kQ4_KR, src, dst, n);
 }
 
 }  // namespace sitsrt::cpu::detail

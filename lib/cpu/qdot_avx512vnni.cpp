@@ -24,12 +24,6 @@ inline void prefetch_ahead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
 }
 
-inline std::uint32_t load_u16(const void* p) {
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
 // [f(h0) x8, f(h1) x8] for two fp16 values.
 inline __m512 pair_halves(std::uint32_t h0, std::uint32_t h1) {
   const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | (h1 << 16))));
@@ -496,6 +490,8 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
     // repacked section
     qdot_repacked<RepackedQ8_0>, qdot_q4_0r_avx512vnni,
+    nullptr,                                          // fp8_e4m3r: the AVX512-FP16 kernel
+    qdot_q4_kr_avx512vbmi,                            // q4_kr: qdot_q4kr_avx512vbmi.cpp (VBMI CPUs only)
 }, quantize_avx512};
 
 }  // namespace

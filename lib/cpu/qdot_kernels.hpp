@@ -72,6 +72,9 @@ struct QdotKernels {
 };
 
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept;
+// True when `isa`'s table has the Q4_KR kernel and the CPU can run it (AVX512_VBMI): only then
+// does Q4_K repack (weight_layout.cpp) and decode take the table's Q4_KR entry.
+bool q4_kr_decode_native(Isa isa) noexcept;
 const QdotKernels& qdot_kernels_generic() noexcept;
 #if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx2() noexcept;
@@ -79,6 +82,10 @@ const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 // The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);
+// Its Q4_KR entry (qdot_q4kr_avx512vbmi.cpp): only where the CPU has AVX512_VBMI, so decode
+// takes it only when q4_kr_decode_native().
+void qdot_q4_kr_avx512vbmi(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                           std::int64_t n_rows);
 // Q4_0 (stored) and Q4_0R (repacked) entries of the avx512vnni table (qdot_q4_avx512vnni.cpp).
 void qdot_q4_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);

@@ -1,12 +1,16 @@
-// Internal, for the qdot_*_avx512vnni.cpp files only: the weight prefetch of the decode kernels.
+// Internal, for the qdot_*_avx512{vnni,vbmi}.cpp files only: the weight prefetch of the decode
+// kernels, their passes over rows (four at a time, then one), and an fp16 field read.
 // Everything here has internal linkage (anonymous namespace), so each ISA file compiles its own
 // copy under its own -m flags and nothing is shared at link time (see the ODR note in
 // matmul_kernels.hpp).
 #pragma once
 
+#include "cpu/qdot_kernels.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 namespace sitsrt::cpu::detail {
 namespace {
@@ -28,6 +32,22 @@ inline void prefetch_rows(const std::byte* w, std::size_t row_stride, std::size_
 #pragma GCC unroll 5
     for (std::size_t off = 0; off < kStep; off += 64) _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T0);
   }
+}
+
+// An unaligned 2-byte field (an fp16 scale) as a 32-bit integer.
+inline std::uint32_t load_u16(const void* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Rows 4 at a time (Rows4: 4 rows sharing the activation side), the rest one at a time.
+using RowsFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y);
+template <RowsFn Rows4, RowsFn Rows1>
+void by_four_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  std::int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) Rows4(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+  for (; r < n_rows; ++r) Rows1(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
 }  // namespace

@@ -257,24 +257,16 @@ inline void repacked_rows(const std::byte* w, std::size_t row_stride, const Quan
   for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-template <void (*Rows4)(const std::byte*, std::size_t, const QuantizedRow&, float*),
-          void (*Rows1)(const std::byte*, std::size_t, const QuantizedRow&, float*)>
-void q4_matvec(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
-  std::int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) Rows4(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
-  for (; r < n_rows; ++r) Rows1(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
-}
-
 }  // namespace
 
 void qdot_q4_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows) {
-  q4_matvec<stored_rows<4>, stored_rows<1>>(w, row_stride, x, y, n_rows);
+  by_four_rows<stored_rows<4>, stored_rows<1>>(w, row_stride, x, y, n_rows);
 }
 
 void qdot_q4_0r_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                            std::int64_t n_rows) {
-  q4_matvec<repacked_rows<4>, repacked_rows<1>>(w, row_stride, x, y, n_rows);
+  by_four_rows<repacked_rows<4>, repacked_rows<1>>(w, row_stride, x, y, n_rows);
 }
 
 }  // namespace sitsrt::cpu::detail

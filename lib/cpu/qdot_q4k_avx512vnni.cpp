@@ -10,6 +10,7 @@
 // the per-pair scale spreading, conversions and FMAs of the generic K kernel (qdot_k4_rows in
 // qdot_avx512vnni.cpp, which Q5_K keeps: its 5-bit levels would saturate the int16 rounds).
 // The mins, fl(dmin m_s) ds_x for the 8 sub-blocks, are one 8-lane FMA per super-block.
+// (Q4_KR, the resident repacked layout: qdot_q4kr_avx512vbmi.cpp.)
 #include "core/kquant_blocks.hpp"
 #include "cpu/qdot_kernels.hpp"
 
@@ -22,12 +23,6 @@
 
 namespace sitsrt::cpu::detail {
 namespace {
-
-inline std::uint32_t load_u16(const void* p) {
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
 
 // After the reduction, 128-bit lane 0 holds sub-blocks 0, 1, 4, 5 and lane 2 holds 2, 3, 6, 7;
 // lanes 1 and 3 repeat them and get weight 0.
@@ -123,10 +118,7 @@ inline void q4_k_rows(const std::byte* w, std::size_t row_stride, const Quantize
 
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows) {
-  constexpr int kRows = 4;
-  std::int64_t r = 0;
-  for (; r + kRows <= n_rows; r += kRows) q4_k_rows<kRows>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
-  for (; r < n_rows; ++r) q4_k_rows<1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
+  by_four_rows<q4_k_rows<4>, q4_k_rows<1>>(w, row_stride, x, y, n_rows);
 }
 
 }  // namespace sitsrt::cpu::detail

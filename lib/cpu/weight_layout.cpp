@@ -42,11 +42,12 @@ bool copy_fp8_repacked(CpuContext& ctx, const WeightMatrix& stored, std::byte* d
 
 DType resident_layout(const CpuContext& ctx, DType stored, bool matmul) noexcept {
   const DType repacked = repacked_format_of(stored);
-  // Only where decode reads the repacked layout with its own kernel (integer for Q8_0R/Q4_0R,
+  // Only where decode reads the repacked layout with its own kernel (integer for Q8_0R/Q4_0R/Q4_KR,
   // AVX512-FP16 for FP8R); everywhere else the stored layout's kernels are at least as fast.
   if (!matmul || repacked == stored) return stored;
   if (repacked == DType::kFP8_E4M3R) return detail::fp8r_decode_native(ctx.isa()) ? repacked : stored;
   if (!ctx.int8_activations()) return stored;
+  if (repacked == DType::kQ4_KR) return detail::q4_kr_decode_native(ctx.isa()) ? repacked : stored;
   return detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(repacked)] != nullptr ? repacked : stored;
 }
 
@@ -75,6 +76,8 @@ DType copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, DType layout, 
         std::memcpy(row, from, bytes);
       } else if (layout == DType::kQ8_0R) {
         repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(from), row, nb);
+      } else if (layout == DType::kQ4_KR) {
+        repack_row_q4_k(reinterpret_cast<const BlockQ4_K*>(from), row, stored.cols / kSuperBlock);
       } else {
         repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(from), row, nb);
       }

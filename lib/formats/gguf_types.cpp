@@ -33,8 +33,8 @@ constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     kPrivateTypeBase + 1,  // kQ4_G128
     // K-quant section: kQ2_K .. kQ8_K, kIQ4_NL
     10, 11, 12, 13, 14, 15, 20,
-    // Repacked Q8_0 / Q4_0 / FP8: resident CPU weights only, never in files (kNoGgmlType).
-    kNoGgmlType, kNoGgmlType, kNoGgmlType,
+    // Repacked Q8_0 / Q4_0 / FP8 / Q4_K: resident CPU weights only, never in files (kNoGgmlType).
+    kNoGgmlType, kNoGgmlType, kNoGgmlType, kNoGgmlType,
 };
 
 }  // namespace

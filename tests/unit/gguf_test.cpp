@@ -163,7 +163,8 @@ bool have_file(const std::string& path) {
 TEST_CASE("ggml type table", "[gguf]") {
   for (int i = 0; i < kDTypeCount; ++i) {
     const auto type = static_cast<DType>(i);
-    if (type == DType::kQ8_0R || type == DType::kQ4_0R || type == DType::kFP8_E4M3R) {  // resident CPU layouts, never in files
+    if (type == DType::kQ8_0R || type == DType::kQ4_0R || type == DType::kFP8_E4M3R ||
+        type == DType::kQ4_KR) {  // resident CPU layouts, never in files
       CHECK_FALSE(gguf::dtype_from_ggml_type(gguf::ggml_type_from_dtype(type)).has_value());
       continue;
     }

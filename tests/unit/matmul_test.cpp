@@ -25,7 +25,7 @@ namespace {
 constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
                                DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
                                DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,    DType::kQ8_K,    DType::kIQ4_NL,
-                               DType::kQ8_0R, DType::kQ4_0R, DType::kFP8_E4M3R};
+                               DType::kQ8_0R, DType::kQ4_0R, DType::kFP8_E4M3R, DType::kQ4_KR};
 
 bool is_float_type(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;

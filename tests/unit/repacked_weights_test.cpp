@@ -205,20 +205,9 @@ TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, 
     }
     const auto* stored_bytes = reinterpret_cast<const std::byte*>(blocks.data());
     const cpu::WeightMatrix w{DType::kQ4_0, stored_bytes, kRows, cols, row_bytes(DType::kQ4_0, cols)};
-    const std::size_t stride = cpu::resident_row_stride(DType::kQ4_0R, cols);
-    std::vector<std::byte> packed(stride * kRows);
-    cpu::copy_to_layout(ctx, w, DType::kQ4_0R, packed.data(), stride);
-    const cpu::WeightMatrix r{DType::kQ4_0R, packed.data(), kRows, cols, stride};
-    ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, 1));
-    std::vector<float> y_stored(kRows), y_repacked(kRows);
-    cpu::matmul(ctx, w, x.data(), cols, 1, y_stored.data(), kRows);
-    cpu::matmul(ctx, r, x.data(), cols, 1, y_repacked.data(), kRows);
-    CHECK(std::memcmp(y_stored.data(), y_repacked.data(), kRows * 4) == 0);
-
-    // The quantized activations (the portable quantizer; every ISA's is bit-identical).
-    std::vector<std::byte> buffer(cpu::detail::quantized_row_bytes(cols) + 64);
-    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 63) / 64 * 64);
-    const cpu::detail::QuantizedRow q = cpu::detail::quantize_row_q8_act(x.data(), cols, aligned);
+    const test::DecodedBothLayouts y = test::decode_both_layouts(ctx, w, DType::kQ4_0R, x);
+    CHECK(std::memcmp(y.stored.data(), y.repacked.data(), kRows * 4) == 0);
+    const cpu::detail::QuantizedRow& q = y.q;
     std::vector<double> want(kRows), tol(kRows);
     for (std::int64_t row = 0; row < kRows; ++row) {
       double sum = 0.0, mag = 0.0;
@@ -238,6 +227,6 @@ TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, 
       // (nb / 16 terms each) and the 16-lane sum (4 levels).
       tol[static_cast<std::size_t>(row)] = test::dot_tolerance(nb / 16 + 1 + 4, mag, 2);
     }
-    test::check_close(want, y_stored, tol, "Q4_0 int8 decode vs double reference");
+    test::check_close(want, y.stored, tol, "Q4_0 int8 decode vs double reference");
   }
 }
