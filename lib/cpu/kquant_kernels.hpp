@@ -17,8 +17,6 @@ void matvec_kquant_avx2(const std::byte* w, std::size_t row_stride, std::int64_t
                         std::int64_t n_rows);
 template <DType kType>
 void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n);
-// Q4_KR's prefill dequant (the AVX2 and AVX-512 tables): dequantize_row's values, bit for bit.
-void dequant_q4_kr_avx2(const std::byte* src, float* dst, std::int64_t n);
 
 // Int8-activation decode (QdotFn of qdot_kernels.hpp).
 struct QuantizedRow;

@@ -425,7 +425,7 @@ constexpr MatmulKernels kAvx2Kernels = {
         {DType::kQ8_0R, matvec_q8_0r_portable, dequant_q8_0r_portable},
         {DType::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
         {DType::kFP8_E4M3R, matvec_fp8r_portable, dequant_fp8r_portable},
-        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx2},
+        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_portable},
     },
     gemm_tile_avx2,
     30,

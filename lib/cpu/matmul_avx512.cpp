@@ -665,6 +665,62 @@ void dequant_fp8r_avx512(const std::byte* src, float* dst, std::int64_t n) {
   }
 }
 
+// Prefill dequant of Q4_KR (core/repacked_blocks.hpp): per super-block, its 8 scales and mins
+// from their 6-bit fields (fl(d sc_s), fl(dmin m_s)), the four 32-byte loads of its sub-blocks'
+// words transposed (4 x 4 dwords per 128-bit lane) into each sub-block's 16 level bytes, and the
+// values d sc q - dmin m as dequantize_row computes them (multiply, then subtract: no FMA).
+void dequant_q4_kr_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  const std::int64_t nb = n / kSuperBlock;
+  const __m128i low = _mm_set1_epi8(0x0F);
+  // Field s of a 48-bit little-endian value at bits 6 s: one variable shift per lane.
+  const __m512i field_shifts = _mm512_setr_epi64(0, 6, 12, 18, 24, 30, 36, 42);
+  for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+    const Q4KUnit unit = q4_k_unit(u, nb);
+    prefetch_ahead(src + unit.levels);
+    prefetch_ahead(src + unit.levels + 64);
+    for (int k = 0; k < unit.blocks; ++k) {  // super-block k: sub-blocks 8 k .. 8 k + 7 of the unit
+      // 8-byte loads (the unit's mins, d and dmin follow the fields, so they stay inside it): a
+      // 6-byte copy is two stores that one 8-byte read cannot forward from.
+      std::uint64_t sc_bits = 0, m_bits = 0;
+      std::memcpy(&sc_bits, src + unit.scales + 6 * static_cast<std::size_t>(k), 8);
+      std::memcpy(&m_bits, src + unit.mins + 6 * static_cast<std::size_t>(k), 8);
+      std::uint16_t d, dmin;
+      std::memcpy(&d, src + unit.d + 2 * static_cast<std::size_t>(k), 2);
+      std::memcpy(&dmin, src + unit.dmin + 2 * static_cast<std::size_t>(k), 2);
+      const auto fields = [&](std::uint64_t bits) {
+        const __m512i v = _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(bits)), field_shifts),
+                                           _mm512_set1_epi64(63));
+        return _mm256_cvtepi32_ps(_mm512_cvtepi64_epi32(v));
+      };
+      alignas(32) float dl[8], ml[8];  // fl(d sc_s), fl(dmin m_s)
+      _mm256_store_ps(dl, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(d)), fields(sc_bits)));
+      _mm256_store_ps(ml, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmin)), fields(m_bits)));
+      __m256i w[4];  // word j of the 8 sub-blocks, sub-block s in dword s
+      for (int j = 0; j < 4; ++j) {
+        w[j] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(src + unit.levels + 32 * static_cast<std::size_t>(unit.blocks * j + k)));
+      }
+      const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);
+      const __m256i t2 = _mm256_unpacklo_epi32(w[2], w[3]), t3 = _mm256_unpackhi_epi32(w[2], w[3]);
+      // r[c]: 128-bit lane h = the 16 level bytes of sub-block 4 h + c.
+      const __m256i r[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                            _mm256_unpackhi_epi64(t1, t3)};
+      float* out = dst + (kQ4KRepackUnitBlocks * u + k) * kSuperBlock;
+      for (int c = 0; c < 4; ++c) {
+        for (int h = 0; h < 2; ++h) {
+          const int s = 4 * h + c;
+          const __m128i bytes = h == 0 ? _mm256_castsi256_si128(r[c]) : _mm256_extracti128_si256(r[c], 1);
+          const __m512 scale = _mm512_set1_ps(dl[s]), min = _mm512_set1_ps(ml[s]);
+          const __m512 first = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, low)));  // elements 0..15
+          const __m512 second = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), low)));
+          _mm512_storeu_ps(out + 32 * s, _mm512_sub_ps(_mm512_mul_ps(first, scale), min));
+          _mm512_storeu_ps(out + 32 * s + 16, _mm512_sub_ps(_mm512_mul_ps(second, scale), min));
+        }
+      }
+    }
+  }
+}
+
 // Named instances (the table below lists them by format).
 constexpr MatvecFn matvec_f32_avx512 = matvec_float_avx512<LoadF32>;
 constexpr MatvecFn matvec_f16_avx512 = matvec_float_avx512<LoadF16>;
@@ -711,7 +767,7 @@ constexpr MatmulKernels kAvx512Kernels = {
         {DType::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<DType::kQ8_0R>},
         {DType::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<DType::kQ4_0R>},
         {DType::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
-        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx2},
+        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx512},
     },
     gemm_tile_avx512,
     32,

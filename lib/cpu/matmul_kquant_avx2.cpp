@@ -5,7 +5,6 @@
 // d sc q - dmin m splits). Dequant (prefill tiles, get_rows) reproduces dequantize_row bit for
 // bit: multiply, then subtract, each rounded (no FMA). Listed by the AVX2 and AVX-512 tables.
 #include "core/kquant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 
@@ -256,48 +255,6 @@ void dequant_k_avx2(const std::byte* src, float* dst, std::int64_t n) {
   }
 }
 
-// Q4_KR (core/repacked_blocks.hpp): per 8 sub-blocks of a unit, the four 32-byte loads of their
-// words j = 0..3 transposed (4 x 4 dwords per 128-bit lane) into each sub-block's 16 level
-// bytes; scales and mins from their 6-bit fields; then the values as Q4_K above.
-void dequant_q4_kr_rows(const std::byte* src, float* dst, std::int64_t n) {
-  const std::int64_t nb = n / kSuperBlock;
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
-    const Q4KUnit unit = q4_k_unit(u, nb);
-    prefetch_ahead(src + unit.levels);
-    prefetch_ahead(src + unit.levels + 64);
-    for (int k = 0; k < unit.blocks; ++k) {  // super-block k: sub-blocks 8 k .. 8 k + 7 of the unit
-      std::uint64_t sc_bits = 0, m_bits = 0;
-      std::memcpy(&sc_bits, src + unit.scales + 6 * static_cast<std::size_t>(k), 6);
-      std::memcpy(&m_bits, src + unit.mins + 6 * static_cast<std::size_t>(k), 6);
-      std::uint16_t d, dmin;
-      std::memcpy(&d, src + unit.d + 2 * static_cast<std::size_t>(k), 2);
-      std::memcpy(&dmin, src + unit.dmin + 2 * static_cast<std::size_t>(k), 2);
-      __m256i w[4];  // word j of the 8 sub-blocks, sub-block s in dword s
-      for (int j = 0; j < 4; ++j) {
-        w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + unit.levels + 32 * static_cast<std::size_t>(unit.blocks * j + k)));
-      }
-      const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);
-      const __m256i t2 = _mm256_unpacklo_epi32(w[2], w[3]), t3 = _mm256_unpackhi_epi32(w[2], w[3]);
-      // r[c]: 128-bit lane h = the 16 level bytes of sub-block 4 h + c.
-      const __m256i r[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
-                            _mm256_unpackhi_epi64(t1, t3)};
-      float* out = dst + (kQ4KRepackUnitBlocks * u + k) * kSuperBlock;
-      for (int c = 0; c < 4; ++c) {
-        const __m256i lo = _mm256_and_si256(r[c], low), hi = _mm256_and_si256(_mm256_srli_epi16(r[c], 4), low);
-        for (int h = 0; h < 2; ++h) {
-          const int s = 4 * h + c;
-          const __m256 dl = _mm256_set1_ps(_cvtsh_ss(d) * static_cast<float>((sc_bits >> (6 * s)) & 63));
-          const __m256 ml = _mm256_set1_ps(_cvtsh_ss(dmin) * static_cast<float>((m_bits >> (6 * s)) & 63));
-          __m256 q[4];  // elements 0..15 from the low nibbles, 16..31 from the high ones
-          widen32<false>(_mm256_permute2x128_si256(lo, hi, h == 0 ? 0x20 : 0x31), q);
-          for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + 32 * s + 8 * i, _mm256_sub_ps(_mm256_mul_ps(q[i], dl), ml));
-        }
-      }
-    }
-  }
-}
-
 // ---- Int8 activations (qdot_kernels.hpp): a super-block spans 8 activation blocks. ----
 
 inline __m256i dot_lanes_unsigned(__m256i u, const std::int8_t* q) {  // u <= 15: pair sums fit int16
@@ -482,10 +439,6 @@ void matvec_kquant_avx2(const std::byte* w, std::size_t row_stride, std::int64_t
 template <DType kType>
 void dequant_kquant_avx2(const std::byte* src, float* dst, std::int64_t n) {
   dequant_k_avx2<Avx2Format<kType>>(src, dst, n);
-}
-
-void dequant_q4_kr_avx2(const std::byte* src, float* dst, std::int64_t n) {
-  dequant_q4_kr_rows(src, dst, n);
 }
 
 template <DType kType>
