@@ -69,6 +69,7 @@ struct DecodeKernel {
   QdotFn qdot = nullptr;        // integer dot on the int8 input row
   HalfMatvecFn half = nullptr;  // FP8R with AVX512-FP16, on the fp16 input row
   MatvecFn matvec = nullptr;    // otherwise: float activations
+  bool lanes = false;           // qdot reads QuantizedRow::lanes (Q4_0R, Q4_KR)
 
   static DecodeKernel for_weight(const CpuContext& ctx, DType type) noexcept;
 
@@ -93,8 +94,8 @@ struct DecodeKernel {
 // fits in what any one of its weights reserved (0 when `kernel` needs none).
 std::size_t decode_input_bytes(const CpuContext& ctx, const DecodeKernel& kernel, std::int64_t cols) noexcept;
 
-// x prepared for `kernels` (cols wide) in ctx.shared(): the int8 row if any has qdot, the fp16
-// row if any has half.
+// x prepared for `kernels` (cols wide) in ctx.shared(): the int8 row if any has qdot (with its
+// block lanes if any reads them), the fp16 row if any has half.
 DecodeInput prepare_decode_input(CpuContext& ctx, std::span<const DecodeKernel> kernels, const float* x,
                                  std::int64_t cols);
 

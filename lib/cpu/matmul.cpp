@@ -103,6 +103,7 @@ DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, DType type) noexcep
   DecodeKernel k;
   if (ctx.int8_activations() && (type != DType::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
     k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
+    k.lanes = k.qdot != nullptr && (type == DType::kQ4_0R || type == DType::kQ4_KR);
   }
   if (k.qdot == nullptr && type == DType::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {
     k.half = matvec_fp8r_half_avx512fp16;
@@ -129,15 +130,17 @@ std::size_t decode_input_bytes(const CpuContext& ctx, const DecodeKernel& kernel
 DecodeInput prepare_decode_input(CpuContext& ctx, std::span<const DecodeKernel> kernels, const float* x,
                                  std::int64_t cols) {
   DecodeInput in{x, {}, {}};
-  bool int8 = false, half = false;
+  bool int8 = false, lanes = false, half = false;
   for (const DecodeKernel& k : kernels) {
     int8 = int8 || k.qdot != nullptr;
+    lanes = lanes || k.lanes;
     half = half || k.half != nullptr;
   }
   if (!int8 && !half) return in;
   const std::size_t q_bytes = quantized_part_bytes(ctx, cols);
   std::byte* shared = ctx.shared(q_bytes + half_part_bytes(ctx, cols));
   if (int8) in.q = qdot_kernels_for(ctx.isa()).quantize(x, cols, shared);
+  if (lanes) write_block_lanes(cols, shared);
   if (half) in.h = prepare_half_row_avx512fp16(x, cols, shared + q_bytes);
   return in;
 }

@@ -471,7 +471,7 @@ QuantizedRow quantize_avx512(const float* x, std::int64_t cols, std::byte* buffe
     _mm256_store_si256(reinterpret_cast<__m256i*>(l.qs + 32 * b), q8);
     store_block_scales(l, b, d, sum);
   }
-  return finish_quantized_row(l);
+  return quantized_row(l);
 }
 
 constexpr QdotKernels kAvx512Vnni = {{

@@ -62,15 +62,19 @@ void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, st
   }
 }
 
-QuantizedRow finish_quantized_row(const QuantizedRowLayout& l) noexcept {
-  // About cols / 4 word copies: a few hundred nanoseconds per product, next to reading its weights.
+QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept {
+  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.d, l.sum, l.lanes, l.blocks};
+}
+
+void write_block_lanes(std::int64_t cols, std::byte* buffer) noexcept {
+  const QuantizedRowLayout l = quantized_row_layout(cols, buffer);
+  if (l.padded_blocks == 0) return;
   // The last unit's lanes past the padded blocks read as zeros.
-  if (l.padded_blocks > 0) std::memset(l.lanes + lane_section_bytes(l.padded_blocks) - kLaneUnitBytes, 0, kLaneUnitBytes);
+  std::memset(l.lanes + lane_section_bytes(l.padded_blocks) - kLaneUnitBytes, 0, kLaneUnitBytes);
   for (std::int64_t b = 0; b < l.padded_blocks; ++b) {
     std::int8_t* unit = l.lanes + (b / kLaneUnitBlocks) * static_cast<std::int64_t>(kLaneUnitBytes);
     for (int m = 0; m < kQBlock / 4; ++m) std::memcpy(unit + 64 * m + 4 * (b % kLaneUnitBlocks), l.qs + kQBlock * b + 4 * m, 4);
   }
-  return {l.qs, l.d8, l.neg_sum8, l.ds, l.ds8, l.d, l.sum, l.lanes, l.blocks};
 }
 
 QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* buffer) noexcept {
@@ -109,7 +113,7 @@ QuantizedRow quantize_row_q8_act(const float* x, std::int64_t cols, std::byte* b
     }
     store_block_scales(l, b, d, sum);
   }
-  return finish_quantized_row(l);
+  return quantized_row(l);
 }
 
 namespace {

@@ -27,9 +27,10 @@ struct QuantizedRow {
   const float* ds8 = nullptr;           // padded_blocks * 8: ds / 8, repeated (sums to ds)
   const float* d = nullptr;             // padded_blocks: d of block b at [b] (16 blocks per vector)
   const std::int32_t* sum = nullptr;    // padded_blocks: sum(q of block b)
-  // The levels again, block per 32-bit lane, as Q4_0R's kernel reads them: units of 16 blocks
-  // (512 bytes; the last one zero-padded), word m (levels 4m .. 4m + 3) of the unit's block i at
-  // 64 m + 4 i of its unit.
+  // The levels again, block per 32-bit lane, as the Q4_0R and Q4_KR kernels read them: units of
+  // 16 blocks (512 bytes; the last one zero-padded), word m (levels 4m .. 4m + 3) of the unit's
+  // block i at 64 m + 4 i of its unit. Written only by write_block_lanes, which decode calls
+  // when a product has such a kernel (DecodeKernel::lanes).
   const std::int8_t* lanes = nullptr;
   std::int64_t blocks = 0;              // real blocks (cols / 32)
 };
@@ -58,9 +59,10 @@ QuantizedRowLayout quantized_row_layout(std::int64_t cols, std::byte* buffer) no
 // every quantizer ends each block with it. (Out of line and compiled for the baseline target:
 // the ISA files may call it, see the ODR note in matmul_kernels.hpp.)
 void store_block_scales(const QuantizedRowLayout& l, std::int64_t b, float d, std::int32_t sum) noexcept;
-// Every quantizer ends with it once all blocks are stored: writes the block-lane copy of the
-// levels (QuantizedRow::lanes) and returns the row.
-QuantizedRow finish_quantized_row(const QuantizedRowLayout& l) noexcept;
+QuantizedRow quantized_row(const QuantizedRowLayout& l) noexcept;
+// Fills QuantizedRow::lanes of the row quantized into `buffer` from its levels (cols / 4 word
+// copies: a few hundred nanoseconds per product).
+void write_block_lanes(std::int64_t cols, std::byte* buffer) noexcept;
 
 // y[r] = sum_b W-block(r, b) . x-block(b) as described above, for r < n_rows.
 using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,

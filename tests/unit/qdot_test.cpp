@@ -258,8 +258,9 @@ TEST_CASE("activation quantizer matches the scalar reference bit for bit on ever
       REQUIRE(q.d[b] == d);
       REQUIRE(q.sum[b] == sum);
     }
-    // The block-lane copy: units of 16 blocks, level 4 m + e of the unit's block i at
-    // 64 m + 4 i + e; blocks past the padded ones read as zeros.
+    // The block-lane copy (written on request): units of 16 blocks, level 4 m + e of the unit's
+    // block i at 64 m + 4 i + e; blocks past the padded ones read as zeros.
+    cpu::detail::write_block_lanes(cols, aligned);
     for (std::int64_t b = 0; b < (padded + 15) / 16 * 16; ++b) {
       for (int e = 0; e < 32; ++e) {
         const std::int8_t want = b < cols / 32 ? ref.q[static_cast<std::size_t>(b * 32 + e)] : 0;
