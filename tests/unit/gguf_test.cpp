@@ -1,6 +1,7 @@
 // GGUF format layer: writer -> reader round trips (tensors of every supported type, metadata of
 // every value type, alignment), typed getters, writer validation, vocabulary-sized parse speed,
 // and the real stories260K files in the shared folder.
+#include "core/repacked_blocks.hpp"
 #include "formats/gguf.hpp"
 #include "formats/gguf_writer.hpp"
 #include "support/random.hpp"
@@ -163,8 +164,7 @@ bool have_file(const std::string& path) {
 TEST_CASE("ggml type table", "[gguf]") {
   for (int i = 0; i < kDTypeCount; ++i) {
     const auto type = static_cast<DType>(i);
-    if (type == DType::kQ8_0R || type == DType::kQ4_0R || type == DType::kFP8_E4M3R ||
-        type == DType::kQ4_KR) {  // resident CPU layouts, never in files
+    if (stored_format_of(type) != type) {  // the repacked resident CPU layouts, never in files
       CHECK_FALSE(gguf::dtype_from_ggml_type(gguf::ggml_type_from_dtype(type)).has_value());
       continue;
     }
