@@ -386,9 +386,13 @@ void qdot_k4_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow
 // Q6_K: groups k = 4h + j and k + 1 (j = 0 or 2) are adjacent activation blocks whose low 4 bits
 // are the low (j = 0) or high (j = 2) nibbles of the 64 bytes ql[64h, 64h + 64), and whose high 2
 // bits are bit pairs j and j + 1 of qh[32h + l]: one zmm of unsigned levels u = 0..63 per pair.
-// The offset 32 is removed exactly with a second vpdpbusd of 32 against q (per 4-element lane).
-// Lanes 4i..4i+3 belong to 16-element sub-block 8h + 2j + i: the 16 fl(d sc) are one vector,
-// permuted per pair.
+// The offset 32 is removed exactly by starting each pair's vpdpbusd at -32 * (sum of q per
+// 4-element lane), computed once for all rows. Lanes 4i..4i+3 belong to 16-element sub-block
+// 8h + 2j + i. Per row and super-block, the 16 fl(fl(d sc) d_x) are one vector (d_x of the
+// sub-block's activation block), permuted per pair: the same products as one multiply per pair.
+// The high bits: with the qh run in both halves of a zmm, the upper half shifted right by 2 puts
+// the j = 2 pairs' bits at 4-5 of each byte, and that shifted left by 4 the j = 0 pairs' bits;
+// one ternary-logic op merges them with the nibbles, one mask clears bits 6-7.
 template <int R>
 inline void qdot_q6_k_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
   const std::int64_t nb = x.blocks / 8;
@@ -399,43 +403,52 @@ inline void qdot_q6_k_rows(const std::byte* w, std::size_t row_stride, const Qua
     blocks[r] = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
     acc0[r] = acc1[r] = _mm512_setzero_ps();
   }
+  const __m512i block_of_sub = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  constexpr int kNibbleOrHigh = 0xE4;  // vpternlogd: (a & c) | (b & ~c)
   for (std::int64_t B = 0; B < nb; ++B) {
     // As qdot_rows: past its row's end, a row's prefetch continues in the next group.
     const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(BlockQ6_K) + kPrefetchBytes;
     const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
-    __m512 dl[R];
+    const __m512 xd_sub = _mm512_permutexvar_ps(block_of_sub, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * B)));
+    __m512 dlx[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(r) * row_stride + ahead + wrap);
       for (int line = 0; line < 4; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
       const BlockQ6_K& blk = blocks[r][B];
       const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(load_u16(&blk.d))));
-      dl[r] = _mm512_mul_ps(
+      const __m512 dl = _mm512_mul_ps(
           d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)))));
+      dlx[r] = _mm512_mul_ps(dl, xd_sub);
     }
-#pragma GCC unroll 4
-    for (int pair = 0; pair < 4; ++pair) {
-      const int h = pair / 2, j = 2 * (pair % 2);
-      const std::int64_t b0 = 8 * B + 4 * h + j;
-      const __m512i q = _mm512_load_si512(x.qs + 32 * b0);
-      const __m512i offset = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), q);
-      const __m512 xd = _mm512_load_ps(x.d8 + 8 * b0);
-      const int s0 = 8 * h + 2 * j;
-      const __m512i pick = _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2, s0 + 2,
-                                             s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i high2[R];  // the j = 2 pairs' high bits at bits 4-5 of each byte
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const BlockQ6_K& blk = blocks[r][B];
-        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
-        const __m512i low = _mm512_and_si512(j == 0 ? ql : _mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F));
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
-        const __m512i qh_shifted = _mm512_mask_srli_epi16(_mm512_srli_epi16(qh, 2 * j), static_cast<__mmask32>(0xFFFF0000u),
-                                                          qh, 2 * j + 2);
-        const __m512i u = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(qh_shifted, _mm512_set1_epi8(3)), 4));
-        const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q), offset);
-        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(pick, dl[r]), xd);
-        __m512& acc = pair % 2 == 0 ? acc0[r] : acc1[r];
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[r][B].qh + 32 * h)));
+        high2[r] = _mm512_mask_srli_epi16(qh, static_cast<__mmask32>(0xFFFF0000u), qh, 2);
+      }
+#pragma GCC unroll 2
+      for (int j = 0; j <= 2; j += 2) {
+        const std::int64_t b0 = 8 * B + 4 * h + j;
+        const __m512i q = _mm512_load_si512(x.qs + 32 * b0);
+        const __m512i neg_offset = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), q));
+        const int s0 = 8 * h + 2 * j;
+        const __m512i pick = _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2, s0 + 2,
+                                               s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512i ql = _mm512_loadu_si512(blocks[r][B].ql + 64 * h);
+          const __m512i nibbles = j == 0 ? ql : _mm512_srli_epi16(ql, 4);
+          const __m512i high = j == 0 ? _mm512_slli_epi16(high2[r], 4) : high2[r];
+          const __m512i u = _mm512_and_si512(_mm512_ternarylogic_epi32(nibbles, high, _mm512_set1_epi8(0x0F), kNibbleOrHigh),
+                                             _mm512_set1_epi8(0x3F));
+          const __m512i dot = _mm512_dpbusd_epi32(neg_offset, u, q);
+          __m512& acc = j == 0 ? acc0[r] : acc1[r];
+          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick, dlx[r]), acc);
+        }
       }
     }
   }
