@@ -52,6 +52,11 @@ struct SamplingRecord {
 struct EngineDigest {
   std::string library_version;
   std::string weights_format;  // e.g. "q8_0" (the format of most weight bytes)
+  // EngineOptions::weights and mmap_weights as the request ran: a conversion changes the
+  // weights, and the resident layouts of FP8 and Q4_K decode with other kernels than the mmapped
+  // file (the same values, summed in another order), so replay needs both.
+  std::string weights_conversion = "as-stored";
+  std::string weights_placement = "resident";  // "resident" or "mmap"
   std::string kv_cache_type;   // "f16" / "f32"
   std::string cpu_isa;         // kernel level in use
   std::string activations = "int8";  // decode activations for quantized weights: "int8" or "f32"

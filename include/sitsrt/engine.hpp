@@ -41,8 +41,9 @@ struct EngineOptions {
   // in ModelInfo (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.
   std::string weights = "as-stored";
   // false (default): the weights are copied at load into one huge-page host buffer, Q8_0/Q4_0
-  // matmul weights repacked into the layouts the decode kernels stream fastest (same results
-  // bit for bit), and the file's pages are dropped: faster decode, a load that reads the whole
+  // matmul weights repacked into the layouts the decode kernels stream fastest (Q8_0/Q4_0: same
+  // results bit for bit; FP8 and Q4_K decode sum in another order, within float rounding; audit
+  // logs record the choice and replay uses it), and the file's pages are dropped: faster decode, a load that reads the whole
   // file. true: matmuls read the mmapped file in place (instant load, pages shared between
   // processes, 4 KiB pages). The copy's cost is in ModelInfo::weights_copy_seconds.
   bool mmap_weights = false;

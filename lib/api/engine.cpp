@@ -169,6 +169,8 @@ struct Engine::Impl {
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
     digest.library_version = kVersion;
     digest.weights_format = most == bytes_by_type.end() ? "none" : std::string(name(most->first));
+    digest.weights_conversion = options.weights.empty() ? "as-stored" : options.weights;
+    digest.weights_placement = options.mmap_weights ? "mmap" : "resident";
     digest.kv_cache_type = info.kv_cache_type;
     digest.cpu_isa = info.cpu_isa;
     digest.activations = info.int8_activations ? "int8" : "f32";

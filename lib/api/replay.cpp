@@ -19,6 +19,11 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
   e.context_length = d.context_length;
   e.max_batch_tokens = d.max_batch_tokens;
   e.cpu_isa = d.cpu_isa;
+  e.weights = d.weights_conversion;  // the engine refuses a conversion it does not know
+  if (d.weights_placement != "resident" && d.weights_placement != "mmap") {
+    raise(ErrorCode::kInvalidArgument, "recorded weight placement '{}' is unknown", d.weights_placement);
+  }
+  e.mmap_weights = d.weights_placement == "mmap";
   if (d.activations != "int8" && d.activations != "f32") {
     raise(ErrorCode::kInvalidArgument, "recorded activations '{}' are unknown", d.activations);
   }
@@ -36,8 +41,9 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
 }
 
 bool same_settings(const EngineDigest& a, const EngineDigest& b) {
-  return a.cpu_isa == b.cpu_isa && a.activations == b.activations && a.max_batch_tokens == b.max_batch_tokens && a.context_length == b.context_length &&
-         a.kv_cache_type == b.kv_cache_type;
+  return a.cpu_isa == b.cpu_isa && a.activations == b.activations && a.max_batch_tokens == b.max_batch_tokens &&
+         a.context_length == b.context_length && a.kv_cache_type == b.kv_cache_type &&
+         a.weights_conversion == b.weights_conversion && a.weights_placement == b.weights_placement;
 }
 
 GenerationConfig config_for(const SamplingRecord& s) {

@@ -22,6 +22,10 @@ T field(const json& j, const char* key) {
     raise(ErrorCode::kInvalidArgument, "audit record field '{}' has the wrong type", key);
   }
 }
+template <typename T>
+T optional_field(const json& j, const char* key, T fallback) {
+  return j.contains(key) ? field<T>(j, key) : fallback;
+}
 
 }  // namespace
 
@@ -34,7 +38,8 @@ json request_to_json(const RequestRecord& r) {
       {"ts_ns", r.unix_time_ns},
       {"model", {{"path", r.model_path}, {"sha256", r.model_sha256}}},
       {"engine",
-       {{"version", e.library_version}, {"weights", e.weights_format}, {"kv", e.kv_cache_type}, {"isa", e.cpu_isa},
+       {{"version", e.library_version}, {"weights", e.weights_format}, {"conversion", e.weights_conversion},
+        {"placement", e.weights_placement}, {"kv", e.kv_cache_type}, {"isa", e.cpu_isa},
         {"activations", e.activations},
         {"threads", e.threads}, {"max_batch_tokens", e.max_batch_tokens}, {"ctx", e.context_length},
         {"deterministic", e.deterministic}}},
@@ -107,6 +112,9 @@ RequestRecord request_from_json(const json& j) {
   const json e = field<json>(j, "engine");
   r.engine.library_version = field<std::string>(e, "version");
   r.engine.weights_format = field<std::string>(e, "weights");
+  // Absent in logs written before these fields: such engines ran as-stored, resident (the defaults).
+  r.engine.weights_conversion = optional_field<std::string>(e, "conversion", "as-stored");
+  r.engine.weights_placement = optional_field<std::string>(e, "placement", "resident");
   r.engine.kv_cache_type = field<std::string>(e, "kv");
   r.engine.cpu_isa = field<std::string>(e, "isa");
   r.engine.activations = field<std::string>(e, "activations");

@@ -94,6 +94,8 @@ py::dict to_dict(const RequestRecord& r) {
   py::dict engine;
   engine["library_version"] = r.engine.library_version;
   engine["weights_format"] = r.engine.weights_format;
+  engine["weights_conversion"] = r.engine.weights_conversion;
+  engine["weights_placement"] = r.engine.weights_placement;
   engine["kv_cache_type"] = r.engine.kv_cache_type;
   engine["cpu_isa"] = r.engine.cpu_isa;
   engine["threads"] = r.engine.threads;

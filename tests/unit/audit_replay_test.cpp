@@ -29,14 +29,24 @@ std::vector<json> records_of(const std::string& path, const std::string& type) {
   return out;
 }
 
+// The model and weight settings a run loads with (the defaults: the tiny Q8_0 model, as stored,
+// resident).
+struct WeightSetup {
+  std::string model = tiny_model();
+  std::string weights = "as-stored";
+  bool mmap = false;
+};
+
 // Runs one audited request at `level` with a fresh log and returns the log path.
 std::string audited_run(TraceLevel level, int threads, bool deterministic, float temperature,
-                        std::vector<std::int64_t> full_steps = {}) {
+                        std::vector<std::int64_t> full_steps = {}, const WeightSetup& setup = {}) {
   JsonlAuditLogOptions log;
   log.path = test::fresh_log_path("replay");
   log.durability = Durability::kNever;
   EngineOptions o;
-  o.model_path = tiny_model();
+  o.model_path = setup.model;
+  o.weights = setup.weights;
+  o.mmap_weights = setup.mmap;
   o.threads = threads;
   o.deterministic = deterministic;
   o.max_batch_tokens = 3;  // prompts are split into several prefill steps
@@ -56,6 +66,22 @@ std::string audited_run(TraceLevel level, int threads, bool deterministic, float
   return log.path;
 }
 
+// Replays `log` (two deterministic requests of 12 tokens, as audited_run writes) on `model` with
+// `threads` threads and checks both bit-exact.
+void check_bit_exact_replay(const std::string& log, const std::string& model, int threads) {
+  ReplayOptions o;
+  o.model_path = model;
+  o.threads = threads;
+  const auto outcomes = replay_log({log}, o);
+  REQUIRE(outcomes.size() == 2);
+  for (const auto& out : outcomes) {
+    INFO(out.message);
+    CHECK(out.match);
+    CHECK(out.deterministic);
+    CHECK(out.tokens == 12);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("request records carry identity, settings, input hashes and metadata", "[audit]") {
@@ -68,6 +94,8 @@ TEST_CASE("request records carry identity, settings, input hashes and metadata",
   CHECK(r["engine"]["deterministic"] == true);
   CHECK(r["engine"]["max_batch_tokens"] == 3);
   CHECK(r["engine"]["weights"] == "q8_0");
+  CHECK(r["engine"]["conversion"] == "as-stored");
+  CHECK(r["engine"]["placement"] == "resident");
   CHECK(r["sampling"]["seed"] == 1234);
   CHECK(r["input_sha256"] == audit::sha256_hex("hello there, audit"));
   CHECK(r["input_tokens_sha256"] == audit::sha256_hex(r["input_tokens"].get<std::vector<std::int32_t>>()));
@@ -124,19 +152,45 @@ TEST_CASE("trace levels: each records its fields and no more", "[audit]") {
 
 TEST_CASE("replay of a deterministic run is bit-exact with another thread count", "[audit]") {
   for (const float temperature : {0.0f, 0.9f}) {
-    const std::string path = audited_run(TraceLevel::kTokens, 2, true, temperature);
-    ReplayOptions o;
-    o.model_path = tiny_model();
-    o.threads = 1;
-    const auto outcomes = replay_log({path}, o);
-    REQUIRE(outcomes.size() == 2);
-    for (const auto& out : outcomes) {
-      INFO(out.message);
-      CHECK(out.match);
-      CHECK(out.deterministic);
-      CHECK(out.tokens == 12);
-    }
+    check_bit_exact_replay(audited_run(TraceLevel::kTokens, 2, true, temperature), tiny_model(), 1);
   }
+}
+
+TEST_CASE("replay loads the weights as the run did: conversion and placement", "[audit]") {
+  // FP8 rows of whole 64-blocks: stored FP8 decodes with another kernel than resident FP8R
+  // (float vs fp16 sums), and an F32 model converted to FP8 is not the F32 model, so a replay
+  // that loaded either differently would not be bit-exact.
+  auto options = test::tiny_options(DType::kF32);
+  options.dim = 128;
+  options.ffn = 256;
+  const std::string f32_model = test::random_model(options, "replay-f32");
+  options.type = DType::kFP8_E4M3;
+  const std::string fp8_model = test::random_model(options, "replay-fp8");
+  for (const WeightSetup& setup : {WeightSetup{f32_model, "fp8", false}, WeightSetup{fp8_model, "as-stored", true}}) {
+    CAPTURE(setup.model, setup.weights, setup.mmap);
+    const std::string path = audited_run(TraceLevel::kTokens, 2, true, 0.9f, {}, setup);
+    const auto requests = records_of(path, "request");
+    REQUIRE(requests.size() == 2);
+    CHECK(requests[0]["engine"]["conversion"] == setup.weights);
+    CHECK(requests[0]["engine"]["placement"] == (setup.mmap ? "mmap" : "resident"));
+    check_bit_exact_replay(path, setup.model, 1);
+  }
+}
+
+TEST_CASE("replay reads logs written before the conversion and placement fields", "[audit]") {
+  const std::string path = audited_run(TraceLevel::kTokens, 2, true, 0.9f);
+  auto lines = test::split_lines(test::read_file(path));
+  int stripped = 0;
+  for (auto& line : lines) {
+    json j = json::parse(line);
+    if (j["type"] != "request") continue;
+    stripped += static_cast<int>(j["engine"].erase("conversion") + j["engine"].erase("placement"));
+    line = j.dump();
+  }
+  CHECK(stripped == 4);
+  const std::string old_log = path + ".old";
+  test::write_file(old_log, test::join_lines(lines));
+  check_bit_exact_replay(old_log, tiny_model(), 2);
 }
 
 TEST_CASE("replay notices a changed record and refuses another model", "[audit]") {
