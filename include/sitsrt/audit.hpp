@@ -54,7 +54,7 @@ struct EngineDigest {
   std::string weights_format;  // e.g. "q8_0" (the format of most weight bytes)
   // EngineOptions::weights and mmap_weights as the request ran: a conversion changes the
   // weights, and the resident layouts of FP8 and Q4_K decode with other kernels than the mmapped
-  // file (the same values, summed in another order), so replay needs both.
+  // file (the same weight values, other roundings), so replay needs both.
   std::string weights_conversion = "as-stored";
   std::string weights_placement = "resident";  // "resident" or "mmap"
   std::string kv_cache_type;   // "f16" / "f32"

@@ -40,12 +40,13 @@ struct EngineOptions {
   // weights whose rows are not whole blocks of the target are kept too. The cost is reported
   // in ModelInfo (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.
   std::string weights = "as-stored";
-  // false (default): the weights are copied at load into one huge-page host buffer, Q8_0/Q4_0
-  // matmul weights repacked into the layouts the decode kernels stream fastest (Q8_0/Q4_0: same
-  // results bit for bit; FP8 and Q4_K decode sum in another order, within float rounding; audit
-  // logs record the choice and replay uses it), and the file's pages are dropped: faster decode, a load that reads the whole
-  // file. true: matmuls read the mmapped file in place (instant load, pages shared between
-  // processes, 4 KiB pages). The copy's cost is in ModelInfo::weights_copy_seconds.
+  // false (default): the weights are copied at load into one huge-page host buffer, Q8_0, Q4_0,
+  // Q4_K and FP8 matmul weights repacked into the layouts the decode kernels stream fastest
+  // (Q8_0/Q4_0: same results bit for bit; FP8 and Q4_K decode with other kernels, whose results
+  // differ within their rounding bounds; audit logs record this choice and replay uses it), and
+  // the file's pages are dropped: faster decode, a load that reads the whole file. true: matmuls
+  // read the mmapped file in place (instant load, pages shared between processes, 4 KiB pages).
+  // The copy's cost is in ModelInfo::weights_copy_seconds.
   bool mmap_weights = false;
   // Memory for weights + KV caches + activation arenas; 0: unlimited. A budget that cannot hold
   // the weights and one request is refused at load (kOutOfMemory, naming the deficit); when
