@@ -102,7 +102,8 @@ graph::RopeAttrs DecoderBuilder::rope_for_layer(std::int32_t layer) const {
 ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
   const std::string p = block(l);
   const std::int64_t d = spec_.n_embd;
-  const std::int64_t q_width = spec_.n_head * spec_.head_dim;
+  const std::int64_t n_head = spec_.n_head_at(l);
+  const std::int64_t q_width = n_head * spec_.head_dim;
   const std::int64_t kv_width = spec_.n_head_kv * spec_.head_dim;
   const auto project = [&](const std::string& tensor, const std::string& node, std::int64_t width) {
     ValueId v = graph_.add_node(OpKind::kMatMul, p + node, l, {h}, {weight(p + tensor + ".weight", {d, width})}, {},
@@ -119,7 +120,7 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
   if (spec_.qk_norm) {
     NodeAttrs qn;
     qn.eps = spec_.rms_eps;
-    qn.n_heads = spec_.n_head;
+    qn.n_heads = n_head;
     NodeAttrs kn = qn;
     kn.n_heads = spec_.n_head_kv;
     q = graph_.add_node(OpKind::kHeadRmsNorm, p + "q_norm", l, {q},
@@ -129,7 +130,7 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
   }
   NodeAttrs rope_q;
   rope_q.rope = rope_for_layer(l);
-  rope_q.n_heads = spec_.n_head;
+  rope_q.n_heads = n_head;
   NodeAttrs rope_k = rope_q;
   rope_k.n_heads = spec_.n_head_kv;
   std::vector<WeightId> factors;
@@ -139,7 +140,7 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
   k = graph_.add_node(OpKind::kRope, p + "k_rope", l, {k}, factors, rope_k, kv_width, RowSpace::kTokens, true);
 
   NodeAttrs attn;
-  attn.n_heads = spec_.n_head;
+  attn.n_heads = n_head;
   attn.n_kv_heads = spec_.n_head_kv;
   attn.head_dim = spec_.head_dim;
   attn.attn_scale = spec_.attn_scale;
@@ -153,7 +154,7 @@ ValueId DecoderBuilder::attention(ValueId h, std::int32_t l) {
 
 ValueId DecoderBuilder::feed_forward(ValueId h, std::int32_t l) {
   const std::string p = block(l);
-  const std::int64_t d = spec_.n_embd, ff = spec_.n_ff;
+  const std::int64_t d = spec_.n_embd, ff = spec_.n_ff_at(l);
   const ValueId gate = graph_.add_node(OpKind::kMatMul, p + "ffn_gate", l, {h},
                                        {weight(p + "ffn_gate.weight", {d, ff})}, {}, ff, RowSpace::kTokens);
   const ValueId up = graph_.add_node(OpKind::kMatMul, p + "ffn_up", l, {h}, {weight(p + "ffn_up.weight", {d, ff})}, {},

@@ -3,8 +3,12 @@
 #include "core/check.hpp"
 #include "formats/gguf.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 namespace sitsrt {
 namespace {
@@ -36,6 +40,50 @@ std::int64_t require_positive(const gguf::File& file, const std::string& key, st
   if (v == 0 || v > limit)
     raise(ErrorCode::kInvalidModel, "{}: metadata '{}' = {} is out of range [1, {}]", file.path(), key, v, limit);
   return static_cast<std::int64_t>(v);
+}
+
+// A key llama.cpp reads as "scalar or per-layer array" (its get_key_or_arr): a scalar applies to
+// every layer, an array holds one unsigned integer per layer. nullopt when the key is absent.
+std::optional<std::vector<std::int64_t>> per_layer_counts(const gguf::File& file, const std::string& key,
+                                                          std::int64_t n_layer, std::uint64_t limit) {
+  const gguf::Value* value = file.find(key);
+  if (value == nullptr) return std::nullopt;
+  const auto in_range = [&](std::uint64_t v, std::string_view where) {
+    if (v == 0 || v > limit)
+      raise(ErrorCode::kInvalidModel, "{}: metadata '{}'{} = {} is out of range [1, {}]", file.path(), key, where, v,
+            limit);
+    return static_cast<std::int64_t>(v);
+  };
+  if (value->type != gguf::ValueType::kArray) {
+    return std::vector<std::int64_t>(static_cast<std::size_t>(n_layer), in_range(file.require_uint(key), ""));
+  }
+  const gguf::Array& array = std::get<gguf::Array>(value->data);
+  if (array.items.size() != static_cast<std::size_t>(n_layer)) {
+    raise(ErrorCode::kInvalidModel, "{}: metadata '{}' holds {} values, expected a scalar or one per layer ({})",
+          file.path(), key, array.items.size(), n_layer);
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(array.items.size());
+  for (std::size_t l = 0; l < array.items.size(); ++l) {
+    const gguf::Value& item = array.items[l];
+    const std::string where = fmt::format("[{}]", l);
+    if (const auto* u = std::get_if<std::uint64_t>(&item.data)) {
+      out.push_back(in_range(*u, where));
+    } else if (const auto* i = std::get_if<std::int64_t>(&item.data); i != nullptr && *i >= 0) {
+      out.push_back(in_range(static_cast<std::uint64_t>(*i), where));
+    } else {
+      raise(ErrorCode::kInvalidModel, "{}: metadata '{}' must be an unsigned integer or an array of them, got an array "
+            "of {}", file.path(), key, gguf::name(array.element_type));
+    }
+  }
+  return out;
+}
+
+// The largest value, and the per-layer list only when the layers differ (ModelSpec::layer_*).
+std::int64_t split_per_layer(const std::vector<std::int64_t>& values, std::vector<std::int64_t>& per_layer) {
+  const auto [low, high] = std::minmax_element(values.begin(), values.end());
+  if (*low != *high) per_layer = values;
+  return *high;
 }
 
 float positive_float(const gguf::File& file, const std::string& key, double fallback) {
@@ -99,16 +147,24 @@ void read_sliding_window(const gguf::File& file, const std::string& arch, const 
   // global), or for Gemma 3 its fixed period of 6; otherwise every layer is windowed (Mistral).
   const std::string pattern_key = arch + ".attention.sliding_window_pattern";
   std::uint64_t period = traits.gemma ? kGemma3SlidingWindowPeriod : 0;
-  if (const gguf::Array* flags = file.get_array(pattern_key)) {
-    if (flags->items.size() != static_cast<std::size_t>(spec.n_layer) ||
-        flags->element_type != gguf::ValueType::kBool) {
-      raise(ErrorCode::kInvalidModel, "{}: '{}' must hold {} booleans", file.path(), pattern_key, spec.n_layer);
+  // llama.cpp reads this key as "scalar or array": either form is accepted.
+  const gguf::Value* pattern = file.find(pattern_key);
+  if (pattern != nullptr && pattern->type == gguf::ValueType::kArray) {
+    const gguf::Array& flags = std::get<gguf::Array>(pattern->data);
+    if (flags.items.size() != static_cast<std::size_t>(spec.n_layer) || flags.element_type != gguf::ValueType::kBool) {
+      raise(ErrorCode::kInvalidModel, "{}: '{}' must be a period or hold {} booleans (one per layer)", file.path(),
+            pattern_key, spec.n_layer);
     }
-    for (std::size_t l = 0; l < flags->items.size(); ++l)
-      spec.windowed_layers[l] = std::get<bool>(flags->items[l].data);
+    for (std::size_t l = 0; l < flags.items.size(); ++l) spec.windowed_layers[l] = std::get<bool>(flags.items[l].data);
     return;
   }
-  if (const auto p = file.get_uint(pattern_key)) period = *p;
+  if (pattern != nullptr) {
+    period = file.require_uint(pattern_key);  // names the key when it is neither an integer nor an array
+    if (period > static_cast<std::uint64_t>(spec.n_layer) + 1) {
+      raise(ErrorCode::kInvalidModel, "{}: '{}' = {} is out of range [0, {}] (a period of layers)", file.path(),
+            pattern_key, period, spec.n_layer + 1);
+    }
+  }
   if (period > 0) {
     for (std::size_t l = 0; l < spec.windowed_layers.size(); ++l) spec.windowed_layers[l] = (l + 1) % period != 0;
   }
@@ -150,15 +206,31 @@ ModelSpec read_model_spec(const gguf::File& file) {
   constexpr std::uint64_t kMaxDim = 1u << 20;
   spec.n_embd = require_positive(file, arch + ".embedding_length", kMaxDim);
   spec.n_layer = require_positive(file, arch + ".block_count", 4096);
-  spec.n_head = require_positive(file, arch + ".attention.head_count", 4096);
-  spec.n_ff = require_positive(file, arch + ".feed_forward_length", kMaxDim * 4);
+  // Head counts and the FFN width may be one value or one per layer (as llama.cpp reads them).
+  const std::string heads_key = arch + ".attention.head_count";
+  const std::string kv_heads_key = arch + ".attention.head_count_kv";
+  const std::string ff_key = arch + ".feed_forward_length";
+  const auto heads = per_layer_counts(file, heads_key, spec.n_layer, 4096);
+  if (!heads) raise(ErrorCode::kInvalidModel, "{}: missing required metadata key '{}'", file.path(), heads_key);
+  spec.n_head = split_per_layer(*heads, spec.layer_n_head);
+  const auto ff = per_layer_counts(file, ff_key, spec.n_layer, kMaxDim * 4);
+  if (!ff) raise(ErrorCode::kInvalidModel, "{}: missing required metadata key '{}'", file.path(), ff_key);
+  spec.n_ff = split_per_layer(*ff, spec.layer_n_ff);
   spec.n_ctx_train = require_positive(file, arch + ".context_length", 1u << 24);
-  spec.n_head_kv = static_cast<std::int64_t>(
-      file.get_uint(arch + ".attention.head_count_kv").value_or(static_cast<std::uint64_t>(spec.n_head)));
-  if (spec.n_head_kv < 1 || spec.n_head % spec.n_head_kv != 0) {
-    raise(ErrorCode::kInvalidModel, "{}: '{}.attention.head_count_kv' = {} does not divide head_count {}", file.path(),
-          arch, spec.n_head_kv, spec.n_head);
+  const std::vector<std::int64_t> kv_heads = per_layer_counts(file, kv_heads_key, spec.n_layer, 4096).value_or(*heads);
+  for (std::size_t l = 0; l < kv_heads.size(); ++l) {
+    if (kv_heads[l] != kv_heads.front()) {
+      raise(ErrorCode::kUnsupported,
+            "{}: '{}' differs between layers (layer 0: {}, layer {}: {}); this version's KV cache holds one width for "
+            "every layer",
+            file.path(), kv_heads_key, kv_heads.front(), l, kv_heads[l]);
+    }
+    if ((*heads)[l] % kv_heads[l] != 0) {
+      raise(ErrorCode::kInvalidModel, "{}: '{}' = {} does not divide head_count {} (layer {})", file.path(),
+            kv_heads_key, kv_heads[l], (*heads)[l], l);
+    }
   }
+  spec.n_head_kv = kv_heads.front();
   // The head width is explicit in Qwen3 and Gemma 3 (q width n_head * head_dim != n_embd).
   const auto key_length = file.get_uint(arch + ".attention.key_length");
   const auto value_length = file.get_uint(arch + ".attention.value_length");
@@ -168,11 +240,13 @@ ModelSpec read_model_spec(const gguf::File& file) {
             *key_length);
     spec.head_dim = static_cast<std::int64_t>(*key_length);
   } else {
-    if (spec.n_embd % spec.n_head != 0) {
+    // As llama.cpp: the first layer's head count decides the width when no key gives it.
+    const std::int64_t first_heads = heads->front();
+    if (spec.n_embd % first_heads != 0) {
       raise(ErrorCode::kInvalidModel, "{}: embedding_length {} is not a multiple of head_count {}", file.path(),
-            spec.n_embd, spec.n_head);
+            spec.n_embd, first_heads);
     }
-    spec.head_dim = spec.n_embd / spec.n_head;
+    spec.head_dim = spec.n_embd / first_heads;
   }
   if (value_length && static_cast<std::int64_t>(*value_length) != spec.head_dim) {
     raise(ErrorCode::kUnsupported, "{}: '{}.attention.value_length' = {} differs from the key length {}", file.path(),

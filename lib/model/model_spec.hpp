@@ -69,6 +69,19 @@ struct ModelSpec {
   std::int64_t sliding_window = 0;    // > 0: windowed layers attend to this many latest positions
   std::vector<bool> windowed_layers;  // n_layer flags: layer uses the sliding window (and local rope)
 
+  // Per-layer values of keys GGUF may store as one scalar or one value per layer (llama.cpp's
+  // "key or array" keys); empty when every layer has the scalar above. When set they hold n_layer
+  // values and the scalar holds the largest, so buffers sized from it fit every layer.
+  std::vector<std::int64_t> layer_n_head;
+  std::vector<std::int64_t> layer_n_ff;
+
+  [[nodiscard]] std::int64_t n_head_at(std::int64_t layer) const noexcept {
+    return layer_n_head.empty() ? n_head : layer_n_head[static_cast<std::size_t>(layer)];
+  }
+  [[nodiscard]] std::int64_t n_ff_at(std::int64_t layer) const noexcept {
+    return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<std::size_t>(layer)];
+  }
+
   [[nodiscard]] bool layer_is_windowed(std::int64_t layer) const noexcept {
     return sliding_window > 0 && static_cast<std::size_t>(layer) < windowed_layers.size() &&
            windowed_layers[static_cast<std::size_t>(layer)];

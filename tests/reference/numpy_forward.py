@@ -23,12 +23,22 @@ class Model:
         self.arch = self.meta("general.architecture")
         self.dim = self.hp("embedding_length")
         self.layers = self.hp("block_count")
-        self.heads = self.hp("attention.head_count")
-        self.kv_heads = self.hp("attention.head_count_kv", self.heads)
+        # Head counts and the FFN width: a scalar, or one value per layer (llama.cpp's key-or-array).
+        self.layer_heads = self.per_layer("attention.head_count")
+        self.layer_kv_heads = self.per_layer("attention.head_count_kv") or self.layer_heads
+        self.heads, self.kv_heads = self.layer_heads[0], self.layer_kv_heads[0]
         self.head_dim = self.hp("attention.key_length", self.dim // self.heads)
         self.eps = self.hp("attention.layer_norm_rms_epsilon")
         self.base = self.hp("rope.freq_base", 10000.0)
         self.window = self.hp("attention.sliding_window", 0)
+        # Which layers are windowed: a bool per layer, or a period (every n-th layer global; 0:
+        # none global); Gemma 3 without the key: period 6.
+        pattern = self.meta(f"{self.arch}.attention.sliding_window_pattern")
+        if isinstance(pattern, list):
+            self.windowed_flags = [bool(v) for v in pattern]
+        else:
+            period = int(pattern) if pattern is not None else (6 if self.arch == "gemma3" else 0)
+            self.windowed_flags = [period == 0 or (layer + 1) % period != 0 for layer in range(self.layers)]
         self.softcap = self.hp("final_logit_softcapping", 0.0)
         self.gemma = self.arch == "gemma3"
         self.neox = self.arch != "llama"  # llama.cpp permutes llama q/k for adjacent pairs
@@ -45,6 +55,12 @@ class Model:
 
     def hp(self, key, default=None):
         return self.meta(f"{self.arch}.{key}", default)
+
+    def per_layer(self, key):
+        value = self.hp(key)
+        if value is None:
+            return None
+        return [int(v) for v in value] if isinstance(value, list) else [int(value)] * self.layers
 
     def weight(self, name: str) -> np.ndarray:
         t = self.tensors[name]
@@ -64,9 +80,7 @@ class Model:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * self.w(name)
 
     def windowed(self, layer: int) -> bool:
-        if self.window == 0:
-            return False
-        return (layer + 1) % 6 != 0 if self.gemma else True
+        return self.window > 0 and self.windowed_flags[layer]
 
     def inverse_frequencies(self, layer: int) -> tuple[np.ndarray, float]:
         d = self.head_dim
@@ -112,13 +126,14 @@ class Model:
     def logits(self, tokens: list[int]) -> np.ndarray:
         """Next-token logits after every token, [T, vocab]."""
         T = len(tokens)
-        hd, H, KV = self.head_dim, self.heads, self.kv_heads
+        hd = self.head_dim
         x = self.w("token_embd.weight")[tokens]
         if self.gemma:
             x = x * math.sqrt(self.dim)
         positions = np.arange(T, dtype=np.float64)
         for l in range(self.layers):
             p = f"blk.{l}."
+            H, KV = self.layer_heads[l], self.layer_kv_heads[l]
             h = self.rms_norm(x, p + "attn_norm.weight")
             proj = {}
             for name in ("attn_q", "attn_k", "attn_v"):
