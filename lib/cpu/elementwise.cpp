@@ -61,16 +61,9 @@ void add(CpuContext& ctx, const float* a, std::int64_t lda, const float* b, std:
 void geglu_tanh(CpuContext& ctx, const float* gate, std::int64_t ldg, const float* up, std::int64_t ldu,
                 std::int64_t rows, std::int64_t n, float* out, std::int64_t ldo) {
   check_shape(rows, n, "geglu_tanh");
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  const auto row_kernel = detail::vec_kernels_for(ctx.isa()).geglu_row;
   for_each_span(ctx, rows, n, [&](std::int64_t i, std::int64_t c0, std::int64_t c1) {
-    const float* g = gate + i * ldg;
-    const float* u = up + i * ldu;
-    float* o = out + i * ldo;
-    for (std::int64_t c = c0; c < c1; ++c) {
-      const float x = g[c];
-      const float gelu = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-      o[c] = gelu * u[c];
-    }
+    row_kernel(gate + i * ldg + c0, up + i * ldu + c0, out + i * ldo + c0, c1 - c0);
   });
 }
 

@@ -200,6 +200,24 @@ void swiglu_row_avx2(const float* gate, const float* up, float* out, std::int64_
   }
 }
 
+// gelu_tanh(g) * u = g * u / (1 + exp(-2 k (g + 0.044715 g^3))), k = sqrt(2 / pi).
+void geglu_row_avx2(const float* gate, const float* up, float* out, std::int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 minus_two_k = _mm256_set1_ps(-1.5957691216057308f);
+  const __m256 cubic = _mm256_set1_ps(0.044715f);
+  std::int64_t i = 0;
+  const auto gelu_mul = [&](__m256 g, __m256 u) {
+    const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(cubic, g), _mm256_mul_ps(g, g), g);
+    const __m256 e = exp_avx2(_mm256_mul_ps(minus_two_k, inner));
+    return _mm256_div_ps(_mm256_mul_ps(g, u), _mm256_add_ps(one, e));
+  };
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    const __m256i k = lanes_below(i, n);
+    _mm256_maskstore_ps(out + i, k, gelu_mul(_mm256_maskload_ps(gate + i, k), _mm256_maskload_ps(up + i, k)));
+  }
+}
+
 void f32_to_f16_row_avx2(const float* src, std::uint16_t* dst, std::int64_t n) {
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   std::int64_t i = 0;
@@ -221,6 +239,7 @@ constexpr VecKernels kAvx2Vec = {
     attend_f32_avx2,
     attend_f16_avx2,
     swiglu_row_avx2,
+    geglu_row_avx2,
     f32_to_f16_row_avx2,
 };
 

@@ -183,6 +183,21 @@ void swiglu_row_avx512(const float* gate, const float* up, float* out, std::int6
   }
 }
 
+// gelu_tanh(g) * u = g * u / (1 + exp(-2 k (g + 0.044715 g^3))), k = sqrt(2 / pi).
+void geglu_row_avx512(const float* gate, const float* up, float* out, std::int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 minus_two_k = _mm512_set1_ps(-1.5957691216057308f);
+  const __m512 cubic = _mm512_set1_ps(0.044715f);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = lanes_below(i, n);
+    const __m512 g = _mm512_maskz_loadu_ps(k, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(k, up + i);
+    const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(cubic, g), _mm512_mul_ps(g, g), g);
+    const __m512 e = exp_avx512(_mm512_mul_ps(minus_two_k, inner));
+    _mm512_mask_storeu_ps(out + i, k, _mm512_div_ps(_mm512_mul_ps(g, u), _mm512_add_ps(one, e)));
+  }
+}
+
 void f32_to_f16_row_avx512(const float* src, std::uint16_t* dst, std::int64_t n) {
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = lanes_below(i, n);
@@ -198,6 +213,7 @@ constexpr VecKernels kAvx512Vec = {
     attend_f32_avx512,
     attend_f16_avx512,
     swiglu_row_avx512,
+    geglu_row_avx512,
     f32_to_f16_row_avx512,
 };
 

@@ -95,6 +95,14 @@ void swiglu_row_generic(const float* gate, const float* up, float* out, std::int
   }
 }
 
+void geglu_row_generic(const float* gate, const float* up, float* out, std::int64_t n) {
+  constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g * up[i] / (1.0f + std::exp(-kTwoSqrt2OverPi * (g + 0.044715f * g * g * g)));
+  }
+}
+
 void f32_to_f16_row_generic(const float* src, std::uint16_t* dst, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
@@ -106,6 +114,7 @@ constexpr VecKernels kGenericVec = {
     attend_f32_generic,
     attend_f16_generic,
     swiglu_row_generic,
+    geglu_row_generic,
     f32_to_f16_row_generic,
 };
 

@@ -47,6 +47,9 @@ struct VecKernels {
   AttendFn attend_f16;  // F16 cache
   // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate or up.
   void (*swiglu_row)(const float* gate, const float* up, float* out, std::int64_t n);
+  // out[i] = gelu_tanh(gate[i]) * up[i], computed as g * u / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3)))
+  // (0.5 (1 + tanh(z)) = 1 / (1 + exp(-2z))); out may alias gate or up.
+  void (*geglu_row)(const float* gate, const float* up, float* out, std::int64_t n);
   // dst[i] = fp16(src[i]), round to nearest even (bit-exact with fp32_to_fp16 except NaN payloads).
   void (*f32_to_f16_row)(const float* src, std::uint16_t* dst, std::int64_t n);
 };
