@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer bpe audit_verify hf_config)
+targets=(gguf safetensors tokenizer bpe audit_verify hf_config kld_base)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -63,6 +63,14 @@ for v in VARIANTS:
           --audit-log build-fuzz/seed.jsonl --audit-key-file build-fuzz/seed.key --audit-rotate-bytes 1500 >/dev/null
         { printf '\x01'; cat build-fuzz/seed.jsonl; for r in build-fuzz/seed.jsonl.*; do
             printf '\n#--\n'; cat "$r"; done; } >"$corpus/hmac-rotated"
+      fi ;;
+    kld_base)  # first byte: bit 0 = repair the checksums before parsing
+      if [ ! -f "$corpus/base" ]; then
+        printf 'Once upon a time there was a little dog. It liked to run. %.0s' $(seq 40) >build-fuzz/seed.txt
+        rm -f build-fuzz/seed.kld && build-fuzz/bin/sitsrt perplexity -m "$tiny" -f build-fuzz/seed.txt -c 8 \
+          --chunks 2 --kl-divergence-base build-fuzz/seed.kld >/dev/null 2>&1
+        { printf '\x00'; cat build-fuzz/seed.kld; } >"$corpus/base"
+        { printf '\x01'; cat build-fuzz/seed.kld; } >"$corpus/base-repaired"
       fi ;;
     *)
       printf 'Once upon a time' >"$corpus/ascii"

@@ -22,6 +22,7 @@ commands:
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
   tokenize    print the token ids of a text (GGUF model or tokenizer.json; --json, --batch)
   logits      print the raw next-token logits for token ids or a prompt as JSON
+  perplexity  perplexity of a text (llama-perplexity style); save or compare KL-divergence bases
   convert     convert a Hugging Face model directory (config.json + safetensors) to GGUF
   make-model  write a deterministic random-weight GGUF (llama, mistral, qwen2, qwen3, gemma3)
   audit       verify, replay or show an audit log (sitsrt audit verify|replay|show --help)
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
     if (command == "audit") return sitsrt::cli::audit_command(argc, argv);
     if (command == "tokenize") return sitsrt::cli::tokenize_command(argc, argv);
     if (command == "logits") return sitsrt::cli::logits_command(argc, argv);
+    if (command == "perplexity") return sitsrt::cli::perplexity_command(argc, argv);
     if (command == "convert") return sitsrt::cli::convert_command(argc, argv);
     if (command == "make-model") return sitsrt::cli::make_model_command(argc, argv);
     fmt::print(stderr, "sitsrt: unknown command '{}'\n\n{}", command, kUsage);

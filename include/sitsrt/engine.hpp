@@ -96,6 +96,24 @@ struct RequestQueueStats {
   std::size_t peak_in_flight = 0;
 };
 
+// How Engine::evaluate() runs a sequence and which positions it reports.
+struct EvaluateOptions {
+  // Positions before this one are context only: their logits are neither computed by the output
+  // head nor reported. Must be in [0, tokens.size()).
+  std::int64_t first_scored = 0;
+  // false: prompt steps of up to max_batch_tokens from the first token (the prefill kernels), as
+  // logits(tokens, true) runs them. true: the context before first_scored in prompt steps, then
+  // every scored position as its own one-token step: the decode kernels generation uses, where
+  // EngineOptions::int8_activations applies (prefill rows always use float activations).
+  bool decode_scored = false;
+};
+// Receives the next-token logits after tokens[position] (n_vocab floats), once per scored
+// position in increasing order. `logits` is a view into the request's activation arena, valid
+// only during the call: copy what must outlive it. Runs on the calling thread without the
+// engine's step lock held, so it may take its time and may call other Engine methods (they
+// take their own session); an exception it throws ends the evaluation and propagates.
+using LogitsCallback = std::function<void(std::int64_t position, std::span<const float> logits)>;
+
 class SITSRT_API Engine {
  public:
   // Loads and validates the model; throws sitsrt::Error naming the file and field on failure.
@@ -118,6 +136,12 @@ class SITSRT_API Engine {
   // Next-token logits after each of `tokens` (all_positions) or after the last one only.
   // Row-major [positions x vocab].
   std::vector<float> logits(std::span<const std::int32_t> tokens, bool all_positions = false) const;
+  // Scores `tokens` from an empty context without materialising [positions x vocab]: calls
+  // on_logits for each position >= options.first_scored as its step completes (perplexity, KL
+  // divergence; sitsrt perplexity). With first_scored 0 and decode_scored false the rows equal
+  // logits(tokens, true) bit for bit. Memory: one request's session, as logits(). Thread-safe.
+  void evaluate(std::span<const std::int32_t> tokens, const EvaluateOptions& options,
+                const LogitsCallback& on_logits) const;
 
   [[nodiscard]] std::vector<std::int32_t> tokenize(std::string_view text, bool add_bos = true) const;
   // Text of a token sequence; a sequence starting with BOS loses the tokenizer's dummy-prefix

@@ -43,6 +43,7 @@ struct ModelInfo {
   double weights_copy_seconds = 0.0;  // wall time of copying (and repacking) resident weights
   std::int32_t bos = -1;
   std::int32_t eos = -1;
+  bool add_bos = false;  // the tokenizer prepends bos to a text (GGUF tokenizer.ggml.add_bos_token)
 };
 
 }  // namespace sitsrt

@@ -257,6 +257,7 @@ struct Engine::Impl {
     if (tokenizer) {
       info.bos = tokenizer->vocab().bos;
       info.eos = tokenizer->vocab().eos;
+      info.add_bos = tokenizer->vocab().add_bos && info.bos >= 0;
     }
   }
 
@@ -395,6 +396,20 @@ std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all
     s.reset();
     const auto out = s.forward(tokens, all_positions);
     return std::vector<float>(out.begin(), out.end());
+  });
+}
+
+void Engine::evaluate(std::span<const std::int32_t> tokens, const EvaluateOptions& options,
+                      const LogitsCallback& on_logits) const {
+  if (!on_logits) raise(ErrorCode::kInvalidArgument, "evaluate: on_logits is empty");
+  const auto vocab = static_cast<std::size_t>(impl_->spec.n_vocab);
+  impl_->with_session([&](Session& s) {
+    s.reset();
+    s.score(tokens, options.first_scored, options.decode_scored, [&](std::int64_t first, std::span<const float> rows) {
+      for (std::size_t r = 0; r * vocab < rows.size(); ++r) {
+        on_logits(first + static_cast<std::int64_t>(r), rows.subspan(r * vocab, vocab));
+      }
+    });
   });
 }
 

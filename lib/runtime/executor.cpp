@@ -16,7 +16,7 @@ Session::Session(const ExecutionPlan& plan)
   logits_.resize(static_cast<std::size_t>(plan.n_vocab));
 }
 
-std::span<const float> Session::forward(std::span<const std::int32_t> tokens, bool all_positions) {
+void Session::check_tokens(std::span<const std::int32_t> tokens) const {
   const auto n = static_cast<std::int64_t>(tokens.size());
   if (n == 0) raise(ErrorCode::kInvalidArgument, "forward: no tokens");
   if (kv_.size() + n > kv_.capacity()) {
@@ -28,6 +28,11 @@ std::span<const float> Session::forward(std::span<const std::int32_t> tokens, bo
       raise(ErrorCode::kInvalidArgument, "forward: token id {} is outside the vocabulary [0, {})", t, plan_.n_vocab);
     }
   }
+}
+
+std::span<const float> Session::forward(std::span<const std::int32_t> tokens, bool all_positions) {
+  check_tokens(tokens);
+  const auto n = static_cast<std::int64_t>(tokens.size());
   const std::size_t vocab = static_cast<std::size_t>(plan_.n_vocab);
   const std::size_t needed = all_positions ? static_cast<std::size_t>(n) * vocab : vocab;
   if (logits_.size() < needed) logits_.resize(needed);  // only for scoring whole sequences
@@ -35,21 +40,35 @@ std::span<const float> Session::forward(std::span<const std::int32_t> tokens, bo
   for (std::int64_t begin = 0; begin < n; begin += chunk) {
     const std::int64_t count = std::min(chunk, n - begin);
     const bool last = begin + count == n;
-    std::int64_t outputs = 0;
-    float* dst = nullptr;
-    if (all_positions) {
-      outputs = count;
-      dst = logits_.data() + static_cast<std::size_t>(begin) * vocab;
-    } else if (last) {
-      outputs = 1;
-      dst = logits_.data();
-    }
-    step(tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)), outputs, dst);
+    const std::int64_t outputs = all_positions ? count : last ? 1 : 0;
+    const auto rows = step(tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)), outputs);
+    float* dst = all_positions ? logits_.data() + static_cast<std::size_t>(begin) * vocab : logits_.data();
+    if (!rows.empty()) std::memcpy(dst, rows.data(), rows.size_bytes());
   }
   return {logits_.data(), needed};
 }
 
-void Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs, float* logits_out) {
+void Session::score(std::span<const std::int32_t> tokens, std::int64_t first_output, bool decode_outputs,
+                    RowsCallback on_rows) {
+  check_tokens(tokens);
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (first_output < 0 || first_output >= n) {
+    raise(ErrorCode::kInvalidArgument, "score: first scored position {} is outside the {} tokens", first_output, n);
+  }
+  const std::int64_t chunk = plan_.memory.max_tokens;
+  std::int64_t begin = 0;
+  while (begin < n) {
+    std::int64_t count = std::min(chunk, n - begin);
+    if (decode_outputs) count = begin < first_output ? std::min(count, first_output - begin) : 1;
+    // The scored rows of a step are its last ones (the head takes the last n_outputs rows).
+    const std::int64_t outputs = std::max<std::int64_t>(0, begin + count - std::max(begin, first_output));
+    const auto rows = step(tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)), outputs);
+    if (outputs > 0) on_rows(begin + count - outputs, rows);
+    begin += count;
+  }
+}
+
+std::span<const float> Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs) {
   const auto n = static_cast<std::int64_t>(tokens.size());
   const std::int64_t pos0 = kv_.size();
   for (std::int64_t i = 0; i < n; ++i) positions_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
@@ -88,11 +107,11 @@ void Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs,
     if (profile) profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
   }
   kv_.set_size(pos0 + n);
-  if (n_outputs > 0) {
-    const auto* src = reinterpret_cast<const float*>(
-        ctx.arena + plan_.memory.offsets[static_cast<std::size_t>(graph.output())]);
-    std::memcpy(logits_out, src, static_cast<std::size_t>(n_outputs * plan_.n_vocab) * sizeof(float));
-  }
+  if (n_outputs == 0) return {};
+  // The arena is this session's: the rows stay put until its next step.
+  const auto* rows =
+      reinterpret_cast<const float*>(ctx.arena + plan_.memory.offsets[static_cast<std::size_t>(graph.output())]);
+  return {rows, static_cast<std::size_t>(n_outputs * plan_.n_vocab)};
 }
 
 }  // namespace sitsrt

@@ -2,6 +2,7 @@
 // splits long prompts into steps of at most plan.max_tokens tokens, and returns logits.
 #pragma once
 
+#include "core/function_ref.hpp"
 #include "graph/graph.hpp"
 #include "graph/memory_plan.hpp"
 #include "runtime/backend.hpp"
@@ -39,12 +40,25 @@ class Session {
   // until the next call. Throws kInvalidArgument when the context would overflow.
   std::span<const float> forward(std::span<const std::int32_t> tokens, bool all_positions = false);
 
+  // Feeds `tokens` at the next positions and hands over the logits after each token i >=
+  // first_output as the steps produce them: on_rows(i0, rows) with rows = [k x n_vocab] for
+  // tokens i0 .. i0 + k - 1, a view into the activation arena valid only during the call (no
+  // [tokens x n_vocab] buffer exists). Steps as forward(): prompt steps of up to max_tokens from
+  // the first token (first_output 0 gives forward(tokens, true)'s rows bit for bit), outputs
+  // computed only for the scored rows; decode_outputs instead runs the rows before first_output
+  // in prompt steps and every scored token as its own one-token (decode) step.
+  using RowsCallback = FunctionRef<void(std::int64_t first, std::span<const float> rows)>;
+  void score(std::span<const std::int32_t> tokens, std::int64_t first_output, bool decode_outputs,
+             RowsCallback on_rows);
+
   [[nodiscard]] std::int64_t position() const noexcept { return kv_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return kv_.capacity(); }
   void reset() noexcept { kv_.set_size(0); }
 
  private:
-  void step(std::span<const std::int32_t> tokens, std::int64_t n_outputs, float* logits_out);
+  void check_tokens(std::span<const std::int32_t> tokens) const;
+  // Runs one step; returns the n_outputs logits rows (a view into the arena; empty for 0).
+  std::span<const float> step(std::span<const std::int32_t> tokens, std::int64_t n_outputs);
 
   const ExecutionPlan& plan_;
   std::unique_ptr<BackendBuffer> arena_;

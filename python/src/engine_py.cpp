@@ -193,7 +193,7 @@ void bind_engine(py::module_& m) {
         d["n_params"] = i.n_params; d["weight_bytes"] = i.weight_bytes; d["context_length"] = i.context_length;
         d["kv_cache_type"] = i.kv_cache_type; d["kv_cache_bytes"] = i.kv_cache_bytes;
         d["activation_bytes"] = i.activation_bytes; d["threads"] = i.threads; d["cpu_isa"] = i.cpu_isa;
-        d["bos"] = i.bos; d["eos"] = i.eos;
+        d["bos"] = i.bos; d["eos"] = i.eos; d["add_bos"] = i.add_bos;
         d["weights"] = i.weights; d["weights_converted_tensors"] = i.weights_converted_tensors;
         d["weights_kept_tensors"] = i.weights_kept_tensors; d["weights_converted_bytes"] = i.weights_converted_bytes;
         d["weights_converted_to_bytes"] = i.weights_converted_to_bytes;

@@ -40,7 +40,7 @@ PY
 }
 
 check "top-level --help" "$cli" --help
-for sub in run info graph bench logits make-model "audit verify" "audit replay" "audit show"; do
+for sub in run info graph bench logits perplexity make-model "audit verify" "audit replay" "audit show"; do
   # shellcheck disable=SC2086
   check "$sub --help" "$cli" $sub --help
 done
@@ -196,6 +196,66 @@ check "audit: HMAC log verifies with its key only" bash -c "'$cli' run -m '$mode
 check "run --otlp-trace: one OTLP/JSON span with 5 token events" json_check "$work/trace.jsonl" \
   "len(doc['resourceSpans'][0]['scopeSpans'][0]['spans'][0]['events']) == 5"
 check "audit: an existing log is never overwritten" bash -c "'$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/h.jsonl' 2>/dev/null; test \$? -eq 1"
+
+# sitsrt perplexity: the llama-perplexity report, --json, and KL-divergence base files.
+text=$here/../data/text/architecture-notes.txt
+stories=$shared/models/stories260K.gguf
+if [ -f "$stories" ]; then
+  ppl=("$cli" perplexity -t 2 -c 128 --chunks 4)
+  check "perplexity: running estimates and the final estimate" bash -c "$(printf '%q ' "${ppl[@]}") -m '$stories' -f '$text' \
+    >'$work/ppl.txt' 2>/dev/null && grep -q '^\[1\][0-9.]*,\[2\][0-9.]*,\[3\][0-9.]*,\[4\][0-9.]*,$' '$work/ppl.txt' \
+    && grep -q '^Final estimate: PPL = [0-9.]* +/- [0-9.]*$' '$work/ppl.txt'"
+  "${ppl[@]}" -m "$stories" -f "$text" --json >"$work/ppl.json" 2>/dev/null
+  check "perplexity --json: fields" json_check "$work/ppl.json" \
+    "doc['n_ctx'] == 128 and doc['first_scored'] == 64 and doc['chunks'] == 4 and doc['scored'] == 4 * 63 \
+and doc['evaluated_tokens'] == 4 * 127 and len(doc['chunk_ppl']) == 4 and doc['ppl'] == doc['chunk_ppl'][-1] \
+and 1 < doc['ppl'] < 1e5 and doc['ppl_error'] > 0 and doc['add_bos'] and len(doc['model_sha256']) == 64 \
+and doc['engine']['activations'] == 'int8' and doc['tokens_per_second'] > 0 and 'kl_divergence' not in doc"
+  check "perplexity: the text and JSON reports agree" bash -c "grep -q \"PPL = \$(python3 -c \"import json; print('%.4f' % json.load(open('$work/ppl.json'))['ppl'])\")\" '$work/ppl.txt'"
+  "${ppl[@]}" -m "$stories" -f "$text" --activations f32 --kl-divergence-base "$work/base.kld" --json >"$work/base.json" 2>/dev/null
+  check "perplexity --kl-divergence-base: writes the base (no .part left)" json_check "$work/base.json" \
+    "doc['kl_divergence_base']['mode'] == 'written' and doc['kl_divergence_base']['rows'] == 4 * 63 \
+and doc['kl_divergence_base']['bytes'] == __import__('os').path.getsize('$work/base.kld') \
+and not __import__('os').path.exists('$work/base.kld.part')"
+  "$cli" perplexity -t 2 -m "$stories" --activations f32 --kl-divergence --kl-divergence-base "$work/base.kld" --json \
+    >"$work/self.json" 2>/dev/null
+  check "perplexity --kl-divergence: a run against its own base is ~0 (uint16 rounding only)" python3 -c "
+import json
+doc = json.load(open('$work/self.json'))
+k = doc['kl_divergence']
+assert doc['kl_divergence_base']['mode'] == 'read' and k['count'] == 252
+assert 0 <= k['kld']['value'] < 1e-6 and k['kld_quantiles']['max'] < 1e-5, k['kld']
+assert k['same_top']['value'] == 1.0 and k['rms_p_diff']['value'] < 1e-5
+assert abs(k['ppl']['value'] / k['ppl_base']['value'] - 1) < 1e-5 and abs(k['ppl']['value'] - doc['ppl']) < 1e-9
+"
+  if [ -f "$shared/models/stories260K-Q8_0.gguf" ]; then
+    "$cli" perplexity -t 2 -m "$shared/models/stories260K-Q8_0.gguf" --kl-divergence --kl-divergence-base "$work/base.kld" \
+      -f "$text" >"$work/q8.txt" 2>/dev/null
+    check "perplexity --kl-divergence: Q8_0 against the F32 base (text report)" bash -c \
+      "grep -q '^Mean    KLD: ' '$work/q8.txt' && grep -q '^Same top p: ' '$work/q8.txt' && grep -q '^Mean PPL(base) ' '$work/q8.txt' \
+&& grep -q '^RMS Δp    : ' '$work/q8.txt' && grep -q '^99.0%   KLD: ' '$work/q8.txt' && grep -q '^   4 ' '$work/q8.txt'"
+  fi
+  "$cli" perplexity -t 2 -c 8 --chunks 2 -m "$model" -f "$text" --kl-divergence-base "$work/tiny.kld" >/dev/null 2>&1
+  check "perplexity: a base of another vocabulary is refused naming the file and n_vocab" bash -c \
+    "'$cli' perplexity -m '$stories' --kl-divergence --kl-divergence-base '$work/tiny.kld' 2>&1 >/dev/null | grep -q \"tiny.kld: .*'n_vocab'\"; test \${PIPESTATUS[0]} -eq 1"
+  check "perplexity: tokens of another text are refused naming the file and field" bash -c \
+    "'$cli' perplexity -m '$stories' --kl-divergence --kl-divergence-base '$work/base.kld' -f '$here/cli_test.sh' 2>&1 | grep -q \"base.kld: .*'tokens'\""
+  check "perplexity: another -c than the base's is refused" bash -c \
+    "'$cli' perplexity -m '$stories' -c 64 --kl-divergence --kl-divergence-base '$work/base.kld' 2>&1 | grep -q \"'n_ctx'\""
+  head -c 5000 "$work/base.kld" >"$work/cut.kld"
+  check "perplexity: a truncated base is an error naming the file" bash -c \
+    "'$cli' perplexity -m '$stories' --kl-divergence --kl-divergence-base '$work/cut.kld' 2>&1 | grep -q 'cut.kld: .*truncated'"
+  printf 'not a base file, just some bytes that are long enough to fill the fixed header of one, and then some more of them' \
+    >"$work/junk.kld"
+  check "perplexity: a file that is no base is refused naming its magic" bash -c \
+    "'$cli' perplexity -m '$stories' --kl-divergence --kl-divergence-base '$work/junk.kld' 2>&1 | grep -q \"junk.kld: .*'magic'\""
+  check "perplexity: too short a text names the tokens needed" bash -c \
+    "'$cli' perplexity -m '$stories' -f '$here/../fuzz/dict/gguf.dict' -c 4096 2>&1 | grep -q 'needs at least 8192'"
+  check "perplexity: --kl-divergence needs a base (usage error)" bash -c \
+    "'$cli' perplexity -m '$stories' --kl-divergence; test \$? -eq 2"
+else
+  echo "skipped: perplexity checks on stories260K ($shared/models is absent)"
+fi
 
 if [ -n "$examples" ]; then
   check "installed example: stream" bash -c "'$examples/sitsrt_stream' '$model' 'abc' | grep -q 'tokens'"
