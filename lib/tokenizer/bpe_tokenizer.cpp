@@ -54,9 +54,40 @@ std::vector<std::string> pre_tokenizer_of(const Vocabulary& vocab, std::string_v
   return detail::pre_tokenizer_patterns(vocab.pre, source);
 }
 
+// Whether every byte of `text` belongs to a well-formed UTF-8 character.
+bool is_valid_utf8(std::string_view text) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    if (static_cast<std::uint8_t>(text[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
+    const detail::Utf8Sequence sequence = detail::scan_utf8(text.substr(pos));
+    if (sequence.status != detail::Utf8Status::kComplete) return false;
+    pos += sequence.length;
+  }
+  return true;
+}
+
+// llama.cpp's reading of invalid UTF-8 (unicode_cpts_from_utf8): each byte that does not belong
+// to a well-formed character becomes U+FFFD. Overlong forms and surrogates count as invalid here.
+void replace_invalid_utf8(std::string_view text, std::string& out) {
+  out.clear();
+  for (std::size_t pos = 0; pos < text.size();) {
+    const detail::Utf8Sequence sequence = detail::scan_utf8(text.substr(pos));
+    if (sequence.status == detail::Utf8Status::kComplete) {
+      out.append(text.substr(pos, sequence.length));
+      pos += sequence.length;
+    } else {
+      out.append(detail::kReplacementCharacter);
+      ++pos;
+    }
+  }
+}
+
 }  // namespace
 
 struct BpeTokenizer::Scratch {
+  std::string valid_text;  // the text with invalid UTF-8 replaced, when it has any
   std::vector<std::string_view> pre_tokens;
   std::string mapped;
   std::vector<Symbol> symbols;
@@ -67,7 +98,9 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
     : vocab_(complete_vocabulary(std::move(vocab))),
       splitter_(pre_tokenizer_of(vocab_, source), source),
       specials_(vocab_) {
-  if (vocab_.pre_patterns.empty() && detail::pre_tokenizer_ignores_merges(vocab_.pre)) vocab_.ignore_merges = true;
+  if (vocab_.pre_patterns.empty() && !vocab_.pre.empty() && detail::pre_tokenizer_spec(vocab_.pre, source).ignore_merges) {
+    vocab_.ignore_merges = true;
+  }
 
   const std::int32_t size = vocab_.size();
   piece_to_id_.reserve(vocab_.pieces.size());
@@ -131,11 +164,11 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text, bool add_b
   if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
   ids.reserve(ids.size() + text.size() / 3 + 1);
   Scratch scratch;
-  if (!parse_special) {
+  if (!parse_special && !specials_.has_user_defined()) {
     encode_text(text, ids, scratch);
     return ids;
   }
-  for (const detail::TextFragment& fragment : specials_.split(text)) {
+  for (const detail::TextFragment& fragment : specials_.split(text, parse_special)) {
     if (fragment.token >= 0) {
       ids.push_back(fragment.token);
     } else {
@@ -147,6 +180,10 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text, bool add_b
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out, Scratch& scratch) const {
   scratch.pre_tokens.clear();
+  if (!is_valid_utf8(text)) {
+    replace_invalid_utf8(text, scratch.valid_text);
+    text = scratch.valid_text;
+  }
   splitter_.split(text, scratch.pre_tokens);
   for (const std::string_view pre_token : scratch.pre_tokens) encode_pre_token(pre_token, out, scratch);
 }

@@ -132,14 +132,14 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::m
 std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<std::int32_t> ids;
   if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
-  if (!parse_special) {
+  if (!parse_special && !specials_.has_user_defined()) {
     encode_fragment(text, vocab_.add_space_prefix, ids);
     return ids;
   }
-  // As llama.cpp: the dummy prefix goes before the first text and before text that follows
-  // a special token.
+  // As llama.cpp: user-defined tokens (and with parse_special control ones) are cut out first;
+  // the dummy prefix goes before the first text and before text that follows such a token.
   bool after_special = true;
-  for (const detail::TextFragment& fragment : specials_.split(text)) {
+  for (const detail::TextFragment& fragment : specials_.split(text, parse_special)) {
     if (fragment.token >= 0) {
       ids.push_back(fragment.token);
       after_special = true;

@@ -24,10 +24,10 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(Vocabulary vocab);
 
   // Encodes text; prepends BOS when add_bos (and the vocabulary has one). Never appends EOS
-  // (vocab().add_eos is left to the caller). Special-token text such as "<s>" is encoded as
-  // plain text unless `parse_special`; then each text between special tokens gets its own
-  // dummy prefix when it follows a special token (llama.cpp's rule). Thread-safe. Throws
-  // kInvalidArgument only when a character has neither byte tokens nor an unknown token.
+  // (vocab().add_eos is left to the caller). Special tokens as Tokenizer::encode says; each
+  // text between them gets its own dummy prefix when it follows a token (llama.cpp's rule).
+  // Thread-safe. Throws kInvalidArgument only when a character has neither byte tokens nor an
+  // unknown token.
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text, bool add_bos,
                                                  bool parse_special = false) const override;
 

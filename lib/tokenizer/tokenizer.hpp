@@ -20,9 +20,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Text to ids; prepends BOS when `add_bos` and the vocabulary has one, never appends EOS.
-  // With `parse_special`, control and user-defined token texts (and tokenizer.json added
-  // tokens) found in the text become their single ids, the longest match at the leftmost
-  // position first; without it they are encoded as ordinary text.
+  // As llama.cpp, user-defined token texts (tokenizer.json's non-special added tokens) found in
+  // the text always become their single ids; with `parse_special` control and unknown-type ones
+  // too (tokenizer.json's special added tokens). The longest token text is taken first.
   [[nodiscard]] virtual std::vector<std::int32_t> encode(std::string_view text, bool add_bos,
                                                          bool parse_special = false) const = 0;
 
