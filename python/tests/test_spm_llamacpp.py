@@ -189,7 +189,9 @@ WHITESPACE = ([" " * n for n in range(1, 41)] + ["a" + " " * n + "b" for n in ra
               ["\t" * n + "x" for n in range(1, 35)] + ["\n" * n + "y" for n in range(1, 35)] +
               [" \n \n  \n   \n", "\r\n\r\n  \r\n", "x \t \t\t \n\n  y", "  leading", "trailing   ", "a  <b>bold</b>  c"])
 TEXTS = WHITESPACE + [CODE, CODE.replace("    ", "  "), "<table>\n  <tr><td>1</td></tr>\n</table>", "Hello, world!",
-                      "caf\u00e9 \u65e5\u672c\u8a9e \U0001F600\u200d", "\u2581\u2581 x"]
+                      "caf\u00e9 \u65e5\u672c\u8a9e \U0001F600\u200d", "\u2581\u2581 x", "x> </y <p>a</p> </div>"]
+# Longer real text: this repository's C++ source and documentation.
+TEXTS += [(REPO / "lib" / "tokenizer" / "spm_tokenizer.cpp").read_text(), (REPO / "docs" / "tokenizers.md").read_text()]
 
 
 @pytest.fixture(scope="module")
