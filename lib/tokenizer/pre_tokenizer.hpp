@@ -18,6 +18,12 @@ struct PreTokenizerSpec {
   std::vector<std::string_view> patterns;  // applied in turn
   bool ignore_merges = false;              // a pre-token that is itself a piece is emitted whole
   bool add_bos = false;                    // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+  // SentencePiece-style BPE (llama.cpp's byte_encode = false): pieces are raw UTF-8, characters
+  // without a piece fall back to <0xNN> tokens.
+  bool raw_utf8 = false;
+  bool escape_spaces = false;       // spaces become U+2581 before splitting (raw_utf8 only)
+  bool newline_runs_whole = false;  // a pre-token of only '\n' that is a piece is one token (Gemma 4)
+  bool force_bos = false;           // BOS even when the file says not (llama.cpp's Gemma 4 workaround)
 };
 
 // The spec of `pre`, or nullopt for a name that is unknown or not supported here.

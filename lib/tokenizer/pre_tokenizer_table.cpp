@@ -127,18 +127,20 @@ const Patterns kExaoneMoeSet = {
 const Patterns kMiniCpm5Set = {
     R"(\p{N}{1,3})",
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
-const Patterns kNone = {};  // SentencePiece-style BPE: not supported
+// SentencePiece-style BPE over raw UTF-8: only newlines split (merges never cross them).
+const Patterns kLinesSet = {R"([^\n]+|[\n]+)"};
+const Patterns kWhitespaceSet = {R"(\S+)"};
+
+enum class Raw { kNo, kEscaped, kPlain };
 
 struct Entry {
   std::string_view name;
   const Patterns* patterns;
   bool ignore_merges = false;
   bool add_bos = false;
-  std::string_view unsupported = {};
+  Raw raw = Raw::kNo;
+  bool gemma4 = false;  // newline runs whole, BOS forced
 };
-
-constexpr std::string_view kRawUtf8 =
-    "runs BPE on raw UTF-8 with U+2581 for spaces (llama.cpp's byte_encode = false), which this build does not support";
 
 // In llama.cpp's order (load()); "gpt2" is GPT-2's published pattern, not a llama.cpp name.
 const std::array kEntries = {
@@ -173,13 +175,13 @@ const std::array kEntries = {
     Entry{"mellum", &kGpt2Set},
     Entry{"modern-bert", &kGpt2Set},
     Entry{"jais-2", &kJais2Set},
-    Entry{"gemma4", &kNone, false, false, kRawUtf8},
-    Entry{"granite-embed-multi-311m", &kNone, false, false, kRawUtf8},
-    Entry{"sarvam-moe", &kNone, false, false, kRawUtf8},
+    Entry{"gemma4", &kLinesSet, false, false, Raw::kEscaped, true},
+    Entry{"granite-embed-multi-311m", &kLinesSet, false, false, Raw::kEscaped, true},
+    Entry{"sarvam-moe", &kLinesSet, false, false, Raw::kEscaped},
     Entry{"jina-v1-en", &kGpt2Set},
     Entry{"jina-v2-code", &kGpt2Set},
     Entry{"roberta-bpe", &kGpt2Set},
-    Entry{"whitespace", &kNone, false, false, kRawUtf8},
+    Entry{"whitespace", &kWhitespaceSet, false, false, Raw::kPlain},
     Entry{"refact", &kStarCoderSet},
     Entry{"command-r", &kStarCoderSet},
     Entry{"qwen2", &kQwen2Set},
@@ -248,27 +250,26 @@ std::string_view gpt2_pattern() noexcept { return kGpt2; }
 
 std::vector<std::string_view> pre_tokenizer_names() {
   std::vector<std::string_view> names;
-  for (const Entry& entry : kEntries) {
-    if (entry.unsupported.empty()) names.push_back(entry.name);
-  }
+  for (const Entry& entry : kEntries) names.push_back(entry.name);
   return names;
 }
 
 std::optional<PreTokenizerSpec> find_pre_tokenizer(std::string_view pre) {
   const Entry* entry = find_entry(pre);
-  if (entry == nullptr || !entry->unsupported.empty()) return std::nullopt;
+  if (entry == nullptr) return std::nullopt;
   PreTokenizerSpec spec;
   spec.patterns.assign(entry->patterns->begin(), entry->patterns->end());
   spec.ignore_merges = entry->ignore_merges;
-  spec.add_bos = entry->add_bos;
+  spec.add_bos = entry->add_bos || entry->gemma4;
+  spec.raw_utf8 = entry->raw != Raw::kNo;
+  spec.escape_spaces = entry->raw == Raw::kEscaped;
+  spec.newline_runs_whole = entry->gemma4;
+  spec.force_bos = entry->gemma4;
   return spec;
 }
 
 PreTokenizerSpec pre_tokenizer_spec(std::string_view pre, std::string_view source) {
   if (std::optional<PreTokenizerSpec> spec = find_pre_tokenizer(pre)) return *std::move(spec);
-  if (const Entry* entry = find_entry(pre)) {
-    raise(ErrorCode::kUnsupported, "{}: pre-tokenizer '{}' (tokenizer.ggml.pre) {}", source, pre, entry->unsupported);
-  }
   std::string supported;
   for (const std::string_view name : pre_tokenizer_names()) supported += (supported.empty() ? "" : ", ") + std::string(name);
   raise(ErrorCode::kUnsupported, "{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: {}", source,

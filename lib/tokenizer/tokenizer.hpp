@@ -48,7 +48,8 @@ class Tokenizer {
   void check_id(std::int32_t id) const;
 };
 
-// The implementation named by vocab.model ("llama" -> SentencePiece, "gpt2" -> byte-level BPE).
+// The implementation named by vocab.model ("llama" -> SentencePiece, "gpt2" -> byte-level BPE,
+// "gemma4" -> BPE over raw UTF-8).
 // `source` (a file path) is only used in error messages. Throws kUnsupported naming the source,
 // the tokenizer.ggml.model key and the supported values for any other model.
 std::unique_ptr<Tokenizer> make_tokenizer(Vocabulary vocab, std::string_view source);

@@ -14,7 +14,7 @@
 namespace sitsrt {
 namespace {
 
-constexpr std::array<std::string_view, 2> kSupportedModels = {"llama", "gpt2"};
+constexpr std::array<std::string_view, 3> kSupportedModels = {"llama", "gpt2", "gemma4"};
 constexpr std::uint64_t kNoTokenU32 = 0xFFFFFFFFu;  // GGUF's "no such token"
 
 bool is_integer_type(gguf::ValueType type) {
@@ -215,7 +215,8 @@ Vocabulary read_vocabulary(const gguf::File& file) {
   // SentencePiece defaults as llama.cpp's: BOS yes, EOS no, dummy prefix yes. Byte-level BPE:
   // BOS when the pre-tokenizer's type says so (Llama 3, Tekken, Chameleon), as llama.cpp.
   const bool spm = vocab.model == "llama";
-  if (!spm) vocab.pre = read_string(file, "tokenizer.ggml.pre", "default");
+  // "gemma4" is BPE over raw UTF-8 whatever tokenizer.ggml.pre says (as llama.cpp).
+  if (!spm) vocab.pre = vocab.model == "gemma4" ? "gemma4" : read_string(file, "tokenizer.ggml.pre", "default");
   const std::optional<detail::PreTokenizerSpec> pre_spec = spm ? std::nullopt : detail::find_pre_tokenizer(vocab.pre);
   vocab.add_bos = read_flag(file, "tokenizer.ggml.add_bos_token", spm || (pre_spec && pre_spec->add_bos));
   vocab.add_eos = read_flag(file, "tokenizer.ggml.add_eos_token", false);

@@ -22,7 +22,7 @@ import pytest
 tokenizers = pytest.importorskip("tokenizers")
 gguf = pytest.importorskip("gguf")
 
-from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODELS = pathlib.Path(os.environ.get("SITSRT_MODELS_DIR", REPO / "build" / "models"))
@@ -143,8 +143,9 @@ NAMES = {
     "kimi-k2": ("KIMI_K2", False), "ufakzeka": ("UFAKZEKA", False), "afmoe": ("AFMOE", False),
     "laguna": ("LAGUNA", False),
 }
-# Known to llama.cpp but BPE over raw UTF-8 with U+2581 spaces (byte_encode = false): refused.
-RAW_UTF8 = ["gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace"]
+# BPE over raw UTF-8 (llama.cpp's byte_encode = false): name -> (regex, spaces as U+2581).
+RAW_UTF8 = {"gemma4": (r"[^\n]+|[\n]+", True), "granite-embed-multi-311m": (r"[^\n]+|[\n]+", True),
+            "sarvam-moe": (r"[^\n]+|[\n]+", True), "whitespace": (r"\S+", False)}
 
 CORPUS = [
     "def tokenize(text: str) -> list[int]:\n    return [ord(c) for c in text]  # 42\n\tif x != y: pass\n",
@@ -292,13 +293,70 @@ def test_ignore_merges_where_llama_cpp_sets_it(cli, vocabulary):
         assert our_ids(cli, path, CORPUS) == expected, name
 
 
-@pytest.mark.parametrize("name", RAW_UTF8 + ["no-such-pre"])
-def test_unsupported_names_are_refused_listing_the_supported(cli, tmp_path, name):
+def test_unknown_names_are_refused_listing_the_supported(cli, tmp_path):
     tokens, types, merges = train_vocab()
     path = tmp_path / "v.gguf"
-    write_gguf(path, name, tokens, types, merges)
+    write_gguf(path, "no-such-pre", tokens, types, merges)
     run = subprocess.run([cli, "tokenize", str(path), "--text", "x"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
-    assert "tokenizer.ggml.pre" in run.stderr and f"'{name}'" in run.stderr and str(path) in run.stderr
-    if name == "no-such-pre":
-        assert all(n in run.stderr for n in NAMES), "the message lists every supported name"
+    assert "tokenizer.ggml.pre" in run.stderr and "'no-such-pre'" in run.stderr and str(path) in run.stderr
+    assert all(f" {n}," in run.stderr or run.stderr.rstrip().endswith(n) for n in list(NAMES) + list(RAW_UTF8))
+
+
+def train_raw_utf8(escape: bool):
+    """A SentencePiece-style BPE: pieces are UTF-8 (U+2581 for spaces when `escape`), <0xNN>
+    byte fallback; returns the package's tokenizer and the GGUF arrays."""
+    base = Tokenizer(models.BPE())
+    if escape:
+        base.normalizer = normalizers.Replace(" ", "\u2581")
+    base.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+    base.train_from_iterator(CORPUS * 5, trainers.BpeTrainer(vocab_size=600, min_frequency=2, show_progress=False))
+    spec = json.loads(base.to_str())
+    vocab = spec["model"]["vocab"]
+    # A few characters of the corpus stay without a piece, for byte fallback.
+    for rare in ("\U0001F466", "\u0937", "\u2028"):
+        vocab.pop(rare, None)
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in spec["model"]["merges"]]
+    merges = [m for m in merges if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
+    # GGUF writes a merge as "left right": one with spaces inside its parts would be ambiguous.
+    merges = [m for m in merges if " " not in m[0] + m[1]]
+    pieces = sorted(vocab, key=vocab.get)
+    pieces += [f"<0x{b:02X}>" for b in range(256)]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    types = [6 if p.startswith("<0x") and len(p) == 6 else 1 for p in pieces]
+    return vocab, pieces, types, merges
+
+
+@pytest.mark.parametrize("name", sorted(RAW_UTF8) + ["model=gemma4"])
+def test_raw_utf8_bpe_matches_hugging_face(cli, tmp_path, name):
+    pre = "gemma4" if name == "model=gemma4" else name
+    regex, escape = RAW_UTF8[pre]
+    vocab, pieces, types, merges = train_raw_utf8(escape)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True))
+    if escape:
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(regex), behavior="isolated")
+    path = tmp_path / "raw.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gemma4" if name == "model=gemma4" else "gpt2")
+    writer.add_tokenizer_pre("default" if name == "model=gemma4" else pre)
+    writer.add_token_list(pieces)
+    writer.add_token_types(types)
+    writer.add_token_merges([f"{a} {b}" for a, b in merges])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    items = CORPUS + [{"hex": data.hex()} for data in INVALID]
+    texts = CORPUS + [with_replacements(data) for data in INVALID]
+    run = subprocess.run([cli, "tokenize", str(path), "--batch"], input=json.dumps(items), capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    fallback = 0
+    for text, entry in zip(texts, got):
+        expected = tok.encode(text, add_special_tokens=False).ids
+        assert entry["ids"] == expected, f"{name}: {text!r}"
+        assert entry["decoded"] == text, f"{name}: {text!r}"
+        fallback += sum(types[i] == 6 for i in expected)
+    assert fallback > 0, "the corpus should exercise byte fallback"

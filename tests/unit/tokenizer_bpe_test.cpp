@@ -13,6 +13,7 @@
 #include <sitsrt/error.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <iostream>
@@ -325,11 +326,41 @@ TEST_CASE("BPE rejects inconsistent merges and unknown pre-tokenizers, naming th
                              Catch::Contains("no-such-pre") && Catch::Contains("llama-bpe") &&
                              Catch::Contains("deepseek-v3"));
   }
-  unknown_pre.pre = "gemma4";  // known to llama.cpp, but BPE over raw UTF-8
-  CHECK_THROWS_WITH(BpeTokenizer(unknown_pre, "m.gguf"), Catch::Contains("'gemma4'") && Catch::Contains("raw UTF-8"));
+
   Vocabulary bad_regex = t.vocab;
   bad_regex.pre_patterns = {"(unclosed"};
   CHECK_THROWS_WITH(BpeTokenizer(bad_regex, "tokenizer.json"), Catch::Contains("tokenizer.json") && Catch::Contains("(unclosed"));
+}
+
+TEST_CASE("SentencePiece-style BPE over raw UTF-8 (Gemma 4, Sarvam): U+2581 spaces, <0xNN> fallback", "[tokenizer][bpe]") {
+  Vocabulary v;
+  v.model = "gpt2";
+  for (int b = 0; b < 256; ++b) {
+    v.pieces.push_back(fmt::format("<0x{:02X}>", b));
+    v.types.push_back(TokenType::kByte);
+  }
+  const std::string marker = "\xE2\x96\x81";
+  for (const std::string piece : {std::string("a"), std::string("b"), marker, std::string("ab"), marker + "a",
+                                  std::string("\n"), std::string("\n\n")}) {
+    v.pieces.push_back(piece);
+    v.types.push_back(TokenType::kNormal);
+  }
+  v.merges = {"a b", marker + " a"};
+  v.add_bos = false;
+  const auto id = [&](std::string_view piece) {
+    return static_cast<std::int32_t>(std::find(v.pieces.begin(), v.pieces.end(), piece) - v.pieces.begin());
+  };
+  v.pre = "sarvam-moe";
+  const BpeTokenizer sarvam(v, "test");
+  CHECK(sarvam.encode("ab a", false) == std::vector<std::int32_t>{id("ab"), id(marker + "a")});
+  CHECK(sarvam.encode("x\xC3\xA9", false) == std::vector<std::int32_t>{'x', 0xC3, 0xA9});  // byte fallback
+  CHECK(sarvam.decode(sarvam.encode("ab a x\xC3\xA9\n", false)) == "ab a x\xC3\xA9\n");
+  CHECK(sarvam.encode("\n\n", false) == std::vector<std::int32_t>{id("\n"), id("\n")});  // no merge for it
+  CHECK_FALSE(sarvam.vocab().add_bos);
+  v.pre = "gemma4";
+  const BpeTokenizer gemma4(v, "test");
+  CHECK(gemma4.encode("\n\n", false) == std::vector<std::int32_t>{id("\n\n")});  // a newline run that is a piece
+  CHECK(gemma4.vocab().add_bos);  // llama.cpp forces BOS for Gemma 4
 }
 
 TEST_CASE("make_tokenizer picks the implementation from the model name", "[tokenizer]") {
