@@ -10,6 +10,8 @@ own regex. `sitsrt tokenize FILE --batch` must give the reference's ids on a cor
 runs, CJK, emoji sequences, combining marks, whitespace runs, contractions and punctuation.
 Invalid UTF-8 goes in as {"hex": ...}; as llama.cpp, each byte outside a well-formed character
 stands for U+FFFD, so the reference is the package on the text with those replacements.
+The names llama.cpp runs as BPE over raw UTF-8 (Gemma 4's, Sarvam's) are checked against the
+package's byte_fallback BPE on a SentencePiece-style vocabulary trained here.
 """
 
 import json
