@@ -340,7 +340,7 @@ TEST_CASE("SentencePiece-style BPE over raw UTF-8 (Gemma 4, Sarvam): U+2581 spac
     v.types.push_back(TokenType::kByte);
   }
   const std::string marker = "\xE2\x96\x81";
-  for (const std::string piece : {std::string("a"), std::string("b"), marker, std::string("ab"), marker + "a",
+  for (const std::string& piece : {std::string("a"), std::string("b"), marker, std::string("ab"), marker + "a",
                                   std::string("\n"), std::string("\n\n")}) {
     v.pieces.push_back(piece);
     v.types.push_back(TokenType::kNormal);
