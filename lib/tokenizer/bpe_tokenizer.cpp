@@ -54,9 +54,56 @@ std::vector<std::string> pre_tokenizer_of(const Vocabulary& vocab, std::string_v
   return detail::pre_tokenizer_patterns(vocab.pre, source);
 }
 
+// Whether every byte of `text` belongs to a well-formed UTF-8 character.
+bool is_valid_utf8(std::string_view text) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    if (static_cast<std::uint8_t>(text[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
+    const detail::Utf8Sequence sequence = detail::scan_utf8(text.substr(pos));
+    if (sequence.status != detail::Utf8Status::kComplete) return false;
+    pos += sequence.length;
+  }
+  return true;
+}
+
+// llama.cpp's reading of invalid UTF-8 (unicode_cpts_from_utf8): each byte that does not belong
+// to a well-formed character becomes U+FFFD. Overlong forms and surrogates count as invalid here.
+void replace_invalid_utf8(std::string_view text, std::string& out) {
+  out.clear();
+  for (std::size_t pos = 0; pos < text.size();) {
+    const detail::Utf8Sequence sequence = detail::scan_utf8(text.substr(pos));
+    if (sequence.status == detail::Utf8Status::kComplete) {
+      out.append(text.substr(pos, sequence.length));
+      pos += sequence.length;
+    } else {
+      out.append(detail::kReplacementCharacter);
+      ++pos;
+    }
+  }
+}
+
+// The byte a "<0xNN>" piece stands for, or -1.
+int byte_piece_value(std::string_view piece) {
+  if (piece.size() != 6 || !piece.starts_with("<0x") || piece[5] != '>') return -1;
+  const auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  const int high = digit(piece[3]);
+  const int low = digit(piece[4]);
+  return high < 0 || low < 0 ? -1 : high * 16 + low;
+}
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581
+constexpr std::int32_t kNoPiece = -2;  // a raw-UTF-8 character without a piece: byte fallback
+
 }  // namespace
 
 struct BpeTokenizer::Scratch {
+  std::string valid_text;  // the text with invalid UTF-8 replaced, when it has any
+  std::string escaped;     // ... and spaces as U+2581 (raw UTF-8 with escape_spaces)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> spans;  // raw UTF-8: each symbol's bytes
   std::vector<std::string_view> pre_tokens;
   std::string mapped;
   std::vector<Symbol> symbols;
@@ -67,7 +114,14 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
     : vocab_(complete_vocabulary(std::move(vocab))),
       splitter_(pre_tokenizer_of(vocab_, source), source),
       specials_(vocab_) {
-  if (vocab_.pre_patterns.empty() && detail::pre_tokenizer_ignores_merges(vocab_.pre)) vocab_.ignore_merges = true;
+  if (vocab_.pre_patterns.empty() && !vocab_.pre.empty()) {
+    const detail::PreTokenizerSpec spec = detail::pre_tokenizer_spec(vocab_.pre, source);
+    if (spec.ignore_merges) vocab_.ignore_merges = true;
+    raw_utf8_ = spec.raw_utf8;
+    escape_spaces_ = spec.escape_spaces;
+    newline_runs_whole_ = spec.newline_runs_whole;
+    if (spec.force_bos) vocab_.add_bos = true;
+  }
 
   const std::int32_t size = vocab_.size();
   piece_to_id_.reserve(vocab_.pieces.size());
@@ -88,8 +142,15 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
   std::sort(end_of_generation_.begin(), end_of_generation_.end());
   end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()), end_of_generation_.end());
 
-  for (int byte = 0; byte < 256; ++byte) {
-    byte_tokens_[byte] = piece_to_id_.find(detail::byte_level_char(static_cast<std::uint8_t>(byte)));
+  if (raw_utf8_) {
+    byte_tokens_.fill(-1);
+    for (std::int32_t id = size - 1; id >= 0; --id) {  // the lowest id of a duplicated <0xNN>
+      if (const int value = byte_piece_value(vocab_.pieces[id]); value >= 0) byte_tokens_[value] = id;
+    }
+  } else {
+    for (int byte = 0; byte < 256; ++byte) {
+      byte_tokens_[byte] = piece_to_id_.find(detail::byte_level_char(static_cast<std::uint8_t>(byte)));
+    }
   }
 
   if (vocab_.merges.size() > static_cast<std::size_t>(INT32_MAX)) {
@@ -99,7 +160,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary vocab, std::string_view source)
   std::string joined;
   for (std::size_t rank = 0; rank < vocab_.merges.size(); ++rank) {
     const std::string_view merge = vocab_.merges[rank];
-    const std::size_t space = merge.find(' ');
+    const std::size_t space = merge.find(' ', 1);  // as llama.cpp: a piece may be a space itself
     if (space == std::string_view::npos || space == 0 || space + 1 == merge.size()) {
       raise(ErrorCode::kInvalidModel, "{}: merge {} ('{}') is not two pieces separated by a space", source, rank, merge);
     }
@@ -131,11 +192,11 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text, bool add_b
   if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
   ids.reserve(ids.size() + text.size() / 3 + 1);
   Scratch scratch;
-  if (!parse_special) {
+  if (!parse_special && !specials_.has_user_defined()) {
     encode_text(text, ids, scratch);
     return ids;
   }
-  for (const detail::TextFragment& fragment : specials_.split(text)) {
+  for (const detail::TextFragment& fragment : specials_.split(text, parse_special)) {
     if (fragment.token >= 0) {
       ids.push_back(fragment.token);
     } else {
@@ -147,15 +208,35 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text, bool add_b
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out, Scratch& scratch) const {
   scratch.pre_tokens.clear();
+  if (!is_valid_utf8(text)) {
+    replace_invalid_utf8(text, scratch.valid_text);
+    text = scratch.valid_text;
+  }
+  if (escape_spaces_ && text.find(' ') != std::string_view::npos) {
+    scratch.escaped.clear();
+    for (const char c : text) {
+      if (c == ' ') {
+        scratch.escaped.append(kSpaceMarker);
+      } else {
+        scratch.escaped.push_back(c);
+      }
+    }
+    text = scratch.escaped;
+  }
   splitter_.split(text, scratch.pre_tokens);
   for (const std::string_view pre_token : scratch.pre_tokens) encode_pre_token(pre_token, out, scratch);
 }
 
 void BpeTokenizer::encode_pre_token(std::string_view bytes, std::vector<std::int32_t>& out, Scratch& scratch) const {
-  if (vocab_.ignore_merges) {
-    scratch.mapped.clear();
-    detail::append_byte_level(bytes, scratch.mapped);
-    if (const std::int32_t found = piece_to_id_.find(scratch.mapped); found >= 0) {
+  const bool newlines_only = newline_runs_whole_ && bytes.find_first_not_of('\n') == std::string_view::npos;
+  if (vocab_.ignore_merges || newlines_only) {
+    std::string_view piece = bytes;
+    if (!raw_utf8_) {
+      scratch.mapped.clear();
+      detail::append_byte_level(bytes, scratch.mapped);
+      piece = scratch.mapped;
+    }
+    if (const std::int32_t found = piece_to_id_.find(piece); found >= 0) {
       out.push_back(found);
       return;
     }
@@ -163,12 +244,24 @@ void BpeTokenizer::encode_pre_token(std::string_view bytes, std::vector<std::int
 
   auto& symbols = scratch.symbols;
   symbols.clear();
-  for (const char c : bytes) {
-    std::int32_t id = byte_tokens_[static_cast<std::uint8_t>(c)];
-    if (id < 0) id = vocab_.unk;  // a vocabulary without this byte: <unk>, or dropped as Hugging Face does
-    if (id < 0) continue;
-    const auto index = static_cast<std::int32_t>(symbols.size());
-    symbols.push_back({id, index - 1, index + 1});
+  if (raw_utf8_) {  // one symbol per character (the text is valid UTF-8 by now)
+    scratch.spans.clear();
+    for (std::size_t pos = 0; pos < bytes.size();) {
+      const std::size_t length = detail::scan_utf8(bytes.substr(pos)).length;
+      const std::int32_t id = piece_to_id_.find(bytes.substr(pos, length));
+      const auto index = static_cast<std::int32_t>(symbols.size());
+      symbols.push_back({id < 0 ? kNoPiece : id, index - 1, index + 1});
+      scratch.spans.emplace_back(static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(length));
+      pos += length;
+    }
+  } else {
+    for (const char c : bytes) {
+      std::int32_t id = byte_tokens_[static_cast<std::uint8_t>(c)];
+      if (id < 0) id = vocab_.unk;  // a vocabulary without this byte: <unk>, or dropped as Hugging Face does
+      if (id < 0) continue;
+      const auto index = static_cast<std::int32_t>(symbols.size());
+      symbols.push_back({id, index - 1, index + 1});
+    }
   }
   if (symbols.empty()) return;
   symbols.back().next = -1;
@@ -199,15 +292,41 @@ void BpeTokenizer::encode_pre_token(std::string_view bytes, std::vector<std::int
     queue_pair(best.left, left.next);
   }
 
-  for (std::int32_t i = 0; i != -1; i = symbols[i].next) out.push_back(symbols[i].id);
+  for (std::int32_t i = 0; i != -1; i = symbols[i].next) {
+    if (symbols[i].id != kNoPiece) {
+      out.push_back(symbols[i].id);
+      continue;
+    }
+    // As llama.cpp: each byte's <0xNN> token; a byte without one is dropped.
+    const auto [offset, length] = scratch.spans[static_cast<std::size_t>(i)];
+    for (const char c : bytes.substr(offset, length)) {
+      if (const std::int32_t id = byte_tokens_[static_cast<std::uint8_t>(c)]; id >= 0) out.push_back(id);
+    }
+  }
 }
 
 void BpeTokenizer::append_token_bytes(std::int32_t id, std::string& out) const {
+  const std::string& piece = vocab_.pieces[id];
+  if (const int byte = raw_utf8_ ? byte_piece_value(piece) : -1; byte >= 0 && byte_tokens_[byte] == id) {
+    out.push_back(static_cast<char>(byte));
+    return;
+  }
   switch (vocab_.types[id]) {
     case TokenType::kNormal:
     case TokenType::kUndefined:
     case TokenType::kByte:
-      detail::append_byte_level_decoded(vocab_.pieces[id], out);
+      if (!raw_utf8_) {
+        detail::append_byte_level_decoded(piece, out);
+        return;
+      }
+      for (std::size_t pos = 0; pos < piece.size();) {  // U+2581 prints as a space
+        if (escape_spaces_ && piece.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
+          out.push_back(' ');
+          pos += kSpaceMarker.size();
+        } else {
+          out.push_back(piece[pos++]);
+        }
+      }
       return;
     case TokenType::kUserDefined:
       out.append(vocab_.pieces[id]);

@@ -1,7 +1,9 @@
 // Byte-level BPE (tokenizer.ggml.model = "gpt2"; GPT-2, Llama 3, Qwen2): the text is cut into
 // pre-tokens by regexes, each pre-token's bytes are mapped to GPT-2's printable code points,
 // and adjacent symbols are merged in the rank order of the merge list. Every byte has a
-// token, so any input encodes and decode(encode(text)) == text for valid UTF-8.
+// token, so any input encodes and decode(encode(text)) == text for valid UTF-8. The
+// pre-tokenizers llama.cpp runs with byte_encode = false (Gemma 4, Sarvam) make it
+// SentencePiece-style: symbols are UTF-8 characters, spaces U+2581, <0xNN> byte fallback.
 #pragma once
 
 #include "tokenizer/piece_map.hpp"
@@ -50,7 +52,11 @@ class BpeTokenizer final : public Tokenizer {
   detail::SpecialTokenMatcher specials_;
   detail::PieceIndex piece_to_id_;                      // normal and undefined-type pieces
   std::unordered_map<std::uint64_t, Merge> merges_;     // (left id << 32 | right id) -> merge
-  std::array<std::int32_t, 256> byte_tokens_{};         // id of each byte's one-character piece, -1 if none
+  // Byte-level: the id of each byte's one-character piece; raw UTF-8: of its <0xNN> piece; -1 if none.
+  std::array<std::int32_t, 256> byte_tokens_{};
+  bool raw_utf8_ = false;            // SentencePiece-style BPE (pieces are UTF-8, U+2581 for space)
+  bool escape_spaces_ = false;       // ' ' -> U+2581 before splitting
+  bool newline_runs_whole_ = false;  // Gemma 4: a '\n'-only pre-token that is a piece is one token
   std::vector<std::int32_t> end_of_generation_;         // sorted
 };
 

@@ -9,50 +9,6 @@
 #include <array>
 
 namespace sitsrt::detail {
-namespace {
-
-// The patterns as published with each model family's tokenizer (GPT-2's encoder.py, Llama 3's
-// and Qwen2's tokenizer.json).
-constexpr std::string_view kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-constexpr std::string_view kLlama3 =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr std::string_view kQwen2 =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-struct NamedPattern {
-  std::string_view name;
-  std::string_view pattern;
-  bool ignore_merges;
-};
-constexpr std::array<NamedPattern, 6> kNamedPatterns = {{
-    {"default", kGpt2, false},
-    {"gpt2", kGpt2, false},
-    {"llama-bpe", kLlama3, true},
-    {"llama3", kLlama3, true},
-    {"llama-v3", kLlama3, true},
-    {"qwen2", kQwen2, false},
-}};
-
-}  // namespace
-
-std::string_view gpt2_pattern() noexcept { return kGpt2; }
-
-std::vector<std::string> pre_tokenizer_patterns(std::string_view pre, std::string_view source) {
-  for (const NamedPattern& named : kNamedPatterns) {
-    if (named.name == pre) return {std::string(named.pattern)};
-  }
-  std::string supported;
-  for (const NamedPattern& named : kNamedPatterns) supported += (supported.empty() ? "" : ", ") + std::string(named.name);
-  raise(ErrorCode::kUnsupported, "{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: {}", source,
-        pre, supported);
-}
-
-bool pre_tokenizer_ignores_merges(std::string_view pre) {
-  for (const NamedPattern& named : kNamedPatterns) {
-    if (named.name == pre) return named.ignore_merges;
-  }
-  return false;
-}
 
 struct RegexSplitter::Pattern {
   pcre2_code* code = nullptr;
@@ -97,7 +53,8 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
       const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
       std::size_t gap_start = 0;
       std::size_t offset = 0;
-      while (offset < piece.size()) {
+      std::size_t last_match_end = std::string_view::npos;
+      while (offset <= piece.size()) {
         int rc = pcre2_match(pattern->code, subject, piece.size(), offset, 0, match.get(), nullptr);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // the interpreter keeps its backtracking on the heap
           rc = pcre2_match(pattern->code, subject, piece.size(), offset, PCRE2_NO_JIT, match.get(), nullptr);
@@ -112,14 +69,17 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
         const PCRE2_SIZE* bounds = pcre2_get_ovector_pointer(match.get());
         const std::size_t begin = bounds[0];
         const std::size_t end = bounds[1];
-        if (end == begin) {  // an empty match splits nothing; retry one character further
-          if (begin >= piece.size()) break;
-          offset = begin + scan_utf8(piece.substr(begin)).length;
+        if (begin == end && end == last_match_end) {
+          // An empty match right where the previous match ended is skipped, one character on (the
+          // `onig` crate's find_iter, which Hugging Face's Split runs).
+          if (end >= piece.size()) break;
+          offset = end + scan_utf8(piece.substr(end)).length;
           continue;
         }
+        // A match, empty or not, ends the text before it; an empty one adds no piece.
         if (begin > gap_start) next.push_back(piece.substr(gap_start, begin - gap_start));
-        next.push_back(piece.substr(begin, end - begin));
-        gap_start = offset = end;
+        if (end > begin) next.push_back(piece.substr(begin, end - begin));
+        gap_start = offset = last_match_end = end;
       }
       if (gap_start < piece.size()) next.push_back(piece.substr(gap_start));
     }

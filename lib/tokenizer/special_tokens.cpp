@@ -8,7 +8,8 @@ SpecialTokenMatcher::SpecialTokenMatcher(const Vocabulary& vocab) : nodes_(1) {
   for (std::int32_t id = 0; id < vocab.size(); ++id) {
     const TokenType type = vocab.types.empty() ? TokenType::kNormal : vocab.types[id];
     const std::string& piece = vocab.pieces[id];
-    if ((type != TokenType::kControl && type != TokenType::kUserDefined) || piece.empty()) continue;
+    const bool user_defined = type == TokenType::kUserDefined;
+    if ((type != TokenType::kControl && type != TokenType::kUnknown && !user_defined) || piece.empty()) continue;
     std::int32_t node = 0;
     for (const char c : piece) {
       const auto byte = static_cast<unsigned char>(c);
@@ -23,7 +24,10 @@ SpecialTokenMatcher::SpecialTokenMatcher(const Vocabulary& vocab) : nodes_(1) {
       nodes_.emplace_back();  // invalidates `children`, which is not used again
       node = next;
     }
-    if (nodes_[node].token < 0) nodes_[node].token = id;
+    if (nodes_[node].entry >= 0) continue;
+    nodes_[node].entry = static_cast<std::int32_t>(entries_.size());
+    entries_.push_back({id, piece, user_defined});
+    has_user_defined_ = has_user_defined_ || user_defined;
     starts_special_[static_cast<unsigned char>(piece[0])] = true;
   }
   for (Node& n : nodes_) std::sort(n.children.begin(), n.children.end());
@@ -35,32 +39,54 @@ std::int32_t SpecialTokenMatcher::child(std::int32_t node, unsigned char byte) c
   return it != children.end() && it->first == byte ? it->second : -1;
 }
 
-std::vector<TextFragment> SpecialTokenMatcher::split(std::string_view text) const {
+std::vector<TextFragment> SpecialTokenMatcher::split(std::string_view text, bool parse_special) const {
   std::vector<TextFragment> out;
-  std::size_t text_start = 0;
-  for (std::size_t pos = 0; pos < text.size();) {
-    std::int32_t token = -1;
-    std::size_t match_end = pos;
-    if (starts_special_[static_cast<unsigned char>(text[pos])]) {
-      std::int32_t node = 0;
-      for (std::size_t i = pos; i < text.size(); ++i) {
-        node = child(node, static_cast<unsigned char>(text[i]));
-        if (node < 0) break;
-        if (nodes_[node].token >= 0) {
-          token = nodes_[node].token;
-          match_end = i + 1;
-        }
+  if (text.empty()) return out;
+  // The tokens that occur anywhere (one trie walk per position that can start one).
+  std::vector<std::int32_t> found;
+  std::vector<bool> seen(entries_.size(), false);
+  for (std::size_t pos = 0; pos < text.size(); ++pos) {
+    if (!starts_special_[static_cast<unsigned char>(text[pos])]) continue;
+    std::int32_t node = 0;
+    for (std::size_t i = pos; i < text.size(); ++i) {
+      node = child(node, static_cast<unsigned char>(text[i]));
+      if (node < 0) break;
+      const std::int32_t entry = nodes_[node].entry;
+      if (entry >= 0 && !seen[entry] && (parse_special || entries_[entry].always)) {
+        seen[entry] = true;
+        found.push_back(entry);
       }
     }
-    if (token < 0) {
-      ++pos;
-      continue;
-    }
-    if (pos > text_start) out.push_back({text.substr(text_start, pos - text_start), -1});
-    out.push_back({text.substr(pos, match_end - pos), token});
-    pos = text_start = match_end;
   }
-  if (text_start < text.size()) out.push_back({text.substr(text_start), -1});
+  out.push_back({text, -1});
+  if (found.empty()) return out;
+  std::sort(found.begin(), found.end(), [&](std::int32_t a, std::int32_t b) {
+    const Entry& x = entries_[a];
+    const Entry& y = entries_[b];
+    return x.text.size() != y.text.size() ? x.text.size() > y.text.size() : x.id < y.id;
+  });
+
+  // Each token in turn splits the text fragments left so far at its occurrences.
+  std::vector<TextFragment> next;
+  for (const std::int32_t entry : found) {
+    const std::string_view special = entries_[entry].text;
+    const std::int32_t token = entries_[entry].id;
+    next.clear();
+    for (const TextFragment& fragment : out) {
+      if (fragment.token >= 0) {
+        next.push_back(fragment);
+        continue;
+      }
+      std::string_view rest = fragment.text;
+      for (std::size_t at = rest.find(special); at != std::string_view::npos; at = rest.find(special)) {
+        if (at > 0) next.push_back({rest.substr(0, at), -1});
+        next.push_back({rest.substr(at, special.size()), token});
+        rest.remove_prefix(at + special.size());
+      }
+      if (!rest.empty()) next.push_back({rest, -1});
+    }
+    out.swap(next);
+  }
   return out;
 }
 

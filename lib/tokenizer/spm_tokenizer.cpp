@@ -2,8 +2,8 @@
 // characters held in a doubly linked list, every adjacent pair whose concatenation is a
 // vocabulary piece goes into a max-heap keyed by (score, leftmost), and the best pair is merged
 // until the heap is empty; stale heap entries are skipped lazily. O(n log n) in the text length.
-// When every mergeable piece has U+2581 only in a leading run (SentencePiece's whitespace
-// splitting guarantees that), each word is merged on its own: same result, small heaps.
+// Text is merged one word at a time where no vocabulary piece can span the word boundary (a
+// U+2581 after another character): same result, small heaps.
 //
 // Deliberate differences from llama.cpp (both only affect unusual input or vocabularies):
 //  - control, byte, unknown and unused pieces never take part in merges or match a character
@@ -36,14 +36,19 @@ bool follows_marker(std::string_view text, std::size_t pos) {
   return pos >= kSpaceMarker.size() && text.substr(pos - kSpaceMarker.size(), kSpaceMarker.size()) == kSpaceMarker;
 }
 
-// True when every U+2581 of the piece belongs to its leading run ("__ab", not "a_b" or "_a_").
-bool markers_only_in_leading_run(std::string_view piece) {
+// Byte offsets of the U+2581s of `piece` that follow another character (none for "__ab"; the
+// second one for "_a_b").
+std::vector<std::size_t> markers_after_a_character(std::string_view piece) {
+  std::vector<std::size_t> offsets;
   for (std::size_t pos = piece.find(kSpaceMarker, 1); pos != std::string_view::npos;
        pos = piece.find(kSpaceMarker, pos + 1)) {
-    if (!follows_marker(piece, pos)) return false;
+    if (!follows_marker(piece, pos)) offsets.push_back(pos);
   }
-  return true;
+  return offsets;
 }
+
+// More pieces that can cross a word boundary than this: merge the whole text at once.
+constexpr std::size_t kMaxCrossingPieces = 64;
 
 bool is_mergeable(TokenType type) {
   return type == TokenType::kNormal || type == TokenType::kUserDefined || type == TokenType::kUndefined;
@@ -120,26 +125,41 @@ SpmTokenizer::SpmTokenizer(Vocabulary vocab) : vocab_(complete_vocabulary(std::m
     if (is_mergeable(type) && !piece.empty()) {
       piece_to_id_.insert(piece, id, /*overwrite=*/true);  // a duplicated piece keeps its last id, as in llama.cpp
       max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
-      if (!markers_only_in_leading_run(piece)) words_are_independent_ = false;
+      if (std::vector<std::size_t> offsets = markers_after_a_character(piece); !offsets.empty()) {
+        crossing_.push_back({piece, std::move(offsets)});
+      }
     }
     if (const auto byte = parse_byte_piece(piece)) {
       std::int32_t& slot = byte_tokens_[*byte];
       if (slot < 0 || (type == TokenType::kByte && vocab_.types[slot] != TokenType::kByte)) slot = id;
     }
   }
+  if (crossing_.size() > kMaxCrossingPieces) {
+    word_by_word_ = false;
+    crossing_.clear();
+  }
+}
+
+bool SpmTokenizer::crossed(std::string_view working, std::size_t boundary) const {
+  for (const CrossingPiece& piece : crossing_) {
+    for (const std::size_t offset : piece.marker_offsets) {
+      if (boundary >= offset && working.substr(boundary - offset, piece.text.size()) == piece.text) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<std::int32_t> ids;
   if (add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
-  if (!parse_special) {
+  if (!parse_special && !specials_.has_user_defined()) {
     encode_fragment(text, vocab_.add_space_prefix, ids);
     return ids;
   }
-  // As llama.cpp: the dummy prefix goes before the first text and before text that follows
-  // a special token.
+  // As llama.cpp: user-defined tokens (and with parse_special control ones) are cut out first;
+  // the dummy prefix goes before the first text and before text that follows such a token.
   bool after_special = true;
-  for (const detail::TextFragment& fragment : specials_.split(text)) {
+  for (const detail::TextFragment& fragment : specials_.split(text, parse_special)) {
     if (fragment.token >= 0) {
       ids.push_back(fragment.token);
       after_special = true;
@@ -169,21 +189,21 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool add_prefix, std::
 
   const std::string_view working(escaped);
   MergeScratch scratch;
-  if (!words_are_independent_) {
+  if (!word_by_word_) {
     merge_segment(working, ids, scratch);
     return;
   }
-  // No merge can cross a U+2581 that follows another character (pieces have U+2581 only in
-  // a leading run, as "__word" in Gemma's vocabulary): encode word by word, a word being a
-  // run of U+2581 and what follows up to the next such boundary. That keeps the heap small
-  // (and in cache) without changing the result; each word's ids are remembered, since text
-  // repeats its words (one lookup then replaces a dozen pair lookups).
+  // Every merge makes a vocabulary piece, so a merge can only cross a U+2581 that follows
+  // another character where a crossing piece ("a_b"; most vocabularies have none, Gemma's one)
+  // occurs across it in the text. Elsewhere such a U+2581 starts a new word, and words are
+  // merged one at a time: same result, a small heap (in cache); each word's ids are remembered,
+  // since text repeats its words (one lookup then replaces a dozen pair lookups).
   std::size_t start = 0;
   while (start < working.size()) {
     std::size_t next = start;
     do {
       next = working.find(kSpaceMarker, next + 1);
-    } while (next != std::string_view::npos && follows_marker(working, next));
+    } while (next != std::string_view::npos && (follows_marker(working, next) || crossed(working, next)));
     if (next == std::string_view::npos) next = working.size();
     const std::string_view word = working.substr(start, next - start);
     start = next;

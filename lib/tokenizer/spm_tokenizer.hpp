@@ -24,10 +24,10 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(Vocabulary vocab);
 
   // Encodes text; prepends BOS when add_bos (and the vocabulary has one). Never appends EOS
-  // (vocab().add_eos is left to the caller). Special-token text such as "<s>" is encoded as
-  // plain text unless `parse_special`; then each text between special tokens gets its own
-  // dummy prefix when it follows a special token (llama.cpp's rule). Thread-safe. Throws
-  // kInvalidArgument only when a character has neither byte tokens nor an unknown token.
+  // (vocab().add_eos is left to the caller). Special tokens as Tokenizer::encode says; each
+  // text between them gets its own dummy prefix when it follows a token (llama.cpp's rule).
+  // Thread-safe. Throws kInvalidArgument only when a character has neither byte tokens nor an
+  // unknown token.
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text, bool add_bos,
                                                  bool parse_special = false) const override;
 
@@ -53,7 +53,15 @@ class SpmTokenizer final : public Tokenizer {
   detail::PieceIndex piece_to_id_;
   std::size_t max_piece_bytes_ = 0;  // longest mergeable piece: longer pairs need no lookup
   std::int32_t byte_tokens_[256];    // id of "<0xNN>" per byte, -1 when absent
-  bool words_are_independent_ = true;  // every mergeable piece has U+2581 only in a leading run
+  // Mergeable pieces with a U+2581 after another character ("a_b", Gemma's ">_</"), and the
+  // offsets of those U+2581: the only pieces a merge across a word boundary can make.
+  struct CrossingPiece {
+    std::string text;
+    std::vector<std::size_t> marker_offsets;
+  };
+  [[nodiscard]] bool crossed(std::string_view working, std::size_t boundary) const;
+  std::vector<CrossingPiece> crossing_;
+  bool word_by_word_ = true;  // few enough crossing pieces to merge word by word
 };
 
 }  // namespace sitsrt

@@ -40,9 +40,10 @@ std::string Tokenizer::decode(std::span<const std::int32_t> ids, bool strip_dumm
 
 std::unique_ptr<Tokenizer> make_tokenizer(Vocabulary vocab, std::string_view source) {
   if (vocab.model == "llama") return std::make_unique<SpmTokenizer>(std::move(vocab));
-  if (vocab.model == "gpt2") return std::make_unique<BpeTokenizer>(std::move(vocab), source);
-  raise(ErrorCode::kUnsupported, "{}: tokenizer model '{}' (tokenizer.ggml.model) is not supported; supported: llama, gpt2",
-        source, vocab.model);
+  if (vocab.model == "gpt2" || vocab.model == "gemma4") return std::make_unique<BpeTokenizer>(std::move(vocab), source);
+  raise(ErrorCode::kUnsupported,
+        "{}: tokenizer model '{}' (tokenizer.ggml.model) is not supported; supported: llama, gpt2, gemma4", source,
+        vocab.model);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {

@@ -20,9 +20,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Text to ids; prepends BOS when `add_bos` and the vocabulary has one, never appends EOS.
-  // With `parse_special`, control and user-defined token texts (and tokenizer.json added
-  // tokens) found in the text become their single ids, the longest match at the leftmost
-  // position first; without it they are encoded as ordinary text.
+  // As llama.cpp, user-defined token texts (tokenizer.json's non-special added tokens) found in
+  // the text always become their single ids; with `parse_special` control and unknown-type ones
+  // too (tokenizer.json's special added tokens). The longest token text is taken first.
   [[nodiscard]] virtual std::vector<std::int32_t> encode(std::string_view text, bool add_bos,
                                                          bool parse_special = false) const = 0;
 
@@ -48,7 +48,8 @@ class Tokenizer {
   void check_id(std::int32_t id) const;
 };
 
-// The implementation named by vocab.model ("llama" -> SentencePiece, "gpt2" -> byte-level BPE).
+// The implementation named by vocab.model ("llama" -> SentencePiece, "gpt2" -> byte-level BPE,
+// "gemma4" -> BPE over raw UTF-8).
 // `source` (a file path) is only used in error messages. Throws kUnsupported naming the source,
 // the tokenizer.ggml.model key and the supported values for any other model.
 std::unique_ptr<Tokenizer> make_tokenizer(Vocabulary vocab, std::string_view source);

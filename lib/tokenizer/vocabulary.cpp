@@ -2,6 +2,7 @@
 
 #include "core/check.hpp"
 #include "formats/gguf.hpp"
+#include "tokenizer/pre_tokenizer.hpp"
 
 #include <fmt/ranges.h>
 
@@ -13,7 +14,7 @@
 namespace sitsrt {
 namespace {
 
-constexpr std::array<std::string_view, 2> kSupportedModels = {"llama", "gpt2"};
+constexpr std::array<std::string_view, 3> kSupportedModels = {"llama", "gpt2", "gemma4"};
 constexpr std::uint64_t kNoTokenU32 = 0xFFFFFFFFu;  // GGUF's "no such token"
 
 bool is_integer_type(gguf::ValueType type) {
@@ -211,10 +212,13 @@ Vocabulary read_vocabulary(const gguf::File& file) {
   vocab.eos = read_token_id(file, "tokenizer.ggml.eos_token_id", size);
   vocab.unk = read_token_id(file, "tokenizer.ggml.unknown_token_id", size);
   vocab.pad = read_token_id(file, "tokenizer.ggml.padding_token_id", size);
-  // SentencePiece defaults as llama.cpp's: BOS yes, EOS no, dummy prefix yes. Byte-level BPE
-  // files state add_bos_token when they want BOS (Llama 3 does, GPT-2 and Qwen2 do not).
+  // SentencePiece defaults as llama.cpp's: BOS yes, EOS no, dummy prefix yes. Byte-level BPE:
+  // BOS when the pre-tokenizer's type says so (Llama 3, Tekken, Chameleon), as llama.cpp.
   const bool spm = vocab.model == "llama";
-  vocab.add_bos = read_flag(file, "tokenizer.ggml.add_bos_token", spm);
+  // "gemma4" is BPE over raw UTF-8 whatever tokenizer.ggml.pre says (as llama.cpp).
+  if (!spm) vocab.pre = vocab.model == "gemma4" ? "gemma4" : read_string(file, "tokenizer.ggml.pre", "default");
+  const std::optional<detail::PreTokenizerSpec> pre_spec = spm ? std::nullopt : detail::find_pre_tokenizer(vocab.pre);
+  vocab.add_bos = read_flag(file, "tokenizer.ggml.add_bos_token", spm || (pre_spec && pre_spec->add_bos));
   vocab.add_eos = read_flag(file, "tokenizer.ggml.add_eos_token", false);
   vocab.add_space_prefix = read_flag(file, "tokenizer.ggml.add_space_prefix", spm);
   vocab.chat_template = read_string(file, "tokenizer.chat_template", "");
@@ -222,7 +226,6 @@ Vocabulary read_vocabulary(const gguf::File& file) {
     constexpr std::string_view kMergesKey = "tokenizer.ggml.merges";
     vocab.merges = read_strings(file, kMergesKey);
     if (vocab.merges.empty()) raise(ErrorCode::kInvalidModel, "{}: {} is missing or empty", file.path(), kMergesKey);
-    vocab.pre = read_string(file, "tokenizer.ggml.pre", "default");
   }
   return vocab;
 }

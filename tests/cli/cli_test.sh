@@ -141,6 +141,23 @@ check "tokenize --json round trip" bash -c "'$cli' tokenize '$model' --text 'hel
 check "tokenize --json fields" json_check "$work/tok.json" "doc['decoded'] == 'hello world' and len(doc['ids']) > 1"
 check "tokenize --batch" bash -c "echo '[\"a b\", \"\"]' | '$cli' tokenize '$model' --batch >'$work/tokb.json'"
 check "tokenize --batch: one object per string" json_check "$work/tokb.json" "len(doc) == 2 and doc[1]['ids'] == []"
+# Carriage returns: --batch (escaped in JSON) gives the ids --text gives; a raw CR inside a JSON
+# string is not JSON and is refused with the parser's reason. {"hex": ...} passes raw bytes.
+python3 -c 'import json; print(json.dumps(["a\r\nb\rc\r"]))' >"$work/cr.json"
+printf '["a\rb"]' >"$work/cr-raw.json"
+echo '[{"hex": "61ff62"}, "a"]' >"$work/hex-in.json"
+"$cli" tokenize "$model" --text $'a\r\nb\rc\r' >"$work/cr-text.txt"
+check "tokenize --batch with carriage returns" bash -c "'$cli' tokenize '$model' --batch <'$work/cr.json' >'$work/cr-batch.json'"
+check "tokenize --batch keeps carriage returns as --text does" python3 -c "
+import json, sys
+doc = json.load(open('$work/cr-batch.json'))
+text_ids = [int(x) for x in open('$work/cr-text.txt').read().split()]
+sys.exit(0 if doc[0]['ids'] == text_ids and doc[0]['decoded'].lstrip() == 'a\r\nb\rc\r' else 1)"
+check "tokenize --batch: a raw CR in a JSON string exits 2 (usage) saying it must be escaped" bash -c \
+  "'$cli' tokenize '$model' --batch <'$work/cr-raw.json' 2>'$work/cr.err'; test \$? -eq 2 && grep -q 'must be escaped' '$work/cr.err'"
+check "tokenize --batch: {\"hex\": ...} elements" bash -c "'$cli' tokenize '$model' --batch <'$work/hex-in.json' >'$work/hex.json'"
+check "tokenize --batch: hex bytes decode with U+FFFD for the invalid one" json_check "$work/hex.json" \
+  "len(doc) == 2 and doc[0]['decoded'].lstrip() == 'a\\ufffdb'"
 check "tokenize: malformed tokenizer.json exits 1 naming the file" bash -c \
   "echo '{\"model\": ' >'$work/tokenizer.json'; '$cli' tokenize '$work/tokenizer.json' --text x 2>'$work/tj.err'; test \$? -eq 1 && grep -q 'tokenizer.json' '$work/tj.err'"
 

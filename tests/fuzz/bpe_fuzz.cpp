@@ -2,12 +2,14 @@
 // The first input byte picks the pre-tokenizer (gpt2, llama3, qwen2), whether special tokens
 // are parsed, and whether the rest is used as raw bytes or turned into code points (3 bytes ->
 // one scalar value). Properties: encoding never fails; the tokens' bytes give the input back
-// byte for byte (control tokens standing for their own text when parsed); decode(encode(x)) ==
+// byte for byte (control tokens standing for their own text when parsed), with each byte outside
+// a well-formed UTF-8 character read as U+FFFD (llama.cpp's reading); decode(encode(x)) ==
 // x for valid UTF-8; the stream decoder emits valid UTF-8 that adds up to decode().
 // The vocabulary: SITSRT_FUZZ_BPE (a tokenizer.json or a byte-level GGUF) or a synthetic one.
 #include "fuzz/stream_check.hpp"
 #include "support/synthetic_vocab.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "tokenizer/utf8.hpp"
 
 #include <array>
 #include <cstdlib>
@@ -67,7 +69,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool control = tok.vocab().types[static_cast<std::size_t>(id)] == sitsrt::TokenType::kControl;
     bytes += control ? tok.vocab().pieces[static_cast<std::size_t>(id)] : tok.token_bytes(id);
   }
-  if (bytes != text) __builtin_trap();
+  std::string expected;
+  for (std::size_t pos = 0; pos < text.size();) {
+    const sitsrt::detail::Utf8Sequence seq = sitsrt::detail::scan_utf8(std::string_view(text).substr(pos));
+    const bool complete = seq.status == sitsrt::detail::Utf8Status::kComplete;
+    expected += complete ? std::string_view(text).substr(pos, seq.length) : sitsrt::detail::kReplacementCharacter;
+    pos += complete ? seq.length : 1;
+  }
+  if (bytes != expected) __builtin_trap();
   if (sitsrt::fuzz::valid_utf8(text) && !parse_special && tok.decode(ids) != text) __builtin_trap();
   sitsrt::fuzz::check_stream_decode(tok, ids);
   return 0;

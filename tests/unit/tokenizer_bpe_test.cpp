@@ -8,10 +8,12 @@
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/pre_tokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "tokenizer/utf8.hpp"
 
 #include <sitsrt/error.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <iostream>
@@ -137,6 +139,36 @@ TEST_CASE("pre-tokenizer patterns split as published", "[tokenizer][bpe]") {
   CHECK_THROWS_AS(split("t5", "x"), Error);
 }
 
+TEST_CASE("llama.cpp's pre-tokenizer sets: several regexes in turn, empty matches split", "[tokenizer][bpe]") {
+  // "default" is llama.cpp's default set, not GPT-2's pattern: punctuation runs first, then
+  // GPT-2's pattern, then digit runs cut into threes.
+  CHECK(split("default", "a+b=c 12345") == Pieces{"a", "+", "b", "=", "c", " ", "123", "45"});
+  CHECK(split("gpt2", "a+b=c 12345") == Pieces{"a", "+", "b", "=", "c", " 12345"});
+  CHECK(split("smollm", "x 2024!") == Pieces{"x", " ", "2", "0", "2", "4", "!"});  // \p{N} first
+  CHECK(split("falcon", "1234567") == Pieces{"123", "456", "7"});
+  CHECK(split("deepseek-coder", "ab\ncd 12") == Pieces{"ab", "\n", "cd", " ", "1", "2"});
+  // SuperBPE's lookahead matches nothing, at each place a group of three digits starts.
+  CHECK(split("superbpe", "1234567 12") == Pieces{"1", "234", "567", " ", "12"});
+  CHECK(split("afmoe", "x1234567") == Pieces{"x", "1", "234", "567"});
+  CHECK(split("tiny_aya", "1234567") == Pieces{"1", "234", "567"});
+  CHECK(split("tekken", "HelloWorld") == Pieces{"Hello", "World"});
+  CHECK(split("qwen35", "e\xCC\x81x") == Pieces{"e\xCC\x81x"});  // combining marks stay in the word
+  CHECK(split("qwen2", "e\xCC\x81x") == Pieces{"e", "\xCC\x81x"});
+  CHECK(split("poro-chat", "a, b.") == Pieces{"a", ",", " b", "."});
+  CHECK(split("kimi-k2", "ab\xE4\xB8\xAD" "cd") == Pieces{"ab", "\xE4\xB8\xAD", "cd"});  // Han apart
+  // Later regexes split the pieces of earlier ones too (a Sequence of Splits).
+  CHECK(split("chameleon", "<sentinel:12>x") == Pieces{"<", "sentinel", ":", "1", "2", ">", "x"});
+  // Every name compiles; aliases share their type's regexes.
+  for (const std::string_view name : detail::pre_tokenizer_names()) {
+    CAPTURE(name);
+    CHECK_NOTHROW(split(name, "Hello, World! 12345 \xE6\x97\xA5\xE6\x9C\xAC  \n\t x"));
+  }
+  CHECK(split("pixtral", "I'M") == split("llama3", "I'M"));
+  CHECK(detail::pre_tokenizer_spec("pixtral", "t").ignore_merges);
+  CHECK(detail::pre_tokenizer_spec("tekken", "t").add_bos);
+  CHECK_FALSE(detail::pre_tokenizer_spec("dbrx", "t").ignore_merges);  // Llama 3's regex, not its flag
+}
+
 TEST_CASE("BPE merges follow rank order, leftmost first on ties", "[tokenizer][bpe]") {
   const TestVocab hello = make_bpe_vocab({{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}});
   const BpeTokenizer tokenizer(hello.vocab, "test");
@@ -196,21 +228,51 @@ TEST_CASE("BPE special tokens: single ids with parse_special, text without", "[t
   CHECK_THROWS_AS(tokenizer.token_bytes(t.vocab.size()), Error);
 }
 
-TEST_CASE("special tokens match leftmost, then longest", "[tokenizer][bpe]") {
+TEST_CASE("user-defined tokens match without parse_special, control tokens only with it", "[tokenizer][bpe]") {
+  const TestVocab t = make_bpe_vocab({{"h", "i"}});
+  const BpeTokenizer tokenizer(t.vocab, "test");
+  const std::int32_t tag = t.id("<tag>");
+  const std::int32_t end = t.id("<|im_end|>");
+  CHECK(tokenizer.encode("hi<tag>", false) == std::vector<std::int32_t>{t.id("hi"), tag});
+  const auto plain = tokenizer.encode("<|im_end|><tag>", false);
+  CHECK(plain.back() == tag);
+  CHECK(std::find(plain.begin(), plain.end(), end) == plain.end());
+  CHECK(tokenizer.encode("<|im_end|><tag>", false, true) == std::vector<std::int32_t>{end, tag});
+}
+
+TEST_CASE("special tokens: the longest text first, as llama.cpp", "[tokenizer][bpe]") {
   TestVocab t = make_bpe_vocab({});
   for (const std::string special : {"<a>", "<a>b", "b<c>"}) {
     t.vocab.pieces.push_back(special);
     t.vocab.types.push_back(TokenType::kControl);
   }
   const BpeTokenizer tokenizer(t.vocab, "test");
-  // At position 0 both "<a>" and "<a>b" match: the longer wins, so "b<c>" (starting inside it)
-  // does not; then "<c>" is text.
+  // "<a>b" and "b<c>" are equally long and overlap: the lower id is taken, then "<c>" is text.
   CHECK(tokenizer.encode("<a>b<c>", false, true) ==
         std::vector<std::int32_t>{t.id("<a>b"), '<', 'c', '>'});
   CHECK(tokenizer.encode("x<a>", false, true) == std::vector<std::int32_t>{'x', t.id("<a>")});
+  // "<a>bb<c>"'s longest token is "b<c>", taken before "<a>b" (which would start earlier).
+  t.vocab.pieces.push_back("<a>bb");
+  t.vocab.types.push_back(TokenType::kControl);
+  t.vocab.pieces.push_back("bb<c>x");
+  t.vocab.types.push_back(TokenType::kControl);
+  const BpeTokenizer longest(t.vocab, "test");
+  CHECK(longest.encode("<a>bb<c>x", false, true) == std::vector<std::int32_t>{t.id("<a>"), t.id("bb<c>x")});
 }
 
-TEST_CASE("BPE decode(encode(x)) == x on random UTF-8; bytes survive on random bytes", "[tokenizer][bpe]") {
+// The text with each byte that is not part of a well-formed UTF-8 character as U+FFFD.
+std::string with_replacements(std::string_view bytes) {
+  std::string out;
+  for (std::size_t pos = 0; pos < bytes.size();) {
+    const detail::Utf8Sequence seq = detail::scan_utf8(bytes.substr(pos));
+    const bool ok = seq.status == detail::Utf8Status::kComplete;
+    out.append(ok ? bytes.substr(pos, seq.length) : std::string_view("\xEF\xBF\xBD"));
+    pos += ok ? seq.length : 1;
+  }
+  return out;
+}
+
+TEST_CASE("BPE decode(encode(x)) == x on random UTF-8; invalid bytes become U+FFFD each", "[tokenizer][bpe]") {
   const TestVocab t = make_bpe_vocab({{" ", "t"}, {"h", "e"}, {" t", "he"}, {"\xE4", "\xB8"}, {"\xF0", "\x9F"},
                                       {"1", "2"}, {"\n", "\n"}, {" ", " "}});
   for (const std::string pre : {"gpt2", "llama3", "qwen2"}) {
@@ -230,8 +292,12 @@ TEST_CASE("BPE decode(encode(x)) == x on random UTF-8; bytes survive on random b
       CAPTURE(pre, bytes);
       std::string raw;
       for (const std::int32_t id : tokenizer.encode(bytes, false)) raw += tokenizer.token_bytes(id);
-      REQUIRE(raw == bytes);
+      REQUIRE(raw == with_replacements(bytes));
     }
+    // As llama.cpp: one U+FFFD per byte, truncated sequences and overlong forms included.
+    CHECK(tokenizer.decode(tokenizer.encode("ab\xFF" "cd", false)) == "ab\xEF\xBF\xBD" "cd");
+    CHECK(tokenizer.decode(tokenizer.encode("\xE2\x82" "x", false)) == "\xEF\xBF\xBD\xEF\xBF\xBD" "x");
+    CHECK(tokenizer.decode(tokenizer.encode("\xC0\x80", false)) == "\xEF\xBF\xBD\xEF\xBF\xBD");
   }
 }
 
@@ -250,18 +316,51 @@ TEST_CASE("BPE rejects inconsistent merges and unknown pre-tokenizers, naming th
   no_space.merges.push_back("ab");
   CHECK_THROWS_WITH(BpeTokenizer(no_space, "m.gguf"), Catch::Contains("two pieces"));
   Vocabulary unknown_pre = t.vocab;
-  unknown_pre.pre = "falcon";
+  unknown_pre.pre = "no-such-pre";
   try {
     BpeTokenizer(unknown_pre, "m.gguf");
     FAIL("accepted");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kUnsupported);
     CHECK_THAT(e.what(), Catch::Contains("m.gguf") && Catch::Contains("tokenizer.ggml.pre") &&
-                             Catch::Contains("falcon") && Catch::Contains("llama-bpe"));
+                             Catch::Contains("no-such-pre") && Catch::Contains("llama-bpe") &&
+                             Catch::Contains("deepseek-v3"));
   }
+
   Vocabulary bad_regex = t.vocab;
   bad_regex.pre_patterns = {"(unclosed"};
   CHECK_THROWS_WITH(BpeTokenizer(bad_regex, "tokenizer.json"), Catch::Contains("tokenizer.json") && Catch::Contains("(unclosed"));
+}
+
+TEST_CASE("SentencePiece-style BPE over raw UTF-8 (Gemma 4, Sarvam): U+2581 spaces, <0xNN> fallback", "[tokenizer][bpe]") {
+  Vocabulary v;
+  v.model = "gpt2";
+  for (int b = 0; b < 256; ++b) {
+    v.pieces.push_back(fmt::format("<0x{:02X}>", b));
+    v.types.push_back(TokenType::kByte);
+  }
+  const std::string marker = "\xE2\x96\x81";
+  for (const std::string& piece : {std::string("a"), std::string("b"), marker, std::string("ab"), marker + "a",
+                                  std::string("\n"), std::string("\n\n")}) {
+    v.pieces.push_back(piece);
+    v.types.push_back(TokenType::kNormal);
+  }
+  v.merges = {"a b", marker + " a"};
+  v.add_bos = false;
+  const auto id = [&](std::string_view piece) {
+    return static_cast<std::int32_t>(std::find(v.pieces.begin(), v.pieces.end(), piece) - v.pieces.begin());
+  };
+  v.pre = "sarvam-moe";
+  const BpeTokenizer sarvam(v, "test");
+  CHECK(sarvam.encode("ab a", false) == std::vector<std::int32_t>{id("ab"), id(marker + "a")});
+  CHECK(sarvam.encode("x\xC3\xA9", false) == std::vector<std::int32_t>{'x', 0xC3, 0xA9});  // byte fallback
+  CHECK(sarvam.decode(sarvam.encode("ab a x\xC3\xA9\n", false)) == "ab a x\xC3\xA9\n");
+  CHECK(sarvam.encode("\n\n", false) == std::vector<std::int32_t>{id("\n"), id("\n")});  // no merge for it
+  CHECK_FALSE(sarvam.vocab().add_bos);
+  v.pre = "gemma4";
+  const BpeTokenizer gemma4(v, "test");
+  CHECK(gemma4.encode("\n\n", false) == std::vector<std::int32_t>{id("\n\n")});  // a newline run that is a piece
+  CHECK(gemma4.vocab().add_bos);  // llama.cpp forces BOS for Gemma 4
 }
 
 TEST_CASE("make_tokenizer picks the implementation from the model name", "[tokenizer]") {

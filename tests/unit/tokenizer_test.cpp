@@ -345,6 +345,25 @@ TEST_CASE("dummy prefix, whitespace runs and empty text", "[tokenizer]") {
   CHECK(no_bos.encode("", true).empty());
 }
 
+TEST_CASE("user-defined pieces are cut out first as llama.cpp does: Gemma whitespace runs", "[tokenizer]") {
+  // "   " (user-defined, as in Gemma 3) is one token, the text around it merged on its own;
+  // with a dummy prefix the text after it gets one too. Control texts stay text.
+  Vocabulary vocab = make_vocab({{"_", -5}, {"__", -1}, {"a", -10}, {"b", -10}, {"_a", -2}, {"_b", -3}});
+  vocab.pieces.push_back("   ");
+  vocab.scores.push_back(0.0f);
+  vocab.types.push_back(TokenType::kUserDefined);
+  vocab.add_space_prefix = false;
+  const SpmTokenizer plain(vocab);
+  CHECK(pieces_of(plain, plain.encode("a   b", false)) == std::vector<std::string>{"a", "   ", "b"});
+  CHECK(pieces_of(plain, plain.encode("a    b", false)) == std::vector<std::string>{"a", "   ", "_b"});
+  CHECK(pieces_of(plain, plain.encode("a  b", false)) == std::vector<std::string>{"a", "__", "b"});
+  vocab.add_space_prefix = true;
+  const SpmTokenizer prefixed(vocab);
+  CHECK(pieces_of(prefixed, prefixed.encode("a   b", false)) == std::vector<std::string>{"_a", "   ", "_b"});
+  CHECK(prefixed.encode("</s>", false).size() > 1);
+  CHECK(prefixed.encode("</s>", false, true) == std::vector<std::int32_t>{2});
+}
+
 TEST_CASE("control and byte pieces never come out of merges", "[tokenizer]") {
   // "<s" + ">" would spell the BOS piece and "<0x4" + "1>" the byte token for 'A'.
   Vocabulary vocab = make_vocab({{"<", -1},
@@ -752,9 +771,10 @@ TEST_CASE("SentencePiece encodes 1 MB with a 262k-entry vocabulary in under a se
 }
 
 TEST_CASE("SentencePiece word-by-word merging gives the whole-text result", "[tokenizer]") {
-  // Pieces with U+2581 only in a leading run ("__ab", as Gemma has) let encode() merge word by
-  // word; one extra piece "q_z" (never matched: the texts have no q or z) forces the whole-text
-  // path. Both must give the same ids on random texts, including runs of spaces.
+  // Pieces with U+2581 in a leading run ("__ab") and a few that cross a word boundary ("a_b",
+  // as Gemma's ">_</") let encode() merge word by word, joining words only where a crossing
+  // piece occurs. 65 more crossing pieces (never matched: the texts have no q or z) force the
+  // whole-text path. Both must give the same ids on random texts, including runs of spaces.
   test::Rng rng(2581);
   std::vector<std::pair<std::string, float>> pieces;
   std::set<std::string> seen;
@@ -764,10 +784,13 @@ TEST_CASE("SentencePiece word-by-word merging gives the whole-text result", "[to
     for (int i = 0; i < letters; ++i) piece += "abc"[rng.uniform_int(0, 2)];
     if (piece.size() >= 2 && seen.insert(piece).second) pieces.emplace_back(piece, rng.uniform(-10.0f, 0.0f));
   }
+  for (const std::string crossing : {"a_b", "c_", "b__c", "_a_a", "ab_", "c_ab"}) {
+    if (seen.insert(crossing).second) pieces.emplace_back(crossing, rng.uniform(-10.0f, 0.0f));
+  }
   const SpmTokenizer by_word(make_vocab(pieces));
-  pieces.emplace_back("q_z", -1.0f);
+  for (int i = 0; i < 65; ++i) pieces.emplace_back("q_" + std::string(static_cast<std::size_t>(i + 1), 'z'), -1.0f);
   const SpmTokenizer whole(make_vocab(pieces));
-  for (int trial = 0; trial < 500; ++trial) {
+  for (int trial = 0; trial < 1000; ++trial) {
     std::string text(static_cast<std::size_t>(rng.uniform_int(0, 40)), ' ');
     for (char& c : text) c = " abc"[rng.uniform_int(0, 3)];
     CAPTURE(text);
