@@ -20,6 +20,7 @@ int logits_command(int argc, char** argv);
 int convert_command(int argc, char** argv);
 int audit_command(int argc, char** argv);
 int tokenize_command(int argc, char** argv);
+int template_command(int argc, char** argv);
 
 // Options shared by every command that loads a model.
 std::vector<OptionSpec> engine_option_specs();
