@@ -2,7 +2,8 @@
 # Builds everything and runs the whole test suite: unit and end-to-end tests (CTest), the CLI
 # tests, a build of the examples against the installed package (find_package(sitsrt)), and the
 # Python tests (pytest, with the in-tree module; one of them builds a wheel with pip), and the
-# NumPy references of every architecture against `sitsrt logits` (tests/reference).
+# NumPy references of every architecture against `sitsrt logits` and Python's jinja2 against
+# `sitsrt template` over every chat template (tests/reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -10,8 +11,8 @@ jobs=$(nproc)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
-"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers" 2>/dev/null ||
-  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers
+"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2" 2>/dev/null ||
+  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" \
   -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"

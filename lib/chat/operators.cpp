@@ -35,9 +35,21 @@ const char* symbol(BinaryOp op) {
 
 [[noreturn]] void overflow() { fault(Fault::kUnsupported, "integer overflow (Python integers are unbounded)"); }
 
-std::int64_t checked(bool overflowed, std::int64_t value) {
-  if (overflowed) overflow();
-  return value;
+// Python integers never overflow; ours are 64-bit, so an overflow is reported, not wrapped.
+std::int64_t add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+std::int64_t subtract(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) overflow();
+  return r;
+}
+std::int64_t multiply(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) overflow();
+  return r;
 }
 
 Value repeat(Interpreter& interpreter, const Value& sequence, std::int64_t times) {
@@ -80,10 +92,7 @@ Value binary_op(Interpreter& interpreter, BinaryOp op, const Value& a, const Val
   const bool numbers = a.is_number() && b.is_number();
   switch (op) {
     case BinaryOp::kAdd:
-      if (ints) {
-        std::int64_t r = 0;
-        return Value::integer(checked(__builtin_add_overflow(a.int_value(), b.int_value(), &r), r));
-      }
+      if (ints) return Value::integer(add(a.int_value(), b.int_value()));
       if (numbers) return Value::number(a.float_value() + b.float_value());
       if (a.is_string() && b.is_string()) {
         if (a.is_markup()) return interpreter.make_string(a.as_string() + (b.is_markup() ? b.as_string() : html_escape(b.as_string())), true);
@@ -98,17 +107,11 @@ Value binary_op(Interpreter& interpreter, BinaryOp op, const Value& a, const Val
       }
       break;
     case BinaryOp::kSub:
-      if (ints) {
-        std::int64_t r = 0;
-        return Value::integer(checked(__builtin_sub_overflow(a.int_value(), b.int_value(), &r), r));
-      }
+      if (ints) return Value::integer(subtract(a.int_value(), b.int_value()));
       if (numbers) return Value::number(a.float_value() - b.float_value());
       break;
     case BinaryOp::kMul:
-      if (ints) {
-        std::int64_t r = 0;
-        return Value::integer(checked(__builtin_mul_overflow(a.int_value(), b.int_value(), &r), r));
-      }
+      if (ints) return Value::integer(multiply(a.int_value(), b.int_value()));
       if (numbers) return Value::number(a.float_value() * b.float_value());
       if ((a.is_string() || a.is_list() || a.is_tuple()) && (b.is_int() || b.is_bool())) return repeat(interpreter, a, b.int_value());
       if ((b.is_string() || b.is_list() || b.is_tuple()) && (a.is_int() || a.is_bool())) return repeat(interpreter, b, a.int_value());
@@ -173,9 +176,9 @@ Value binary_op(Interpreter& interpreter, BinaryOp op, const Value& a, const Val
         std::int64_t exponent = b.int_value();
         std::int64_t result = 1;
         while (exponent > 0) {
-          if (exponent & 1) result = checked(__builtin_mul_overflow(result, base, &result), result);
+          if (exponent & 1) result = multiply(result, base);
           exponent >>= 1;
-          if (exponent > 0) base = checked(__builtin_mul_overflow(base, base, &base), base);
+          if (exponent > 0) base = multiply(base, base);
         }
         return Value::integer(result);
       }
