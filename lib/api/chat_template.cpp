@@ -5,9 +5,16 @@
 #include "chat/template.hpp"
 #include "chat/unicode.hpp"
 #include "core/check.hpp"
-#include "tokenizer/tokenizer.hpp"
+#include "formats/gguf.hpp"
+#include "tokenizer/byte_level.hpp"
+#include "tokenizer/vocabulary.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 namespace sitsrt {
 
@@ -135,30 +142,111 @@ std::string ChatTemplate::render_json(std::string_view messages_json, const Chat
 
 namespace {
 
-// A special token's text as the tokenizer's special-tokens map has it: control and
-// user-defined tokens are stored literally; others are decoded from their piece.
-std::string token_text(const Tokenizer& tokenizer, std::int32_t id) {
-  const Vocabulary& vocab = tokenizer.vocab();
+std::optional<std::string> read_file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A GGUF special token's text as transformers' special-tokens map has it: control and
+// user-defined pieces are the text itself; other pieces are decoded (byte-level BPE's byte map,
+// SentencePiece's U+2581 for a space).
+std::string gguf_token_text(const Vocabulary& vocab, std::int32_t id) {
   if (id < 0 || id >= vocab.size()) return {};
+  const std::string& piece = vocab.pieces[static_cast<std::size_t>(id)];
   const TokenType type = vocab.types.empty() ? TokenType::kNormal : vocab.types[static_cast<std::size_t>(id)];
-  if (type == TokenType::kControl || type == TokenType::kUserDefined || type == TokenType::kUnknown) {
-    return vocab.pieces[static_cast<std::size_t>(id)];
+  if (type == TokenType::kControl || type == TokenType::kUserDefined || type == TokenType::kUnknown) return piece;
+  std::string text;
+  if (vocab.model == "gpt2") {
+    detail::append_byte_level_decoded(piece, text);
+    return text;
   }
-  return tokenizer.token_bytes(id);
+  for (std::size_t at = 0; at < piece.size();) {
+    if (piece.compare(at, 3, "\xE2\x96\x81") == 0) {
+      text.push_back(' ');
+      at += 3;
+    } else {
+      text.push_back(piece[at++]);
+    }
+  }
+  return text;
+}
+
+// transformers' view of a Hugging Face folder: tokenizer_config.json's chat_template (a string,
+// or a list of named templates of which "default" is used), else chat_template.jinja, else
+// chat_template.json; bos_token / eos_token from tokenizer_config.json (a string, an
+// AddedToken object or null).
+ChatTemplate load_hf_chat_template(const std::filesystem::path& folder) {
+  using Json = nlohmann::json;
+  const std::filesystem::path config_path = folder / "tokenizer_config.json";
+  const std::string config_name = config_path.string();
+  Json config = Json::object();
+  if (const std::optional<std::string> text = read_file_text(config_path)) {
+    try {
+      config = Json::parse(*text);
+    } catch (const Json::exception& e) {
+      raise(ErrorCode::kInvalidModel, "{}: malformed JSON: {}", config_name, e.what());
+    }
+    if (!config.is_object()) raise(ErrorCode::kInvalidModel, "{}: expected a JSON object", config_name);
+  }
+  const auto token = [&](const char* key) -> std::string {
+    const auto it = config.find(key);
+    if (it == config.end() || it->is_null()) return {};
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+    raise(ErrorCode::kInvalidModel, "{}: {} is neither a string nor an AddedToken object", config_name, key);
+  };
+  std::string source;
+  std::string origin;
+  if (const auto it = config.find("chat_template"); it != config.end() && !it->is_null()) {
+    origin = config_name + ": chat_template";
+    if (it->is_string()) {
+      source = it->get<std::string>();
+    } else if (it->is_array()) {
+      for (std::size_t i = 0; i < it->size(); ++i) {
+        const Json& entry = (*it)[i];
+        if (!entry.is_object() || !entry.contains("template") || !entry["template"].is_string()) {
+          raise(ErrorCode::kInvalidModel, "{}: chat_template[{}] is not a {{\"name\", \"template\"}} object", config_name, i);
+        }
+        if (i == 0 || (entry.contains("name") && entry["name"] == "default")) source = entry["template"].get<std::string>();
+      }
+    } else {
+      raise(ErrorCode::kInvalidModel, "{}: chat_template is neither a string nor a list", config_name);
+    }
+  } else if (const std::optional<std::string> jinja = read_file_text(folder / "chat_template.jinja")) {
+    source = *jinja;
+    origin = (folder / "chat_template.jinja").string();
+  } else if (const std::optional<std::string> json = read_file_text(folder / "chat_template.json")) {
+    origin = (folder / "chat_template.json").string();
+    try {
+      source = Json::parse(*json).at("chat_template").get<std::string>();
+    } catch (const Json::exception& e) {
+      raise(ErrorCode::kInvalidModel, "{}: no chat_template string: {}", origin, e.what());
+    }
+  } else {
+    raise(ErrorCode::kUnsupported, "{}: the model has no chat template (no chat_template in {}, no chat_template.jinja)",
+          folder.string(), config_name);
+  }
+  return ChatTemplate(source, origin, token("bos_token"), token("eos_token"));
 }
 
 }  // namespace
 
 ChatTemplate load_chat_template(const std::string& model_path) {
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_path);
-  const Vocabulary& vocab = tokenizer->vocab();
-  const bool is_gguf = !std::filesystem::is_directory(model_path) && !model_path.ends_with(".json");
-  if (vocab.chat_template.empty()) {
-    raise(ErrorCode::kUnsupported, "{}: the model has no chat template ({})", model_path,
-          is_gguf ? "no tokenizer.chat_template key" : "no chat_template in tokenizer_config.json");
+  const std::filesystem::path path(model_path);
+  if (std::filesystem::is_directory(path)) return load_hf_chat_template(path);
+  if (path.filename() == "tokenizer_config.json" || path.filename() == "tokenizer.json") {
+    return load_hf_chat_template(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
   }
-  const std::string origin = model_path + (is_gguf ? ": tokenizer.chat_template" : ": tokenizer_config.json chat_template");
-  return ChatTemplate(vocab.chat_template, origin, token_text(*tokenizer, vocab.bos), token_text(*tokenizer, vocab.eos));
+  // The vocabulary alone: a chat template does not need a tokenizer this build can run.
+  const Vocabulary vocab = read_vocabulary(gguf::File::open(model_path));
+  if (vocab.chat_template.empty()) {
+    raise(ErrorCode::kUnsupported, "{}: the model has no chat template (no tokenizer.chat_template key)", model_path);
+  }
+  return ChatTemplate(vocab.chat_template, model_path + ": tokenizer.chat_template", gguf_token_text(vocab, vocab.bos),
+                      gguf_token_text(vocab, vocab.eos));
 }
 
 }  // namespace sitsrt
