@@ -305,7 +305,7 @@ Value f_groupby(Interpreter& interpreter, const Value& v, CallArgs& args) {
     std::size_t j = i;
     while (j < items.size() && equals(key(items[j]), group_key)) members.push_back(items[j++]);
     const Value shown = case_sensitive ? group_key : get_path(interpreter, members.front(), parts, fallback);
-    groups.push_back(Value::tuple({shown, Value::sequence(std::move(members))}));
+    groups.push_back(Value::sequence({shown, Value::sequence(std::move(members))}, SeqKind::kGroupTuple));
     i = j;
   }
   return Value::sequence(std::move(groups));
@@ -707,7 +707,7 @@ Value f_tojson(Interpreter& interpreter, const Value& v, CallArgs& args) {
     } else {
       fault(Fault::kType, "indent must be an int or a str, not {}", type_name(*indent));
     }
-    options.item_separator = ",";
+    options.item_separator.assign(1, ',');  // json.dumps drops the space when indenting
   }
   if (const Value* separators = reader.get(2); separators != nullptr && !separators->is_none()) {
     const std::vector<Value> pair = interpreter.to_list(*separators);

@@ -534,7 +534,7 @@ Value Interpreter::slice(const Value& object, const SliceExpr& node, const std::
   std::vector<Value> out;
   out.reserve(picked.size());
   for (const std::int64_t i : picked) out.push_back((*items)[static_cast<std::size_t>(i)]);
-  return Value::sequence(std::move(out), object.list().kind);
+  return Value::sequence(std::move(out), object.is_tuple() ? SeqKind::kTuple : SeqKind::kList);
 }
 
 // ---- attribute and item access (jinja2.sandbox.SandboxedEnvironment.getattr / getitem) ----

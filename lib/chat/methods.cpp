@@ -595,6 +595,10 @@ std::optional<Value> builtin_attribute(Interpreter& interpreter, const Value& ob
     }
     return std::nullopt;
   }
+  if (object.is_sequence() && object.list().kind == SeqKind::kGroupTuple) {
+    if (name == "grouper") return object.list().items[0];
+    if (name == "list") return object.list().items[1];
+  }
   if (object.is_list() || object.is_tuple()) {
     if (const NamedMethod* method = lookup(kListMethods, name); method != nullptr && (object.is_list() || name != "copy")) {
       return bind(interpreter, object, *method);

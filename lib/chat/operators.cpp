@@ -54,7 +54,8 @@ std::int64_t multiply(std::int64_t a, std::int64_t b) {
 
 Value repeat(Interpreter& interpreter, const Value& sequence, std::int64_t times) {
   if (times <= 0) {
-    return sequence.is_string() ? Value::string("", sequence.is_markup()) : Value::sequence({}, sequence.list().kind);
+    return sequence.is_string() ? Value::string("", sequence.is_markup())
+                                : Value::sequence({}, sequence.is_tuple() ? SeqKind::kTuple : SeqKind::kList);
   }
   if (sequence.is_string()) {
     const std::string& text = sequence.as_string();
@@ -73,7 +74,7 @@ Value repeat(Interpreter& interpreter, const Value& sequence, std::int64_t times
   std::vector<Value> out;
   for (std::int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
   interpreter.charge_string(out.size() * sizeof(Value));
-  return Value::sequence(std::move(out), sequence.list().kind);
+  return Value::sequence(std::move(out), sequence.is_tuple() ? SeqKind::kTuple : SeqKind::kList);
 }
 
 double python_fmod(double a, double b) {
@@ -103,7 +104,7 @@ Value binary_op(Interpreter& interpreter, BinaryOp op, const Value& a, const Val
         std::vector<Value> items = a.list().items;
         items.insert(items.end(), b.list().items.begin(), b.list().items.end());
         interpreter.charge_string(items.size() * sizeof(Value));
-        return Value::sequence(std::move(items), a.list().kind);
+        return Value::sequence(std::move(items), a.is_tuple() ? SeqKind::kTuple : SeqKind::kList);
       }
       break;
     case BinaryOp::kSub:

@@ -667,7 +667,8 @@ class Parser {
 
   ExprPtr parse_call(ExprPtr node) {
     DepthGuard guard(*this);
-    auto call = std::make_unique<CallExpr>(current().pos, std::move(node));
+    const SourcePos pos = node->pos;  // errors of a call point at what is called
+    auto call = std::make_unique<CallExpr>(pos, std::move(node));
     call->args = parse_call_args();
     return call;
   }
@@ -698,7 +699,8 @@ class Parser {
     DepthGuard guard(*this);
     const SourcePos pos = advance().pos;
     const bool negated = skip_name("not");
-    auto test = std::make_unique<TestExpr>(pos, std::move(node), dotted_name());
+    const SourcePos name_pos = current().pos;
+    auto test = std::make_unique<TestExpr>(name_pos, std::move(node), dotted_name());
     const Token& token = current();
     const bool argument_start = token.type == TokenType::kName || token.type == TokenType::kString ||
                                 token.type == TokenType::kInteger || token.type == TokenType::kFloat ||

@@ -74,7 +74,9 @@ Value Value::object(Object* object) noexcept {
 }
 
 bool Value::is_list() const noexcept { return is_sequence() && list().kind == SeqKind::kList; }
-bool Value::is_tuple() const noexcept { return is_sequence() && list().kind == SeqKind::kTuple; }
+bool Value::is_tuple() const noexcept {
+  return is_sequence() && (list().kind == SeqKind::kTuple || list().kind == SeqKind::kGroupTuple);
+}
 bool Value::is_range() const noexcept { return is_sequence() && list().kind == SeqKind::kRange; }
 
 Value Value::range(std::int64_t start, std::int64_t stop, std::int64_t step) {
@@ -163,6 +165,7 @@ std::string type_name(const Value& value) {
       switch (value.list().kind) {
         case SeqKind::kList: return "list";
         case SeqKind::kTuple: return "tuple";
+        case SeqKind::kGroupTuple: return "_GroupTuple";
         case SeqKind::kRange: return "range";
         case SeqKind::kDictKeys: return "dict_keys";
         case SeqKind::kDictValues: return "dict_values";
@@ -297,6 +300,7 @@ void append_repr(std::string& out, const Value& value) {
           out += ']';
           return;
         case SeqKind::kTuple:
+        case SeqKind::kGroupTuple:
           out += '(';
           append_items_repr(out, list.items);
           if (list.items.size() == 1) out += ',';
@@ -383,7 +387,8 @@ bool equals(const Value& a, const Value& b) {
     case Value::Kind::kList: {
       const ListData& x = a.list();
       const ListData& y = b.list();
-      if (x.kind != y.kind || x.items.size() != y.items.size()) return false;
+      const auto family = [](SeqKind k) { return k == SeqKind::kGroupTuple ? SeqKind::kTuple : k; };
+      if (family(x.kind) != family(y.kind) || x.items.size() != y.items.size()) return false;
       for (std::size_t i = 0; i < x.items.size(); ++i) {
         if (!equals(x.items[i], y.items[i])) return false;
       }
@@ -412,8 +417,7 @@ bool less(const Value& a, const Value& b, std::string_view op) {
     return exact(a) < exact(b);
   }
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 keeps code point order
-  if (a.is_sequence() && b.is_sequence() && a.list().kind == b.list().kind &&
-      (a.list().kind == SeqKind::kList || a.list().kind == SeqKind::kTuple)) {
+  if ((a.is_list() && b.is_list()) || (a.is_tuple() && b.is_tuple())) {
     const auto& x = a.list().items;
     const auto& y = b.list().items;
     for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -424,22 +428,33 @@ bool less(const Value& a, const Value& b, std::string_view op) {
   fault(Fault::kType, "'{}' not supported between instances of '{}' and '{}'", op, type_name(a), type_name(b));
 }
 
+namespace {
+
+// tag + text; built by append because GCC 12 misreports `"x" + string` (-Wrestrict, PR105329).
+std::string tagged(char tag, std::string_view text) {
+  std::string out(1, tag);
+  out.append(text);
+  return out;
+}
+
+}  // namespace
+
 std::string hash_key(const Value& key) {
   switch (key.kind()) {
     case Value::Kind::kUndefined: return "u";
     case Value::Kind::kNone: return "n";
     case Value::Kind::kBool:
-    case Value::Kind::kInt: return "i" + std::to_string(key.int_value());
+    case Value::Kind::kInt: return tagged('i', std::to_string(key.int_value()));
     case Value::Kind::kFloat: {
       const double f = key.as_float();
       if (std::isfinite(f) && f == std::floor(f) && std::fabs(f) < 9.2e18) {
-        return "i" + std::to_string(static_cast<std::int64_t>(f));
+        return tagged('i', std::to_string(static_cast<std::int64_t>(f)));
       }
-      return "f" + float_repr(f);
+      return tagged('f', float_repr(f));
     }
-    case Value::Kind::kString: return "s" + key.as_string();
+    case Value::Kind::kString: return tagged('s', key.as_string());
     case Value::Kind::kList:
-      if (key.list().kind == SeqKind::kTuple) {
+      if (key.is_tuple()) {
         std::string out = "t(";
         for (const Value& item : key.list().items) {
           const std::string part = hash_key(item);

@@ -50,7 +50,8 @@ template <typename... Args>
 }
 
 // The Python sequence type a ListData stands for; it decides printing and equality.
-enum class SeqKind : std::uint8_t { kList, kTuple, kRange, kDictKeys, kDictValues, kDictItems };
+// kGroupTuple: groupby's (grouper, list) named tuple, a tuple with two attribute names.
+enum class SeqKind : std::uint8_t { kList, kTuple, kGroupTuple, kRange, kDictKeys, kDictValues, kDictItems };
 
 // Deepest nesting of lists/dicts a render may build or receive: printing, comparing and
 // destroying values recurse, so a bound keeps hostile input from exhausting the stack.
