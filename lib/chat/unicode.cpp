@@ -1,5 +1,7 @@
 #include "chat/unicode.hpp"
 
+#include "chat/value.hpp"
+
 #include <clocale>
 #include <cwctype>
 #include <locale.h>
@@ -175,20 +177,77 @@ char32_t to_lower(char32_t c) noexcept {
 
 namespace {
 
-std::string map_code_points(std::string_view text, char32_t (*mapping)(char32_t) noexcept) {
+// Python's str.upper() applies Unicode's full (one-to-many) mappings of SpecialCasing.txt.
+struct Expansion {
+  char32_t from;
+  std::u32string_view to;
+};
+constexpr Expansion kUpperExpansions[] = {
+    {0x00DF, U"SS"}, {0x0149, U"\u02BCN"}, {0x01F0, U"J\u030C"}, {0x0587, U"\u0535\u0552"},
+    {0x1E96, U"H\u0331"}, {0x1E97, U"T\u0308"}, {0x1E98, U"W\u030A"}, {0x1E99, U"Y\u030A"},
+    {0x1E9A, U"A\u02BE"}, {0xFB00, U"FF"}, {0xFB01, U"FI"}, {0xFB02, U"FL"}, {0xFB03, U"FFI"},
+    {0xFB04, U"FFL"}, {0xFB05, U"ST"}, {0xFB06, U"ST"}, {0xFB13, U"\u0544\u0546"},
+    {0xFB14, U"\u0544\u0535"}, {0xFB15, U"\u0544\u053B"}, {0xFB16, U"\u054E\u0546"},
+    {0xFB17, U"\u0544\u053D"},
+};
+
+// Greek letters whose full upper-case mapping (iota subscripts, accented diaereses) is not
+// tabulated here: upper() refuses them rather than print a different text than Python.
+bool greek_special_upper(char32_t c) noexcept {
+  return c == 0x0390 || c == 0x03B0 || (c >= 0x1F50 && c <= 0x1F56 && c % 2 == 0) || (c >= 0x1F80 && c <= 0x1FAF) ||
+         (c >= 0x1FB2 && c <= 0x1FB4) || c == 0x1FB6 || c == 0x1FB7 || c == 0x1FBC || (c >= 0x1FC2 && c <= 0x1FC4) ||
+         c == 0x1FC6 || c == 0x1FC7 || c == 0x1FCC || c == 0x1FD2 || c == 0x1FD3 || c == 0x1FD6 || c == 0x1FD7 ||
+         (c >= 0x1FE2 && c <= 0x1FE4) || c == 0x1FE6 || c == 0x1FE7 || (c >= 0x1FF2 && c <= 0x1FF4) || c == 0x1FF6 ||
+         c == 0x1FF7 || c == 0x1FFC;
+}
+
+bool cased(char32_t c) noexcept { return is_upper(c) || is_lower(c); }
+
+}  // namespace
+
+std::string upper(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     const Decoded d = decode_at(text, i);
-    append(out, mapping(d.code_point));
     i += d.bytes;
+    const char32_t c = d.code_point;
+    if (c >= 0xDF) {
+      bool expanded = false;
+      for (const Expansion& e : kUpperExpansions) {
+        if (e.from == c) {
+          for (const char32_t x : e.to) append(out, x);
+          expanded = true;
+          break;
+        }
+      }
+      if (expanded) continue;
+      if (greek_special_upper(c)) {
+        fault(Fault::kUnsupported, "upper-casing U+{:04X} (Python maps it to several characters)", static_cast<unsigned>(c));
+      }
+    }
+    append(out, to_upper(c));
   }
   return out;
 }
 
-}  // namespace
-
-std::string upper(std::string_view text) { return map_code_points(text, to_upper); }
-std::string lower(std::string_view text) { return map_code_points(text, to_lower); }
+std::string lower(std::string_view text) {
+  const std::u32string cps = decode(text);
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < cps.size(); ++i) {
+    const char32_t c = cps[i];
+    if (c == 0x0130) {  // capital I with dot above: "i" + combining dot, as Python
+      append(out, U'i');
+      append(out, 0x0307);
+    } else if (c == 0x03A3) {  // Python's Final_Sigma rule, on the neighbouring characters
+      const bool final = i > 0 && cased(cps[i - 1]) && (i + 1 == cps.size() || !cased(cps[i + 1]));
+      append(out, final ? 0x03C2 : 0x03C3);
+    } else {
+      append(out, to_lower(c));
+    }
+  }
+  return out;
+}
 
 }  // namespace sitsrt::chat::unicode

@@ -38,11 +38,13 @@ struct Decoded {
 [[nodiscard]] bool is_digit(char32_t c) noexcept;
 [[nodiscard]] bool is_upper(char32_t c) noexcept;
 [[nodiscard]] bool is_lower(char32_t c) noexcept;
-// Simple (one-to-one) Unicode case mappings; Python's few one-to-many mappings (e.g. U+00DF
-// upper-cased to "SS") are not applied: see docs/chat-templates.md.
+// Simple (one-to-one) Unicode case mappings of one code point.
 [[nodiscard]] char32_t to_upper(char32_t c) noexcept;
 [[nodiscard]] char32_t to_lower(char32_t c) noexcept;
 
+// Python's str.upper() and str.lower(): the simple mappings plus Python's one-to-many ones
+// (U+00DF to "SS", ligatures, U+0130) and the final-sigma rule. upper() raises kUnsupported for
+// the Greek letters whose full mapping is not tabulated here.
 [[nodiscard]] std::string upper(std::string_view text);
 [[nodiscard]] std::string lower(std::string_view text);
 
