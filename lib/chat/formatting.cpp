@@ -377,12 +377,19 @@ std::string percent_format(Interpreter& interpreter, std::string_view format, co
         out += format_with_spec(Value::string(text), (left ? "<" : ">") + width_precision);
         break;
       }
+      case 'x':
+      case 'X':
+      case 'o':
       case 'd':
       case 'i':
       case 'u': {
         if (!value.is_number()) fault(Fault::kType, "%{} format: a real number is required, not {}", type, type_name(value));
         const Value number = Value::integer(value.is_float() ? static_cast<std::int64_t>(value.as_float()) : value.int_value());
-        fmt_spec = std::string(left ? "<" : (zero ? "" : ">")) + sign + (zero && !left ? "0" : "") + width_precision + "d";
+        const char int_type = type == 'x' || type == 'X' || type == 'o' ? type : 'd';
+        if (int_type != 'd' && !value.is_int() && !value.is_bool()) {
+          fault(Fault::kType, "%{} format: an integer is required, not {}", type, type_name(value));
+        }
+        fmt_spec = std::string(left ? "<" : (zero ? "" : ">")) + sign + (zero && !left ? "0" : "") + width_precision + int_type;
         out += format_with_spec(number, fmt_spec);
         break;
       }
