@@ -120,6 +120,17 @@ void Interpreter::charge_string(std::size_t bytes) {
   }
 }
 
+void Interpreter::charge_scan(const Value& value) {
+  std::size_t cost = 0;
+  if (value.is_string()) cost = value.as_string().size();
+  if (value.is_sequence()) cost = value.list().items.size() * 16;
+  if (value.is_dict()) cost = value.dict().size() * 32;
+  string_work_ += cost;
+  if (string_work_ > limits_.max_string_work_bytes) {
+    fault(Fault::kLimit, "the render built or scanned more than {} bytes of strings and lists", limits_.max_string_work_bytes);
+  }
+}
+
 Value Interpreter::make_string(std::string text, bool markup) {
   charge_string(text.size());
   return Value::string(std::move(text), markup);
@@ -341,6 +352,7 @@ Value Interpreter::eval_filter_chain(const FilterExpr& filter, const std::shared
   }
   CallArgs args = eval_args(filter.args, scope);
   position_ = filter.pos;
+  charge_scan(subject);
   if (filter.function == nullptr) fault(Fault::kUnsupported, "No filter named '{}' found (jinja2 has no such filter)", filter.name);
   return filter.function(*this, subject, args);
 }
@@ -458,6 +470,7 @@ Value Interpreter::eval_compare(const CompareExpr& node, const std::shared_ptr<S
   for (const auto& [op, operand] : node.rest) {
     Value right = eval(*operand, scope);
     position_ = node.pos;
+    charge_scan(op == CompareOp::kIn || op == CompareOp::kNotIn ? right : left);
     bool result = false;
     switch (op) {
       case CompareOp::kEq: result = equals(left, right); break;
@@ -499,6 +512,7 @@ Value Interpreter::slice(const Value& object, const SliceExpr& node, const std::
   std::u32string code_points;
   const std::vector<Value>* items = nullptr;
   std::int64_t length = 0;
+  charge_scan(object);
   if (object.is_string()) {
     code_points = unicode::decode(object.as_string());
     length = static_cast<std::int64_t>(code_points.size());
@@ -565,13 +579,13 @@ Value Interpreter::get_item(const Value& object, const Value& key) {
   } else if ((object.is_indexable() || object.is_string()) && (key.is_int() || key.is_bool())) {
     std::int64_t index = key.int_value();
     if (object.is_string()) {
-      const std::u32string code_points = unicode::decode(object.as_string());
-      const auto n = static_cast<std::int64_t>(code_points.size());
-      if (index < 0) index += n;
-      if (index >= 0 && index < n) {
-        std::string out;
-        unicode::append(out, code_points[static_cast<std::size_t>(index)]);
-        return Value::string(std::move(out), object.is_markup());
+      charge_scan(object);
+      const std::string& text = object.as_string();
+      if (index < 0) index += static_cast<std::int64_t>(unicode::length(text));
+      // Walk to the code point without decoding the whole string.
+      for (std::size_t at = 0; index >= 0 && at < text.size(); ++at) {
+        if ((static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) continue;
+        if (index-- == 0) return Value::string(text.substr(at, unicode::decode_at(text, at).bytes), object.is_markup());
       }
     } else {
       const auto& items = object.list().items;
@@ -596,6 +610,7 @@ Value Interpreter::get_item(const Value& object, const Value& key) {
 }
 
 std::vector<Value> Interpreter::to_list(const Value& iterable) {
+  charge_scan(iterable);
   switch (iterable.kind()) {
     case Value::Kind::kUndefined: return {};
     case Value::Kind::kList: return iterable.list().items;

@@ -20,7 +20,7 @@ struct RenderLimits {
   std::size_t max_output_bytes = std::size_t{64} << 20;   // the rendering, and any one string
   std::int64_t max_loop_iterations = 10'000'000;           // all loops of the render together
   int max_call_depth = 64;                                 // nested macro calls and recursive loops
-  std::size_t max_string_work_bytes = std::size_t{1} << 30;  // bytes of all strings built
+  std::size_t max_string_work_bytes = std::size_t{4} << 30;  // bytes of all strings built or scanned
   std::size_t max_objects = 1'000'000;                     // namespaces, loops, macros, iterators
 };
 
@@ -59,6 +59,9 @@ class Interpreter {
   // A new string; counts toward the render's string budget and size limit.
   [[nodiscard]] Value make_string(std::string text, bool markup = false);
   void charge_string(std::size_t bytes);
+  // Counts a pass over `value` (a string's bytes, a list's or dict's items) toward the same
+  // budget, so that repeating linear work in a loop cannot run for hours.
+  void charge_scan(const Value& value);
   [[nodiscard]] std::optional<std::int64_t> now_unix_seconds() const noexcept { return now_; }
   [[nodiscard]] const RenderLimits& limits() const noexcept { return limits_; }
 

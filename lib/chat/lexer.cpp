@@ -17,13 +17,21 @@ LineIndex::LineIndex(std::string_view text) : text_(text) {
   }
 }
 
-SourcePos LineIndex::position(std::size_t offset) const {
+SourcePos LineIndex::position(std::size_t offset) {
   offset = std::min(offset, text_.size());
   const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
   const auto line = static_cast<std::size_t>(it - line_starts_.begin());  // >= 1
   const std::size_t start = line_starts_[line - 1];
-  const std::size_t column = unicode::length(text_.substr(start, offset - start)) + 1;
-  return {static_cast<int>(line), static_cast<int>(column)};
+  std::size_t from = start;
+  std::size_t column = 1;
+  if (static_cast<std::size_t>(last_.line) == line && last_offset_ >= start && last_offset_ <= offset) {
+    from = last_offset_;
+    column = static_cast<std::size_t>(last_.column);
+  }
+  column += unicode::length(text_.substr(from, offset - from));
+  last_offset_ = offset;
+  last_ = {static_cast<int>(line), static_cast<int>(column)};
+  return last_;
 }
 
 std::string normalize_template_source(std::string_view source) {
@@ -60,7 +68,7 @@ class Lexer {
  private:
   enum class Tag { kRaw, kComment, kBlock, kVariable };
 
-  [[noreturn]] void fail(std::string message, std::size_t at, ErrorCode code = ErrorCode::kInvalidArgument) const {
+  [[noreturn]] void fail(std::string message, std::size_t at, ErrorCode code = ErrorCode::kInvalidArgument) {
     throw ParseError{code, std::move(message), lines_.position(at)};
   }
 
@@ -416,7 +424,7 @@ class Lexer {
 
   // jinja2 decodes literals with .encode("ascii", "backslashreplace").decode("unicode-escape"):
   // non-ASCII characters first become \x/\u/\U escapes, then Python's escapes are resolved.
-  std::string decode_string_literal(std::string_view raw, std::size_t at) const {
+  std::string decode_string_literal(std::string_view raw, std::size_t at) {
     std::string ascii;
     for (std::size_t i = 0; i < raw.size();) {
       const unicode::Decoded d = unicode::decode_at(raw, i);

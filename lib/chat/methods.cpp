@@ -577,6 +577,7 @@ bool listed(const std::array<std::string_view, N>& names, std::string_view name)
 Value bind(Interpreter& interpreter, const Value& self, const NamedMethod& method) {
   const Method body = method.method;
   return Value::object(interpreter.make<FunctionObject>(std::string(method.name), [self, body](Interpreter& i, CallArgs& args) {
+    i.charge_scan(self);
     return body(i, self, args);
   }));
 }

@@ -24,15 +24,19 @@ struct ParseError {
   SourcePos pos;
 };
 
-// Byte offsets to line:column, over the template text the lexer works on.
+// Byte offsets to line:column, over the template text the lexer works on. The lexer asks in
+// increasing order, so the last answer is kept and the next column counted on from it (a
+// template on one long line would otherwise cost quadratic time).
 class LineIndex {
  public:
   explicit LineIndex(std::string_view text);
-  [[nodiscard]] SourcePos position(std::size_t offset) const;
+  [[nodiscard]] SourcePos position(std::size_t offset);
 
  private:
   std::string_view text_;
   std::vector<std::size_t> line_starts_;
+  std::size_t last_offset_ = 0;
+  SourcePos last_;
 };
 
 }  // namespace sitsrt::chat
