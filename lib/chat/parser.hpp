@@ -22,4 +22,8 @@ inline constexpr int kMaxSyntaxNesting = 128;
 // `source` is the normalized template text (normalize_template_source). Throws ParseError.
 [[nodiscard]] TemplateAst parse_template(std::string_view source);
 
+// Sets every FilterExpr/TestExpr function (parse_template does this). Throws ParseError
+// kUnsupported for a name that may not stay unresolved there.
+void resolve_names(TemplateAst& ast);
+
 }  // namespace sitsrt::chat
