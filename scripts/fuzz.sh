@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer bpe audit_verify hf_config kld_base)
+targets=(gguf safetensors tokenizer bpe audit_verify hf_config kld_base chat_template)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -53,6 +53,8 @@ from hf_checkpoints import VARIANTS, config_for
 for v in VARIANTS:
     open('$corpus/' + v + '.json', 'w').write(json.dumps(config_for(v, 'bf16')))
 " 2>/dev/null || true ;;
+    chat_template)  # the public templates of tests/data
+      cp -n tests/data/chat_templates/*.jinja "$corpus"/ ;;
     audit_verify)  # first byte: 0 plain SHA-256 chain, 1 HMAC under the target's fixed key
       if [ ! -f "$corpus/plain" ]; then
         rm -f build-fuzz/seed.jsonl* && printf 'fuzz-key' >build-fuzz/seed.key

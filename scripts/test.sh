@@ -2,8 +2,9 @@
 # Builds everything and runs the whole test suite: unit and end-to-end tests (CTest), the CLI
 # tests, a build of the examples against the installed package (find_package(sitsrt)), and the
 # Python tests (pytest, with the in-tree module; one of them builds a wheel with pip), and the
-# NumPy references of every architecture against `sitsrt logits` and of the real models
-# (SmolLM2-135M-Instruct, Gemma 3 270M) against greedy generation (tests/reference).
+# NumPy references of every architecture against `sitsrt logits`, of the real models
+# (SmolLM2-135M-Instruct, Gemma 3 270M) against greedy generation, and Python's jinja2 against
+# `sitsrt template` over every chat template (tests/reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -11,8 +12,8 @@ jobs=$(nproc)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
-"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers" 2>/dev/null ||
-  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers
+"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2" 2>/dev/null ||
+  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" \
   -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"

@@ -21,6 +21,7 @@ int convert_command(int argc, char** argv);
 int audit_command(int argc, char** argv);
 int tokenize_command(int argc, char** argv);
 int perplexity_command(int argc, char** argv);
+int template_command(int argc, char** argv);
 
 // Options shared by every command that loads a model.
 std::vector<OptionSpec> engine_option_specs();

@@ -21,6 +21,7 @@ commands:
   graph       print the computation graph and activation memory plan, or --plan the device plan
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
   tokenize    print the token ids of a text (GGUF model or tokenizer.json; --json, --batch)
+  template    render a model's chat template over a conversation, as transformers' apply_chat_template
   logits      print the raw next-token logits for token ids or a prompt as JSON
   perplexity  perplexity of a text (llama-perplexity style); save or compare KL-divergence bases
   convert     convert a Hugging Face model directory (config.json + safetensors) to GGUF
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return sitsrt::cli::bench_command(argc, argv);
     if (command == "audit") return sitsrt::cli::audit_command(argc, argv);
     if (command == "tokenize") return sitsrt::cli::tokenize_command(argc, argv);
+    if (command == "template") return sitsrt::cli::template_command(argc, argv);
     if (command == "logits") return sitsrt::cli::logits_command(argc, argv);
     if (command == "perplexity") return sitsrt::cli::perplexity_command(argc, argv);
     if (command == "convert") return sitsrt::cli::convert_command(argc, argv);

@@ -40,7 +40,7 @@ PY
 }
 
 check "top-level --help" "$cli" --help
-for sub in run info graph bench logits perplexity make-model "audit verify" "audit replay" "audit show"; do
+for sub in run info graph bench logits perplexity make-model template "audit verify" "audit replay" "audit show"; do
   # shellcheck disable=SC2086
   check "$sub --help" "$cli" $sub --help
 done
@@ -135,6 +135,29 @@ for bad in truncated version1 badmagic; do
     "'$cli' run -m '$work/$bad.gguf' -p hi -n 2 2>'$work/$bad.err'; rc=\$?; test \$rc -eq 1 && test \$(wc -l <'$work/$bad.err') -eq 1 && grep -q '$bad.gguf' '$work/$bad.err'"
 done
 check "missing file: exit 1" bash -c "'$cli' info -m '$work/none.gguf' 2>/dev/null; test \$? -eq 1"
+
+# template: a chat template over a conversation, printed byte for byte; a template error exits 1
+# naming the file and line:column, a usage mistake exits 2.
+printf '%s\n' '{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}' \
+  '{%- if add_generation_prompt %}<assistant>{% endif %}{{ eos_token }}' >"$work/chat.jinja"
+printf '%s' '[{"role": "user", "content": "hi é"}]' >"$work/messages.json"
+check "template renders exactly" bash -c "'$cli' template --template '$work/chat.jinja' --messages '$work/messages.json' \
+  --add-generation-prompt --eos-token '</s>' | cmp - <(printf '<user>hi é<assistant></s>')"
+check "template reads messages from standard input" bash -c "'$cli' template --template '$work/chat.jinja' --messages - \
+  <'$work/messages.json' | cmp - <(printf '<user>hi é')"
+"$cli" template --template "$work/chat.jinja" --messages "$work/messages.json" --json >"$work/template.json" 2>/dev/null
+check "template --json" json_check "$work/template.json" "doc['text'] == '<user>hi é' and doc['origin'].endswith('chat.jinja')"
+printf '%s\n' 'ok' '{{ raise_exception("roles must alternate") }}' >"$work/raise.jinja"
+check "template: raise_exception exits 1 naming file and position" bash -c "'$cli' template --template '$work/raise.jinja' \
+  --messages '$work/messages.json' 2>'$work/raise.err'; test \$? -eq 1 && grep -q 'raise.jinja:2:4: raise_exception: roles must alternate' '$work/raise.err'"
+printf '%s' '{% extends "base" %}' >"$work/extends.jinja"
+check "template: an unsupported construct exits 1 naming it" bash -c "'$cli' template --template '$work/extends.jinja' \
+  --messages '$work/messages.json' 2>'$work/extends.err'; test \$? -eq 1 && grep -q 'extends.jinja:1:4: .*extends' '$work/extends.err'"
+check "template: a model without a chat template exits 1" bash -c "'$cli' template -m '$model' --messages '$work/messages.json' \
+  2>'$work/notemplate.err'; test \$? -eq 1 && grep -q 'no chat template' '$work/notemplate.err'"
+check "template: no --messages is a usage error" bash -c "'$cli' template --template '$work/chat.jinja'; test \$? -eq 2"
+check "template: -m and --template together is a usage error" bash -c "'$cli' template -m '$model' --template '$work/chat.jinja' \
+  --messages '$work/messages.json'; test \$? -eq 2"
 
 # tokenize: the model's tokenizer, ids round-trip through --json's decode, --batch, errors.
 check "tokenize --json round trip" bash -c "'$cli' tokenize '$model' --text 'hello world' --bos --json >'$work/tok.json'"
