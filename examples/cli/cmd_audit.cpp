@@ -61,7 +61,7 @@ int replay_command(int argc, char** argv) {
   const auto model = args.get("model");
   if (!model) throw UsageError("no model given: pass -m FILE.gguf");
   options.model_path = *model;
-  options.threads = static_cast<int>(args.get_int("threads", 0));
+  options.threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
   options.on_progress = print_progress;
   const std::vector<ReplayOutcome> outcomes = replay_log(log_files(args), options);
   int mismatches = 0;

@@ -44,9 +44,9 @@ int bench_command(int argc, char** argv) {
     fmt::print("{}", args.help());
     return 0;
   }
-  const auto n_prompt = args.get_int("prompt-tokens", 128);
-  const auto n_gen = args.get_int("gen-tokens", 64);
-  const auto reps = args.get_int("reps", 3);
+  const auto n_prompt = args.get_int("prompt-tokens", 128, 1, 1 << 20);
+  const auto n_gen = args.get_int("gen-tokens", 64, 2, 1 << 20);
+  const auto reps = args.get_int("reps", 3, 1, 10000);
   if (n_prompt < 1 || n_gen < 2 || reps < 1) throw UsageError("prompt-tokens >= 1, gen-tokens >= 2, reps >= 1");
   EngineOptions options = engine_options_from(args);
   if (options.context_length == 0) options.context_length = n_prompt + n_gen + 1;

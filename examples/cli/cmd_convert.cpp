@@ -44,7 +44,7 @@ int convert_command(int argc, char** argv) {
   }  // else: every matrix as it is served (the quantized linears exactly)
   const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
-  const HfConvertSummary s = convert_hf_to_gguf(directory, *out, type, static_cast<int>(args.get_int("threads", 0)),
+  const HfConvertSummary s = convert_hf_to_gguf(directory, *out, type, static_cast<int>(args.get_int("threads", 0, 0, 1024)),
                                                 [&](std::size_t done, std::size_t total) {
                                                   if (tty)
                                                     fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);

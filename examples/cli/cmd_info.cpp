@@ -153,7 +153,7 @@ int info_command(int argc, char** argv) {
     EngineOptions o;
     o.model_path = path;
     o.weights = weights;
-    o.threads = static_cast<int>(args.get_int("threads", 0));
+    o.threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
     converted = Engine(std::move(o)).model_info();
   }
   std::string spec_error;

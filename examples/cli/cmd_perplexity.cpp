@@ -27,14 +27,6 @@ namespace {
 
 constexpr std::int64_t kDefaultChunk = 512;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(fmt::format("cannot read text file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // What the evaluation runs over: the chunks' tokens and how each chunk starts.
 struct Plan {
   std::int64_t n_ctx = 0;
@@ -65,7 +57,7 @@ Plan plan_from_base(const eval::KldBaseReader& base, const Engine& engine, const
   }
   Plan p{h.n_ctx, h.first_scored, h.n_chunks, h.add_bos, h.bos, h.tokens};
   if (const auto file = args.get("file")) {
-    const std::vector<std::int32_t> text = engine.tokenize(read_text(*file), info.add_bos);
+    const std::vector<std::int32_t> text = engine.tokenize(read_text_file(*file, "text file"), info.add_bos);
     for (std::size_t i = 0; i < h.tokens.size(); ++i) {
       if (i >= text.size()) {
         base_mismatch(
@@ -92,7 +84,7 @@ Plan plan_from_text(const Engine& engine, const Args& args, std::int64_t n_ctx) 
   p.first = n_ctx / 2;
   p.add_bos = info.add_bos;
   p.bos = info.bos;
-  p.tokens = engine.tokenize(read_text(*file), info.add_bos);
+  p.tokens = engine.tokenize(read_text_file(*file, "text file"), info.add_bos);
   const auto n = static_cast<std::int64_t>(p.tokens.size());
   if (n < 2 * n_ctx) {
     raise(ErrorCode::kInvalidArgument,
@@ -157,7 +149,7 @@ int perplexity_command(int argc, char** argv) {
   // The base file is checked before the model loads: a bad file fails fast.
   std::optional<eval::KldBaseReader> reader;
   if (kld) reader.emplace(*base_path);
-  std::int64_t n_ctx = args.get_int("ctx", kDefaultChunk);
+  std::int64_t n_ctx = args.get_int("ctx", kDefaultChunk, 4, 1 << 24);
   if (reader) {
     if (args.has("ctx") && n_ctx != reader->header().n_ctx) {
       base_mismatch(
@@ -177,7 +169,7 @@ int perplexity_command(int argc, char** argv) {
   }
   Plan plan = reader ? plan_from_base(*reader, engine, args) : plan_from_text(engine, args, n_ctx);
   if (args.has("chunks")) {
-    const long long limit = args.get_int("chunks", 0);
+    const long long limit = args.get_int("chunks", 1, 1, 1LL << 40);
     if (limit < 1) throw UsageError(fmt::format("--chunks {} must be at least 1", limit));
     plan.chunks = std::min<std::int64_t>(plan.chunks, limit);
   }

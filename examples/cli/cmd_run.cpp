@@ -7,45 +7,32 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 namespace sitsrt::cli {
 
 int run_command(int argc, char** argv) {
   std::vector<OptionSpec> specs = engine_option_specs();
-  const std::vector<OptionSpec> more = {
+  const std::vector<OptionSpec> prompt_specs = {
       {"prompt", 'p', "TEXT", "prompt text", "\"\""},
-      {"file", 'f', "FILE", "read the prompt from a file", ""},
-      {"max-tokens", 'n', "N", "tokens to generate", "128"},
-      {"temp", 0, "T", "temperature; 0 = greedy", "0.8"},
-      {"top-k", 0, "K", "keep the K most likely tokens; 0 = off", "40"},
-      {"top-p", 0, "P", "nucleus sampling threshold; 1 = off", "0.95"},
-      {"min-p", 0, "P", "drop tokens below P x the top probability; 0 = off", "0.05"},
-      {"repeat-penalty", 0, "X", "penalty for recently seen tokens; 1 = off", "1.0"},
-      {"repeat-last-n", 0, "N", "history window of the repeat penalty", "64"},
-      {"seed", 's', "N", "sampling seed (same seed, same tokens)", "random"},
-      {"stop", 0, "TEXT", "stop when TEXT appears (repeatable)", ""},
-      {"top-logprobs", 0, "K", "alternatives reported per token", "5"},
-      {"ignore-eos", 0, "", "keep generating after the end-of-sequence token", ""},
+      {"file", 'f', "FILE", "read the prompt from a file (- for standard input)", ""},
+      {"chat", 0, "", "treat the prompt as one user turn: render it with the model's chat template (with the "
+                      "generation prompt), generate the answer, stop at the end-of-turn token", ""},
+  };
+  specs.insert(specs.end(), prompt_specs.begin(), prompt_specs.end());
+  for (auto* group : {&chat_option_specs, &sampling_option_specs}) {
+    const std::vector<OptionSpec> more = (*group)();
+    specs.insert(specs.end(), more.begin(), more.end());
+  }
+  const std::vector<OptionSpec> output_specs = {
       {"no-bos", 0, "", "do not prepend the BOS token", ""},
-      {"echo", 0, "", "print the prompt before the generated text", ""},
+      {"echo", 0, "", "print the prompt (with --chat: the rendered prompt) before the generated text", ""},
       {"json", 0, "", "one JSON object per generated token, then a summary object", ""},
       {"quiet", 'q', "", "no timing summary on stderr", ""},
-      {"audit-log", 0, "FILE", "write a hash-chained JSONL audit log (a new file; rotations go to FILE.1, ...)", ""},
-      {"audit-level", 0, "LEVEL", "audit trace level: off, tokens, topk, full", "tokens"},
-      {"audit-full-step", 0, "I", "at level full, record the whole distribution of token I (repeatable)", ""},
-      {"audit-key-file", 0, "FILE", "authenticate the audit log with HMAC-SHA-256 under this key", ""},
-      {"audit-fsync", 0, "WHEN", "fsync the audit log per: record, request or never", "request"},
-      {"audit-rotate-bytes", 0, "N", "start a new audit file past N bytes; 0 = never", "0"},
-      {"audit-tenant", 0, "TEXT", "tenant recorded with the request", ""},
-      {"audit-user", 0, "TEXT", "user recorded with the request", ""},
-      {"audit-tag", 0, "TEXT", "tag recorded with the request (repeatable)", ""},
-      {"otlp-trace", 0, "FILE", "append an OpenTelemetry OTLP/JSON span (token events per --audit-level)", ""},
   };
-  specs.insert(specs.end(), more.begin(), more.end());
-  Args args("sitsrt run", "Generate text from a prompt with a GGUF model.", specs);
+  specs.insert(specs.end(), output_specs.begin(), output_specs.end());
+  const std::vector<OptionSpec> audit_specs = audit_option_specs();
+  specs.insert(specs.end(), audit_specs.begin(), audit_specs.end());
+  Args args("sitsrt run", "Generate text from a prompt (or, with --chat, answer it as a chat turn).", specs);
   args.parse(argc, argv, 2);
   if (args.has("help")) {
     fmt::print("{}", args.help());
@@ -53,64 +40,22 @@ int run_command(int argc, char** argv) {
   }
   std::string prompt = args.get_or("prompt", "");
   if (const auto file = args.get("file")) {
-    std::ifstream in(*file, std::ios::binary);
-    if (!in) throw UsageError(fmt::format("cannot read prompt file '{}'", *file));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
+    if (args.has("prompt")) throw UsageError("give the prompt with -p or -f, not both");
+    prompt = read_text_file(*file, "prompt file");
   }
-  GenerationConfig config;
-  config.max_new_tokens = static_cast<std::int32_t>(args.get_int("max-tokens", 128));
-  config.temperature = static_cast<float>(args.get_double("temp", 0.8));
-  config.top_k = static_cast<std::int32_t>(args.get_int("top-k", 40));
-  config.top_p = static_cast<float>(args.get_double("top-p", 0.95));
-  config.min_p = static_cast<float>(args.get_double("min-p", 0.05));
-  config.repeat_penalty = static_cast<float>(args.get_double("repeat-penalty", 1.0));
-  config.repeat_last_n = static_cast<std::int32_t>(args.get_int("repeat-last-n", 64));
-  if (args.has("seed")) config.seed = static_cast<std::uint64_t>(args.get_int("seed", 0));
-  config.stop = args.all("stop");
-  config.top_logprobs = static_cast<std::int32_t>(args.get_int("top-logprobs", 5));
-  config.stop_at_end_of_sequence = !args.has("ignore-eos");
+  const bool chat = args.has("chat");
+  if (!chat && args.has("system")) throw UsageError("--system needs --chat (or use 'sitsrt chat')");
+  GenerationConfig config = generation_config_from(args, 128);
   if (args.has("no-bos")) config.add_bos = false;
   const bool json = args.has("json");
 
   EngineOptions engine_options = engine_options_from(args);
-  if (args.has("audit-log") || args.has("otlp-trace")) {
-    config.audit.level = parse_trace_level(args.get_or("audit-level", "tokens"));
-  } else if (args.has("audit-level")) {
-    throw UsageError("--audit-level needs --audit-log FILE or --otlp-trace FILE");
-  }
-  if (const auto log = args.get("audit-log")) {
-    JsonlAuditLogOptions log_options;
-    log_options.path = *log;
-    if (const auto key = args.get("audit-key-file")) log_options.hmac_key = read_key_file(*key);
-    const std::string fsync = args.get_or("audit-fsync", "request");
-    if (fsync == "record") {
-      log_options.durability = Durability::kPerRecord;
-    } else if (fsync == "request") {
-      log_options.durability = Durability::kPerRequest;
-    } else if (fsync == "never") {
-      log_options.durability = Durability::kNever;
-    } else {
-      throw UsageError(fmt::format("--audit-fsync must be record, request or never, got '{}'", fsync));
-    }
-    log_options.rotate_bytes = static_cast<std::uint64_t>(args.get_int("audit-rotate-bytes", 0));
-    for (const auto& step : args.all("audit-full-step")) {
-      char* end = nullptr;
-      const long long i = std::strtoll(step.c_str(), &end, 10);
-      if (step.empty() || *end != '\0' || i < 0) throw UsageError(fmt::format("--audit-full-step expects a token index, got '{}'", step));
-      config.audit.full_distribution_steps.push_back(i);
-    }
-    config.audit.metadata = {args.get_or("audit-tenant", ""), args.get_or("audit-user", ""), args.all("audit-tag")};
-    // Created last, so that a usage error leaves no log file behind.
-    engine_options.audit_sinks.push_back(make_jsonl_audit_sink(log_options));
-  } else if (args.has("audit-key-file")) {
-    throw UsageError("--audit-key-file needs --audit-log FILE");
-  }
-  if (const auto trace = args.get("otlp-trace")) engine_options.audit_sinks.push_back(make_otlp_trace_sink({*trace}));
+  apply_chat_options(args, engine_options);
+  apply_audit_options(args, engine_options, config);
   const Engine engine(std::move(engine_options));
+  const std::vector<ChatMessage> messages = chat ? chat_messages(args, prompt) : std::vector<ChatMessage>{};
   if (args.has("echo") && !json) {
-    fmt::print("{}", prompt);
+    fmt::print("{}", chat ? engine.apply_chat_template(messages, true) : prompt);
     std::fflush(stdout);
   }
   const auto on_token = [&](const TokenEvent& e) {
@@ -127,7 +72,8 @@ int run_command(int argc, char** argv) {
     std::fflush(stdout);
     return true;
   };
-  const GenerationResult result = engine.generate(prompt, config, on_token);
+  const GenerationResult result =
+      chat ? engine.chat(messages, config, on_token) : engine.generate(prompt, config, on_token);
   const GenerationTimings& t = result.timings;
   if (json) {
     const nlohmann::json summary = {

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <unistd.h>
 
@@ -30,9 +32,9 @@ EngineOptions engine_options_from(const Args& args) {
   const auto model = args.get("model");
   if (!model) throw UsageError("no model given: pass -m FILE.gguf or -m HF_DIR (write a GGUF with 'sitsrt make-model')");
   o.model_path = *model;
-  o.threads = static_cast<int>(args.get_int("threads", 0));
-  o.context_length = args.get_int("ctx", 0);
-  o.max_batch_tokens = args.get_int("batch", 256);
+  o.threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
+  o.context_length = args.get_int("ctx", 0, 0, 1 << 28);
+  o.max_batch_tokens = args.get_int("batch", 256, 1, 65536);
   const std::string kv = args.get_or("kv-type", "f16");
   if (kv == "f16") {
     o.kv_cache_type = KvCacheType::kF16;
@@ -96,6 +98,32 @@ std::string weights_text(const ModelInfo& info) {
                   info.weights_kept_tensors);
   if (!info.weights_output_head.empty()) text += fmt::format("; output head in {}", info.weights_output_head);
   return text + "; " + placement;
+}
+
+std::string read_text_file(const std::string& path, std::string_view what, std::uintmax_t max_bytes) {
+  std::string text;
+  if (path == "-") {
+    std::stringstream ss;
+    ss << std::cin.rdbuf();
+    text = ss.str();
+  } else {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status)) throw UsageError(fmt::format("{} '{}' does not exist", what, path));
+    if (!std::filesystem::is_regular_file(status)) {
+      throw UsageError(fmt::format("{} '{}' is not a regular file", what, path));
+    }
+    if (std::filesystem::file_size(path, ec) > max_bytes) {
+      throw UsageError(fmt::format("{} '{}' is larger than {} bytes", what, path, max_bytes));
+    }
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    if (in) ss << in.rdbuf();
+    if (!in || in.bad()) throw UsageError(fmt::format("cannot read {} '{}'", what, path));
+    text = ss.str();
+  }
+  if (text.size() > max_bytes) throw UsageError(fmt::format("{} '{}' is larger than {} bytes", what, path, max_bytes));
+  return text;
 }
 
 std::string read_key_file(const std::string& path) {

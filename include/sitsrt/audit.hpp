@@ -79,6 +79,12 @@ struct RequestRecord {
   std::string input_tokens_sha256;   // of the prompt token ids as little-endian int32
   std::vector<std::int32_t> input_tokens;  // the prompt token ids (needed for replay)
   RequestMetadata metadata;
+  // Chat requests (Engine::chat): the messages as a JSON array text (OpenAI style), the chat
+  // template's SHA-256 and whether a generation prompt was added; input_sha256 is then the
+  // rendered prompt's. Empty for plain prompts.
+  std::string chat_messages_json;
+  std::string chat_template_sha256;
+  bool chat_add_generation_prompt = false;
 };
 
 // What a tripped anomaly rule does.

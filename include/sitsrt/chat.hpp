@@ -23,8 +23,8 @@ struct ChatMessage {
   std::string role;     // "system", "user", "assistant", "tool", ...
   std::string content;  // UTF-8 text
   // Any other fields as the text of a JSON object (tool_calls, tool_call_id, name,
-  // reasoning_content, ...); "" for none. It may not repeat "role" or "content" (use
-  // ChatTemplate::render_json for non-text content).
+  // reasoning_content, ...); "" for none. It may not repeat "role", nor "content" unless
+  // `content` is empty: non-text content (an OpenAI list of parts) is given that way.
   std::string extra_json;
 };
 

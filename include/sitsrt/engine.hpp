@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sitsrt/audit.hpp>
+#include <sitsrt/chat.hpp>
 #include <sitsrt/export.hpp>
 #include <sitsrt/generation.hpp>
 #include <sitsrt/model_info.hpp>
@@ -64,6 +65,11 @@ struct EngineOptions {
   std::vector<std::shared_ptr<AuditSink>> audit_sinks;
   std::vector<AnomalyRule> anomaly_rules;
   std::function<void(const AnomalyEvent&)> on_anomaly;
+  // Jinja source of the chat template used by chat() and apply_chat_template() instead of the
+  // model's own (GGUF tokenizer.chat_template, tokenizer_config.json chat_template); empty: the
+  // model's. Parsed at load: a template with a construct this version does not support fails the
+  // load (kUnsupported, naming the construct and its line:column).
+  std::string chat_template;
   // Time every graph node (a clock read and a backend synchronise around each); read the totals
   // with Engine::op_profile(). For finding where a step's time goes; off by default.
   bool profile_ops = false;
@@ -133,6 +139,27 @@ class SITSRT_API Engine {
                                         const GenerationConfig& config = {},
                                         const TokenCallback& on_token = {}) const;
 
+  // Chat: `messages` rendered through the chat template (EngineOptions::chat_template, else the
+  // model's), tokenized with special tokens parsed as single ids (BOS prepended per the model's
+  // metadata unless the rendering starts with it), then generated from; generation ends at the
+  // model's end-of-turn tokens (<|im_end|>, <end_of_turn>, <|eot_id|>, ...) unless
+  // config.stop_at_end_of_sequence is false. options.add_generation_prompt is normally true.
+  // Audit records carry the rendered prompt's SHA-256 (input_sha256), the messages and the
+  // template's SHA-256. Throws kUnsupported when there is no template, kInvalidArgument when the
+  // template raises (raise_exception) or a message is malformed. Thread-safe.
+  GenerationResult chat(std::span<const ChatMessage> messages, const GenerationConfig& config = {},
+                        const TokenCallback& on_token = {}, const ChatTemplateOptions& options = {}) const;
+  // The prompt text chat() would feed the model (bos_token/eos_token are the vocabulary's).
+  [[nodiscard]] std::string apply_chat_template(std::span<const ChatMessage> messages,
+                                                const ChatTemplateOptions& options = {}) const;
+  [[nodiscard]] std::string apply_chat_template(std::span<const ChatMessage> messages,
+                                                bool add_generation_prompt) const;
+  // ... and its token ids as chat() feeds them.
+  [[nodiscard]] std::vector<std::int32_t> chat_tokens(std::span<const ChatMessage> messages,
+                                                      const ChatTemplateOptions& options = {}) const;
+  // The template chat() uses; nullptr when neither the options nor the model give one.
+  [[nodiscard]] const ChatTemplate* chat_template() const noexcept;
+
   // Next-token logits after each of `tokens` (all_positions) or after the last one only.
   // Row-major [positions x vocab].
   std::vector<float> logits(std::span<const std::int32_t> tokens, bool all_positions = false) const;
@@ -170,8 +197,10 @@ class SITSRT_API Engine {
   [[nodiscard]] std::string graph_json() const;
 
  private:
+  struct ChatInput;
   GenerationResult run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
-                               const GenerationConfig& config, const TokenCallback& on_token) const;
+                               const GenerationConfig& config, const TokenCallback& on_token,
+                               const ChatInput* chat = nullptr) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

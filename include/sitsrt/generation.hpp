@@ -13,8 +13,8 @@ namespace sitsrt {
 
 struct GenerationConfig {
   std::int32_t max_new_tokens = 256;
-  float temperature = 0.8f;          // <= 0: greedy
-  std::int32_t top_k = 40;           // <= 0: off
+  float temperature = 0.8f;          // 0: greedy
+  std::int32_t top_k = 40;           // 0: off
   float top_p = 0.95f;               // >= 1: off
   float min_p = 0.05f;               // <= 0: off
   float repeat_penalty = 1.0f;       // 1: off
@@ -26,6 +26,12 @@ struct GenerationConfig {
   std::optional<bool> add_bos;       // unset: as the model's tokenizer metadata says
   RequestAuditOptions audit;         // trace level, extra sinks and rules, caller metadata
 };
+
+// Throws sitsrt::Error(kInvalidArgument) naming the field for a value out of range:
+// max_new_tokens, top_k, repeat_last_n >= 0; temperature in [0, 1e6] (0 = greedy); top_p and
+// min_p in [0, 1]; repeat_penalty in (0, 1e6]; top_logprobs in [0, 64]; no empty stop string;
+// no negative audit.full_distribution_steps. Every Engine entry point calls it first.
+SITSRT_API void validate(const GenerationConfig& config);
 
 enum class FinishReason {
   kLength,         // max_new_tokens reached

@@ -107,7 +107,9 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
       const Value extra = chat::value_from_json(message.extra_json, what);
       if (!extra.is_dict()) raise(ErrorCode::kInvalidArgument, "{}: expected a JSON object", what);
       for (const auto& [key, value] : extra.dict().entries) {
-        if (key.as_string() == "role" || key.as_string() == "content") {
+        // Non-text content (a list of parts) comes here, in place of an empty `content`.
+        const bool content_here = key.as_string() == "content" && message.content.empty();
+        if (key.as_string() == "role" || (key.as_string() == "content" && !content_here)) {
           raise(ErrorCode::kInvalidArgument, "{}: repeats the field '{}'", what, key.as_string());
         }
         dict.set(key, value);

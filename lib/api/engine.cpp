@@ -19,6 +19,8 @@
 
 #include <sitsrt/version.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <filesystem>
 #include <atomic>
@@ -94,6 +96,7 @@ struct Engine::Impl {
       raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", options.model_path,
             tokenizer->vocab().size(), spec.n_vocab);
     }
+    load_chat_template();
     const std::int64_t requested = options.context_length;
     if (requested > spec.n_ctx_train * 16) {
       raise(ErrorCode::kInvalidArgument, "context_length {} is far beyond the training context {}", requested,
@@ -138,6 +141,39 @@ struct Engine::Impl {
     fill_info(kv_type);
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend.memory().weight_bytes);
     fill_digest();
+  }
+
+  // The template given in the options must parse (the load fails otherwise); the model's own is
+  // parsed too, but a model whose template uses something unsupported still loads and serves
+  // plain prompts: chat() then reports why it cannot render.
+  void load_chat_template() {
+    const bool from_options = !options.chat_template.empty();
+    const std::string& source = from_options ? options.chat_template
+                                             : (tokenizer ? tokenizer->vocab().chat_template : options.chat_template);
+    if (source.empty()) return;
+    const auto piece = [&](std::int32_t id) {
+      return tokenizer && id >= 0 && id < tokenizer->vocab().size() ? tokenizer->vocab().pieces[id] : std::string();
+    };
+    const std::string bos = tokenizer ? piece(tokenizer->vocab().bos) : std::string();
+    const std::string eos = tokenizer ? piece(tokenizer->vocab().eos) : std::string();
+    const std::string origin = from_options ? std::string("EngineOptions::chat_template")
+                                            : options.model_path + " (chat template)";
+    try {
+      chat = std::make_unique<ChatTemplate>(source, origin, bos, eos);
+    } catch (const Error& e) {
+      if (from_options) throw;
+      chat_error = e.what();
+      chat_error_code = e.code();
+    }
+  }
+
+  const ChatTemplate& chat_template() const {
+    if (chat) return *chat;
+    if (!chat_error.empty()) raise(chat_error_code, "{}", chat_error);
+    raise(ErrorCode::kUnsupported,
+          "{}: the model has no chat template (GGUF tokenizer.chat_template / tokenizer_config.json chat_template); "
+          "pass one (EngineOptions::chat_template, sitsrt --chat-template-file) or use a plain prompt",
+          options.model_path);
   }
 
   // Refuses, before any weight page is touched or converted, a budget that cannot hold the
@@ -283,6 +319,9 @@ struct Engine::Impl {
   LoadedModel model;
   ModelSpec spec;
   std::unique_ptr<const Tokenizer> tokenizer;  // SentencePiece or BPE; null: the model has none
+  std::unique_ptr<const ChatTemplate> chat;     // null: none, or the model's did not parse (chat_error)
+  std::string chat_error;
+  ErrorCode chat_error_code = ErrorCode::kUnsupported;
   CpuBackend backend;
   graph::Graph graph;
   std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"
@@ -335,8 +374,80 @@ GenerationResult Engine::generate_from_tokens(std::span<const std::int32_t> prom
   return run_request({}, prompt_tokens, config, on_token);
 }
 
+struct Engine::ChatInput {
+  std::string messages_json;
+  std::string template_sha256;
+  bool add_generation_prompt = false;
+};
+
+namespace {
+
+// The messages as an OpenAI-style JSON array (extra_json's fields merged in), for the audit record.
+std::string messages_json(std::span<const ChatMessage> messages) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    nlohmann::ordered_json m{{"role", messages[i].role}, {"content", messages[i].content}};
+    if (!messages[i].extra_json.empty()) {
+      const auto extra = nlohmann::ordered_json::parse(messages[i].extra_json, nullptr, /*allow_exceptions=*/false);
+      if (!extra.is_object()) {
+        raise(ErrorCode::kInvalidArgument, "messages[{}].extra_json is not a JSON object", i);
+      }
+      for (const auto& [key, value] : extra.items()) m[key] = value;
+    }
+    list.push_back(std::move(m));
+  }
+  return list.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string Engine::apply_chat_template(std::span<const ChatMessage> messages,
+                                        const ChatTemplateOptions& options) const {
+  return impl_->chat_template().render(messages, options);
+}
+
+std::string Engine::apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  ChatTemplateOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  return apply_chat_template(messages, options);
+}
+
+const ChatTemplate* Engine::chat_template() const noexcept { return impl_->chat.get(); }
+
+namespace {
+
+// Special tokens in the rendering (<|im_start|>, <start_of_turn>, ...) are single ids; BOS is
+// added as the model's metadata says unless the template already wrote it.
+std::vector<std::int32_t> encode_chat(const Tokenizer& tokenizer, std::string_view rendered, std::optional<bool> add_bos) {
+  const Vocabulary& vocab = tokenizer.vocab();
+  const bool template_wrote_bos = vocab.bos >= 0 && !vocab.pieces[vocab.bos].empty() &&
+                                  rendered.starts_with(vocab.pieces[vocab.bos]);
+  return tokenizer.encode(rendered, add_bos.value_or(vocab.add_bos && !template_wrote_bos), /*parse_special=*/true);
+}
+
+}  // namespace
+
+std::vector<std::int32_t> Engine::chat_tokens(std::span<const ChatMessage> messages,
+                                              const ChatTemplateOptions& options) const {
+  return encode_chat(impl_->tok(), apply_chat_template(messages, options), std::nullopt);
+}
+
+GenerationResult Engine::chat(std::span<const ChatMessage> messages, const GenerationConfig& config,
+                              const TokenCallback& on_token, const ChatTemplateOptions& options) const {
+  const ChatTemplate& chat_template = impl_->chat_template();
+  const std::string rendered = chat_template.render(messages, options);
+  const std::vector<std::int32_t> tokens = encode_chat(impl_->tok(), rendered, config.add_bos);
+  ChatInput input;
+  input.messages_json = messages_json(messages);
+  input.template_sha256 = audit::sha256_hex(chat_template.source());
+  input.add_generation_prompt = options.add_generation_prompt;
+  return run_request(rendered, tokens, config, on_token, &input);
+}
+
 GenerationResult Engine::run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
-                                     const GenerationConfig& config, const TokenCallback& on_token) const {
+                                     const GenerationConfig& config, const TokenCallback& on_token,
+                                     const ChatInput* chat) const {
+  validate(config);  // before anything is recorded
   if (impl_->breaker.load()) {
     raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
   }
@@ -368,6 +479,11 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   record.input_tokens_sha256 = audit::sha256_hex(prompt_tokens);
   record.input_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
   record.metadata = config.audit.metadata;
+  if (chat != nullptr) {
+    record.chat_messages_json = chat->messages_json;
+    record.chat_template_sha256 = chat->template_sha256;
+    record.chat_add_generation_prompt = chat->add_generation_prompt;
+  }
   audit.begin(record);
   const TokenCallback hooked = [&](const TokenEvent& e) {
     const bool audit_keep = audit.on_token(e);

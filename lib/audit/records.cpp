@@ -32,7 +32,7 @@ T optional_field(const json& j, const char* key, T fallback) {
 json request_to_json(const RequestRecord& r) {
   const EngineDigest& e = r.engine;
   const SamplingRecord& s = r.sampling;
-  return json{
+  json out{
       {"type", "request"},
       {"req", r.request_id},
       {"ts_ns", r.unix_time_ns},
@@ -54,6 +54,14 @@ json request_to_json(const RequestRecord& r) {
       {"input_tokens", r.input_tokens},
       {"meta", {{"tenant", r.metadata.tenant}, {"user", r.metadata.user}, {"tags", r.metadata.tags}}},
   };
+  if (!r.chat_messages_json.empty()) {
+    json messages = json::parse(r.chat_messages_json, nullptr, /*allow_exceptions=*/false);
+    if (!messages.is_array()) raise(ErrorCode::kInternal, "audit record: chat messages are not a JSON array");
+    out["chat"] = {{"messages", std::move(messages)},
+                   {"template_sha256", r.chat_template_sha256},
+                   {"add_generation_prompt", r.chat_add_generation_prompt}};
+  }
+  return out;
 }
 
 json token_to_json(const std::string& request_id, const TokenEvent& e, TraceLevel level) {
@@ -142,6 +150,14 @@ RequestRecord request_from_json(const json& j) {
   r.metadata.tenant = field<std::string>(m, "tenant");
   r.metadata.user = field<std::string>(m, "user");
   r.metadata.tags = field<std::vector<std::string>>(m, "tags");
+  if (j.contains("chat")) {
+    const json c = field<json>(j, "chat");
+    const json messages = field<json>(c, "messages");
+    if (!messages.is_array()) raise(ErrorCode::kInvalidArgument, "audit record field 'chat.messages' is not an array");
+    r.chat_messages_json = messages.dump();
+    r.chat_template_sha256 = field<std::string>(c, "template_sha256");
+    r.chat_add_generation_prompt = field<bool>(c, "add_generation_prompt");
+  }
   return r;
 }
 

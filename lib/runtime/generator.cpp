@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cmath>
 #include <random>
 
@@ -17,15 +19,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-void validate(const GenerationConfig& c) {
-  if (c.max_new_tokens < 0) raise(ErrorCode::kInvalidArgument, "max_new_tokens must be >= 0 (got {})", c.max_new_tokens);
-  if (c.top_logprobs < 0 || c.top_logprobs > 64) {
-    raise(ErrorCode::kInvalidArgument, "top_logprobs must be in [0, 64] (got {})", c.top_logprobs);
-  }
-  for (const auto& s : c.stop) {
-    if (s.empty()) raise(ErrorCode::kInvalidArgument, "stop strings must not be empty");
-  }
-}
 
 // log-softmax of the raw logits, for TraceLevel::kFull steps (double accumulation).
 void full_log_softmax(std::span<const float> logits, std::vector<float>& out) {
@@ -95,6 +88,30 @@ class TextStream {
 };
 
 }  // namespace
+
+void validate(const GenerationConfig& c) {
+  const auto in_range = [](const char* field, double v, double lo, double hi) {
+    if (!(v >= lo && v <= hi)) {  // also NaN
+      raise(ErrorCode::kInvalidArgument, "GenerationConfig::{} = {} is out of range [{}, {}]", field, v, lo, hi);
+    }
+  };
+  in_range("max_new_tokens", c.max_new_tokens, 0, INT32_MAX);
+  in_range("temperature", c.temperature, 0.0, 1e6);
+  in_range("top_k", c.top_k, 0, INT32_MAX);
+  in_range("top_p", c.top_p, 0.0, 1.0);
+  in_range("min_p", c.min_p, 0.0, 1.0);
+  if (!(c.repeat_penalty > 0.0f && c.repeat_penalty <= 1e6f)) {
+    raise(ErrorCode::kInvalidArgument, "GenerationConfig::repeat_penalty = {} must be in (0, 1e6]", c.repeat_penalty);
+  }
+  in_range("repeat_last_n", c.repeat_last_n, 0, INT32_MAX);
+  in_range("top_logprobs", c.top_logprobs, 0, 64);
+  for (const auto& s : c.stop) {
+    if (s.empty()) raise(ErrorCode::kInvalidArgument, "GenerationConfig::stop holds an empty string");
+  }
+  for (const std::int64_t step : c.audit.full_distribution_steps) {
+    if (step < 0) raise(ErrorCode::kInvalidArgument, "audit.full_distribution_steps holds {} (< 0)", step);
+  }
+}
 
 const char* to_string(FinishReason reason) noexcept {
   switch (reason) {

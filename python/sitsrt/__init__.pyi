@@ -104,8 +104,8 @@ class Engine:
     def __init__(self, model: str | os.PathLike[str], *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None, weights: str = "as-stored",
-                 devices: str | Sequence[str] | None = None) -> None:
+                 audit_key: str | bytes | None = None, weights: str = "as-stored", mmap_weights: bool = False,
+                 devices: str | Sequence[str] | None = None, chat_template: str | None = None) -> None:
         """threads None: all cores; ctx None: min(training context, 4096); kv_dtype "f16"|"f32";
         weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output
         head kept 16-bit), "fp8-all", "q4g128" (ValueError otherwise);
@@ -128,6 +128,25 @@ class Engine:
         """Iterator of TokenEvent for generate(prompt, **options)."""
     async def agenerate(self, prompt: str | Sequence[int], **options: Any) -> Result:
         """asyncio form of generate(); cancelling the awaiting task cancels the generation."""
+    def chat(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True,
+             tools: Sequence[dict[str, Any]] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+             **options: Any) -> Result:
+        """Renders OpenAI-style `messages` ({"role", "content", and e.g. "tool_calls"}) with the
+        model's chat template and generates the next turn; generation ends at the template's
+        end-of-turn token. Options as for generate(). Raises sitsrt.UnsupportedError when the
+        model has no chat template."""
+    def submit_chat(self, messages: Sequence[dict[str, Any]], **options: Any) -> Request:
+        """Starts chat(messages, **options) on its own thread and returns its handle."""
+    def chat_stream(self, messages: Sequence[dict[str, Any]], **options: Any) -> Request:
+        """Iterator of TokenEvent for chat(messages, **options)."""
+    async def achat(self, messages: Sequence[dict[str, Any]], **options: Any) -> Result:
+        """asyncio form of chat(); cancelling the awaiting task cancels the generation."""
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True,
+                            tokenize: bool = False, tools: Sequence[dict[str, Any]] | None = None,
+                            chat_template_kwargs: dict[str, Any] | None = None) -> str | list[int]:
+        """The prompt chat() feeds the model, as text or (tokenize=True) token ids."""
+    @property
+    def has_chat_template(self) -> bool: ...
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]: ...
     def detokenize(self, tokens: Sequence[int]) -> str: ...
     def token_bytes(self, token: int) -> bytes: ...

@@ -45,6 +45,48 @@ def _prompt(prompt: Any) -> str | list[int]:
     raise TypeError(f"prompt: expected str or a sequence of token ids, got {type(prompt).__name__}")
 
 
+def _chat_prompt(messages: Any, add_generation_prompt: Any = True, tools: Any = None,
+                 chat_template_kwargs: Any = None) -> _sitsrt.ChatPrompt:
+    """OpenAI-style messages ([{"role": ..., "content": ...}, ...]) -> the C++ chat prompt."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+        raise TypeError("messages: expected a list of {'role': ..., 'content': ...} dicts")
+    converted = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise TypeError(f"messages[{i}]: expected a dict, got {type(m).__name__}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"messages[{i}]: 'role' must be a non-empty str")
+        content = m.get("content", "")
+        extra = {k: v for k, v in m.items() if k not in ("role", "content")}
+        if content is None:
+            content = ""
+        if not isinstance(content, str):  # e.g. a list of content parts: passed through to the template
+            extra["content"] = content
+            content = ""
+        try:
+            extra_json = json.dumps(extra, ensure_ascii=False) if extra else ""
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"messages[{i}]: fields must be JSON-serialisable ({e})") from None
+        converted.append((role, content, extra_json))
+    if tools is not None and not isinstance(tools, (list, tuple)):
+        raise TypeError("tools: expected a list of tool definitions")
+    if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+        raise TypeError("chat_template_kwargs: expected a dict of template variables")
+    return _sitsrt.ChatPrompt(
+        converted, bool(add_generation_prompt),
+        tools_json="" if tools is None else json.dumps(list(tools), ensure_ascii=False),
+        extra_context_json="" if not chat_template_kwargs else json.dumps(chat_template_kwargs, ensure_ascii=False))
+
+
+def _chat_template_source(template: Any) -> str:
+    if template is None:
+        return ""
+    if not isinstance(template, str) or not template:
+        raise TypeError("chat_template: expected the Jinja source as a non-empty str")
+    return template
+
+
 def _key(key: Any) -> bytes:
     if key is None:
         return b""
@@ -105,6 +147,8 @@ class Engine:
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
             on_request_begin/on_token/on_request_end methods, or a list of those.
         audit_key: HMAC key (str or bytes) for path sinks.
+        chat_template: Jinja source of a chat template to use instead of the model's own (chat(),
+            apply_chat_template()); a construct this version does not support fails the load.
         devices: where the model runs: None, "cpu" or ["cpu"] (the CPU backend is the only one
             this version has; the CUDA backend and multi-device plans come later). See plan().
 
@@ -117,7 +161,8 @@ class Engine:
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
                  audit_key: str | bytes | None = None, weights: str = "as-stored",
-                 mmap_weights: bool = False, devices: str | Sequence[str] | None = None) -> None:
+                 mmap_weights: bool = False, devices: str | Sequence[str] | None = None,
+                 chat_template: str | None = None) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
@@ -140,7 +185,8 @@ class Engine:
             deterministic=bool(deterministic),
             sinks=_sinks(audit, audit_key),
             weights=weights,
-            mmap_weights=bool(mmap_weights))
+            mmap_weights=bool(mmap_weights),
+            chat_template=_chat_template_source(chat_template))
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -206,6 +252,53 @@ class Engine:
         except asyncio.CancelledError:
             request.cancel()
             raise
+
+    # -- chat ---------------------------------------------------------------------------------
+
+    def chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True, tools: Sequence[dict] | None = None,
+             chat_template_kwargs: dict | None = None, **options: Any) -> _sitsrt.Result:
+        """Renders `messages` with the model's chat template and generates the next turn, ending at
+        the template's end-of-turn token. Options as for generate(). See the .pyi stub."""
+        prompt = _chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs)
+        config, sinks = self._config(**options)
+        result = self._engine.generate(prompt, config)
+        for s in sinks:
+            s.flush()
+        return result
+
+    def submit_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+                    tools: Sequence[dict] | None = None, chat_template_kwargs: dict | None = None,
+                    **options: Any) -> _sitsrt.Request:
+        """Starts chat(messages, ...) on its own thread; returns a Request (iterate it, result(), cancel())."""
+        prompt = _chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs)
+        config, _ = self._config(**options)
+        return _sitsrt.Request(self._engine, prompt, config)
+
+    def chat_stream(self, messages: Sequence[dict], **options: Any) -> _sitsrt.Request:
+        """Iterator of TokenEvent for chat(messages, **options)."""
+        return self.submit_chat(messages, **options)
+
+    async def achat(self, messages: Sequence[dict], **options: Any) -> _sitsrt.Result:
+        """asyncio form of chat(); cancelling the awaiting task cancels the generation."""
+        request = self.submit_chat(messages, **options)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, request.result)
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+
+    def apply_chat_template(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+                            tokenize: bool = False, tools: Sequence[dict] | None = None,
+                            chat_template_kwargs: dict | None = None) -> str | list[int]:
+        """The rendering chat() feeds the model (tokenize=False), or its token ids (tokenize=True,
+        special tokens as single ids, BOS as chat() adds it). Hugging Face's conventions."""
+        prompt = _chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs)
+        return self._engine.chat_tokens(prompt) if tokenize else self._engine.apply_chat_template(prompt)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._engine.has_chat_template
 
     # -- model --------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <sitsrt/audit.hpp>
+#include <sitsrt/chat.hpp>
+#include <sitsrt/engine.hpp>
 #include <sitsrt/generation.hpp>
 #include <sitsrt/token_event.hpp>
 
@@ -9,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace sitsrt::python {
@@ -19,6 +22,19 @@ struct Result {
   std::vector<TokenEvent> events;
   std::string finish_reason;  // to_string(FinishReason), "cancelled" when cancel() stopped it
 };
+
+// A chat conversation to render and generate from (Engine::chat), built by the Python layer.
+struct ChatPrompt {
+  std::vector<ChatMessage> messages;
+  ChatTemplateOptions options;
+};
+
+// What a request runs on: prompt text, prompt token ids, or a chat.
+using Prompt = std::variant<std::string, std::vector<std::int32_t>, ChatPrompt>;
+
+// Runs `prompt` on `engine` (generate, generate_from_tokens or chat).
+GenerationResult run_prompt(const Engine& engine, const Prompt& prompt, const GenerationConfig& config,
+                            const TokenCallback& on_token);
 
 void bind_types(pybind11::module_& m);  // TokenEvent, Timings, Result, GenerationConfig (engine_py.cpp)
 void bind_engine(pybind11::module_& m);

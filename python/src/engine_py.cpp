@@ -9,14 +9,14 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <variant>
 
 namespace py = pybind11;
 
 namespace sitsrt::python {
 namespace {
-
-using Prompt = std::variant<std::string, std::vector<std::int32_t>>;
 
 Result run(const Engine& engine, const Prompt& prompt, const GenerationConfig& config) {
   Result out;
@@ -25,11 +25,7 @@ Result run(const Engine& engine, const Prompt& prompt, const GenerationConfig& c
     return true;
   };
   py::gil_scoped_release release;
-  if (const auto* text = std::get_if<std::string>(&prompt)) {
-    out.result = engine.generate(*text, config, collect);
-  } else {
-    out.result = engine.generate_from_tokens(std::get<std::vector<std::int32_t>>(prompt), config, collect);
-  }
+  out.result = run_prompt(engine, prompt, config, collect);
   out.finish_reason = to_string(out.result.finish_reason);
   return out;
 }
@@ -42,7 +38,31 @@ py::list top_list(const TokenEvent& e) {
 
 }  // namespace
 
+GenerationResult run_prompt(const Engine& engine, const Prompt& prompt, const GenerationConfig& config,
+                            const TokenCallback& on_token) {
+  if (const auto* text = std::get_if<std::string>(&prompt)) return engine.generate(*text, config, on_token);
+  if (const auto* chat = std::get_if<ChatPrompt>(&prompt)) {
+    return engine.chat(chat->messages, config, on_token, chat->options);
+  }
+  return engine.generate_from_tokens(std::get<std::vector<std::int32_t>>(prompt), config, on_token);
+}
+
 void bind_types(py::module_& m) {
+  py::class_<ChatPrompt>(m, "ChatPrompt")
+      .def(py::init([](const std::vector<std::tuple<std::string, std::string, std::string>>& messages,
+                       bool add_generation_prompt, std::string tools_json, std::string extra_context_json,
+                       std::optional<std::int64_t> now) {
+             ChatPrompt p;
+             for (const auto& [role, content, extra] : messages) p.messages.push_back({role, content, extra});
+             p.options.add_generation_prompt = add_generation_prompt;
+             p.options.tools_json = std::move(tools_json);
+             p.options.extra_context_json = std::move(extra_context_json);
+             p.options.now_unix_seconds = now;
+             return p;
+           }),
+           py::arg("messages"), py::arg("add_generation_prompt") = true, py::arg("tools_json") = "",
+           py::arg("extra_context_json") = "", py::arg("now") = py::none());
+
   py::class_<TokenEvent>(m, "TokenEvent")
       .def_readonly("index", &TokenEvent::index)
       .def_readonly("token_id", &TokenEvent::token_id)
@@ -122,7 +142,7 @@ void bind_engine(py::module_& m) {
       .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
                        std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
                        bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
-                       bool mmap_weights) {
+                       bool mmap_weights, std::string chat_template) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -137,13 +157,25 @@ void bind_engine(py::module_& m) {
              o.audit_sinks = std::move(sinks);
              o.weights = std::move(weights);
              o.mmap_weights = mmap_weights;
+             o.chat_template = std::move(chat_template);
              py::gil_scoped_release release;
              return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
-           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false)
+           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "")
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
+      .def("apply_chat_template", [](const Engine& e, const ChatPrompt& chat) {
+        std::string text;
+        {
+          py::gil_scoped_release release;
+          text = e.apply_chat_template(chat.messages, chat.options);
+        }
+        return utf8(text);
+      })
+      .def("chat_tokens", [](const Engine& e, const ChatPrompt& chat) { return e.chat_tokens(chat.messages, chat.options); },
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("has_chat_template", [](const Engine& e) { return e.chat_template() != nullptr; })
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_bos") = true,
            py::call_guard<py::gil_scoped_release>())
       .def("detokenize", [](const Engine& e, const std::vector<std::int32_t>& tokens) {

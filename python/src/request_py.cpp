@@ -33,8 +33,7 @@ struct State {
 
 class Request {
  public:
-  Request(std::shared_ptr<const Engine> engine, std::variant<std::string, std::vector<std::int32_t>> prompt,
-          GenerationConfig config)
+  Request(std::shared_ptr<const Engine> engine, Prompt prompt, GenerationConfig config)
       : state_(std::make_shared<State>()) {
     // The worker owns copies of everything it touches, so the handle may go away first.
     worker_ = std::thread([engine = std::move(engine), prompt = std::move(prompt), config = std::move(config),
@@ -52,11 +51,7 @@ class Request {
       GenerationResult result;
       std::exception_ptr error;
       try {
-        if (const auto* text = std::get_if<std::string>(&prompt)) {
-          result = engine->generate(*text, config, on_token);
-        } else {
-          result = engine->generate_from_tokens(std::get<std::vector<std::int32_t>>(prompt), config, on_token);
-        }
+        result = run_prompt(*engine, prompt, config, on_token);
       } catch (...) {
         error = std::current_exception();
       }
@@ -146,8 +141,7 @@ class Request {
 
 void bind_request(py::module_& m) {
   py::class_<Request>(m, "Request")
-      .def(py::init([](std::shared_ptr<Engine> engine, std::variant<std::string, std::vector<std::int32_t>> prompt,
-                       GenerationConfig config) {
+      .def(py::init([](std::shared_ptr<Engine> engine, Prompt prompt, GenerationConfig config) {
         return std::make_unique<Request>(std::move(engine), std::move(prompt), std::move(config));
       }))
       .def("__iter__", [](py::object self) { return self; })

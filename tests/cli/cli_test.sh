@@ -184,6 +184,20 @@ check "tokenize --batch: hex bytes decode with U+FFFD for the invalid one" json_
 check "tokenize: malformed tokenizer.json exits 1 naming the file" bash -c \
   "echo '{\"model\": ' >'$work/tokenizer.json'; '$cli' tokenize '$work/tokenizer.json' --text x 2>'$work/tj.err'; test \$? -eq 1 && grep -q 'tokenizer.json' '$work/tj.err'"
 
+# Options parse into their real types with range checks: nothing is cut to 32 bits or accepted
+# out of range (each exits 2 naming the option, and leaves no audit log behind).
+for bad in "-n 4294967301" "-n 1000000000000" "-t 4294967297" "--top-k 4294967297" "--repeat-last-n 4294967297" \
+  "--top-logprobs 4294967299" "--temp -1" "--temp nan" "--top-k -5" "--top-p 1.5" "--min-p -0.5" "--seed -1" \
+  "--repeat-penalty 0" "-n 12x" "--audit-rotate-bytes -5 --audit-log $work/bad-option.jsonl"; do
+  check "run $bad: usage error naming the option" bash -c \
+    "'$cli' run -m '$model' -p hi $bad 2>'$work/opt.err'; test \$? -eq 2 && grep -q \"option '--\" '$work/opt.err'"
+done
+check "a refused option writes no audit log" test ! -e "$work/bad-option.jsonl"
+check "run -n at the int32 limit is accepted" "$cli" run -m "$model" -p hi -n 2147483647 --ignore-eos -c 8 -q
+check "run -f of a directory is refused" bash -c "'$cli' run -m '$model' -f '$work' 2>'$work/f.err'; test \$? -eq 2 && grep -q 'not a regular file' '$work/f.err'"
+check "run -f of a missing file is refused" bash -c "'$cli' run -m '$model' -f '$work/none.txt' 2>'$work/f.err'; test \$? -eq 2 && grep -q 'does not exist' '$work/f.err'"
+check "run -f - reads standard input" bash -c "echo 'hello' | '$cli' run -m '$model' -f - -n 2 --temp 0 --json | tail -n 1 | grep -q summary"
+
 # The real model against the llama.cpp / llama2.c reference continuations.
 if [ -f "$shared/models/stories260K.gguf" ] && [ -f "$shared/refdata/stories260K_greedy.json" ]; then
   while IFS=$'\t' read -r prompt expected; do

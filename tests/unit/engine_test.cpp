@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cmath>
+#include <functional>
 #include <filesystem>
 #include <thread>
 
@@ -209,6 +211,47 @@ TEST_CASE("invalid parameters are rejected with the parameter named", "[engine]"
   o = tiny_engine();
   o.max_batch_tokens = 0;
   CHECK_THROWS_WITH(Engine(o), Contains("max_batch_tokens"));
+}
+
+TEST_CASE("every out-of-range GenerationConfig field is refused before anything is recorded", "[engine]") {
+  struct Recorder : AuditSink {
+    int begins = 0;
+    void on_request_begin(const RequestRecord&) override { ++begins; }
+    void on_token(const std::string&, const TokenEvent&) override {}
+    void on_request_end(const RequestSummary&) override {}
+  };
+  auto recorder = std::make_shared<Recorder>();
+  EngineOptions o = tiny_engine();
+  o.audit_sinks = {recorder};
+  const Engine engine(o);
+  const std::vector<std::pair<const char*, std::function<void(GenerationConfig&)>>> cases = {
+      {"temperature", [](GenerationConfig& c) { c.temperature = -1.0f; }},
+      {"temperature", [](GenerationConfig& c) { c.temperature = std::nanf(""); }},
+      {"top_k", [](GenerationConfig& c) { c.top_k = -5; }},
+      {"top_p", [](GenerationConfig& c) { c.top_p = 1.5f; }},
+      {"min_p", [](GenerationConfig& c) { c.min_p = -0.1f; }},
+      {"repeat_penalty", [](GenerationConfig& c) { c.repeat_penalty = 0.0f; }},
+      {"repeat_last_n", [](GenerationConfig& c) { c.repeat_last_n = -1; }},
+      {"top_logprobs", [](GenerationConfig& c) { c.top_logprobs = 65; }},
+      {"stop", [](GenerationConfig& c) { c.stop = {""}; }},
+      {"full_distribution_steps", [](GenerationConfig& c) { c.audit.full_distribution_steps = {-1}; }},
+  };
+  for (const auto& [field, edit] : cases) {
+    GenerationConfig c;
+    edit(c);
+    CHECK_THROWS_WITH(validate(c), Contains(field));
+    CHECK_THROWS_WITH(engine.generate("x", c), Contains(field));
+    const std::vector<std::int32_t> ids = {5, 6};
+    CHECK_THROWS_WITH(engine.generate_from_tokens(ids, c), Contains(field));
+  }
+  CHECK(recorder->begins == 0);
+  GenerationConfig fine;
+  fine.temperature = 0.0f;
+  fine.top_k = 0;
+  fine.max_new_tokens = 2;
+  CHECK_NOTHROW(validate(fine));
+  CHECK_NOTHROW(engine.generate("x", fine));
+  CHECK(recorder->begins == 1);
 }
 
 TEST_CASE("model files missing pieces are rejected naming the file and the piece", "[engine][malformed]") {
