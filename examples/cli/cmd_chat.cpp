@@ -106,7 +106,9 @@ int chat_command(int argc, char** argv) {
     }
     g_interrupted = false;
     if (!std::getline(std::cin, line)) {
-      if (g_interrupted.load() && !std::cin.eof()) {  // Ctrl-C at the prompt: a fresh prompt
+      // Ctrl-C at the prompt: a fresh prompt (the interrupted read looks like end of input to
+      // the stream, so the flag decides).
+      if (g_interrupted.load()) {
         std::cin.clear();
         clearerr(stdin);
         fmt::print("\n");

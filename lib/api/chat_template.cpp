@@ -2,6 +2,8 @@
 // apply_chat_template conventions for the template's variables.
 #include <sitsrt/chat.hpp>
 
+#include "api/chat_template_internal.hpp"
+
 #include "chat/template.hpp"
 #include "chat/unicode.hpp"
 #include "core/check.hpp"
@@ -152,10 +154,9 @@ std::optional<std::string> read_file_text(const std::filesystem::path& path) {
   return text.str();
 }
 
-// A GGUF special token's text as transformers' special-tokens map has it: control and
-// user-defined pieces are the text itself; other pieces are decoded (byte-level BPE's byte map,
-// SentencePiece's U+2581 for a space).
-std::string gguf_token_text(const Vocabulary& vocab, std::int32_t id) {
+}  // namespace
+
+std::string detail::special_token_text(const Vocabulary& vocab, std::int32_t id) {
   if (id < 0 || id >= vocab.size()) return {};
   const std::string& piece = vocab.pieces[static_cast<std::size_t>(id)];
   const TokenType type = vocab.types.empty() ? TokenType::kNormal : vocab.types[static_cast<std::size_t>(id)];
@@ -175,6 +176,8 @@ std::string gguf_token_text(const Vocabulary& vocab, std::int32_t id) {
   }
   return text;
 }
+
+namespace {
 
 // transformers' view of a Hugging Face folder: tokenizer_config.json's chat_template (a string,
 // or a list of named templates of which "default" is used), else chat_template.jinja, else
@@ -247,8 +250,8 @@ ChatTemplate load_chat_template(const std::string& model_path) {
   if (vocab.chat_template.empty()) {
     raise(ErrorCode::kUnsupported, "{}: the model has no chat template (no tokenizer.chat_template key)", model_path);
   }
-  return ChatTemplate(vocab.chat_template, model_path + ": tokenizer.chat_template", gguf_token_text(vocab, vocab.bos),
-                      gguf_token_text(vocab, vocab.eos));
+  return ChatTemplate(vocab.chat_template, model_path + ": tokenizer.chat_template",
+                      detail::special_token_text(vocab, vocab.bos), detail::special_token_text(vocab, vocab.eos));
 }
 
 }  // namespace sitsrt

@@ -10,6 +10,7 @@
 #include "model/weight_conversion.hpp"
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
+#include "api/chat_template_internal.hpp"
 #include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
@@ -147,21 +148,25 @@ struct Engine::Impl {
   // parsed too, but a model whose template uses something unsupported still loads and serves
   // plain prompts: chat() then reports why it cannot render.
   void load_chat_template() {
-    const bool from_options = !options.chat_template.empty();
-    const std::string& source = from_options ? options.chat_template
-                                             : (tokenizer ? tokenizer->vocab().chat_template : options.chat_template);
-    if (source.empty()) return;
-    const auto piece = [&](std::int32_t id) {
-      return tokenizer && id >= 0 && id < tokenizer->vocab().size() ? tokenizer->vocab().pieces[id] : std::string();
-    };
-    const std::string bos = tokenizer ? piece(tokenizer->vocab().bos) : std::string();
-    const std::string eos = tokenizer ? piece(tokenizer->vocab().eos) : std::string();
-    const std::string origin = from_options ? std::string("EngineOptions::chat_template")
-                                            : options.model_path + " (chat template)";
+    if (!options.chat_template.empty()) {
+      const auto token = [&](std::int32_t id) {
+        return tokenizer ? detail::special_token_text(tokenizer->vocab(), id) : std::string();
+      };
+      chat = std::make_unique<ChatTemplate>(options.chat_template, "EngineOptions::chat_template",
+                                            token(tokenizer ? tokenizer->vocab().bos : -1),
+                                            token(tokenizer ? tokenizer->vocab().eos : -1));
+      return;
+    }
     try {
-      chat = std::make_unique<ChatTemplate>(source, origin, bos, eos);
+      if (model.hf) {  // tokenizer_config.json (or chat_template.jinja) with its own token texts
+        chat = std::make_unique<ChatTemplate>(sitsrt::load_chat_template(options.model_path));
+      } else if (tokenizer && !tokenizer->vocab().chat_template.empty()) {
+        const Vocabulary& vocab = tokenizer->vocab();
+        chat = std::make_unique<ChatTemplate>(vocab.chat_template, options.model_path + ": tokenizer.chat_template",
+                                              detail::special_token_text(vocab, vocab.bos),
+                                              detail::special_token_text(vocab, vocab.eos));
+      }
     } catch (const Error& e) {
-      if (from_options) throw;
       chat_error = e.what();
       chat_error_code = e.code();
     }

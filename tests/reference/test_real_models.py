@@ -87,3 +87,37 @@ def test_greedy_matches_numpy_reference(binary, real_model, prompt_index):
                             f"{reference_ids[mismatches[0]]}")
     # float32 engine against float64 on the same weights, through 18-30 layers.
     assert worst <= 5e-4, f"max |logprob error| {worst}"
+
+
+def test_smollm2_chat_is_its_template_then_generation(binary):
+    """`run --chat` feeds exactly the ids of the model's template rendered by jinja2 (set up as
+    transformers sets it up) and tokenized with special tokens as single ids, then generates
+    greedily from them: each step is the reference's argmax, and it ends at <|im_end|>."""
+    path = model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
+    from test_chat_templates import make_environment  # transformers' jinja2 configuration
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(str(path))
+    source = reader.fields["tokenizer.chat_template"].contents()
+    question = "List three fruits that are red."
+    messages = [{"role": "user", "content": question}]
+    rendered = make_environment().from_string(source).render(
+        messages=messages, add_generation_prompt=True, tools=None, documents=None,
+        bos_token="<|im_start|>", eos_token="<|im_end|>")
+    assert rendered.endswith("<|im_start|>assistant\n")
+    tokenized = subprocess.run([binary, "tokenize", str(path), "--text", rendered, "--special", "--json"],
+                               capture_output=True, text=True, check=True)
+    template_ids = json.loads(tokenized.stdout)["ids"]
+    run = subprocess.run([binary, "run", "-m", str(path), "--chat", "-p", question, "-n", "64", "--temp", "0",
+                          "--json", "--activations", "f32", "--kv-type", "f32", "--isa", "avx512vnni", "-t", "2"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.splitlines()[-1])
+    assert summary["prompt_tokens"] == template_ids
+    generated = summary["tokens"]
+    model = Model(str(path))
+    reference_ids = model.logits(template_ids + generated[:-1])[len(template_ids) - 1:].argmax(axis=-1)
+    assert list(reference_ids) == generated
+    im_end = 2  # <|im_end|>, SmolLM2's end of turn (and EOS)
+    assert summary["finish_reason"] == "eos" and generated[-1] == im_end, summary
+    assert "<|im_end|>" not in summary["text"] and summary["text"].strip()
+    print(f"SmolLM2 chat: {len(generated)} tokens: {summary['text']!r}")
