@@ -13,10 +13,21 @@ RequestAudit::RequestAudit(std::vector<std::shared_ptr<AuditSink>> sinks, std::v
 
 void RequestAudit::begin(const RequestRecord& record) {
   level_ = record.level;
-  for (const auto& s : sinks_) s->on_request_begin(record);
+  prompt_tokens_ = static_cast<std::int64_t>(record.input_tokens.size());
+  for (const auto& s : sinks_) {
+    try {
+      s->on_request_begin(record);
+    } catch (const std::exception& e) {
+      // The sinks that saw the begin record get an end record: no log is left with an open request.
+      end_with_error(e.what());
+      throw;
+    }
+    ++begun_;
+  }
 }
 
 bool RequestAudit::on_token(const TokenEvent& event) {
+  tokens_.push_back(event.token_id);
   if (level_ != TraceLevel::kOff) {
     for (const auto& s : sinks_) s->on_token(request_id_, event);
   }
@@ -58,7 +69,12 @@ void RequestAudit::end_with_error(const std::string& message) {
   s.request_id = request_id_;
   s.finish_reason = "error";
   s.error = message;
-  for (const auto& sink : sinks_) {
+  // What was generated before the error (token records may exist for each of them).
+  s.prompt_tokens = prompt_tokens_;
+  s.generated_tokens = static_cast<std::int64_t>(tokens_.size());
+  s.tokens = tokens_;
+  for (std::size_t i = 0; i < begun_; ++i) {
+    const auto& sink = sinks_[i];
     try {
       sink->on_request_end(s);
     } catch (const std::exception&) {  // the request's own error is the one to report

@@ -25,6 +25,8 @@ class RequestAudit {
   [[nodiscard]] bool active() const noexcept { return !sinks_.empty() || !monitor_.empty(); }
   [[nodiscard]] const std::string& request_id() const noexcept { return request_id_; }
 
+  // Reports the request to every sink; when a sink throws, the sinks before it get an error end
+  // record and the exception propagates.
   void begin(const RequestRecord& record);
   // Reports the token and applies the rules; false when a rule stops the request.
   bool on_token(const TokenEvent& event);
@@ -41,6 +43,9 @@ class RequestAudit {
   TraceLevel level_ = TraceLevel::kOff;
   bool stopped_by_rule_ = false;
   std::vector<AnomalyEvent> tripped_;  // reused per token
+  std::size_t begun_ = 0;              // sinks that accepted the begin record
+  std::int64_t prompt_tokens_ = 0;
+  std::vector<std::int32_t> tokens_;   // generated so far, for an error's end record
 };
 
 }  // namespace sitsrt

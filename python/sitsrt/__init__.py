@@ -10,6 +10,7 @@ for audit sinks, log verification and replay.
 
 from . import _sitsrt
 from ._engine import Engine
+from ._request import Request
 from ._sitsrt import (
     Error,
     InternalError,
@@ -18,7 +19,6 @@ from ._sitsrt import (
     IOError,
     OutOfMemoryError,
     RejectedError,
-    Request,
     Result,
     Timings,
     TokenEvent,

@@ -1,7 +1,7 @@
 """libsitsrt: an auditable LLM inference runtime (type stubs)."""
 
 import os
-from typing import Any, Iterator, Sequence
+from typing import AsyncIterator, Any, Iterator, Sequence
 
 import numpy
 
@@ -81,18 +81,27 @@ class Result:
     """Per generated token: the top-k alternatives as (id, logprob)."""
 
 class Request:
-    """A generation running on its own thread (Engine.submit / Engine.stream).
+    """A generation running on its own thread (Engine.submit / stream / submit_chat / chat_stream).
 
-    Iterating yields TokenEvent in order (blocking without the GIL); the end of iteration is the
-    end of the generation, or raises its error. Safe to use from any Python thread.
+    Iterating yields TokenEvent in order (also `async for`); the end of iteration is the end of
+    the generation, or raises its error. Waiting happens in Python's poll() (or asyncio's reader
+    callbacks on fileno()), so Ctrl-C interrupts a wait and cancels the request. Safe to use from
+    any Python thread; requests still running at interpreter exit are cancelled and waited for.
     """
     def __iter__(self) -> Iterator[TokenEvent]: ...
     def __next__(self) -> TokenEvent: ...
+    def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
+    async def __anext__(self) -> TokenEvent: ...
     def cancel(self) -> None:
         """Asks the generation to stop after the current token (finish_reason "cancelled")."""
     def done(self) -> bool: ...
+    def fileno(self) -> int:
+        """A descriptor that becomes readable on each token and at the end (for select/asyncio)."""
     def result(self, timeout: float | None = None) -> Result:
-        """Waits for the end; raises the request's error, or TimeoutError after `timeout` s."""
+        """Waits for the end; raises the request's error, or TimeoutError after `timeout` s (None or
+        inf: no limit; NaN or negative: ValueError)."""
+    async def wait(self) -> Result:
+        """asyncio: the Result without holding a thread; cancelling the task cancels the request."""
 
 class Engine:
     """A loaded GGUF model; immutable and thread-safe (share one between threads).
@@ -105,7 +114,8 @@ class Engine:
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
                  audit_key: str | bytes | None = None, weights: str = "as-stored", mmap_weights: bool = False,
-                 devices: str | Sequence[str] | None = None, chat_template: str | None = None) -> None:
+                 devices: str | Sequence[str] | None = None, chat_template: str | None = None,
+                 activations: str = "int8") -> None:
         """threads None: all cores; ctx None: min(training context, 4096); kv_dtype "f16"|"f32";
         weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output
         head kept 16-bit), "fp8-all", "q4g128" (ValueError otherwise);
@@ -147,6 +157,12 @@ class Engine:
         """The prompt chat() feeds the model, as text or (tokenize=True) token ids."""
     @property
     def has_chat_template(self) -> bool: ...
+    def close(self) -> None:
+        """Releases the model and its sinks; later calls raise RuntimeError (also `with Engine(...)`)."""
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Engine: ...
+    def __exit__(self, *exc: Any) -> None: ...
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]: ...
     def detokenize(self, tokens: Sequence[int]) -> str: ...
     def token_bytes(self, token: int) -> bytes: ...

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import numbers
 import os
 from typing import Any, Iterable, Sequence
 
 from . import _sitsrt
+from ._request import Request
 
 _UINT64_MAX = 2**64 - 1
 
@@ -32,11 +32,31 @@ def _float(name: str, value: Any, lo: float, hi: float) -> float:
     return value
 
 
+def _bool(name: str, value: Any) -> bool:
+    """A real bool (numpy's included): 'no', 0 or None are not silently truthy or falsy."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+
+
+def _text(name: str, value: Any) -> str:
+    """A str that is valid Unicode (a lone surrogate cannot become UTF-8)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name}: not valid Unicode text ({e.reason} at index {e.start})") from None
+    return value
+
+
 def _prompt(prompt: Any) -> str | list[int]:
     if isinstance(prompt, str):
-        return prompt
+        return _text("prompt", prompt)
     if isinstance(prompt, (bytes, bytearray)):
         raise TypeError("prompt: expected str or a sequence of token ids, got bytes (decode it first)")
+    if isinstance(prompt, (dict, set, frozenset)) or hasattr(prompt, "keys"):
+        raise TypeError(f"prompt: expected str or a sequence of token ids, got {type(prompt).__name__}")
     if isinstance(prompt, Iterable):
         tokens = [_int("prompt token", t, 0, 2**31 - 1) for t in prompt]
         if not tokens:
@@ -57,7 +77,10 @@ def _chat_prompt(messages: Any, add_generation_prompt: Any = True, tools: Any = 
         role = m.get("role")
         if not isinstance(role, str) or not role:
             raise ValueError(f"messages[{i}]: 'role' must be a non-empty str")
+        _text(f"messages[{i}].role", role)
         content = m.get("content", "")
+        if isinstance(content, str):
+            _text(f"messages[{i}].content", content)
         extra = {k: v for k, v in m.items() if k not in ("role", "content")}
         if content is None:
             content = ""
@@ -74,7 +97,7 @@ def _chat_prompt(messages: Any, add_generation_prompt: Any = True, tools: Any = 
     if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
         raise TypeError("chat_template_kwargs: expected a dict of template variables")
     return _sitsrt.ChatPrompt(
-        converted, bool(add_generation_prompt),
+        converted, _bool("add_generation_prompt", add_generation_prompt),
         tools_json="" if tools is None else json.dumps(list(tools), ensure_ascii=False),
         extra_context_json="" if not chat_template_kwargs else json.dumps(chat_template_kwargs, ensure_ascii=False))
 
@@ -84,7 +107,7 @@ def _chat_template_source(template: Any) -> str:
         return ""
     if not isinstance(template, str) or not template:
         raise TypeError("chat_template: expected the Jinja source as a non-empty str")
-    return template
+    return _text("chat_template", template)
 
 
 def _key(key: Any) -> bytes:
@@ -147,6 +170,12 @@ class Engine:
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
             on_request_begin/on_token/on_request_end methods, or a list of those.
         audit_key: HMAC key (str or bytes) for path sinks.
+        activations: decode matmuls of quantized weights (one row at a time: generation, and the
+            output head of a prefill that returns one row) with "int8" activations (default:
+            faster, adds the int8 rounding of the input row) or "f32". With "int8", generation's
+            logprobs and logits(all_positions=False) differ slightly from logits() rows, which
+            prefill in float; with "f32" (and kv_dtype "f32") all three agree to float rounding
+            (docs/quantization.md).
         chat_template: Jinja source of a chat template to use instead of the model's own (chat(),
             apply_chat_template()); a construct this version does not support fails the load.
         devices: where the model runs: None, "cpu" or ["cpu"] (the CPU backend is the only one
@@ -162,7 +191,7 @@ class Engine:
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
                  audit_key: str | bytes | None = None, weights: str = "as-stored",
                  mmap_weights: bool = False, devices: str | Sequence[str] | None = None,
-                 chat_template: str | None = None) -> None:
+                 chat_template: str | None = None, activations: str = "int8") -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         if kv_dtype not in ("f16", "f32"):
@@ -170,23 +199,49 @@ class Engine:
         if cpu_isa not in ("auto", "amx", "avx512vnni", "avx512", "avx2", "generic"):
             raise ValueError("cpu_isa: expected 'auto', 'amx', 'avx512vnni', 'avx512', 'avx2' or 'generic', "
                              f"got {cpu_isa!r}")
+        if activations not in ("int8", "f32"):
+            raise ValueError(f"activations: expected 'int8' or 'f32', got {activations!r}")
         if weights not in _WEIGHT_FORMATS:
             raise ValueError(f"weights: expected one of {', '.join(_WEIGHT_FORMATS)}, got {weights!r}")
         _devices(devices)
         self.model = os.fspath(model)
-        self._engine = _sitsrt.Engine(
+        self._native = None
+        self._native = _sitsrt.Engine(
             self.model,
             threads=0 if threads is None else _int("threads", threads, 1, 4096),
-            ctx=0 if ctx is None else _int("ctx", ctx, 1),
+            ctx=0 if ctx is None else _int("ctx", ctx, 1, 2**31 - 1),
             kv_dtype=kv_dtype,
-            max_batch_tokens=_int("max_batch_tokens", max_batch_tokens, 1),
+            max_batch_tokens=_int("max_batch_tokens", max_batch_tokens, 1, 65536),
             cpu_isa=cpu_isa,
             memory_budget_bytes=_int("memory_budget_bytes", memory_budget_bytes, 0, _UINT64_MAX),
-            deterministic=bool(deterministic),
+            deterministic=_bool("deterministic", deterministic),
             sinks=_sinks(audit, audit_key),
             weights=weights,
-            mmap_weights=bool(mmap_weights),
-            chat_template=_chat_template_source(chat_template))
+            mmap_weights=_bool("mmap_weights", mmap_weights),
+            chat_template=_chat_template_source(chat_template),
+            int8_activations=activations == "int8")
+
+    @property
+    def _engine(self) -> _sitsrt.Engine:
+        if self._native is None:
+            raise RuntimeError("sitsrt.Engine: the engine is closed")
+        return self._native
+
+    def close(self) -> None:
+        """Releases the model and the engine's audit sinks (also a cycle of an engine and a sink
+        that refers to it). Requests still running keep what they use until they end; every
+        other call afterwards raises RuntimeError. Idempotent."""
+        self._native = None
+
+    @property
+    def closed(self) -> bool:
+        return self._native is None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -207,15 +262,15 @@ class Engine:
         if stop is None:
             c.stop = []
         elif isinstance(stop, str):
-            c.stop = [stop]
+            c.stop = [_text("stop", stop)]
         else:
             stops = list(stop)
-            if not all(isinstance(s, str) and s for s in stops):
+            if not all(isinstance(s, str) and s and _text("stop", s) for s in stops):
                 raise TypeError("stop: expected a non-empty str or a list of non-empty str")
             c.stop = stops
         c.top_logprobs = _int("logprobs", logprobs, 0, 64)
-        c.add_bos = None if add_bos is None else bool(add_bos)
-        c.stop_at_end_of_sequence = bool(stop_at_eos)
+        c.add_bos = None if add_bos is None else _bool("add_bos", add_bos)
+        c.stop_at_end_of_sequence = _bool("stop_at_eos", stop_at_eos)
         if audit_level not in ("off", "tokens", "topk", "full"):
             raise ValueError(f"audit_level: expected 'off', 'tokens', 'topk' or 'full', got {audit_level!r}")
         c.audit_level = audit_level
@@ -224,34 +279,34 @@ class Engine:
             c.add_audit_sink(s)
         return c, sinks
 
-    def generate(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Result:
-        """Generates a continuation; blocks (without the GIL) until it ends. See the .pyi stub."""
-        p = _prompt(prompt)
+    def _run(self, prompt: Any, options: dict) -> _sitsrt.Result:
+        # Through a submitted request, so the wait is Python's: Ctrl-C interrupts it (and cancels
+        # the generation), and interpreter exit never meets a thread blocked in C++.
         config, sinks = self._config(**options)
-        result = self._engine.generate(p, config)
+        result = Request(_sitsrt.Request(self._engine, prompt, config)).result()
         for s in sinks:  # per-request logs are complete on return
             s.flush()
         return result
 
-    def submit(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Request:
-        """Starts a generation on its own thread; returns a Request (iterate it, result(), cancel())."""
-        p = _prompt(prompt)
+    def _submit(self, prompt: Any, options: dict) -> Request:
         config, _ = self._config(**options)
-        return _sitsrt.Request(self._engine, p, config)
+        return Request(_sitsrt.Request(self._engine, prompt, config))
 
-    def stream(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Request:
-        """Iterator of TokenEvent in generation order (a submitted Request)."""
+    def generate(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Result:
+        """Generates a continuation and waits for it (without the GIL). See the .pyi stub."""
+        return self._run(_prompt(prompt), options)
+
+    def submit(self, prompt: str | Sequence[int], **options: Any) -> Request:
+        """Starts a generation on its own thread; returns a Request (iterate it, result(), cancel())."""
+        return self._submit(_prompt(prompt), options)
+
+    def stream(self, prompt: str | Sequence[int], **options: Any) -> Request:
+        """Iterator (also `async for`) of TokenEvent in generation order (a submitted Request)."""
         return self.submit(prompt, **options)
 
     async def agenerate(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Result:
-        """asyncio: awaits a submitted request; cancelling the task cancels the generation."""
-        request = self.submit(prompt, **options)
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(None, request.result)
-        except asyncio.CancelledError:
-            request.cancel()
-            raise
+        """asyncio: awaits a submitted request (no thread held); cancelling the task cancels it."""
+        return await self.submit(prompt, **options).wait()
 
     # -- chat ---------------------------------------------------------------------------------
 
@@ -259,34 +314,21 @@ class Engine:
              chat_template_kwargs: dict | None = None, **options: Any) -> _sitsrt.Result:
         """Renders `messages` with the model's chat template and generates the next turn, ending at
         the template's end-of-turn token. Options as for generate(). See the .pyi stub."""
-        prompt = _chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs)
-        config, sinks = self._config(**options)
-        result = self._engine.generate(prompt, config)
-        for s in sinks:
-            s.flush()
-        return result
+        return self._run(_chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs), options)
 
     def submit_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,
                     tools: Sequence[dict] | None = None, chat_template_kwargs: dict | None = None,
-                    **options: Any) -> _sitsrt.Request:
+                    **options: Any) -> Request:
         """Starts chat(messages, ...) on its own thread; returns a Request (iterate it, result(), cancel())."""
-        prompt = _chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs)
-        config, _ = self._config(**options)
-        return _sitsrt.Request(self._engine, prompt, config)
+        return self._submit(_chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs), options)
 
-    def chat_stream(self, messages: Sequence[dict], **options: Any) -> _sitsrt.Request:
-        """Iterator of TokenEvent for chat(messages, **options)."""
+    def chat_stream(self, messages: Sequence[dict], **options: Any) -> Request:
+        """Iterator (also `async for`) of TokenEvent for chat(messages, **options)."""
         return self.submit_chat(messages, **options)
 
     async def achat(self, messages: Sequence[dict], **options: Any) -> _sitsrt.Result:
         """asyncio form of chat(); cancelling the awaiting task cancels the generation."""
-        request = self.submit_chat(messages, **options)
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(None, request.result)
-        except asyncio.CancelledError:
-            request.cancel()
-            raise
+        return await self.submit_chat(messages, **options).wait()
 
     def apply_chat_template(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,
                             tokenize: bool = False, tools: Sequence[dict] | None = None,
@@ -294,7 +336,7 @@ class Engine:
         """The rendering chat() feeds the model (tokenize=False), or its token ids (tokenize=True,
         special tokens as single ids, BOS as chat() adds it). Hugging Face's conventions."""
         prompt = _chat_prompt(messages, add_generation_prompt, tools, chat_template_kwargs)
-        return self._engine.chat_tokens(prompt) if tokenize else self._engine.apply_chat_template(prompt)
+        return self._engine.chat_tokens(prompt) if _bool("tokenize", tokenize) else self._engine.apply_chat_template(prompt)
 
     @property
     def has_chat_template(self) -> bool:
@@ -303,9 +345,8 @@ class Engine:
     # -- model --------------------------------------------------------------------------------
 
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        if not isinstance(text, str):
-            raise TypeError(f"text: expected str, got {type(text).__name__}")
-        return self._engine.tokenize(text, bool(add_bos))
+        _text("text", text)
+        return self._engine.tokenize(text, _bool("add_bos", add_bos))
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._engine.detokenize([_int("token", t, 0, 2**31 - 1) for t in tokens])
@@ -324,7 +365,7 @@ class Engine:
         except ImportError as e:
             raise ImportError("Engine.logits needs numpy: pip install numpy") from e
         ids = self.tokenize(tokens) if isinstance(tokens, str) else _prompt(tokens)
-        return self._engine.logits(ids, bool(all_positions))
+        return self._engine.logits(ids, _bool("all_positions", all_positions))
 
     def plan(self) -> dict:
         """Devices, their memory (weights, KV and activations per request, budget) and the layers of

@@ -23,7 +23,7 @@ class PythonSink final : public AuditSink {
     has_anomaly_ = py::hasattr(target_, "on_anomaly");
   }
   ~PythonSink() override {
-    if (!Py_IsInitialized()) {  // interpreter already gone: leak the reference
+    if (interpreter_finalizing()) {  // interpreter exiting or gone: leak the reference
       target_.release();
       return;
     }
@@ -47,12 +47,18 @@ class PythonSink final : public AuditSink {
  private:
   template <class MakeArgs>
   void call(const char* method, MakeArgs make_args) {
+    if (interpreter_finalizing()) {
+      throw Error(ErrorCode::kRejected, std::string("audit sink ") + method + ": the Python interpreter is exiting");
+    }
     py::gil_scoped_acquire acquire;
     try {
       target_.attr(method)(*make_args());
     } catch (py::error_already_set& e) {
-      const std::string what = e.what();
-      throw Error(ErrorCode::kRejected, std::string("audit sink ") + method + " raised: " + what);
+      // Type and message only: a traceback would put the caller's file paths into audit logs.
+      const std::string type = py::str(e.type().attr("__name__"));
+      const std::string text = py::str(e.value());
+      throw PythonSinkError(std::string("audit sink ") + method + " raised " + type + (text.empty() ? "" : ": " + text),
+                            e.value());
     }
   }
 

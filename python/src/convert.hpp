@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sitsrt/audit.hpp>
+#include <sitsrt/error.hpp>
 #include <sitsrt/chat.hpp>
 #include <sitsrt/engine.hpp>
 #include <sitsrt/generation.hpp>
@@ -45,6 +46,39 @@ void bind_audit(pybind11::module_& m);
 // empty); an object with on_request_begin/on_token/on_request_end -> an adapter that calls it
 // with the GIL held. Needs the GIL.
 std::shared_ptr<AuditSink> make_sink(pybind11::handle spec, const std::string& key);
+
+// True while the interpreter shuts down: threads of ours must not take the GIL then.
+inline bool interpreter_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+// An exception a Python audit sink raised, carried through the engine as sitsrt::Error
+// (kRejected, the AuditSink contract) with the Python exception object, so that the caller sees
+// KeyboardInterrupt / SystemExit as they are and anything else as RejectedError whose
+// __cause__ is the original (errors.cpp). The object is released with the GIL held, or leaked
+// when the interpreter is already gone.
+class PythonSinkError : public Error {
+ public:
+  PythonSinkError(const std::string& message, pybind11::object exception)
+      : Error(ErrorCode::kRejected, message),
+        exception_(new pybind11::object(std::move(exception)), [](pybind11::object* o) {
+          if (!interpreter_finalizing()) {
+            pybind11::gil_scoped_acquire acquire;
+            delete o;
+          } else {
+            o->release();
+            delete o;
+          }
+        }) {}
+  [[nodiscard]] const pybind11::object& exception() const noexcept { return *exception_; }
+
+ private:
+  std::shared_ptr<pybind11::object> exception_;
+};
 
 // UTF-8 bytes -> str; invalid sequences (a token may end mid-character) become U+FFFD.
 inline pybind11::str utf8(const std::string& bytes) {

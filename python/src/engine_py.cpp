@@ -142,7 +142,7 @@ void bind_engine(py::module_& m) {
       .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
                        std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
                        bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
-                       bool mmap_weights, std::string chat_template) {
+                       bool mmap_weights, std::string chat_template, bool int8_activations) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -158,12 +158,13 @@ void bind_engine(py::module_& m) {
              o.weights = std::move(weights);
              o.mmap_weights = mmap_weights;
              o.chat_template = std::move(chat_template);
+             o.int8_activations = int8_activations;
              py::gil_scoped_release release;
              return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
-           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "")
+           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "", py::arg("int8_activations") = true)
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
       .def("apply_chat_template", [](const Engine& e, const ChatPrompt& chat) {
         std::string text;

@@ -3,6 +3,8 @@
 // so `except ValueError` / `except OSError` / `except MemoryError` work as a Python user expects.
 #include "errors.hpp"
 
+#include "convert.hpp"
+
 #include <sitsrt/error.hpp>
 
 #include <array>
@@ -58,6 +60,19 @@ void register_errors(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const PythonSinkError& e) {
+      // KeyboardInterrupt, SystemExit, ... raised in a sink come out as themselves; other
+      // exceptions as RejectedError caused by them.
+      const py::object& original = e.exception();
+      if (!PyObject_IsInstance(original.ptr(), PyExc_Exception)) {
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(original.ptr())), original.ptr());
+        return;
+      }
+      PyObject* cls = g_classes[static_cast<std::size_t>(ErrorCode::kRejected)];
+      py::object error = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", e.what()));
+      if (!error) return;  // the call set its own exception
+      PyException_SetCause(error.ptr(), original.inc_ref().ptr());
+      PyErr_SetObject(cls, error.ptr());
     } catch (const Error& e) {
       const auto index = static_cast<std::size_t>(e.code());
       PyObject* cls = index < g_classes.size() && g_classes[index] ? g_classes[index] : g_base;

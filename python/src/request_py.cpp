@@ -1,7 +1,8 @@
 // sitsrt._sitsrt.Request: one generation running on its own C++ thread. Tokens go through a
-// queue to whichever Python thread iterates the handle; result() waits for the end. Waiting
-// releases the GIL, so any number of Python threads can submit and wait concurrently (the
-// engine serialises model steps; see docs/architecture.md).
+// queue; every change (a token, the end) is signalled on an eventfd, so the Python side waits
+// with its own poll()/asyncio machinery: waiting needs no GIL hand-off from this thread, stays
+// interruptible by Ctrl-C, and an asyncio task costs no executor thread. Nothing here blocks
+// while holding the GIL except for the short queue lock (sitsrt/_request.py wraps this).
 #include "convert.hpp"
 
 #include <sitsrt/engine.hpp>
@@ -9,11 +10,16 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
-#include <condition_variable>
+#include <cerrno>
+#include <cstring>
+#include <cxxabi.h>
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <sys/eventfd.h>
 #include <thread>
+#include <unistd.h>
 #include <variant>
 
 namespace py = pybind11;
@@ -22,13 +28,26 @@ namespace sitsrt::python {
 namespace {
 
 struct State {
+  State() : event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (event_fd < 0) throw Error(ErrorCode::kIo, std::string("Request: eventfd failed: ") + std::strerror(errno));
+  }
+  ~State() { ::close(event_fd); }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  // Wakes whoever waits on event_fd (the counter only needs to be non-zero).
+  void signal() const noexcept {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(event_fd, &one, sizeof one);
+  }
+
   std::mutex mutex;
-  std::condition_variable changed;
   std::deque<TokenEvent> queue;  // produced, not yet taken by the iterator
-  bool done = false;
   std::exception_ptr error;
   Result result;
+  std::atomic<bool> done{false};  // set after result/error, under the mutex
   std::atomic<bool> cancelled{false};
+  const int event_fd;
 };
 
 class Request {
@@ -37,7 +56,7 @@ class Request {
       : state_(std::make_shared<State>()) {
     // The worker owns copies of everything it touches, so the handle may go away first.
     worker_ = std::thread([engine = std::move(engine), prompt = std::move(prompt), config = std::move(config),
-                           state = state_]() {
+                           state = state_]() mutable {
       std::vector<TokenEvent> events;
       TokenCallback on_token = [&](const TokenEvent& e) {
         events.push_back(e);
@@ -45,13 +64,15 @@ class Request {
           std::lock_guard lock(state->mutex);
           state->queue.push_back(e);
         }
-        state->changed.notify_all();
+        state->signal();
         return !state->cancelled.load(std::memory_order_relaxed);
       };
       GenerationResult result;
       std::exception_ptr error;
       try {
         result = run_prompt(*engine, prompt, config, on_token);
+      } catch (abi::__forced_unwind&) {  // thread cancellation (interpreter exit) must unwind on
+        throw;
       } catch (...) {
         error = std::current_exception();
       }
@@ -65,13 +86,23 @@ class Request {
         state->error = error;
         state->done = true;
       }
-      state->changed.notify_all();
+      state->signal();
+      // Python sinks held by the config and prompt are dropped here, before the thread ends.
+      config = {};
+      prompt = {};
     });
   }
 
   ~Request() {
     state_->cancelled = true;
     if (!worker_.joinable()) return;
+    // The last reference to the handle can go away on the worker itself (a Python sink that
+    // keeps its own request's handle, released when the worker drops the sink): never join
+    // oneself.
+    if (worker_.get_id() == std::this_thread::get_id()) {
+      worker_.detach();
+      return;
+    }
     // The worker may need the GIL (a Python audit sink) to finish.
     if (PyGILState_Check()) {
       py::gil_scoped_release release;
@@ -84,52 +115,43 @@ class Request {
   Request& operator=(const Request&) = delete;
 
   void cancel() { state_->cancelled = true; }
-  bool done() {
-    std::lock_guard lock(state_->mutex);
-    return state_->done;
+  [[nodiscard]] bool done() const { return state_->done.load(); }
+  [[nodiscard]] int fileno() const { return state_->event_fd; }
+
+  // Clears the pending signal (call before checking the state again, so no wake-up is lost).
+  void drain() const {
+    std::uint64_t count = 0;
+    [[maybe_unused]] const ssize_t n = ::read(state_->event_fd, &count, sizeof count);
   }
 
-  // Next token event; throws StopIteration at the end (or the request's error).
-  TokenEvent next() {
-    std::unique_lock lock(state_->mutex, std::defer_lock);
+  // The next token event without waiting: None when none is ready yet; StopIteration at the
+  // end; the request's error when it failed.
+  py::object take() {
+    std::optional<TokenEvent> event;
+    std::exception_ptr error;
+    bool finished = false;
     {
-      py::gil_scoped_release release;
-      lock.lock();
-      state_->changed.wait(lock, [&] { return !state_->queue.empty() || state_->done; });
+      std::lock_guard lock(state_->mutex);
+      if (!state_->queue.empty()) {
+        event = std::move(state_->queue.front());
+        state_->queue.pop_front();
+      } else if (state_->done) {
+        finished = true;
+        error = state_->error;
+      }
     }
-    if (!state_->queue.empty()) {
-      TokenEvent e = std::move(state_->queue.front());
-      state_->queue.pop_front();
-      return e;
-    }
-    if (state_->error) {
-      auto error = state_->error;
-      lock.unlock();
-      std::rethrow_exception(error);
-    }
+    if (event) return py::cast(std::move(*event));
+    if (!finished) return py::none();
+    if (error) std::rethrow_exception(error);
     throw py::stop_iteration();
   }
 
-  Result result(std::optional<double> timeout) {
-    std::unique_lock lock(state_->mutex, std::defer_lock);
-    bool finished = false;
-    {
-      py::gil_scoped_release release;
-      lock.lock();
-      auto ready = [&] { return state_->done; };
-      if (timeout) {
-        finished = state_->changed.wait_for(lock, std::chrono::duration<double>(*timeout), ready);
-      } else {
-        state_->changed.wait(lock, ready);
-        finished = true;
-      }
-    }
-    if (!finished) {
-      PyErr_SetString(PyExc_TimeoutError, "sitsrt: the request did not finish within the timeout");
-      throw py::error_already_set();
-    }
+  // The result once done (None before), or the request's error.
+  py::object result_now() {
+    if (!state_->done) return py::none();
+    std::lock_guard lock(state_->mutex);
     if (state_->error) std::rethrow_exception(state_->error);
-    return state_->result;
+    return py::cast(state_->result);
   }
 
  private:
@@ -144,11 +166,12 @@ void bind_request(py::module_& m) {
       .def(py::init([](std::shared_ptr<Engine> engine, Prompt prompt, GenerationConfig config) {
         return std::make_unique<Request>(std::move(engine), std::move(prompt), std::move(config));
       }))
-      .def("__iter__", [](py::object self) { return self; })
-      .def("__next__", &Request::next)
       .def("cancel", &Request::cancel)
       .def("done", &Request::done)
-      .def("result", &Request::result, py::arg("timeout") = py::none());
+      .def("fileno", &Request::fileno)
+      .def("drain", &Request::drain)
+      .def("take", &Request::take)
+      .def("result_now", &Request::result_now);
 }
 
 }  // namespace sitsrt::python

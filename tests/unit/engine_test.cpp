@@ -254,6 +254,47 @@ TEST_CASE("every out-of-range GenerationConfig field is refused before anything 
   CHECK(recorder->begins == 1);
 }
 
+TEST_CASE("a sink that fails leaves every other sink with a complete request", "[engine][audit]") {
+  struct Recorder : AuditSink {
+    int begins = 0;
+    std::vector<RequestSummary> ends;
+    int tokens = 0;
+    int fail_at_token = -1;  // throw on this token (after counting it); -1: never
+    bool fail_at_begin = false;
+    void on_request_begin(const RequestRecord&) override {
+      if (fail_at_begin) throw Error(ErrorCode::kRejected, "begin refused");
+      ++begins;
+    }
+    void on_token(const std::string&, const TokenEvent&) override {
+      if (tokens++ == fail_at_token) throw Error(ErrorCode::kRejected, "token refused");
+    }
+    void on_request_end(const RequestSummary& s) override { ends.push_back(s); }
+  };
+  auto first = std::make_shared<Recorder>();
+  auto failing = std::make_shared<Recorder>();
+  EngineOptions o = tiny_engine();
+  o.audit_sinks = {first};
+  const Engine engine(o);
+  GenerationConfig c;
+  c.max_new_tokens = 8;
+  c.temperature = 0.0f;
+  failing->fail_at_begin = true;
+  c.audit.sinks = {failing};
+  CHECK_THROWS_WITH(engine.generate("x", c), Contains("begin refused"));
+  REQUIRE(first->ends.size() == 1);
+  CHECK(first->ends[0].finish_reason == "error");
+  CHECK(first->ends[0].generated_tokens == 0);
+  CHECK(failing->ends.empty());  // it never accepted the request
+  failing->fail_at_begin = false;
+  failing->fail_at_token = 3;
+  CHECK_THROWS_WITH(engine.generate("x", c), Contains("token refused"));
+  REQUIRE(first->ends.size() == 2);
+  CHECK(first->ends[1].finish_reason == "error");
+  CHECK(first->ends[1].generated_tokens == 4);  // the token being reported when the sink failed counts
+  CHECK(first->ends[1].tokens.size() == 4);
+  CHECK(first->tokens == 4);
+}
+
 TEST_CASE("model files missing pieces are rejected naming the file and the piece", "[engine][malformed]") {
   const std::string good = tiny_engine().model_path;
   EngineOptions o = tiny_engine();
