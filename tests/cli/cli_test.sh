@@ -197,6 +197,10 @@ check "run --otlp-trace: one OTLP/JSON span with 5 token events" json_check "$wo
   "len(doc['resourceSpans'][0]['scopeSpans'][0]['spans'][0]['events']) == 5"
 check "audit: an existing log is never overwritten" bash -c "'$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/h.jsonl' 2>/dev/null; test \$? -eq 1"
 
+# Hostile paths, non-regular inputs, resource limits, verifier verdicts (docs/hardening.md).
+# shellcheck source=reliability_test.sh
+. "$here/reliability_test.sh"
+
 if [ -n "$examples" ]; then
   check "installed example: stream" bash -c "'$examples/sitsrt_stream' '$model' 'abc' | grep -q 'tokens'"
   check "installed example: token table" bash -c "'$examples/sitsrt_token_table' '$model' 'abc' 5 | grep -c . | grep -qx 6"
