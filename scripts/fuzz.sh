@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer bpe audit_verify hf_config)
+targets=(gguf safetensors tokenizer bpe audit_verify audit_reader hf_config)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -63,6 +63,15 @@ for v in VARIANTS:
           --audit-log build-fuzz/seed.jsonl --audit-key-file build-fuzz/seed.key --audit-rotate-bytes 1500 >/dev/null
         { printf '\x01'; cat build-fuzz/seed.jsonl; for r in build-fuzz/seed.jsonl.*; do
             printf '\n#--\n'; cat "$r"; done; } >"$corpus/hmac-rotated"
+      fi ;;
+    audit_reader)  # first byte even: a key file; odd: an audit log file (replay/show reader)
+      printf '\x00k3y\n' >"$corpus/key"
+      printf '\x00\n' >"$corpus/key-empty"
+      if [ ! -f "$corpus/log" ]; then
+        rm -f build-fuzz/seed.jsonl* && build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q \
+          --audit-log build-fuzz/seed.jsonl --audit-level topk >/dev/null
+        { printf '\x01'; cat build-fuzz/seed.jsonl; } >"$corpus/log"
+        { printf '\x01'; head -c 300 build-fuzz/seed.jsonl; } >"$corpus/log-torn"
       fi ;;
     *)
       printf 'Once upon a time' >"$corpus/ascii"

@@ -2,6 +2,7 @@
 #include "commands.hpp"
 
 #include "api/replay.hpp"
+#include "audit/log_reader.hpp"
 #include "audit/verify.hpp"
 
 #include <sitsrt/error.hpp>
@@ -12,7 +13,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <unistd.h>
 
 namespace sitsrt::cli {
@@ -94,11 +94,11 @@ int show_command(int argc, char** argv) {
   const std::string when = args.get_or("color", "auto");
   const bool color = when == "always" || (when == "auto" && isatty(STDOUT_FILENO));
   for (const std::string& file : log_files(args)) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open", file));
+    audit::LogLineReader in(file);  // regular files only, lines bounded
     std::string line;
+    bool complete = true;
     bool in_text = false;
-    while (std::getline(in, line)) {
+    while (in.next(line, complete)) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
         fmt::print("\n[{}: unreadable line]\n", file);

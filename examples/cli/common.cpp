@@ -1,9 +1,11 @@
 #include "commands.hpp"
 
+#include "audit/key_file.hpp"
+
+#include <sitsrt/error.hpp>
+
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
 #include <unistd.h>
 
 namespace sitsrt::cli {
@@ -99,14 +101,11 @@ std::string weights_text(const ModelInfo& info) {
 }
 
 std::string read_key_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(fmt::format("cannot read key file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string key = ss.str();
-  if (!key.empty() && key.back() == '\n') key.pop_back();
-  if (key.empty()) throw UsageError(fmt::format("key file '{}' is empty", path));
-  return key;
+  try {
+    return audit::read_key_file(path);  // bounded; a FIFO or device is refused, not read
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("cannot use key file: {}", e.what()));
+  }
 }
 
 void print_progress(std::string_view stage, double fraction) {

@@ -8,6 +8,10 @@
 
 namespace sitsrt::audit {
 
+// No record is longer (a full-distribution token record of a 262k vocabulary is about 3 MB):
+// a longer line is not read into memory, it is reported as not a record.
+inline constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 20;
+
 enum class VerifyProblem {
   kNone,
   kTruncated,  // the last line ends without a newline (a crash mid-write); records before it are good

@@ -1,6 +1,7 @@
 #include "model/hf_model.hpp"
 
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 #include "core/half.hpp"
 #include "core/thread_pool.hpp"
 #include "formats/safetensors.hpp"
@@ -13,8 +14,6 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace sitsrt {
 namespace {
@@ -25,15 +24,7 @@ using safetensors::ElementType;
 constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
 
 std::string read_text(const std::string& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) raise(ErrorCode::kIo, "{}: cannot read: {}", path, ec.message());
-  if (size > kMaxConfigBytes) raise(ErrorCode::kInvalidModel, "{}: {} bytes is too large for a config", path, size);
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) raise(ErrorCode::kIo, "{}: cannot read", path);
-  return text.str();
+  return read_regular_file(path, kMaxConfigBytes, "config.json", ErrorCode::kInvalidModel);
 }
 
 std::optional<DType> weight_type(ElementType type) {

@@ -46,3 +46,29 @@ check "convert -o a hard link to the input's config.json: refused" bash -c \
 check "convert to a new file beside the input works; a second time needs --force" bash -c \
   "'$cli' convert '$hf' -o '$hf/out.gguf' 2>/dev/null && ! '$cli' convert '$hf' -o '$hf/out.gguf' 2>'$rel/e' \
    && grep -q 'already exists' '$rel/e' && '$cli' convert '$hf' -o '$hf/out.gguf' --force 2>/dev/null"
+
+# 4. Non-regular inputs: refused at once (exit 1, or 2 for a key file), never a hang or an unbounded read.
+mkfifo "$rel/in.fifo"
+refused() {  # refused NAME EXIT_CODE MESSAGE COMMAND...: the command ends within 10 s with that code and message
+  local name=$1 code=$2 message=$3
+  shift 3
+  check "$name" bash -c "timeout 10 \"\$@\" >/dev/null 2>'$rel/e'; test \$? -eq $code && grep -q -- '$message' '$rel/e'" _ "$@"
+}
+refused "run -m FIFO" 1 'in.fifo: is a FIFO, not a regular file' "$cli" run -m "$rel/in.fifo" -p hi -n 2
+refused "info FIFO" 1 'in.fifo: is a FIFO, not a regular file' "$cli" info "$rel/in.fifo"
+mkdir "$rel/hf-fifo"
+cp "$hf/config.json" "$rel/hf-fifo/"
+mkfifo "$rel/hf-fifo/model.safetensors"
+refused "info HF_DIR with a FIFO model.safetensors" 1 'model.safetensors: is a FIFO' "$cli" info "$rel/hf-fifo"
+refused "run --audit-key-file /dev/zero" 2 '/dev/zero: is a character device' \
+  "$cli" run -m "$model" -p hi -n 2 --audit-log "$rel/k.jsonl" --audit-key-file /dev/zero
+refused "run --audit-key-file FIFO" 2 'in.fifo: is a FIFO' \
+  "$cli" run -m "$model" -p hi -n 2 --audit-log "$rel/k.jsonl" --audit-key-file "$rel/in.fifo"
+truncate -s 1M "$rel/big.key"
+refused "a 1 MiB key file is refused by size" 2 'larger than the 64 KiB (65536 bytes) a key file may have' \
+  "$cli" audit verify "$model" --key-file "$rel/big.key"
+refused "audit verify /dev/zero" 1 '/dev/zero: is a character device' "$cli" audit verify /dev/zero
+refused "audit verify FIFO" 1 'in.fifo: is a FIFO' "$cli" audit verify "$rel/in.fifo"
+refused "audit show FIFO" 1 'in.fifo: is a FIFO' "$cli" audit show "$rel/in.fifo"
+refused "audit replay FIFO" 1 'in.fifo: is a FIFO' "$cli" audit replay "$rel/in.fifo" -m "$model"
+check "no key-file run left a log behind" test ! -e "$rel/k.jsonl"
