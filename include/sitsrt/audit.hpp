@@ -185,7 +185,9 @@ struct JsonlAuditLogOptions {
 
 // A sink that writes one canonical JSON record per line with a SHA-256 (or HMAC) hash chain,
 // from its own thread. The file must not exist yet (an audit log is never overwritten);
-// throws sitsrt::Error(kIo) when it exists or cannot be created. Writes pending records on
+// throws sitsrt::Error(kIo) when it exists or cannot be created; when another writer (another
+// process, or another sink of this one) holds it, the message says "audit log PATH is in use by
+// pid N". The file is write-locked (fcntl) while the sink lives; see docs/audit-log.md. Writes pending records on
 // destruction. Thread-safe. If a write fails (e.g. disk full) the sink stops writing and every
 // later hook call and flush() throws sitsrt::Error(kIo), so requests fail instead of running
 // unaudited.

@@ -72,3 +72,14 @@ refused "audit verify FIFO" 1 'in.fifo: is a FIFO' "$cli" audit verify "$rel/in.
 refused "audit show FIFO" 1 'in.fifo: is a FIFO' "$cli" audit show "$rel/in.fifo"
 refused "audit replay FIFO" 1 'in.fifo: is a FIFO' "$cli" audit replay "$rel/in.fifo" -m "$model"
 check "no key-file run left a log behind" test ! -e "$rel/k.jsonl"
+
+# 2. One --audit-log path, two writers: the second is told who holds it; a user's LOG.partial is untouched.
+# (8 processes and 8 threads at once: tests/unit/audit_concurrency_test.cpp.)
+printf 'mine' >"$rel/held.jsonl.partial"
+check "a second writer on a held --audit-log fails naming the holder's pid; the log verifies" bash -c \
+  "{ '$cli' run -m '$model' -p hi -n 1500 --ignore-eos --json --audit-log '$rel/held.jsonl' & holder=\$!; } | { \
+     for i in \$(seq 500); do [ -e '$rel/held.jsonl' ] && break; sleep 0.01; done; \
+     '$cli' run -m '$model' -p hi -n 2 -q --audit-log '$rel/held.jsonl' 2>'$rel/e'; echo \$? >'$rel/rc'; cat >/dev/null; }; \
+   test \$(cat '$rel/rc') -eq 1 && grep -q 'audit log $rel/held.jsonl is in use by pid [0-9]' '$rel/e' \
+   && '$cli' audit verify '$rel/held.jsonl' | grep -q '^clean' && test \"\$(cat '$rel/held.jsonl.partial')\" = mine \
+   && test \$(ls '$rel' | grep -c 'held.jsonl.partial-') -eq 0"
