@@ -10,6 +10,7 @@
 #include "model/weight_conversion.hpp"
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
+#include "api/model_pins.hpp"
 #include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
@@ -55,20 +56,6 @@ void validate(const EngineOptions& o) {
   }
 }
 
-// Digest of an HF directory: SHA-256 over "name sha256\n" of its config and safetensors files,
-// in name order (the weights and every config that shapes the model).
-std::string hf_directory_sha256(const std::string& directory) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    const auto ext = entry.path().extension();
-    if (entry.is_regular_file() && (ext == ".json" || ext == ".safetensors")) files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  std::string lines;
-  for (const auto& f : files) lines += fmt::format("{} {}\n", f.filename().string(), audit::sha256_file_hex(f.string()));
-  return audit::sha256_hex(lines);
-}
-
 std::string random_id_prefix() {
   std::random_device rd;
   return fmt::format("{:08x}{:08x}", rd(), rd());
@@ -79,6 +66,7 @@ std::string random_id_prefix() {
 struct Engine::Impl {
   explicit Impl(EngineOptions o)
       : options(std::move(o)),
+        pins(options.model_path, is_hf_model_directory(options.model_path)),  // before anything is read
         model(load_model(options.model_path)),
         spec(model.spec),
         backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations,
@@ -138,6 +126,9 @@ struct Engine::Impl {
     fill_info(kv_type);
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend.memory().weight_bytes);
     fill_digest();
+    // Everything is read (config, tokenizer, the weights copied): it must be what the pinned
+    // files hold, or no audit record could name the weights in use.
+    pins.confirm(model.weight_files);
   }
 
   // Refuses, before any weight page is touched or converted, a budget that cannot hold the
@@ -180,17 +171,25 @@ struct Engine::Impl {
     digest.deterministic = options.deterministic;
   }
 
+  // From the pinned files (the inodes the weights came from), on first use; a file changed since
+  // it was pinned makes it throw (and the next call try again).
   const std::string& model_hash() const {
     std::call_once(hash_once, [&] {
       std::function<void(double)> progress;
-      constexpr std::uintmax_t kReportAbove = std::uintmax_t{64} << 20;
-      if (options.on_progress && !model.hf && std::filesystem::file_size(options.model_path) >= kReportAbove) {
+      constexpr std::uint64_t kReportAbove = std::uint64_t{64} << 20;
+      if (options.on_progress && pins.total_bytes() >= kReportAbove) {
         progress = [&](double f) { options.on_progress("hash", f); };
       }
-      model_sha256 = model.hf ? hf_directory_sha256(options.model_path)
-                              : audit::sha256_file_hex(options.model_path, progress);
+      model_sha256 = pins.sha256(progress);
     });
     return model_sha256;
+  }
+
+  // Mmapped weights are read from the file during every request: refuse one that changed since
+  // the load (a truncated file would otherwise end the process with SIGBUS). Resident weights
+  // were copied at load and need no check.
+  void check_weights() const {
+    if (options.mmap_weights) pins.check_weights_unchanged();
   }
 
   void prefault() {
@@ -269,6 +268,7 @@ struct Engine::Impl {
   }
 
   EngineOptions options;
+  ModelPins pins;  // the model's files, opened before the loader reads them
   const Tokenizer& tok() const {
     if (!tokenizer) {
       raise(ErrorCode::kUnsupported,
@@ -339,6 +339,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   if (impl_->breaker.load()) {
     raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
   }
+  impl_->check_weights();
   std::vector<std::shared_ptr<AuditSink>> sinks = impl_->options.audit_sinks;
   for (const auto& s : config.audit.sinks) {
     if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
@@ -391,6 +392,7 @@ void Engine::reset_circuit_breaker() const noexcept { impl_->breaker.store(false
 void Engine::open_circuit_breaker() const noexcept { impl_->breaker.store(true); }
 
 std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all_positions) const {
+  impl_->check_weights();
   return impl_->with_session([&](Session& s) {
     s.reset();
     const auto out = s.forward(tokens, all_positions);

@@ -13,9 +13,8 @@ namespace sitsrt {
 
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
   // Type-checked before anything blocks: a FIFO or a device is refused, never read.
-  FileIdentity identity;
-  const UniqueFd fd = open_regular_file(path_, &identity);
-  size_ = static_cast<std::size_t>(identity.size);
+  const UniqueFd fd = open_regular_file(path_, &identity_);
+  size_ = static_cast<std::size_t>(identity_.size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
     if (p == MAP_FAILED) raise(ErrorCode::kIo, "{}: cannot mmap {} bytes: {}", path_, size_, std::strerror(errno));
@@ -27,6 +26,7 @@ MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
+      identity_(other.identity_),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)) {}
 
@@ -34,6 +34,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
+    identity_ = other.identity_;
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }

@@ -161,7 +161,7 @@ bool is_hf_model_directory(const std::string& path) {
 
 HfModel open_hf_model(const std::string& directory) {
   const std::string config_path = (fs::path(directory) / "config.json").string();
-  HfModel model{parse_hf_config(read_text(config_path), config_path), TensorCatalog(directory), {}};
+  HfModel model{parse_hf_config(read_text(config_path), config_path), TensorCatalog(directory), {}, {}};
   const bool gemma = model.config.spec.architecture == "gemma3";
   auto ckpt = std::make_shared<const safetensors::Checkpoint>(safetensors::Checkpoint::open(directory));
 
@@ -202,6 +202,9 @@ HfModel open_hf_model(const std::string& directory) {
   }
   model.tensors.set_source_namer(
       [gemma, prefix = model.prefix](const std::string& name) { return hf_name_for_gguf(name, gemma, prefix); });
+  for (const safetensors::File& file : ckpt->files()) {
+    if (file.mapping() != nullptr) model.weight_files.push_back({file.path(), file.mapping()->identity()});
+  }
   model.tensors.keep_alive(std::move(ckpt));
   return model;
 }
