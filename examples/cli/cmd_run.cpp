@@ -108,6 +108,7 @@ int run_command(int argc, char** argv) {
     throw UsageError("--audit-key-file needs --audit-log FILE");
   }
   if (const auto trace = args.get("otlp-trace")) engine_options.audit_sinks.push_back(make_otlp_trace_sink({*trace}));
+  const std::vector<std::shared_ptr<AuditSink>> audit_sinks = engine_options.audit_sinks;
   const Engine engine(std::move(engine_options));
   if (args.has("echo") && !json) {
     fmt::print("{}", prompt);
@@ -128,6 +129,8 @@ int run_command(int argc, char** argv) {
     return true;
   };
   const GenerationResult result = engine.generate(prompt, config, on_token);
+  // A log or trace write that failed after the last token (disk full, ulimit -f) fails the run too.
+  for (const auto& sink : audit_sinks) sink->flush();
   const GenerationTimings& t = result.timings;
   if (json) {
     const nlohmann::json summary = {

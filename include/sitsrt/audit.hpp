@@ -202,8 +202,10 @@ struct OtlpTraceOptions {
 // gen_ai.operation.name, gen_ai.request.*, gen_ai.response.*, gen_ai.usage.*) with one event per
 // token when the request's level records tokens, in the OTLP/JSON file format the OpenTelemetry
 // Collector's file exporter writes and its otlpjsonfile receiver reads. The line is written when
-// the request ends; no network I/O. Throws sitsrt::Error(kIo) when the file cannot be opened.
-// Thread-safe.
+// the request ends; no network I/O. Throws sitsrt::Error(kIo) when the file cannot be opened
+// (a FIFO without a reader fails at once). A line that cannot be written whole (disk full, "File
+// too large") is cut back off the file and fails that request's end (kIo, with the system's
+// reason), every later request and flush(). Thread-safe.
 SITSRT_API std::shared_ptr<AuditSink> make_otlp_trace_sink(const OtlpTraceOptions& options);
 
 }  // namespace sitsrt

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <new>
 #include <random>
 
 namespace sitsrt {
@@ -64,13 +65,15 @@ std::string random_id_prefix() {
 }  // namespace
 
 struct Engine::Impl {
-  explicit Impl(EngineOptions o)
+  // `stage` says what the load is doing (an out-of-memory error names it).
+  Impl(EngineOptions o, std::string& stage)
       : options(std::move(o)),
         pins(options.model_path, is_hf_model_directory(options.model_path)),  // before anything is read
         model(load_model(options.model_path)),
         spec(model.spec),
         backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations,
                 !options.mmap_weights) {
+    stage = "reading the tokenizer";
     // An HF directory (or a GGUF converted from one) has no GGUF vocabulary; until tokenizer.json
     // is read it serves token ids only (logits), and everything that needs a tokenizer says so.
     if (model.gguf && model.gguf->find("tokenizer.ggml.tokens") != nullptr) {
@@ -92,6 +95,7 @@ struct Engine::Impl {
     ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
+    stage = "building the graph";
     graph = build_model_graph(spec, model.tensors, graph_options);
     const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
     plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
@@ -99,6 +103,8 @@ struct Engine::Impl {
     check_budget(target ? weight_bytes_after_conversion(graph, *target) : graph.total_weight_bytes(),
                  KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
     if (target) {
+      stage = fmt::format("converting the weights to {} ({:.1f} MiB)", options.weights,
+                          static_cast<double>(weight_bytes_after_conversion(graph, *target)) / (1 << 20));
       converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, backend.context().pool());
     }
 
@@ -116,12 +122,19 @@ struct Engine::Impl {
     }
 
     if (options.on_progress) backend.set_progress([this](double f) { options.on_progress("load", f); });
+    if (!options.mmap_weights) {
+      stage = fmt::format("copying the weights into memory ({:.1f} MiB)",
+                          static_cast<double>(graph.total_weight_bytes()) / (1 << 20));
+    }
     backend.bind_weights(graph, weight_source());
     backend.set_progress(nullptr);
     // Resident weights may take a little more than the file (rows padded to cache lines).
     check_budget(backend.memory().weight_bytes,
                  KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+    stage = fmt::format("allocating the activation arena ({:.1f} MiB)",
+                        static_cast<double>(plan.memory.arena_bytes) / (1 << 20));
     backend.prepare(graph, plan.memory, context_length);
+    stage = "finishing the load";
     if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
     fill_info(kv_type);
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend.memory().weight_bytes);
@@ -263,7 +276,17 @@ struct Engine::Impl {
   // concurrent request, never per token; when the budget is full, requests queue for them.
   template <typename F>
   auto with_session(F&& f) const {
-    const auto lease = sessions.acquire();
+    const auto lease = [&] {
+      try {
+        return sessions.acquire();
+      } catch (const std::bad_alloc&) {
+        raise(ErrorCode::kOutOfMemory,
+              "{}: out of memory allocating a request's session (KV cache {:.1f} MiB for {} positions, activations "
+              "{:.1f} MiB)",
+              options.model_path, static_cast<double>(info.kv_cache_bytes) / (1 << 20), context_length,
+              static_cast<double>(info.activation_bytes) / (1 << 20));
+      }
+    }();
     return f(*lease);
   }
 
@@ -302,7 +325,13 @@ struct Engine::Impl {
 
 Engine::Engine(EngineOptions options) {
   validate(options);
-  impl_ = std::make_unique<Impl>(std::move(options));
+  const std::string path = options.model_path;
+  std::string stage = "reading the model";
+  try {
+    impl_ = std::make_unique<Impl>(std::move(options), stage);
+  } catch (const std::bad_alloc&) {  // e.g. under ulimit -v: name what could not be allocated
+    raise(ErrorCode::kOutOfMemory, "{}: out of memory while {} (an allocation failed)", path, stage);
+  }
 }
 Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
@@ -325,7 +354,12 @@ SamplingRecord sampling_record(const GenerationConfig& c) {
 GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
                                   const TokenCallback& on_token) const {
   const bool add_bos = config.add_bos.value_or(impl_->tok().vocab().add_bos);
-  const std::vector<std::int32_t> tokens = impl_->tok().encode(prompt, add_bos);
+  std::vector<std::int32_t> tokens;
+  try {
+    tokens = impl_->tok().encode(prompt, add_bos);
+  } catch (const std::bad_alloc&) {
+    raise(ErrorCode::kOutOfMemory, "out of memory tokenizing a prompt of {} bytes", prompt.size());
+  }
   return run_request(prompt, tokens, config, on_token);
 }
 

@@ -175,7 +175,7 @@ class JsonlSink final : public AuditSink {
     write_pending();
     if (options_.durability != Durability::kNever) ::fsync(fd_);
     if (failed_.load() || ::link(staging.c_str(), path.c_str()) != 0) {
-      const int error = failed_.load() ? EIO : errno;
+      const int error = failed_.load() ? write_errno_ : errno;  // the real reason, e.g. ENOSPC or EFBIG
       close_file(fd_);
       fd_ = -1;
       ::unlink(staging.c_str());
@@ -218,6 +218,7 @@ class JsonlSink final : public AuditSink {
         if (errno == EINTR) continue;
         // Nothing to throw to on this thread: stop writing (a hole would break the chain) and
         // make the next hook call or flush() throw.
+        write_errno_ = errno;
         error_text_ = std::strerror(errno);
         failed_.store(true);
         break;
@@ -330,6 +331,7 @@ class JsonlSink final : public AuditSink {
   std::string pending_;
   std::atomic<bool> failed_{false};
   std::string error_text_;  // set before failed_
+  int write_errno_ = 0;     // of the failed write, set before failed_
   std::map<std::string, TraceLevel> levels_;  // writer thread only
 
   std::mutex mutex_;

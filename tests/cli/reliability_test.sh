@@ -83,3 +83,65 @@ check "a second writer on a held --audit-log fails naming the holder's pid; the 
    test \$(cat '$rel/rc') -eq 1 && grep -q 'audit log $rel/held.jsonl is in use by pid [0-9]' '$rel/e' \
    && '$cli' audit verify '$rel/held.jsonl' | grep -q '^clean' && test \"\$(cat '$rel/held.jsonl.partial')\" = mine \
    && test \$(ls '$rel' | grep -c 'held.jsonl.partial-') -eq 0"
+
+# 6. Resource limits: clear errors naming the file and the reason, never a signal. Limits apply in
+# subshells only; their output goes through a pipe so that the limit does not cut the message.
+limited() {  # limited 'ULIMIT ARGS' OUT COMMAND...: runs the command under the limit; OUT gets stderr, $rel/rc its exit code
+  local limit=$1 out=$2
+  shift 2
+  { (ulimit $limit; exec "$@" >/dev/null); echo $? >"$rel/rc"; } 2>&1 | cat >"$out"
+}
+export -f limited
+check "ulimit -f: run --audit-log ends in 'File too large' (exit 1), not SIGXFSZ" bash -c \
+  "rel='$rel'; limited '-f 100' '$rel/e' '$cli' run -m '$model' -p hi -n 3000 --ignore-eos -q --audit-log '$rel/fsize.jsonl' \
+     --audit-level topk; test \$(cat '$rel/rc') -eq 1 && grep -q 'fsize.jsonl: writing the audit log failed (File too large)' '$rel/e'"
+check "ulimit -f: make-model ends in 'File too large' (exit 1), leaves nothing behind" bash -c \
+  "rel='$rel'; limited '-f 100' '$rel/e' '$cli' make-model -o '$rel/fsize.gguf' --dim 256 --layers 4 --vocab 2048; \
+   test \$(cat '$rel/rc') -eq 1 && grep -q 'fsize.gguf: write failed: File too large' '$rel/e' \
+   && test \$(ls '$rel' | grep -c '^fsize.gguf') -eq 0"
+check "ulimit -f: convert ends in 'File too large' (exit 1), leaves nothing behind" bash -c \
+  "rel='$rel'; limited '-f 1' '$rel/e' '$cli' convert '$hf' -o '$rel/fsize-hf.gguf' --type f32; \
+   test \$(cat '$rel/rc') -eq 1 && grep -q 'fsize-hf.gguf: write failed: File too large' '$rel/e' \
+   && test \$(ls '$rel' | grep -c '^fsize-hf.gguf') -eq 0"
+check "ulimit -f 0: the audit log cannot be created: the real reason (File too large), no file, no side file" bash -c \
+  "rel='$rel'; limited '-f 0' '$rel/e' '$cli' run -m '$model' -p hi -n 2 -q --audit-log '$rel/f0.jsonl'; \
+   test \$(cat '$rel/rc') -eq 1 && grep -q 'f0.jsonl: cannot create audit log (File too large)' '$rel/e' \
+   && test \$(ls '$rel' | grep -c '^f0.jsonl') -eq 0"
+mkdir -p "$rel/full"
+if unshare -m true 2>/dev/null; then  # root: a full 8 KiB tmpfs in a private mount namespace
+  check "disk full at audit-log creation: 'No space left on device' (was 'Input/output error')" unshare -m bash -c \
+    "mount -t tmpfs -o size=8k tmpfs '$rel/full' && head -c 8192 /dev/zero >'$rel/full/fill' 2>/dev/null; \
+     '$cli' run -m '$model' -p hi -n 2 -q --audit-log '$rel/full/log.jsonl' 2>'$rel/e'; test \$? -eq 1 \
+     && grep -q 'log.jsonl: cannot create audit log (No space left on device)' '$rel/e' && test \$(ls '$rel/full' | wc -l) -eq 1"
+  check "disk full under --otlp-trace: exit 1 naming the reason, no truncated JSON left" unshare -m bash -c \
+    "mount -t tmpfs -o size=8k tmpfs '$rel/full' && head -c 7000 /dev/zero >'$rel/full/fill'; \
+     '$cli' run -m '$model' -p hi -n 40 --ignore-eos -q --audit-level topk --otlp-trace '$rel/full/trace.jsonl' \
+       2>'$rel/e'; test \$? -eq 1 && grep -q 'trace.jsonl: writing the trace failed (No space left on device)' '$rel/e' \
+     && test ! -s '$rel/full/trace.jsonl'"
+else
+  echo "skipped: full-disk cases (need unshare -m and mount, i.e. root)"
+fi
+check "--otlp-trace /dev/full: exit 1 with 'No space left on device' (was exit 0)" bash -c \
+  "'$cli' run -m '$model' -p hi -n 5 -q --otlp-trace /dev/full 2>'$rel/e'; test \$? -eq 1 \
+   && grep -q '/dev/full: writing the trace failed (No space left on device)' '$rel/e'"
+refused "--otlp-trace FIFO without a reader: refused at once" 1 'a FIFO with no reader' \
+  "$cli" run -m "$model" -p hi -n 2 -q --otlp-trace "$rel/in.fifo"
+"$cli" make-model -o "$rel/vocab300k.gguf" --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --vocab 300000 2>/dev/null
+for kib in 40000 60000 100000; do  # each limit fails somewhere else; every failure is named
+  check "ulimit -v $kib: run fails with a clear out-of-memory error, never std::bad_alloc or a signal" bash -c \
+    "rel='$rel'; limited '-v $kib' '$rel/e' '$cli' run -m '$rel/vocab300k.gguf' -p hi -n 1 -q -t 1; \
+     test \$(cat '$rel/rc') -eq 1 && ! grep -q bad_alloc '$rel/e' \
+     && grep -Eq 'out of memory while|cannot allocate|Cannot allocate memory' '$rel/e'"
+done
+check "ulimit -v: the std::bad_alloc of a model load becomes 'out of memory while reading the model'" bash -c \
+  "rel='$rel'; limited '-v 50000' '$rel/e' '$cli' run -m '$rel/vocab300k.gguf' -p hi -n 1 -q -t 1; \
+   grep -q 'vocab300k.gguf: out of memory while reading the model' '$rel/e' \
+   && limited '-v 50000' '$rel/e' '$cli' info '$rel/vocab300k.gguf' && grep -q 'error: out of memory (an allocation failed' '$rel/e'"
+check "--memory-budget 1K: the model is refused at load naming the budget" bash -c \
+  "'$cli' run -m '$model' -p hi -n 2 -q --memory-budget 1K 2>'$rel/e'; test \$? -eq 1 && grep -q 'memory_budget_bytes 1024 ' '$rel/e'"
+check "--memory-budget 2G and 1GiB run" bash -c \
+  "'$cli' run -m '$model' -p hi -n 2 -q --memory-budget 2G >/dev/null && '$cli' run -m '$model' -p hi -n 2 -q --memory-budget 1GiB >/dev/null"
+for bad in -5 10X 1.5G '' 99999999999999999999 20000000000T; do
+  check "--memory-budget '$bad' is a usage error (exit 2)" bash -c \
+    "'$cli' run -m '$model' -p hi -n 2 --memory-budget '$bad' 2>'$rel/e'; test \$? -eq 2 && grep -q 'memory-budget expects a byte count' '$rel/e'"
+done

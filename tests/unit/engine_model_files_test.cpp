@@ -15,7 +15,10 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,4 +187,48 @@ TEST_CASE("mmapped weights truncated during a request end the process with SIGBU
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGBUS);
+}
+
+TEST_CASE("an allocation that fails while loading is kOutOfMemory naming the stage, not std::bad_alloc",
+          "[engine][memory]") {
+  RandomModelOptions big_vocab = test::tiny_options(DType::kQ8_0);
+  big_vocab.dim = 32;
+  big_vocab.ffn = 32;
+  big_vocab.heads = 2;
+  big_vocab.kv_heads = 1;
+  big_vocab.layers = 1;
+  big_vocab.vocab = 300000;  // 300k metadata strings: the reader's vectors, not an AlignedBuffer
+  const std::string path = test::random_model(big_vocab, "pins-vocab");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // Address space: what this process uses now plus 40 MiB: the 27 MB mapping fits, the
+    // vocabulary's strings and tables do not.
+    std::ifstream statm("/proc/self/statm");
+    std::uint64_t pages = 0;
+    statm >> pages;
+    const rlim_t bytes = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) + (std::uint64_t{40} << 20);
+    const rlimit limit{bytes, bytes};
+    ::setrlimit(RLIMIT_AS, &limit);
+    int code = 1;
+    try {
+      EngineOptions o;
+      o.model_path = path;
+      o.threads = 1;
+      (void)Engine(o);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      code = e.code() == ErrorCode::kOutOfMemory && what.starts_with(path + ": out of memory while ") ? 0 : 2;
+      if (code != 0) std::fprintf(stderr, "unexpected: %s\n", e.what());
+    } catch (const std::bad_alloc&) {
+      code = 3;
+    } catch (...) {
+      code = 4;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
