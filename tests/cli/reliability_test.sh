@@ -145,3 +145,16 @@ for bad in -5 10X 1.5G '' 99999999999999999999 20000000000T; do
   check "--memory-budget '$bad' is a usage error (exit 2)" bash -c \
     "'$cli' run -m '$model' -p hi -n 2 --memory-budget '$bad' 2>'$rel/e'; test \$? -eq 2 && grep -q 'memory-budget expects a byte count' '$rel/e'"
 done
+
+# 7. Strings from files are escaped in messages and `info` output.
+"$cli" make-model -o "$rel/evil.gguf" --dim 64 --layers 1 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 \
+  --name "$(printf 'evil\033[2J\033]0;pwned\007\302\233')" 2>/dev/null
+check "info escapes terminal controls from the file (no ESC, BEL or CSI byte reaches the terminal)" bash -c \
+  "'$cli' info '$rel/evil.gguf' >'$rel/o' && grep -aq \"'evil\\\\\\\\x1B\\[2J\\\\\\\\x1B\\]0;pwned\\\\\\\\x07\\\\\\\\xC2\\\\\\\\x9B'\" '$rel/o' \
+   && ! grep -aq \$'\\033' '$rel/o' && ! grep -aq \$'\\007' '$rel/o' && ! grep -aq \$'\\302\\233' '$rel/o'"
+check "info --json keeps the name exact (JSON-escaped)" json_check <("$cli" info "$rel/evil.gguf" --json 2>/dev/null) \
+  "doc['metadata']['general.name'] == 'evil\x1b[2J\x1b]0;pwned\x07\x9b'"
+check "an error message keeps what follows a NUL from the file, escaped, on one line" bash -c \
+  "'$cli' run -m '$here/../data/malformed/gguf_architecture_control_chars.gguf' -p hi 2>'$rel/e'; test \$? -eq 1 \
+   && grep -aq \"'lla\\\\\\\\0ma\\\\\\\\x1B\\[2J' is not supported\" '$rel/e' && test \$(wc -l <'$rel/e') -eq 1 \
+   && ! grep -aq \$'\\033' '$rel/e'"

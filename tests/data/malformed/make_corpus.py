@@ -133,7 +133,8 @@ def main():
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     base_path = os.path.join(HERE, "valid_base.gguf")
     subprocess.run([cli, "make-model", "-o", base_path, "--dim", "32", "--layers", "1", "--heads", "2",
-                    "--kv-heads", "1", "--ffn", "32", "--vocab", "260", "--type", "q8_0", "--seed", "7", "-t", "1"],
+                    "--kv-heads", "1", "--ffn", "32", "--vocab", "260", "--type", "q8_0", "--seed", "7", "-t", "1",
+                    "--force"],
                    check=True, stdout=subprocess.DEVNULL)
     base = open(base_path, "rb").read()
     cases = []  # (file, loader, code, message substring)
@@ -229,6 +230,10 @@ def main():
               "general.architecture")
     gguf_case("gguf_unknown_architecture.gguf", edited(set_key("general.architecture", STRING, "gpt-j-unknown")),
               "unsupported", "gpt-j-unknown")
+    # Strings from the file reach the message escaped: a NUL does not cut it, ESC does not reach a terminal.
+    gguf_case("gguf_architecture_control_chars.gguf",
+              edited(set_key("general.architecture", STRING, b"lla\x00ma\x1b[2J")), "unsupported",
+              "'lla\\0ma\\x1B[2J' is not supported")
     gguf_case("gguf_architecture_wrong_type.gguf", edited(set_key("general.architecture", U32, 7)),
               "invalid_model", "general.architecture")
     gguf_case("gguf_missing_block_count.gguf", edited(drop_key("llama.block_count")), "invalid_model",
