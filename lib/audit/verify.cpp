@@ -125,8 +125,25 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
     const Line& line = lines[i];
     const bool first_in_file = line.number == 1;
     if (!line.complete) {
+      // A writer creates every file with its whole header in it and starts a file only after the
+      // previous one is complete, so a crash tears nothing but the very last line of the series.
+      if (first_in_file) {
+        return fail(i, VerifyProblem::kFileOrder,
+                    "the file does not start with a file header record (its only line is incomplete): not an audit "
+                    "log file, or not part of this log");
+      }
+      if (line.file + 1 != files.size()) {
+        return fail(i, VerifyProblem::kFileOrder,
+                    "the last line of this file is incomplete, yet later files follow (a crash tears only the last "
+                    "line of the last file)");
+      }
       return fail(i, VerifyProblem::kTruncated,
                   "the last line is incomplete (the writer stopped mid-record); the records before it verify");
+    }
+    if (!parsed[i] && first_in_file) {
+      return fail(i, VerifyProblem::kFileOrder,
+                  "the file does not start with a file header record (its first line is not an audit record): not "
+                  "an audit log file, or not part of this log");
     }
     if (!parsed[i]) {
       return fail(i, VerifyProblem::kModified,

@@ -158,3 +158,30 @@ check "an error message keeps what follows a NUL from the file, escaped, on one 
   "'$cli' run -m '$here/../data/malformed/gguf_architecture_control_chars.gguf' -p hi 2>'$rel/e'; test \$? -eq 1 \
    && grep -aq \"'lla\\\\\\\\0ma\\\\\\\\x1B\\[2J' is not supported\" '$rel/e' && test \$(wc -l <'$rel/e') -eq 1 \
    && ! grep -aq \$'\\033' '$rel/e'"
+
+# 7. Verifier verdicts and exit codes: 0 clean, 1 tampered or not a log, 2 usage, 3 truncated tail only.
+"$cli" run -m "$model" -p hi -n 6 --ignore-eos -q --audit-log "$rel/v.jsonl" --audit-level topk >/dev/null 2>&1
+head -c -7 "$rel/v.jsonl" >"$rel/torn.jsonl"
+printf 'hello' >"$rel/garbage.jsonl"
+cp "$rel/v.jsonl" "$rel/stray.jsonl"
+printf 'leftover' >"$rel/stray.jsonl.1"
+verdict() {  # verdict NAME EXIT_CODE PATTERN ARGS...: `audit ARGS` exits so, its stdout+stderr matching PATTERN
+  local name=$1 code=$2 pattern=$3
+  shift 3
+  check "$name" bash -c "'$cli' audit \"\$@\" >'$rel/o' 2>&1; test \$? -eq $code && grep -q -- '$pattern' '$rel/o'" _ "$@"
+}
+verdict "verify: a clean log exits 0" 0 '^clean' verify "$rel/v.jsonl"
+verdict "verify: a torn last record exits 3 (truncated tail only)" 3 'truncated tail' verify "$rel/torn.jsonl"
+verdict "verify: garbage without a header exits 1 as 'file order', not 'truncated tail'" 1 \
+  'garbage.jsonl:1: file order: the file does not start with a file header record' verify "$rel/garbage.jsonl"
+verdict "verify: a directory is an error, not 'the file is empty'" 1 'is a directory, not a regular file' verify "$rel"
+verdict "verify: a stray LOG.1 is 'file order' naming it, not 'truncated tail'" 1 \
+  'stray.jsonl.1:1: file order: the file does not start with a file header' verify "$rel/stray.jsonl"
+verdict "verify: a usage error exits 2" 2 'no audit log given' verify
+verdict "show: a clean log exits 0" 0 '^-- end' show "$rel/v.jsonl" --color never
+verdict "show: a torn last record is said and exits 3" 3 'the last record is torn' show "$rel/torn.jsonl" --color never
+verdict "show: garbage is refused (exit 1)" 1 'not an audit log file' show "$rel/garbage.jsonl"
+printf '{"type":"file"}\n{"type":"token","text":5}\n' >"$rel/badfield.jsonl"
+verdict "show: a record field of the wrong type is refused (exit 1)" 1 'badfield.jsonl:2: not an audit record' \
+  show "$rel/badfield.jsonl"
+verdict "show: a stray LOG.1 is refused (exit 1)" 1 'stray.jsonl.1:1: not an audit log file' show "$rel/stray.jsonl"
