@@ -230,6 +230,16 @@ def main():
               "general.architecture")
     gguf_case("gguf_unknown_architecture.gguf", edited(set_key("general.architecture", STRING, "gpt-j-unknown")),
               "unsupported", "gpt-j-unknown")
+    # A key that is present but 0 is reported as such, not as missing.
+    gemma_path = os.path.join(HERE, "gemma3_base.tmp.gguf")
+    subprocess.run([cli, "make-model", "-o", gemma_path, "--arch", "gemma3", "--dim", "32", "--layers", "2",
+                    "--heads", "2", "--kv-heads", "1", "--ffn", "32", "--vocab", "260", "--type", "q8_0", "--seed", "7",
+                    "-t", "1", "--force"], check=True, stdout=subprocess.DEVNULL)
+    gemma = Gguf(open(gemma_path, "rb").read())
+    os.remove(gemma_path)
+    gemma.get("gemma3.attention.sliding_window")[2] = 0
+    gguf_case("gguf_gemma3_sliding_window_zero.gguf", gemma.bytes(), "invalid_model",
+              "'gemma3.attention.sliding_window' = 0")
     # Strings from the file reach the message escaped: a NUL does not cut it, ESC does not reach a terminal.
     gguf_case("gguf_architecture_control_chars.gguf",
               edited(set_key("general.architecture", STRING, b"lla\x00ma\x1b[2J")), "unsupported",
