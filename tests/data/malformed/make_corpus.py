@@ -408,6 +408,12 @@ def main():
     hf_dir("hf_config_invalid_json", '{"architectures": ["LlamaForCausalLM"], "hidden_size": ', llama_tensors(),
            "not valid JSON")
     hf_dir("hf_config_not_an_object", "[1, 2]", llama_tensors(), "not a JSON object")
+    # A repeated key: JSON parsers disagree on which value wins, so it is refused, naming the key.
+    hf_dir("hf_config_duplicate_key", json.dumps(cfg(), indent=1)[:-2] + ',\n "hidden_size": 16\n}', llama_tensors(),
+           "key 'hidden_size' appears twice")
+    nested = json.dumps(cfg(rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    hf_dir("hf_config_duplicate_nested_key", nested.replace('"factor": 2.0', '"factor": 2.0, "factor": 4.0'),
+           llama_tensors(), "key 'rope_scaling.factor' appears twice")
     hf_dir("hf_config_missing_hidden_size", cfg(hidden_size=None), llama_tensors(), "key 'hidden_size' is missing")
     hf_dir("hf_config_hidden_size_string", cfg(hidden_size="8"), llama_tensors(), "'hidden_size' must be an integer")
     hf_dir("hf_config_heads_zero", cfg(num_attention_heads=0), llama_tensors(), "'num_attention_heads' = 0")
