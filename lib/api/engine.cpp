@@ -3,6 +3,7 @@
 #include <sitsrt/error.hpp>
 
 #include "core/check.hpp"
+#include "core/quant_blocks.hpp"
 #include "graph/graph_printer.hpp"
 #include "model/model_loader.hpp"
 #include "model/model_graph.hpp"
@@ -24,6 +25,7 @@
 #include <filesystem>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <new>
@@ -290,6 +292,43 @@ struct Engine::Impl {
     return f(*lease);
   }
 
+  // Generation, with a model that produces no finite logits reported with its file and the first
+  // non-finite weight (found only then: every weight is dequantized once).
+  GenerationResult generate(std::span<const std::int32_t> prompt, const GenerationConfig& config,
+                            const TokenCallback& on_token) const {
+    try {
+      return with_session([&](Session& s) { return generate_tokens(s, tok(), prompt, config, on_token); });
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidModel) throw;
+      raise(ErrorCode::kInvalidModel, "{}: {}; {}", options.model_path, e.what(), first_non_finite_weight());
+    }
+  }
+
+  std::string first_non_finite_weight() const {
+    std::vector<float> row;
+    for (const graph::Weight& w : graph.weights()) {
+      const std::int64_t cols = w.dims.empty() ? 0 : w.dims[0];
+      const std::size_t stride = cols > 0 ? row_bytes(w.type, cols) : 0;
+      if (stride == 0) continue;
+      const std::span<const std::byte> data = model.tensors.data(w);
+      row.resize(static_cast<std::size_t>(cols));
+      for (std::size_t r = 0; (r + 1) * stride <= data.size(); ++r) {
+        try {
+          dequantize_row(w.type, data.data() + r * stride, row.data(), cols);
+        } catch (const Error&) {
+          break;  // a format without a float decoder: not searched
+        }
+        for (std::size_t c = 0; c < row.size(); ++c) {
+          if (!std::isfinite(row[c])) {
+            return fmt::format("tensor '{}' holds {} (row {}, column {})", w.name,
+                               std::isnan(row[c]) ? "NaN" : "an infinity", r, c);
+          }
+        }
+      }
+    }
+    return "every weight is finite, so the activations overflow";
+  }
+
   EngineOptions options;
   ModelPins pins;  // the model's files, opened before the loader reads them
   const Tokenizer& tok() const {
@@ -383,10 +422,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
   const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
   RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
-  if (!audit.active()) {
-    return impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tok(), prompt_tokens, config, on_token); });
-  }
+  if (!audit.active()) return impl_->generate(prompt_tokens, config, on_token);
   // The seed is resolved here so that the begin record carries it.
   GenerationConfig resolved = config;
   if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -409,8 +445,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
     return audit_keep && caller_keep;
   };
   try {
-    GenerationResult result = impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tok(), prompt_tokens, resolved, hooked); });
+    GenerationResult result = impl_->generate(prompt_tokens, resolved, hooked);
     audit.end(result);
     return result;
   } catch (const std::exception& e) {

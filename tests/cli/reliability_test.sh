@@ -185,3 +185,14 @@ printf '{"type":"file"}\n{"type":"token","text":5}\n' >"$rel/badfield.jsonl"
 verdict "show: a record field of the wrong type is refused (exit 1)" 1 'badfield.jsonl:2: not an audit record' \
   show "$rel/badfield.jsonl"
 verdict "show: a stray LOG.1 is refused (exit 1)" 1 'stray.jsonl.1:1: not an audit log file' show "$rel/stray.jsonl"
+
+# 7. NaN weights: the error names the file and the tensor (was "sampler: no finite logit").
+"$cli" make-model -o "$rel/nan.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 --type f32 2>/dev/null
+nan_at=$("$cli" info "$rel/nan.gguf" --json | python3 -c "
+import json, sys
+t = [t for t in json.load(sys.stdin)['tensors'] if t['name'] == 'blk.1.ffn_down.weight'][0]
+print(t['offset'] + (3 * t['dims'][0] + 5) * 4)")
+printf '\x00\x00\xc0\x7f' | dd of="$rel/nan.gguf" bs=1 seek="$nan_at" conv=notrunc 2>/dev/null
+check "NaN weights: exit 1 naming the file, the tensor, its row and column" bash -c \
+  "'$cli' run -m '$rel/nan.gguf' -p hi -n 3 2>'$rel/e'; test \$? -eq 1 \
+   && grep -q \"nan.gguf: the model produced no finite logit at step 0 (every logit is NaN).*tensor 'blk.1.ffn_down.weight' holds NaN (row 3, column 5)\" '$rel/e'"

@@ -5,6 +5,8 @@
 // documented, and shown here in a child process).
 #include "audit/hash.hpp"
 #include "audit/log_reader.hpp"
+#include "formats/gguf.hpp"
+#include "formats/gguf_writer.hpp"
 #include "support/audit_logs.hpp"
 
 #include <sitsrt/audit.hpp>
@@ -15,6 +17,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -231,4 +235,38 @@ TEST_CASE("an allocation that fails while loading is kOutOfMemory naming the sta
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("NaN weights: the error names the file and the tensor, not just 'no finite logit'", "[engine]") {
+  const gguf::File source = gguf::File::open(test::random_model(test::tiny_options(DType::kF32), "pins-f32"));
+  gguf::Writer w(source.alignment());
+  for (const auto& kv : source.metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : source.tensors()) {
+    std::vector<std::byte> bytes(source.tensor_data(t).begin(), source.tensor_data(t).end());
+    if (t.name == "blk.1.ffn_down.weight") {  // row 3, column 5
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(bytes.data() + (3 * static_cast<std::size_t>(t.dims[0]) + 5) * sizeof(float), &nan, sizeof nan);
+    }
+    w.add_tensor(t.name, t.dims, t.type, [bytes](std::span<std::byte> out) {
+      std::memcpy(out.data(), bytes.data(), out.size());
+    });
+  }
+  const std::string path = (test::temp_dir() / "pins-nan.gguf").string();
+  w.write(path);
+  for (const bool mmap : {false, true}) {
+    EngineOptions o;
+    o.model_path = path;
+    o.mmap_weights = mmap;
+    const Engine engine(o);
+    GenerationConfig c;
+    c.max_new_tokens = 2;
+    try {
+      (void)engine.generate("Once", c);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidModel);
+      CHECK_THAT(e.what(), Contains(path + ": the model produced no finite logit at step 0") &&
+                               Contains("tensor 'blk.1.ffn_down.weight' holds NaN (row 3, column 5)"));
+    }
+  }
 }
