@@ -17,6 +17,7 @@
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/session_pool.hpp"
+#include "tokenizer/byte_level.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/version.hpp>
@@ -30,6 +31,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <set>
 
 namespace sitsrt {
 namespace {
@@ -57,6 +59,28 @@ void validate(const EngineOptions& o) {
   for (const auto& sink : o.audit_sinks) {
     if (!sink) raise(ErrorCode::kInvalidArgument, "audit_sinks holds a null sink");
   }
+}
+
+// The most prompt bytes one token can stand for, or 0 when there is no such bound. A token is a
+// piece (its text as stored is at least as long as the bytes it covers: byte-level BPE pieces map
+// each byte to 1-2 bytes, SentencePiece pieces spell a space as 3 bytes), one unknown character
+// (<= 4 bytes) or one byte (byte fallback); the normalizers only add bytes (space markers, the
+// dummy prefix). A byte-level vocabulary that lacks a byte and has no <unk> drops that byte, so a
+// prompt of such bytes tokenizes to nothing: no bound then.
+std::uint64_t longest_token_bytes(const Vocabulary& vocab) {
+  std::uint64_t longest = 4;
+  for (const std::string& piece : vocab.pieces) longest = std::max<std::uint64_t>(longest, piece.size());
+  if (vocab.model == "gpt2" && vocab.unk < 0) {
+    std::set<std::string_view> mergeable;
+    for (std::size_t id = 0; id < vocab.pieces.size(); ++id) {
+      const TokenType type = id < vocab.types.size() ? vocab.types[id] : TokenType::kNormal;
+      if (type == TokenType::kNormal || type == TokenType::kUndefined) mergeable.insert(vocab.pieces[id]);
+    }
+    for (int byte = 0; byte < 256; ++byte) {
+      if (!mergeable.count(detail::byte_level_char(static_cast<std::uint8_t>(byte)))) return 0;
+    }
+  }
+  return longest;
 }
 
 std::string random_id_prefix() {
@@ -87,6 +111,7 @@ struct Engine::Impl {
       raise(ErrorCode::kInvalidModel, "{}: vocabulary has {} tokens but the model expects {}", options.model_path,
             tokenizer->vocab().size(), spec.n_vocab);
     }
+    if (tokenizer) max_token_bytes = longest_token_bytes(tokenizer->vocab());
     const std::int64_t requested = options.context_length;
     if (requested > spec.n_ctx_train * 16) {
       raise(ErrorCode::kInvalidArgument, "context_length {} is far beyond the training context {}", requested,
@@ -329,6 +354,19 @@ struct Engine::Impl {
     return "every weight is finite, so the activations overflow";
   }
 
+  // Refuses, before tokenizing it, a prompt too long to fit however it tokenizes: every token
+  // covers at most max_token_bytes bytes of the prompt, so more than context_length x that many
+  // bytes make more tokens than the context holds. A prompt that fits is never refused here.
+  void check_prompt_bytes(std::string_view prompt) const {
+    if (max_token_bytes == 0) return;
+    const auto bound = static_cast<std::uint64_t>(context_length) * max_token_bytes;
+    if (prompt.size() <= bound) return;
+    raise(ErrorCode::kInvalidArgument,
+          "prompt of {} bytes does not fit the context length {} (a token of this vocabulary covers at most {} bytes, "
+          "so it needs more than {} tokens; refused before tokenizing)",
+          prompt.size(), context_length, max_token_bytes, context_length);
+  }
+
   EngineOptions options;
   ModelPins pins;  // the model's files, opened before the loader reads them
   const Tokenizer& tok() const {
@@ -349,6 +387,7 @@ struct Engine::Impl {
   std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"
   ExecutionPlan plan;
   std::int64_t context_length = 0;
+  std::uint64_t max_token_bytes = 0;  // of prompt text one token covers at most; 0: no bound known
   std::mutex step_mutex;
   std::unique_ptr<StepProfile> profile;  // EngineOptions::profile_ops
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
@@ -393,6 +432,7 @@ SamplingRecord sampling_record(const GenerationConfig& c) {
 GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
                                   const TokenCallback& on_token) const {
   const bool add_bos = config.add_bos.value_or(impl_->tok().vocab().add_bos);
+  impl_->check_prompt_bytes(prompt);
   std::vector<std::int32_t> tokens;
   try {
     tokens = impl_->tok().encode(prompt, add_bos);

@@ -196,3 +196,9 @@ printf '\x00\x00\xc0\x7f' | dd of="$rel/nan.gguf" bs=1 seek="$nan_at" conv=notru
 check "NaN weights: exit 1 naming the file, the tensor, its row and column" bash -c \
   "'$cli' run -m '$rel/nan.gguf' -p hi -n 3 2>'$rel/e'; test \$? -eq 1 \
    && grep -q \"nan.gguf: the model produced no finite logit at step 0 (every logit is NaN).*tensor 'blk.1.ffn_down.weight' holds NaN (row 3, column 5)\" '$rel/e'"
+
+# 7. A prompt far beyond the context is refused before it is tokenized.
+head -c 8388608 /dev/zero | tr '\0' 'a' >"$rel/8mb.txt"
+check "an 8 MiB prompt is refused before tokenizing (exit 1, at once)" bash -c \
+  "timeout 5 '$cli' run -m '$model' -f '$rel/8mb.txt' -n 2 -q 2>'$rel/e'; test \$? -eq 1 \
+   && grep -q 'prompt of 8388608 bytes does not fit the context length .*refused before tokenizing' '$rel/e'"
