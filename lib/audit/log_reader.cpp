@@ -15,7 +15,7 @@ namespace sitsrt::audit {
 LogLineReader::LogLineReader(std::string path) : path_(std::move(path)), fd_(open_regular_file(path_)) {}
 
 bool LogLineReader::next(std::string& line, bool& complete) {
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  constexpr std::size_t kChunk = std::size_t{64} << 10;
   std::size_t searched = start_;
   for (;;) {
     const std::size_t nl = buffer_.find('\n', searched);
@@ -64,8 +64,8 @@ std::vector<RecordedRequest> read_recorded_requests(const std::vector<std::strin
       const std::int64_t number = in.line_number();
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object()) raise(ErrorCode::kInvalidArgument, "{}:{}: not a JSON record", file, number);
-      const std::string type = j.value("type", "");
       try {
+        const std::string type = j.value("type", "");  // throws for a non-string type (found by fuzzing)
         if (type == "request") {
           RecordedRequest r;
           r.record = request_from_json(j);
@@ -78,11 +78,11 @@ std::vector<RecordedRequest> read_recorded_requests(const std::vector<std::strin
         if (it == index.end()) continue;
         RecordedRequest& r = out[it->second];
         if (type == "token") {
-          r.logprobs.push_back(static_cast<float>(j.at("lp").get<double>()));
-          if (r.finish_reason.empty()) r.tokens.push_back(j.at("id").get<std::int32_t>());
+          r.logprobs.push_back(record_field<float>(j, "lp"));
+          if (r.finish_reason.empty()) r.tokens.push_back(record_field<std::int32_t>(j, "id"));
         } else {
-          r.tokens = j.at("tokens").get<std::vector<std::int32_t>>();
-          r.finish_reason = j.at("finish").get<std::string>();
+          r.tokens = record_field<std::vector<std::int32_t>>(j, "tokens");
+          r.finish_reason = record_field<std::string>(j, "finish");
         }
       } catch (const nlohmann::json::exception& e) {
         raise(ErrorCode::kInvalidArgument, "{}:{}: {}", file, number, e.what());

@@ -4,6 +4,7 @@
 // alarm turns a hang (the behaviour before) into a failure.
 #include "audit/key_file.hpp"
 #include "audit/log_reader.hpp"
+#include "audit/records.hpp"
 #include "audit/verify.hpp"
 #include "core/file_io.hpp"
 #include "core/mapped_file.hpp"
@@ -112,6 +113,23 @@ TEST_CASE("audit log readers: FIFOs, devices and directories refused, lines boun
   const std::string long_line = s.sparse("long.jsonl", audit::kMaxRecordBytes + (1 << 20));
   CHECK_THAT(refusal([&] { (void)audit::read_recorded_requests({long_line}); }, ErrorCode::kInvalidArgument),
              Contains("long.jsonl:1: a line longer than 64 MiB is not an audit record"));
+  // A record whose type is not a string is an error naming the line, not std::terminate
+  // (found by the audit_reader fuzz target).
+  std::ofstream(s.file("type.jsonl")) << "{\"type\":\"file\"}\n{\"type\":1}\n";
+  CHECK_THAT(refusal([&] { (void)audit::read_recorded_requests({s.file("type.jsonl")}); }, ErrorCode::kInvalidArgument),
+             Contains("type.jsonl:2: ") && Contains("type must be string"));
+  // Numbers out of a field's range are errors naming the field, never an undefined conversion
+  // (1.8e29 as the int64 timestamp: found by the audit_reader fuzz target under UBSan).
+  std::ofstream(s.file("range.jsonl")) << "{\"type\":\"file\"}\n{\"type\":\"request\",\"req\":\"r\",\"ts_ns\":1.8e29}\n";
+  CHECK_THAT(refusal([&] { (void)audit::read_recorded_requests({s.file("range.jsonl")}); }, ErrorCode::kInvalidArgument),
+             Contains("range.jsonl:2: ") && Contains("field 'ts_ns' has the wrong type or is out of range"));
+  const auto j = nlohmann::json::parse(R"({"id": 1099511627776, "lp": 1e300, "n": -1, "ok": 7, "v": [1, 2.5]})");
+  CHECK_THROWS_WITH(audit::record_field<std::int32_t>(j, "id"), Contains("'id' has the wrong type or is out of range"));
+  CHECK_THROWS_WITH(audit::record_field<float>(j, "lp"), Contains("'lp'"));
+  CHECK_THROWS_WITH(audit::record_field<std::uint64_t>(j, "n"), Contains("'n'"));
+  CHECK_THROWS_WITH(audit::record_field<std::vector<std::int32_t>>(j, "v"), Contains("'v'"));
+  CHECK(audit::record_field<std::int64_t>(j, "id") == 1099511627776);
+  CHECK(audit::record_field<double>(j, "ok") == 7.0);
   std::ofstream(s.file("lines")) << "a\n\nbc";
   audit::LogLineReader reader(s.file("lines"));
   std::string line;
