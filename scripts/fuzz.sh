@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer bpe audit_verify hf_config kld_base chat_template)
+targets=(gguf safetensors tokenizer bpe audit_verify audit_reader hf_config kld_base chat_template)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -73,6 +73,14 @@ for v in VARIANTS:
           --chunks 2 --kl-divergence-base build-fuzz/seed.kld >/dev/null 2>&1
         { printf '\x00'; cat build-fuzz/seed.kld; } >"$corpus/base"
         { printf '\x01'; cat build-fuzz/seed.kld; } >"$corpus/base-repaired"
+    audit_reader)  # first byte even: a key file; odd: an audit log file (replay/show reader)
+      printf '\x00k3y\n' >"$corpus/key"
+      printf '\x00\n' >"$corpus/key-empty"
+      if [ ! -f "$corpus/log" ]; then
+        rm -f build-fuzz/seed.jsonl* && build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q \
+          --audit-log build-fuzz/seed.jsonl --audit-level topk >/dev/null
+        { printf '\x01'; cat build-fuzz/seed.jsonl; } >"$corpus/log"
+        { printf '\x01'; head -c 300 build-fuzz/seed.jsonl; } >"$corpus/log-torn"
       fi ;;
     *)
       printf 'Once upon a time' >"$corpus/ascii"

@@ -82,6 +82,7 @@ int chat_command(int argc, char** argv) {
   EngineOptions engine_options = engine_options_from(args);
   apply_chat_options(args, engine_options);
   apply_audit_options(args, engine_options, config);
+  const std::vector<std::shared_ptr<AuditSink>> audit_sinks = engine_options.audit_sinks;
   const Engine engine(std::move(engine_options));
   if (engine.chat_template() == nullptr) {
     (void)engine.apply_chat_template(std::span<const ChatMessage>{}, true);  // throws the reason (no template, or why it did not parse)
@@ -151,6 +152,8 @@ int chat_command(int argc, char** argv) {
     if (stopped) fmt::print(stderr, "(answer stopped)\n");
     // The answer joins the history as the caller saw it (also when stopped part-way).
     history.push_back({"assistant", result.text, {}});
+    // A log write that failed (disk full, ulimit -f) ends the conversation with its error.
+    for (const auto& sink : audit_sinks) sink->flush();
     if (!quiet) {
       const GenerationTimings& t = result.timings;
       fmt::print(stderr, "[{} prompt tokens: {:.1f} tok/s | {} generated: {:.1f} tok/s | finish: {}]\n",

@@ -17,7 +17,9 @@ int convert_command(int argc, char** argv) {
   Args args("sitsrt convert",
             "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
             "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
-            {{"output", 'o', "FILE", "output GGUF path", ""},
+            {{"output", 'o', "FILE", "output GGUF path (a new file; an existing regular file only with --force, never "
+                                    "one of the input directory's files)", ""},
+             {"force", 0, "", "replace an existing output file", ""},
              {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 q4_g128",
               "the checkpoint's torch_dtype; a quantized (FP8, AWQ, GPTQ) checkpoint's linears stay fp8_e4m3 / q4_g128 "
               "(exact; libsitsrt-only GGUF types)"},
@@ -42,13 +44,17 @@ int convert_command(int argc, char** argv) {
     const std::string& torch_dtype = config.torch_dtype;
     type = torch_dtype == "float32" ? DType::kF32 : torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF16;
   }  // else: every matrix as it is served (the quantized linears exactly)
+  OutputFileOptions output;
+  output.replace_existing = args.has("force");
+  output.exists_hint = "pass --force to replace it";
   const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   const HfConvertSummary s = convert_hf_to_gguf(directory, *out, type, static_cast<int>(args.get_int("threads", 0, 0, 1024)),
                                                 [&](std::size_t done, std::size_t total) {
                                                   if (tty)
                                                     fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
-                                                });
+                                                },
+                                                output);
   if (tty) fmt::print(stderr, "\n");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (args.has("json")) {

@@ -1,6 +1,7 @@
 // sitsrt info: metadata, tensor table, parameter count and bytes by type of a GGUF file.
 #include "commands.hpp"
 
+#include "core/printable.hpp"
 #include "formats/gguf.hpp"
 #include "model/hf_model.hpp"
 #include "model/model_spec.hpp"
@@ -81,7 +82,7 @@ nlohmann::json spec_json(const ModelSpec& spec) {
 void print_spec(const ModelSpec& spec) {
   fmt::print("model       {} '{}': n_embd {}, {} layers, {} heads ({} kv, head dim {}), ffn {}, vocab {}, "
              "trained context {}{}\n",
-             spec.architecture, spec.name, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim,
+             printable(spec.architecture), printable(spec.name), spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim,
              spec.n_ff, spec.n_vocab, spec.n_ctx_train, spec.tied_output ? ", tied output head" : "");
   const std::string features = model_features(spec);
   if (!features.empty()) fmt::print("features    {}\n", features);
@@ -106,16 +107,17 @@ int hf_info(const std::string& path, bool json) {
     fmt::print("{}\n", doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
-  fmt::print("directory   {}\n", path);
-  fmt::print("format      Hugging Face {} ({}), tensor prefix '{}'\n", model.config.hf_architecture,
-             model.config.torch_dtype.empty() ? "dtype not stated" : model.config.torch_dtype, model.prefix);
+  fmt::print("directory   {}\n", printable(path));
+  fmt::print("format      Hugging Face {} ({}), tensor prefix '{}'\n", printable(model.config.hf_architecture),
+             model.config.torch_dtype.empty() ? "dtype not stated" : printable(model.config.torch_dtype),
+             printable(model.prefix));
   fmt::print("parameters  {} ({:.3f} M)\n", params, static_cast<double>(params) / 1e6);
   print_spec(model.config.spec);
   fmt::print("\ntensors ({}):\n", model.tensors.tensors().size());
   fmt::print("  {:<32} {:<6} {:<18} {:>12}  {}\n", "name", "type", "dims", "bytes", "checkpoint name");
   for (const auto& t : model.tensors.tensors()) {
-    fmt::print("  {:<32} {:<6} {:<18} {:>12}  {}\n", t.name, name(t.type), fmt::format("[{}]", fmt::join(t.dims, ", ")),
-               t.bytes, t.source_name);
+    fmt::print("  {:<32} {:<6} {:<18} {:>12}  {}\n", printable(t.name), name(t.type),
+               fmt::format("[{}]", fmt::join(t.dims, ", ")), t.bytes, printable(t.source_name));
   }
   return 0;
 }
@@ -190,7 +192,7 @@ int info_command(int argc, char** argv) {
     return 0;
   }
 
-  fmt::print("file        {}\n", path);
+  fmt::print("file        {}\n", printable(path));
   fmt::print("format      GGUF v{}, {} bytes, alignment {}\n", file.version(), file.file_size(), file.alignment());
   fmt::print("parameters  {} ({:.3f} M)\n", params, static_cast<double>(params) / 1e6);
   if (spec) {
@@ -207,12 +209,12 @@ int info_command(int argc, char** argv) {
     fmt::print("            {} bytes of weights in the engine after conversion\n", converted->weight_bytes);
   }
   fmt::print("\nmetadata ({} keys):\n", file.metadata().size());
-  for (const auto& kv : file.metadata()) fmt::print("  {:<44} {}\n", kv.key, value_to_text(kv.value));
+  for (const auto& kv : file.metadata()) fmt::print("  {:<44} {}\n", printable(kv.key), printable(value_to_text(kv.value)));
   fmt::print("\ntensors ({}):\n", file.tensors().size());
   fmt::print("  {:<32} {:<6} {:<18} {:>12} {:>12}\n", "name", "type", "dims", "bytes", "offset");
   for (const auto& t : file.tensors()) {
-    fmt::print("  {:<32} {:<6} {:<18} {:>12} {:>12}\n", t.name, name(t.type), fmt::format("[{}]", fmt::join(t.dims, ", ")),
-               t.bytes, file.data_offset() + t.offset);
+    fmt::print("  {:<32} {:<6} {:<18} {:>12} {:>12}\n", printable(t.name), name(t.type),
+               fmt::format("[{}]", fmt::join(t.dims, ", ")), t.bytes, file.data_offset() + t.offset);
   }
   return 0;
 }

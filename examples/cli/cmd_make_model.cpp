@@ -14,7 +14,8 @@ int make_model_command(int argc, char** argv) {
   Args args("sitsrt make-model",
             "Write a GGUF of the chosen architecture with deterministic random weights (not a trained model)\n"
             "and a byte-level ASCII vocabulary in which every token decodes. Same options, same bytes.",
-            {{"output", 'o', "FILE", "output path", ""},
+            {{"output", 'o', "FILE", "output path (a new file; an existing regular file only with --force)", ""},
+             {"force", 0, "", "replace an existing output file (never a device, FIFO, symlink or directory)", ""},
              {"arch", 0, "NAME", "architecture: llama mistral qwen2 qwen3 gemma3", "llama"},
              {"head-dim", 0, "N", "attention head width (written as key_length)", "dim/heads"},
              {"sliding-window", 0, "N", "sliding-window length (mistral, gemma3)", "4096 mistral, 512 gemma3"},
@@ -70,9 +71,15 @@ int make_model_command(int argc, char** argv) {
   o.name = args.get_or("name", o.name);
   o.threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
   const bool tty = isatty(STDERR_FILENO) != 0;
-  write_random_model(o, *out, [&](std::size_t done, std::size_t total) {
-    if (tty) fmt::print(stderr, "\rwriting tensors: {}/{}", done, total);
-  });
+  OutputFileOptions output;
+  output.replace_existing = args.has("force");
+  output.exists_hint = "pass --force to replace it";
+  write_random_model(
+      o, *out,
+      [&](std::size_t done, std::size_t total) {
+        if (tty) fmt::print(stderr, "\rwriting tensors: {}/{}", done, total);
+      },
+      output);
   if (tty) fmt::print(stderr, "\n");
   fmt::print(stderr, "wrote {} ({}, {:.1f} M parameters, {}, random weights seed {})\n", *out, o.architecture,
              static_cast<double>(random_model_parameters(o)) / 1e6, weight_type_name(o), o.seed);

@@ -52,6 +52,7 @@ int run_command(int argc, char** argv) {
   EngineOptions engine_options = engine_options_from(args);
   apply_chat_options(args, engine_options);
   apply_audit_options(args, engine_options, config);
+  const std::vector<std::shared_ptr<AuditSink>> audit_sinks = engine_options.audit_sinks;
   const Engine engine(std::move(engine_options));
   const std::vector<ChatMessage> messages = chat ? chat_messages(args, prompt) : std::vector<ChatMessage>{};
   if (args.has("echo") && !json) {
@@ -74,6 +75,8 @@ int run_command(int argc, char** argv) {
   };
   const GenerationResult result =
       chat ? engine.chat(messages, config, on_token) : engine.generate(prompt, config, on_token);
+  // A log or trace write that failed after the last token (disk full, ulimit -f) fails the run too.
+  for (const auto& sink : audit_sinks) sink->flush();
   const GenerationTimings& t = result.timings;
   if (json) {
     const nlohmann::json summary = {

@@ -1,11 +1,18 @@
 #include "commands.hpp"
 
+#include "audit/key_file.hpp"
+
+#include <sitsrt/error.hpp>
+
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <cctype>
+#include <cstdint>
+#include <limits>
 #include <unistd.h>
 
 namespace sitsrt::cli {
@@ -24,8 +31,44 @@ std::vector<OptionSpec> engine_option_specs() {
                       "repacked for the decode kernels; faster decode, slower load)", ""},
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
       {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
+      {"memory-budget", 0, "BYTES",
+       "memory for weights + KV caches + activations, e.g. 512M or 2G (K/M/G/T: powers of 1024); a model that does "
+       "not fit is refused at load, requests beyond it queue; 0 = unlimited",
+       "unlimited"},
   };
 }
+
+namespace {
+
+// "1073741824", "512M", "2G", "1GiB", "64KB": K/M/G/T are powers of 1024. Throws UsageError.
+std::uint64_t parse_byte_size(const std::string& option, const std::string& text) {
+  const auto bad = [&] {
+    return UsageError(fmt::format("--{} expects a byte count such as 1073741824, 512M or 2G, got '{}'", option, text));
+  };
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 20) throw bad();
+  std::string suffix = text.substr(digits);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (suffix.ends_with("IB")) suffix.resize(suffix.size() - 2);
+  else if (suffix.size() > 1 && suffix.ends_with("B")) suffix.pop_back();
+  int shift = 0;
+  if (suffix == "K") shift = 10;
+  else if (suffix == "M") shift = 20;
+  else if (suffix == "G") shift = 30;
+  else if (suffix == "T") shift = 40;
+  else if (!suffix.empty() && suffix != "B") throw bad();
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < digits; ++i) {
+    const auto digit = static_cast<std::uint64_t>(text[i] - '0');
+    if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) throw bad();
+    value = value * 10 + digit;
+  }
+  if (shift > 0 && value > (std::numeric_limits<std::uint64_t>::max() >> shift)) throw bad();
+  return value << shift;
+}
+
+}  // namespace
 
 EngineOptions engine_options_from(const Args& args) {
   EngineOptions o;
@@ -60,6 +103,7 @@ EngineOptions engine_options_from(const Args& args) {
   o.int8_activations = act == "int8";
   o.weights = args.get_or("weights", "as-stored");  // the Engine rejects a bad value, listing the valid ones
   o.mmap_weights = args.has("mmap");
+  if (const auto budget = args.get("memory-budget")) o.memory_budget_bytes = parse_byte_size("memory-budget", *budget);
   o.on_progress = print_progress;
   return o;
 }
@@ -127,14 +171,11 @@ std::string read_text_file(const std::string& path, std::string_view what, std::
 }
 
 std::string read_key_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(fmt::format("cannot read key file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string key = ss.str();
-  if (!key.empty() && key.back() == '\n') key.pop_back();
-  if (key.empty()) throw UsageError(fmt::format("key file '{}' is empty", path));
-  return key;
+  try {
+    return audit::read_key_file(path);  // bounded; a FIFO or device is refused, not read
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("cannot use key file: {}", e.what()));
+  }
 }
 
 void print_progress(std::string_view stage, double fraction) {

@@ -6,8 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <unistd.h>
 
@@ -40,6 +42,9 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string_view command = argv[1];
+  // Past RLIMIT_FSIZE (ulimit -f) a write fails with EFBIG, reported as "File too large" naming
+  // the file, instead of the process being killed by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (command == "--version") {
     fmt::print("sitsrt {}\n", sitsrt::kVersion);
     return 0;
@@ -64,6 +69,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const sitsrt::Error& e) {
     fmt::print(stderr, "sitsrt {}: error: {}\n", command, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // past ulimit -v, or the machine's memory
+    fmt::print(stderr, "sitsrt {}: error: out of memory (an allocation failed; raise the memory limit, or for a model "
+               "try a smaller --ctx or --mmap)\n", command);
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "sitsrt {}: unexpected error: {}\n", command, e.what());

@@ -191,7 +191,9 @@ struct JsonlAuditLogOptions {
 
 // A sink that writes one canonical JSON record per line with a SHA-256 (or HMAC) hash chain,
 // from its own thread. The file must not exist yet (an audit log is never overwritten);
-// throws sitsrt::Error(kIo) when it exists or cannot be created. Writes pending records on
+// throws sitsrt::Error(kIo) when it exists or cannot be created; when another writer (another
+// process, or another sink of this one) holds it, the message says "audit log PATH is in use by
+// pid N". The file is write-locked (fcntl) while the sink lives; see docs/audit-log.md. Writes pending records on
 // destruction. Thread-safe. If a write fails (e.g. disk full) the sink stops writing and every
 // later hook call and flush() throws sitsrt::Error(kIo), so requests fail instead of running
 // unaudited.
@@ -206,8 +208,10 @@ struct OtlpTraceOptions {
 // gen_ai.operation.name, gen_ai.request.*, gen_ai.response.*, gen_ai.usage.*) with one event per
 // token when the request's level records tokens, in the OTLP/JSON file format the OpenTelemetry
 // Collector's file exporter writes and its otlpjsonfile receiver reads. The line is written when
-// the request ends; no network I/O. Throws sitsrt::Error(kIo) when the file cannot be opened.
-// Thread-safe.
+// the request ends; no network I/O. Throws sitsrt::Error(kIo) when the file cannot be opened
+// (a FIFO without a reader fails at once). A line that cannot be written whole (disk full, "File
+// too large") is cut back off the file and fails that request's end (kIo, with the system's
+// reason), every later request and flush(). Thread-safe.
 SITSRT_API std::shared_ptr<AuditSink> make_otlp_trace_sink(const OtlpTraceOptions& options);
 
 }  // namespace sitsrt

@@ -47,7 +47,11 @@ struct EngineOptions {
   // differ within their rounding bounds; audit logs record this choice and replay uses it), and
   // the file's pages are dropped: faster decode, a load that reads the whole file. true: matmuls
   // read the mmapped file in place (instant load, pages shared between processes, 4 KiB pages).
-  // The copy's cost is in ModelInfo::weights_copy_seconds.
+  // The copy's cost is in ModelInfo::weights_copy_seconds. With mmapped weights the file must
+  // not change while the engine lives: every request (generate, logits) first checks the file's
+  // size and modification time and fails with kIo if it changed since the load; a file truncated
+  // *during* a request ends the process with SIGBUS (a page of the mapping no longer exists; the
+  // library installs no signal handler). Resident weights are immune (docs/hardening.md).
   bool mmap_weights = false;
   // Memory for weights + KV caches + activation arenas; 0: unlimited. A budget that cannot hold
   // the weights and one request is refused at load (kOutOfMemory, naming the deficit); when
@@ -178,7 +182,11 @@ class SITSRT_API Engine {
   [[nodiscard]] std::string token_bytes(std::int32_t token) const;
 
   [[nodiscard]] const ModelInfo& model_info() const noexcept;
-  // Hex SHA-256 of the model file, computed on first use (with on_progress("hash", f)) and cached.
+  // Hex SHA-256 of the model file (an HF directory: of "NAME SHA256\n" per .json/.safetensors
+  // file, in name order), computed on first use (with on_progress("hash", f)) and cached. It is
+  // read from the files as they were when the engine loaded them (kept open since before the
+  // load, so renaming another file over the path changes nothing); throws sitsrt::Error(kIo)
+  // naming the file when one was rewritten since, as no hash could then name the weights in use.
   [[nodiscard]] const std::string& model_sha256() const;
   [[nodiscard]] EngineDigest engine_digest() const;
   // The engine-wide circuit breaker: opened by a rule with AnomalyAction::kOpenBreaker; while

@@ -21,7 +21,9 @@ enum class ErrorCode {
 SITSRT_API const char* to_string(ErrorCode code) noexcept;
 
 // Every failure a caller can cause is reported as sitsrt::Error; the message names the
-// file, field or parameter at fault. Nothing in the library aborts on user input.
+// file, field or parameter at fault. Nothing in the library aborts on user input. The message
+// is printable: control characters (NUL and newlines included), terminal escapes, bidirectional
+// overrides and invalid UTF-8 that came from a file are shown as \xNN escapes.
 class SITSRT_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);

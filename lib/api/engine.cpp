@@ -3,6 +3,7 @@
 #include <sitsrt/error.hpp>
 
 #include "core/check.hpp"
+#include "core/quant_blocks.hpp"
 #include "graph/graph_printer.hpp"
 #include "model/model_loader.hpp"
 #include "model/model_graph.hpp"
@@ -11,11 +12,13 @@
 #include "runtime/cpu_backend.hpp"
 #include "runtime/executor.hpp"
 #include "api/chat_template_internal.hpp"
+#include "api/model_pins.hpp"
 #include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/session_pool.hpp"
+#include "tokenizer/byte_level.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/version.hpp>
@@ -26,9 +29,12 @@
 #include <filesystem>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
+#include <new>
 #include <random>
+#include <set>
 
 namespace sitsrt {
 namespace {
@@ -58,18 +64,26 @@ void validate(const EngineOptions& o) {
   }
 }
 
-// Digest of an HF directory: SHA-256 over "name sha256\n" of its config and safetensors files,
-// in name order (the weights and every config that shapes the model).
-std::string hf_directory_sha256(const std::string& directory) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    const auto ext = entry.path().extension();
-    if (entry.is_regular_file() && (ext == ".json" || ext == ".safetensors")) files.push_back(entry.path());
+// The most prompt bytes one token can stand for, or 0 when there is no such bound. A token is a
+// piece (its text as stored is at least as long as the bytes it covers: byte-level BPE pieces map
+// each byte to 1-2 bytes, SentencePiece pieces spell a space as 3 bytes), one unknown character
+// (<= 4 bytes) or one byte (byte fallback); the normalizers only add bytes (space markers, the
+// dummy prefix). A byte-level vocabulary that lacks a byte and has no <unk> drops that byte, so a
+// prompt of such bytes tokenizes to nothing: no bound then.
+std::uint64_t longest_token_bytes(const Vocabulary& vocab) {
+  std::uint64_t longest = 4;
+  for (const std::string& piece : vocab.pieces) longest = std::max<std::uint64_t>(longest, piece.size());
+  if (vocab.model == "gpt2" && vocab.unk < 0) {
+    std::set<std::string_view> mergeable;
+    for (std::size_t id = 0; id < vocab.pieces.size(); ++id) {
+      const TokenType type = id < vocab.types.size() ? vocab.types[id] : TokenType::kNormal;
+      if (type == TokenType::kNormal || type == TokenType::kUndefined) mergeable.insert(vocab.pieces[id]);
+    }
+    for (int byte = 0; byte < 256; ++byte) {
+      if (!mergeable.count(detail::byte_level_char(static_cast<std::uint8_t>(byte)))) return 0;
+    }
   }
-  std::sort(files.begin(), files.end());
-  std::string lines;
-  for (const auto& f : files) lines += fmt::format("{} {}\n", f.filename().string(), audit::sha256_file_hex(f.string()));
-  return audit::sha256_hex(lines);
+  return longest;
 }
 
 std::string random_id_prefix() {
@@ -80,12 +94,15 @@ std::string random_id_prefix() {
 }  // namespace
 
 struct Engine::Impl {
-  explicit Impl(EngineOptions o)
+  // `stage` says what the load is doing (an out-of-memory error names it).
+  Impl(EngineOptions o, std::string& stage)
       : options(std::move(o)),
+        pins(options.model_path, is_hf_model_directory(options.model_path)),  // before anything is read
         model(load_model(options.model_path)),
         spec(model.spec),
         backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations,
                 !options.mmap_weights) {
+    stage = "reading the tokenizer";
     // An HF directory (or a GGUF converted from one) has no GGUF vocabulary; until tokenizer.json
     // is read it serves token ids only (logits), and everything that needs a tokenizer says so.
     if (model.gguf && model.gguf->find("tokenizer.ggml.tokens") != nullptr) {
@@ -98,6 +115,7 @@ struct Engine::Impl {
             tokenizer->vocab().size(), spec.n_vocab);
     }
     load_chat_template();
+    if (tokenizer) max_token_bytes = longest_token_bytes(tokenizer->vocab());
     const std::int64_t requested = options.context_length;
     if (requested > spec.n_ctx_train * 16) {
       raise(ErrorCode::kInvalidArgument, "context_length {} is far beyond the training context {}", requested,
@@ -108,6 +126,7 @@ struct Engine::Impl {
     ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
+    stage = "building the graph";
     graph = build_model_graph(spec, model.tensors, graph_options);
     const std::int64_t max_tokens = std::min(options.max_batch_tokens, context_length);
     plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
@@ -115,6 +134,8 @@ struct Engine::Impl {
     check_budget(target ? weight_bytes_after_conversion(graph, *target) : graph.total_weight_bytes(),
                  KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
     if (target) {
+      stage = fmt::format("converting the weights to {} ({:.1f} MiB)", options.weights,
+                          static_cast<double>(weight_bytes_after_conversion(graph, *target)) / (1 << 20));
       converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, backend.context().pool());
     }
 
@@ -132,16 +153,26 @@ struct Engine::Impl {
     }
 
     if (options.on_progress) backend.set_progress([this](double f) { options.on_progress("load", f); });
+    if (!options.mmap_weights) {
+      stage = fmt::format("copying the weights into memory ({:.1f} MiB)",
+                          static_cast<double>(graph.total_weight_bytes()) / (1 << 20));
+    }
     backend.bind_weights(graph, weight_source());
     backend.set_progress(nullptr);
     // Resident weights may take a little more than the file (rows padded to cache lines).
     check_budget(backend.memory().weight_bytes,
                  KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+    stage = fmt::format("allocating the activation arena ({:.1f} MiB)",
+                        static_cast<double>(plan.memory.arena_bytes) / (1 << 20));
     backend.prepare(graph, plan.memory, context_length);
+    stage = "finishing the load";
     if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
     fill_info(kv_type);
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend.memory().weight_bytes);
     fill_digest();
+    // Everything is read (config, tokenizer, the weights copied): it must be what the pinned
+    // files hold, or no audit record could name the weights in use.
+    pins.confirm(model.weight_files);
   }
 
   // The template given in the options must parse (the load fails otherwise); the model's own is
@@ -221,17 +252,25 @@ struct Engine::Impl {
     digest.deterministic = options.deterministic;
   }
 
+  // From the pinned files (the inodes the weights came from), on first use; a file changed since
+  // it was pinned makes it throw (and the next call try again).
   const std::string& model_hash() const {
     std::call_once(hash_once, [&] {
       std::function<void(double)> progress;
-      constexpr std::uintmax_t kReportAbove = std::uintmax_t{64} << 20;
-      if (options.on_progress && !model.hf && std::filesystem::file_size(options.model_path) >= kReportAbove) {
+      constexpr std::uint64_t kReportAbove = std::uint64_t{64} << 20;
+      if (options.on_progress && pins.total_bytes() >= kReportAbove) {
         progress = [&](double f) { options.on_progress("hash", f); };
       }
-      model_sha256 = model.hf ? hf_directory_sha256(options.model_path)
-                              : audit::sha256_file_hex(options.model_path, progress);
+      model_sha256 = pins.sha256(progress);
     });
     return model_sha256;
+  }
+
+  // Mmapped weights are read from the file during every request: refuse one that changed since
+  // the load (a truncated file would otherwise end the process with SIGBUS). Resident weights
+  // were copied at load and need no check.
+  void check_weights() const {
+    if (options.mmap_weights) pins.check_weights_unchanged();
   }
 
   void prefault() {
@@ -306,11 +345,72 @@ struct Engine::Impl {
   // concurrent request, never per token; when the budget is full, requests queue for them.
   template <typename F>
   auto with_session(F&& f) const {
-    const auto lease = sessions.acquire();
+    const auto lease = [&] {
+      try {
+        return sessions.acquire();
+      } catch (const std::bad_alloc&) {
+        raise(ErrorCode::kOutOfMemory,
+              "{}: out of memory allocating a request's session (KV cache {:.1f} MiB for {} positions, activations "
+              "{:.1f} MiB)",
+              options.model_path, static_cast<double>(info.kv_cache_bytes) / (1 << 20), context_length,
+              static_cast<double>(info.activation_bytes) / (1 << 20));
+      }
+    }();
     return f(*lease);
   }
 
+  // Generation, with a model that produces no finite logits reported with its file and the first
+  // non-finite weight (found only then: every weight is dequantized once).
+  GenerationResult generate(std::span<const std::int32_t> prompt, const GenerationConfig& config,
+                            const TokenCallback& on_token) const {
+    try {
+      return with_session([&](Session& s) { return generate_tokens(s, tok(), prompt, config, on_token); });
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidModel) throw;
+      raise(ErrorCode::kInvalidModel, "{}: {}; {}", options.model_path, e.what(), first_non_finite_weight());
+    }
+  }
+
+  std::string first_non_finite_weight() const {
+    std::vector<float> row;
+    for (const graph::Weight& w : graph.weights()) {
+      const std::int64_t cols = w.dims.empty() ? 0 : w.dims[0];
+      const std::size_t stride = cols > 0 ? row_bytes(w.type, cols) : 0;
+      if (stride == 0) continue;
+      const std::span<const std::byte> data = model.tensors.data(w);
+      row.resize(static_cast<std::size_t>(cols));
+      for (std::size_t r = 0; (r + 1) * stride <= data.size(); ++r) {
+        try {
+          dequantize_row(w.type, data.data() + r * stride, row.data(), cols);
+        } catch (const Error&) {
+          break;  // a format without a float decoder: not searched
+        }
+        for (std::size_t c = 0; c < row.size(); ++c) {
+          if (!std::isfinite(row[c])) {
+            return fmt::format("tensor '{}' holds {} (row {}, column {})", w.name,
+                               std::isnan(row[c]) ? "NaN" : "an infinity", r, c);
+          }
+        }
+      }
+    }
+    return "every weight is finite, so the activations overflow";
+  }
+
+  // Refuses, before tokenizing it, a prompt too long to fit however it tokenizes: every token
+  // covers at most max_token_bytes bytes of the prompt, so more than context_length x that many
+  // bytes make more tokens than the context holds. A prompt that fits is never refused here.
+  void check_prompt_bytes(std::string_view prompt) const {
+    if (max_token_bytes == 0) return;
+    const auto bound = static_cast<std::uint64_t>(context_length) * max_token_bytes;
+    if (prompt.size() <= bound) return;
+    raise(ErrorCode::kInvalidArgument,
+          "prompt of {} bytes does not fit the context length {} (a token of this vocabulary covers at most {} bytes, "
+          "so it needs more than {} tokens; refused before tokenizing)",
+          prompt.size(), context_length, max_token_bytes, context_length);
+  }
+
   EngineOptions options;
+  ModelPins pins;  // the model's files, opened before the loader reads them
   const Tokenizer& tok() const {
     if (!tokenizer) {
       raise(ErrorCode::kUnsupported,
@@ -332,6 +432,7 @@ struct Engine::Impl {
   std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"
   ExecutionPlan plan;
   std::int64_t context_length = 0;
+  std::uint64_t max_token_bytes = 0;  // of prompt text one token covers at most; 0: no bound known
   std::mutex step_mutex;
   std::unique_ptr<StepProfile> profile;  // EngineOptions::profile_ops
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
@@ -347,7 +448,13 @@ struct Engine::Impl {
 
 Engine::Engine(EngineOptions options) {
   validate(options);
-  impl_ = std::make_unique<Impl>(std::move(options));
+  const std::string path = options.model_path;
+  std::string stage = "reading the model";
+  try {
+    impl_ = std::make_unique<Impl>(std::move(options), stage);
+  } catch (const std::bad_alloc&) {  // e.g. under ulimit -v: name what could not be allocated
+    raise(ErrorCode::kOutOfMemory, "{}: out of memory while {} (an allocation failed)", path, stage);
+  }
 }
 Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
@@ -370,7 +477,13 @@ SamplingRecord sampling_record(const GenerationConfig& c) {
 GenerationResult Engine::generate(std::string_view prompt, const GenerationConfig& config,
                                   const TokenCallback& on_token) const {
   const bool add_bos = config.add_bos.value_or(impl_->tok().vocab().add_bos);
-  const std::vector<std::int32_t> tokens = impl_->tok().encode(prompt, add_bos);
+  impl_->check_prompt_bytes(prompt);
+  std::vector<std::int32_t> tokens;
+  try {
+    tokens = impl_->tok().encode(prompt, add_bos);
+  } catch (const std::bad_alloc&) {
+    raise(ErrorCode::kOutOfMemory, "out of memory tokenizing a prompt of {} bytes", prompt.size());
+  }
   return run_request(prompt, tokens, config, on_token);
 }
 
@@ -441,6 +554,7 @@ GenerationResult Engine::chat(std::span<const ChatMessage> messages, const Gener
                               const TokenCallback& on_token, const ChatTemplateOptions& options) const {
   const ChatTemplate& chat_template = impl_->chat_template();
   const std::string rendered = chat_template.render(messages, options);
+  impl_->check_prompt_bytes(rendered);
   const std::vector<std::int32_t> tokens = encode_chat(impl_->tok(), rendered, config.add_bos);
   ChatInput input;
   input.messages_json = messages_json(messages);
@@ -456,6 +570,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   if (impl_->breaker.load()) {
     raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
   }
+  impl_->check_weights();
   std::vector<std::shared_ptr<AuditSink>> sinks = impl_->options.audit_sinks;
   for (const auto& s : config.audit.sinks) {
     if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
@@ -465,10 +580,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
   const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
   RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
-  if (!audit.active()) {
-    return impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tok(), prompt_tokens, config, on_token); });
-  }
+  if (!audit.active()) return impl_->generate(prompt_tokens, config, on_token);
   // The seed is resolved here so that the begin record carries it.
   GenerationConfig resolved = config;
   if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -496,8 +608,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
     return audit_keep && caller_keep;
   };
   try {
-    GenerationResult result = impl_->with_session(
-        [&](Session& s) { return generate_tokens(s, impl_->tok(), prompt_tokens, resolved, hooked); });
+    GenerationResult result = impl_->generate(prompt_tokens, resolved, hooked);
     audit.end(result);
     return result;
   } catch (const std::exception& e) {
@@ -513,6 +624,7 @@ void Engine::reset_circuit_breaker() const noexcept { impl_->breaker.store(false
 void Engine::open_circuit_breaker() const noexcept { impl_->breaker.store(true); }
 
 std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all_positions) const {
+  impl_->check_weights();
   return impl_->with_session([&](Session& s) {
     s.reset();
     const auto out = s.forward(tokens, all_positions);
@@ -523,6 +635,7 @@ std::vector<float> Engine::logits(std::span<const std::int32_t> tokens, bool all
 void Engine::evaluate(std::span<const std::int32_t> tokens, const EvaluateOptions& options,
                       const LogitsCallback& on_logits) const {
   if (!on_logits) raise(ErrorCode::kInvalidArgument, "evaluate: on_logits is empty");
+  impl_->check_weights();
   const auto vocab = static_cast<std::size_t>(impl_->spec.n_vocab);
   impl_->with_session([&](Session& s) {
     s.reset();

@@ -1,12 +1,13 @@
 #include "audit/hash.hpp"
 
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include <array>
-#include <cstdio>
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -70,24 +71,24 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   return to_hex(md.data(), len);
 }
 
-std::string sha256_file_hex(const std::string& path, const std::function<void(double)>& progress) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) raise(ErrorCode::kIo, "{}: cannot open for hashing", path);
-  std::fseek(f.get(), 0, SEEK_END);
-  const long total = std::ftell(f.get());
-  std::fseek(f.get(), 0, SEEK_SET);
+std::string sha256_fd_hex(int fd, const std::string& path, std::uint64_t size,
+                          const std::function<void(double)>& progress) {
   MdCtx ctx = new_sha256();
   std::vector<char> buffer(std::size_t{4} << 20);
-  long done = 0;
-  for (;;) {
-    const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), f.get());
-    if (n == 0) break;
+  for (std::uint64_t done = 0; done < size;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), size - done));
+    read_exactly(fd, path, done, buffer.data(), n);  // throws naming the file when it shrank
     EVP_DigestUpdate(ctx.get(), buffer.data(), n);
-    done += static_cast<long>(n);
-    if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
+    done += n;
+    if (progress) progress(static_cast<double>(done) / static_cast<double>(size));
   }
-  if (std::ferror(f.get())) raise(ErrorCode::kIo, "{}: read error while hashing", path);
   return finish(ctx.get());
+}
+
+std::string sha256_file_hex(const std::string& path, const std::function<void(double)>& progress) {
+  FileIdentity identity;
+  const UniqueFd fd = open_regular_file(path, &identity);  // a FIFO or a device is refused, not read
+  return sha256_fd_hex(fd.get(), path, identity.size, progress);
 }
 
 }  // namespace sitsrt::audit

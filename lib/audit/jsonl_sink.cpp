@@ -3,10 +3,12 @@
 #include "audit/chain.hpp"
 #include "audit/records.hpp"
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 
 #include <sitsrt/audit.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +19,9 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <random>
+#include <set>
 #include <thread>
 #include <variant>
 
@@ -28,6 +33,57 @@ struct TokenItem {
   TokenEvent event;
 };
 using Item = std::variant<RequestRecord, TokenItem, AnomalyEvent, RequestSummary, ShadowDivergence>;
+
+// Log files this process holds the write lock of. POSIX record locks belong to the process, so
+// a lock test by this process never sees its own lock, and closing any descriptor of the file
+// would drop it: a would-be second writer in this process looks here instead of opening the file.
+class HeldLogs {
+ public:
+  static HeldLogs& instance() {
+    static HeldLogs held;
+    return held;
+  }
+  void add(const FileIdentity& id) {
+    std::lock_guard lock(mutex_);
+    held_.insert({id.device, id.inode});
+  }
+  void remove(const FileIdentity& id) {
+    std::lock_guard lock(mutex_);
+    held_.erase({id.device, id.inode});
+  }
+  bool holds(const FileIdentity& id) {
+    std::lock_guard lock(mutex_);
+    return held_.count({id.device, id.inode}) > 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> held_;
+};
+
+// An exclusive write lock over the whole file; false when another process holds one.
+bool lock_file(int fd) {
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  return ::fcntl(fd, F_SETLK, &lock) == 0;
+}
+
+// The pid of the process holding a write lock on the log file `path`, if any.
+std::optional<pid_t> lock_holder(const std::string& path) {
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  if (::fcntl(fd.get(), F_GETLK, &probe) != 0 || probe.l_type == F_UNLCK) return std::nullopt;
+  return probe.l_pid;
+}
+
+std::string random_hex() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
 
 class JsonlSink final : public AuditSink {
  public:
@@ -47,8 +103,9 @@ class JsonlSink final : public AuditSink {
     writer_.join();
     if (fd_ >= 0) {
       ::fsync(fd_);
-      ::close(fd_);
+      close_file(fd_);
     }
+    if (first_fd_ >= 0) close_file(first_fd_);
   }
 
   void on_request_begin(const RequestRecord& record) override { push(record); }
@@ -80,20 +137,36 @@ class JsonlSink final : public AuditSink {
   }
 
   // A log file appears under its name only once it holds its whole header record: the header is
-  // written to a side file that is then hard-linked into place. A crash at any point (even
-  // mid-rotation) therefore leaves no file or one that starts with a header, never an empty log
-  // file, which the verifier must treat as tampering. link() also refuses an existing name, so
-  // a log is never overwritten even when two writers race.
+  // written to a side file of its own (a unique name, created O_EXCL; never a file of the user's)
+  // that is then hard-linked into place. A crash at any point (even mid-rotation) therefore leaves
+  // no log file or one that starts with a header, never an empty log file, which the verifier
+  // must treat as tampering; at worst the side file is left, holding one header. link() refuses
+  // an existing name, so a log is never overwritten even when two writers race, and the file is
+  // write-locked (fcntl) from before it has its name until the sink is destroyed, so the loser of
+  // a race is told who holds the log.
   void open_file(const std::string& path) {
     const auto refuse = [&](int error) {
-      raise(ErrorCode::kIo, "{}: cannot create audit log ({}){}", path, std::strerror(error),
-            error == EEXIST ? "; an audit log is never overwritten or appended to" : "");
+      raise(ErrorCode::kIo, "{}: cannot create audit log ({})", path, std::strerror(error));
     };
-    if (::access(path.c_str(), F_OK) == 0) refuse(EEXIST);
-    const std::string staging = path + ".partial";
-    // A leftover staging file is from a crash before its link: it holds at most a header.
-    fd_ = ::open(staging.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) refuse(errno);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) refuse_existing(path);
+    std::string staging;
+    for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+      staging = fmt::format("{}.partial-{}-{}", path, ::getpid(), random_hex());
+      fd_ = ::open(staging.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+      if (fd_ < 0 && errno != EEXIST) refuse(errno);
+    }
+    if (fd_ < 0) refuse(EEXIST);
+    const FileIdentity id = identity_of(fd_, staging);
+    if (!lock_file(fd_)) {  // a new file nobody else has opened: cannot fail but on odd file systems
+      const int error = errno;
+      ::close(fd_);
+      fd_ = -1;
+      ::unlink(staging.c_str());
+      refuse(error);
+    }
+    HeldLogs::instance().add(id);
+    identities_[fd_] = id;
     file_bytes_ = 0;
     nlohmann::json header{{"type", "file"}, {"version", audit::kLogFormatVersion}, {"file_index", file_index_},
                           {"alg", options_.hmac_key.empty() ? "sha256" : "hmac-sha256"}};
@@ -102,13 +175,39 @@ class JsonlSink final : public AuditSink {
     write_pending();
     if (options_.durability != Durability::kNever) ::fsync(fd_);
     if (failed_.load() || ::link(staging.c_str(), path.c_str()) != 0) {
-      const int error = failed_.load() ? EIO : errno;
-      ::close(fd_);
+      const int error = failed_.load() ? write_errno_ : errno;  // the real reason, e.g. ENOSPC or EFBIG
+      close_file(fd_);
       fd_ = -1;
       ::unlink(staging.c_str());
+      if (error == EEXIST) refuse_existing(path);
       refuse(error);
     }
     ::unlink(staging.c_str());
+  }
+
+  // Throws the refusal for a log path that exists: in use by a live writer (which), or not.
+  [[noreturn]] static void refuse_existing(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (HeldLogs::instance().holds(identity_of(path))) {
+        raise(ErrorCode::kIo, "audit log {} is in use by this process (pid {}): another sink is writing it", path,
+              ::getpid());
+      }
+      if (const auto pid = lock_holder(path)) {
+        raise(ErrorCode::kIo, "audit log {} is in use by pid {} (another process is writing it)", path, *pid);
+      }
+    }
+    raise(ErrorCode::kIo, "{}: cannot create audit log ({}); an audit log is never overwritten or appended to", path,
+          std::strerror(EEXIST));
+  }
+
+  // Closes a log file descriptor, releasing its lock.
+  void close_file(int fd) {
+    if (const auto it = identities_.find(fd); it != identities_.end()) {
+      HeldLogs::instance().remove(it->second);
+      identities_.erase(it);
+    }
+    ::close(fd);
   }
 
   void write_pending() {
@@ -119,6 +218,7 @@ class JsonlSink final : public AuditSink {
         if (errno == EINTR) continue;
         // Nothing to throw to on this thread: stop writing (a hole would break the chain) and
         // make the next hook call or flush() throw.
+        write_errno_ = errno;
         error_text_ = std::strerror(errno);
         failed_.store(true);
         break;
@@ -166,7 +266,14 @@ class JsonlSink final : public AuditSink {
     chain_ = before;
     write_pending();
     ::fsync(fd_);
-    ::close(fd_);
+    // The first file stays open (and locked) while the sink lives: a second writer started on the
+    // log's name is told it is in use, however far the rotation has gone.
+    if (file_index_ == 0) {
+      first_fd_ = fd_;
+    } else {
+      close_file(fd_);
+    }
+    fd_ = -1;
     ++file_index_;
     open_file(options_.path + "." + std::to_string(file_index_));
     return audit::seal_record(record, chain_, options_.hmac_key);
@@ -215,13 +322,16 @@ class JsonlSink final : public AuditSink {
   }
 
   JsonlAuditLogOptions options_;
-  int fd_ = -1;
+  int fd_ = -1;        // the file being written
+  int first_fd_ = -1;  // the first file, once rotated away from (kept open: it holds the lock)
+  std::map<int, FileIdentity> identities_;  // of the locked files open
   std::int64_t file_index_ = 0;
   std::uint64_t file_bytes_ = 0;
   audit::ChainState chain_;
   std::string pending_;
   std::atomic<bool> failed_{false};
   std::string error_text_;  // set before failed_
+  int write_errno_ = 0;     // of the failed write, set before failed_
   std::map<std::string, TraceLevel> levels_;  // writer thread only
 
   std::mutex mutex_;

@@ -1,5 +1,6 @@
 // OTLP/JSON trace file sink: one span per request, events per token (GenAI semantic conventions).
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 
 #include <sitsrt/audit.hpp>
 #include <sitsrt/version.hpp>
@@ -8,8 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <map>
 #include <mutex>
 #include <random>
@@ -34,10 +37,17 @@ json attr_strings(const std::string& key, const std::vector<std::string>& v) {
 class OtlpSink final : public AuditSink {
  public:
   explicit OtlpSink(OtlpTraceOptions options) : options_(std::move(options)), rng_(std::random_device{}()) {
-    file_ = std::fopen(options_.path.c_str(), "ab");
-    if (file_ == nullptr) raise(ErrorCode::kIo, "{}: cannot open trace file ({})", options_.path, std::strerror(errno));
+    // O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of blocking the open.
+    fd_.reset(::open(options_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644));
+    if (!fd_) {
+      raise(ErrorCode::kIo, "{}: cannot open trace file ({}{})", options_.path, std::strerror(errno),
+            errno == ENXIO ? ": a FIFO with no reader" : "");
+    }
+    const int flags = ::fcntl(fd_.get(), F_GETFL);
+    if (flags >= 0) ::fcntl(fd_.get(), F_SETFL, flags & ~O_NONBLOCK);
+    struct stat st {};
+    regular_ = ::fstat(fd_.get(), &st) == 0 && S_ISREG(st.st_mode);
   }
-  ~OtlpSink() override { std::fclose(file_); }
 
   void on_request_begin(const RequestRecord& r) override {
     std::lock_guard lock(mutex_);
@@ -81,19 +91,37 @@ class OtlpSink final : public AuditSink {
     std::lock_guard lock(mutex_);
     const auto it = spans_.find(s.request_id);
     if (it == spans_.end()) return;
-    const std::string line = export_request(it->second, s).dump(-1, ' ', false, json::error_handler_t::replace);
+    const std::string line =
+        export_request(it->second, s).dump(-1, ' ', false, json::error_handler_t::replace) + '\n';
     spans_.erase(it);
-    std::fwrite(line.data(), 1, line.size(), file_);
-    std::fputc('\n', file_);
-    std::fflush(file_);
+    write_line(line);
   }
 
   void flush() override {
     std::lock_guard lock(mutex_);
-    std::fflush(file_);
+    if (!error_.empty()) raise(ErrorCode::kIo, "{}: writing the trace failed ({})", options_.path, error_);
   }
 
  private:
+  // One whole line per request, or none: a failed write (disk full, "File too large") is cut back
+  // off a regular file, fails this request and every later one, and flush() reports it.
+  void write_line(const std::string& line) {
+    if (!error_.empty()) raise(ErrorCode::kIo, "{}: writing the trace failed ({})", options_.path, error_);
+    struct stat st {};
+    const bool sized = regular_ && ::fstat(fd_.get(), &st) == 0;
+    std::size_t off = 0;
+    while (off < line.size()) {
+      const ssize_t n = ::write(fd_.get(), line.data() + off, line.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error_ = n < 0 ? std::strerror(errno) : "nothing written";
+        if (sized && off > 0 && ::ftruncate(fd_.get(), st.st_size) != 0) error_ += "; a partial line remains";
+        raise(ErrorCode::kIo, "{}: writing the trace failed ({})", options_.path, error_);
+      }
+      off += static_cast<std::size_t>(n);
+    }
+  }
+
   struct Span {
     RequestRecord record;
     std::string trace_id, span_id;
@@ -144,7 +172,9 @@ class OtlpSink final : public AuditSink {
   }
 
   OtlpTraceOptions options_;
-  std::FILE* file_ = nullptr;
+  UniqueFd fd_;
+  bool regular_ = false;  // a regular file (a partial line can be cut back off it)
+  std::string error_;     // the first write failure
   std::mutex mutex_;
   std::map<std::string, Span> spans_;
   std::mt19937_64 rng_;

@@ -3,6 +3,10 @@
 #include "core/check.hpp"
 
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
 
 namespace sitsrt::audit {
 namespace {
@@ -13,14 +17,54 @@ using nlohmann::json;
 std::int64_t to_ns(double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e9)); }
 
 template <typename T>
-T field(const json& j, const char* key) {
-  const auto it = j.find(key);
-  if (it == j.end()) raise(ErrorCode::kInvalidArgument, "audit record lacks field '{}'", key);
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    raise(ErrorCode::kInvalidArgument, "audit record field '{}' has the wrong type", key);
+struct IsVector : std::false_type {};
+template <typename E>
+struct IsVector<std::vector<E>> : std::true_type {};
+
+// `v` as T, or nullopt when it is another JSON type or out of T's range.
+template <typename T>
+std::optional<T> convert(const json& v) {
+  if constexpr (std::is_same_v<T, json>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (v.is_boolean()) return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      if (u <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(u);
+    } else if (v.is_number_integer()) {
+      const auto i = v.get<std::int64_t>();
+      if (i >= 0 || std::is_signed_v<T>) {
+        if constexpr (std::is_signed_v<T>) {
+          if (i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max()) return static_cast<T>(i);
+        } else {
+          if (static_cast<std::uint64_t>(i) <= std::numeric_limits<T>::max()) return static_cast<T>(i);
+        }
+      }
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (v.is_number()) {
+      const double d = v.get<double>();
+      if (std::fabs(d) <= static_cast<double>(std::numeric_limits<T>::max())) return static_cast<T>(d);
+    }
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (v.is_string()) return v.get<std::string>();
+  } else if constexpr (IsVector<T>::value) {
+    if (!v.is_array()) return std::nullopt;
+    T out;
+    for (const json& item : v) {
+      auto e = convert<typename T::value_type>(item);
+      if (!e) return std::nullopt;
+      out.push_back(std::move(*e));
+    }
+    return out;
   }
+  return std::nullopt;
+}
+
+template <typename T>
+T field(const json& j, const char* key) {
+  return record_field<T>(j, key);
 }
 template <typename T>
 T optional_field(const json& j, const char* key, T fallback) {
@@ -28,6 +72,26 @@ T optional_field(const json& j, const char* key, T fallback) {
 }
 
 }  // namespace
+
+template <typename T>
+T record_field(const json& j, const char* key) {
+  if (!j.is_object()) raise(ErrorCode::kInvalidArgument, "audit record is not an object (reading '{}')", key);
+  const auto it = j.find(key);
+  if (it == j.end()) raise(ErrorCode::kInvalidArgument, "audit record lacks field '{}'", key);
+  auto value = convert<T>(*it);
+  if (!value) raise(ErrorCode::kInvalidArgument, "audit record field '{}' has the wrong type or is out of range", key);
+  return std::move(*value);
+}
+template std::string record_field<std::string>(const json&, const char*);
+template json record_field<json>(const json&, const char*);
+template bool record_field<bool>(const json&, const char*);
+template int record_field<int>(const json&, const char*);
+template std::int64_t record_field<std::int64_t>(const json&, const char*);
+template std::uint64_t record_field<std::uint64_t>(const json&, const char*);
+template float record_field<float>(const json&, const char*);
+template double record_field<double>(const json&, const char*);
+template std::vector<std::string> record_field<std::vector<std::string>>(const json&, const char*);
+template std::vector<std::int32_t> record_field<std::vector<std::int32_t>>(const json&, const char*);
 
 json request_to_json(const RequestRecord& r) {
   const EngineDigest& e = r.engine;

@@ -3,17 +3,19 @@
 #include "audit/canonical_json.hpp"
 #include "audit/chain.hpp"
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace sitsrt::audit {
 namespace {
+
+// The verifier holds a whole series in memory; past this a log should be rotated (rotate_bytes).
+constexpr std::uint64_t kMaxLogFileBytes = std::uint64_t{16} << 30;
 
 struct Line {
   std::size_t file = 0;
@@ -67,11 +69,8 @@ std::vector<std::string> rotated_series(const std::string& path) {
 VerifyReport verify_log(const std::vector<std::string>& files, const std::string& key) {
   std::vector<std::string> contents;
   for (const std::string& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) raise(ErrorCode::kIo, "{}: cannot open", file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    contents.push_back(ss.str());
+    // Regular files only: a FIFO would block, /dev/zero would be read until memory runs out.
+    contents.push_back(read_regular_file(file, kMaxLogFileBytes, "audit log file"));
   }
   return verify_log_contents(files, contents, key);
 }
@@ -99,6 +98,7 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
   std::vector<bool> parsed(lines.size(), false);
   std::set<std::int64_t> later_seqs;
   for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].text.size() > kMaxRecordBytes) continue;  // not parsed: reported as not a record
     records[i] = nlohmann::json::parse(lines[i].text, nullptr, false);
     parsed[i] = !records[i].is_discarded() && records[i].is_object() && records[i].contains("seq") &&
                 records[i]["seq"].is_number_integer();
@@ -125,10 +125,33 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
     const Line& line = lines[i];
     const bool first_in_file = line.number == 1;
     if (!line.complete) {
+      // A writer creates every file with its whole header in it and starts a file only after the
+      // previous one is complete, so a crash tears nothing but the very last line of the series.
+      if (first_in_file) {
+        return fail(i, VerifyProblem::kFileOrder,
+                    "the file does not start with a file header record (its only line is incomplete): not an audit "
+                    "log file, or not part of this log");
+      }
+      if (line.file + 1 != files.size()) {
+        return fail(i, VerifyProblem::kFileOrder,
+                    "the last line of this file is incomplete, yet later files follow (a crash tears only the last "
+                    "line of the last file)");
+      }
       return fail(i, VerifyProblem::kTruncated,
                   "the last line is incomplete (the writer stopped mid-record); the records before it verify");
     }
-    if (!parsed[i]) return fail(i, VerifyProblem::kModified, "not a JSON audit record");
+    if (!parsed[i] && first_in_file) {
+      return fail(i, VerifyProblem::kFileOrder,
+                  "the file does not start with a file header record (its first line is not an audit record): not "
+                  "an audit log file, or not part of this log");
+    }
+    if (!parsed[i]) {
+      return fail(i, VerifyProblem::kModified,
+                  lines[i].text.size() > kMaxRecordBytes
+                      ? fmt::format("a line of {} bytes is not an audit record (at most {})", lines[i].text.size(),
+                                    byte_size_text(kMaxRecordBytes))
+                      : std::string("not a JSON audit record"));
+    }
     nlohmann::json& record = records[i];
     if (canonical_dump(record) != line.text) {
       return fail(i, VerifyProblem::kModified, "not in canonical form (bytes were changed)");

@@ -8,14 +8,18 @@
 
 namespace sitsrt::audit {
 
+// No record is longer (a full-distribution token record of a 262k vocabulary is about 3 MB):
+// a longer line is not read into memory, it is reported as not a record.
+inline constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 20;
+
 enum class VerifyProblem {
   kNone,
-  kTruncated,  // the last line ends without a newline (a crash mid-write); records before it are good
+  kTruncated,  // the last line of the last file ends without a newline (a crash mid-write); records before it are good
   kModified,   // not JSON, not canonical, or its hash does not match its content (bytes changed, forged)
   kDeleted,    // a sequence number is missing
   kInserted,   // a sequence number repeats, or the chain link to the previous record is wrong
   kReordered,  // a record appears out of sequence order
-  kFileOrder,  // a rotated file is missing, out of order, or lacks its header
+  kFileOrder,  // a file is empty, lacks its header (not a log, a stray LOG.N), is missing or out of order
   kKey,        // the log is not authenticated but a key was given, or the reverse
 };
 const char* to_string(VerifyProblem problem) noexcept;

@@ -1,5 +1,7 @@
 #include <sitsrt/error.hpp>
 
+#include "core/printable.hpp"
+
 namespace sitsrt {
 
 const char* to_string(ErrorCode code) noexcept {
@@ -15,6 +17,8 @@ const char* to_string(ErrorCode code) noexcept {
   return "unknown error";
 }
 
-Error::Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+// Messages carry strings from files (keys, tensor names, paths): escaped once here, so that a NUL
+// cannot cut what() short and no terminal control sequence reaches a user's screen or log.
+Error::Error(ErrorCode code, const std::string& message) : std::runtime_error(printable(message)), code_(code) {}
 
 }  // namespace sitsrt

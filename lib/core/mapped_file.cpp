@@ -1,47 +1,32 @@
 #include "core/mapped_file.hpp"
 
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
 
 namespace sitsrt {
 
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) raise(ErrorCode::kIo, "{}: cannot open: {}", path_, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    raise(ErrorCode::kIo, "{}: cannot stat: {}", path_, std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    raise(ErrorCode::kIo, "{}: not a regular file", path_);
-  }
-  size_ = static_cast<std::size_t>(st.st_size);
+  // Type-checked before anything blocks: a FIFO or a device is refused, never read.
+  const UniqueFd fd = open_regular_file(path_, &identity_);
+  size_ = static_cast<std::size_t>(identity_.size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      raise(ErrorCode::kIo, "{}: cannot mmap {} bytes: {}", path_, size_, std::strerror(err));
-    }
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (p == MAP_FAILED) raise(ErrorCode::kIo, "{}: cannot mmap {} bytes: {}", path_, size_, std::strerror(errno));
     data_ = static_cast<const std::byte*>(p);
   }
-  ::close(fd);
 }
 
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
+      identity_(other.identity_),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)) {}
 
@@ -49,6 +34,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
+    identity_ = other.identity_;
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }

@@ -1,6 +1,8 @@
 // Read-only memory mapping of a whole file (RAII). Weights are read straight from it.
 #pragma once
 
+#include "core/file_io.hpp"
+
 #include <cstddef>
 #include <span>
 #include <string>
@@ -20,6 +22,8 @@ class MappedFile {
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  // The file as it was when mapped (device, inode, size, modification time).
+  [[nodiscard]] const FileIdentity& identity() const noexcept { return identity_; }
 
   // Touches every page so later reads do not fault; calls progress(done, total) now and then.
   template <typename Progress>
@@ -36,6 +40,7 @@ class MappedFile {
  private:
   void release() noexcept;
   std::string path_;
+  FileIdentity identity_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -105,6 +105,9 @@ class File {
   [[nodiscard]] std::size_t file_size() const noexcept { return bytes_.size(); }
   // True when the bytes are this File's own read-only mapping (not a caller-owned image).
   [[nodiscard]] bool mapped() const noexcept { return mapping_ != nullptr; }
+  // The mapping the bytes live in (nullptr for a caller-owned image): its identity says which
+  // file, in which state, the bytes came from.
+  [[nodiscard]] const MappedFile* mapping() const noexcept { return mapping_.get(); }
   [[nodiscard]] const std::vector<KeyValue>& metadata() const noexcept { return metadata_; }   // file order
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }  // file order
 

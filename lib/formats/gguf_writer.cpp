@@ -2,14 +2,12 @@
 #include "formats/gguf_writer.hpp"
 
 #include "core/check.hpp"
+#include "core/output_file.hpp"
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
-#include <unistd.h>
 
 namespace sitsrt::gguf {
 namespace {
@@ -145,13 +143,8 @@ struct MemorySink {
 };
 
 struct FileSink {
-  std::FILE* file;
-  const std::string& path;
-  void write(const std::byte* data, std::size_t size) {
-    if (size > 0 && std::fwrite(data, 1, size, file) != size) {
-      raise(ErrorCode::kIo, "{}: write failed: {}", path, std::strerror(errno));
-    }
-  }
+  AtomicOutputFile& file;
+  void write(const std::byte* data, std::size_t size) { file.write(data, size); }
 };
 
 }  // namespace
@@ -258,31 +251,17 @@ std::vector<std::byte> Writer::to_bytes() const {
   return bytes;
 }
 
-void Writer::write(const std::string& path, const Progress& progress) const {
-  const std::string temp_path = path + ".tmp";
-  std::FILE* file = std::fopen(temp_path.c_str(), "wb");
-  if (file == nullptr) raise(ErrorCode::kIo, "{}: cannot create: {}", temp_path, std::strerror(errno));
-  const auto discard = [&] {
-    if (file != nullptr) std::fclose(file);
-    std::remove(temp_path.c_str());
-  };
-  try {
-    FileSink sink{file, temp_path};
-    emit(sink, progress);
-    // fsync before rename so a crash never leaves a truncated file under the final name.
-    if (std::fflush(file) != 0 || ::fsync(::fileno(file)) != 0) {
-      raise(ErrorCode::kIo, "{}: write failed: {}", temp_path, std::strerror(errno));
-    }
-    const int closed = std::fclose(file);
-    file = nullptr;
-    if (closed != 0) raise(ErrorCode::kIo, "{}: write failed: {}", temp_path, std::strerror(errno));
-    if (std::rename(temp_path.c_str(), path.c_str()) != 0) {
-      raise(ErrorCode::kIo, "{}: cannot rename {} to it: {}", path, temp_path, std::strerror(errno));
-    }
-  } catch (...) {
-    discard();
-    throw;
-  }
+void Writer::write(const std::string& path, const Progress& progress, const OutputFileOptions& output) const {
+  // A unique temporary file in the target's folder, renamed into place when complete: a failure
+  // (disk full, a throwing Fill) leaves the target untouched and nothing behind.
+  AtomicOutputFile file(path, output);
+  write(file, progress);
+}
+
+void Writer::write(AtomicOutputFile& file, const Progress& progress) const {
+  FileSink sink{file};
+  emit(sink, progress);
+  file.commit();
 }
 
 }  // namespace sitsrt::gguf

@@ -13,6 +13,7 @@
 // Threading: not thread-safe; one thread builds and writes a Writer.
 #pragma once
 
+#include "core/output_file.hpp"
 #include "formats/gguf.hpp"
 
 #include <cstdint>
@@ -44,11 +45,16 @@ class Writer {
 
   [[nodiscard]] std::uint64_t alignment() const noexcept { return alignment_; }
 
-  // Writes the file to `path` + ".tmp", then renames it over `path`; on failure the temporary file
-  // is removed and `path` is untouched. Throws sitsrt::Error(kIo) naming the path when a file
-  // cannot be created, written (e.g. disk full) or renamed; exceptions from a Fill propagate.
+  // Writes the file under a unique temporary name beside `path` (O_EXCL), then moves it into place
+  // (see AtomicOutputFile); on failure the temporary file is removed and `path` is untouched.
+  // Throws sitsrt::Error(kInvalidArgument) naming the path for a target that is not a regular file
+  // (device, FIFO, symlink, directory), is one of output.protected_inputs, or exists while
+  // output.replace_existing is false; kIo when a file cannot be created, written (e.g. disk full,
+  // "File too large") or renamed; exceptions from a Fill propagate.
   // progress(done_tensors, total) is called after each tensor.
-  void write(const std::string& path, const Progress& progress = {}) const;
+  void write(const std::string& path, const Progress& progress = {}, const OutputFileOptions& output = {}) const;
+  // The same into an output file created (and its target checked) beforehand; commits it.
+  void write(AtomicOutputFile& file, const Progress& progress = {}) const;
 
   // Serialises into memory (tests and fuzz corpora).
   [[nodiscard]] std::vector<std::byte> to_bytes() const;

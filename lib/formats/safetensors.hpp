@@ -53,6 +53,9 @@ class File {
   [[nodiscard]] const std::string& path() const noexcept { return name_; }
   // True when the bytes are this File's own read-only mapping (not a caller-owned image).
   [[nodiscard]] bool mapped() const noexcept { return mapping_ != nullptr; }
+  // The mapping the bytes live in (nullptr for a caller-owned image): its identity says which
+  // file, in which state, the bytes came from.
+  [[nodiscard]] const MappedFile* mapping() const noexcept { return mapping_.get(); }
   [[nodiscard]] std::uint64_t data_offset() const noexcept { return data_offset_; }
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }  // by offset
   [[nodiscard]] const std::map<std::string, std::string, std::less<>>& metadata() const noexcept {

@@ -7,6 +7,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <vector>
 
 namespace sitsrt {
 namespace {
@@ -252,8 +254,43 @@ std::string_view supported_hf_architectures() noexcept {
 
 HfConfig parse_hf_config(std::string_view json_text, const std::string& display_name) {
   json doc;
+  // JSON parsers disagree on a repeated key (first or last wins): refuse it, naming the key path.
+  struct Level {
+    bool array = false;
+    std::string name;  // the key it is the value of, "[]" for an array element, "" at the top
+    std::set<std::string> keys;
+  };
+  std::vector<Level> levels;  // the objects and arrays being parsed, innermost last
+  std::string pending_key;
+  const json::parser_callback_t unique_keys = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        levels.push_back({event == json::parse_event_t::array_start,
+                          levels.empty() ? "" : levels.back().array ? "[]" : pending_key, {}});
+        pending_key.clear();
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        levels.pop_back();
+        pending_key.clear();
+        break;
+      case json::parse_event_t::key:
+        pending_key = parsed.get<std::string>();
+        if (!levels.empty() && !levels.back().keys.insert(pending_key).second) {
+          std::string dotted;
+          for (std::size_t i = 1; i < levels.size(); ++i) dotted += levels[i].name + ".";
+          raise(ErrorCode::kInvalidModel, "{}: key '{}{}' appears twice (which value would apply is ambiguous)",
+                display_name, dotted, pending_key);
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
   try {
-    doc = json::parse(json_text);
+    doc = json::parse(json_text, unique_keys);
   } catch (const json::exception& e) {
     raise(ErrorCode::kInvalidModel, "{}: not valid JSON: {}", display_name, e.what());
   }

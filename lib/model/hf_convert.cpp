@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numbers>
 
@@ -91,7 +92,15 @@ void write_metadata(gguf::Writer& w, const ModelSpec& spec) {
 }  // namespace
 
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
-                                    int threads, const std::function<void(std::size_t, std::size_t)>& progress) {
+                                    int threads, const std::function<void(std::size_t, std::size_t)>& progress,
+                                    OutputFileOptions output_options) {
+  // Every file of the directory the model is read from (a superset of what open_hf_model reads).
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
+    const auto ext = entry.path().extension();
+    if (ext == ".json" || ext == ".safetensors") output_options.protected_inputs.push_back(entry.path().string());
+  }
+  AtomicOutputFile file(output, output_options);  // refuses a bad target before any work
   auto model = std::make_shared<HfModel>(open_hf_model(directory));
   const ModelSpec& spec = model->config.spec;
   HfConvertSummary summary;
@@ -142,7 +151,7 @@ HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::str
     summary.tensors += 1;
     summary.bytes += factors.size() * sizeof(float);
   }
-  w.write(output, progress);
+  w.write(file, progress);
   return summary;
 }
 

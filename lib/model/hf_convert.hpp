@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/output_file.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -25,8 +26,12 @@ struct HfConvertSummary {
 };
 
 // progress(done_tensors, total_tensors). Throws sitsrt::Error naming the directory/key/tensor;
-// the output file is written atomically (see gguf::Writer::write).
+// the output file is written atomically (see gguf::Writer::write). The output target is checked
+// before anything is read: it is never a file of the input directory (config.json, the index,
+// the safetensors shards; compared by inode, whatever `output_options` says), never a
+// non-regular file, and replaces an existing file only when output_options.replace_existing.
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
-                                    int threads, const std::function<void(std::size_t, std::size_t)>& progress = {});
+                                    int threads, const std::function<void(std::size_t, std::size_t)>& progress = {},
+                                    OutputFileOptions output_options = {});
 
 }  // namespace sitsrt

@@ -1,6 +1,7 @@
 #include "model/hf_model.hpp"
 
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 #include "core/half.hpp"
 #include "core/thread_pool.hpp"
 #include "formats/safetensors.hpp"
@@ -13,8 +14,6 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace sitsrt {
 namespace {
@@ -25,15 +24,7 @@ using safetensors::ElementType;
 constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
 
 std::string read_text(const std::string& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) raise(ErrorCode::kIo, "{}: cannot read: {}", path, ec.message());
-  if (size > kMaxConfigBytes) raise(ErrorCode::kInvalidModel, "{}: {} bytes is too large for a config", path, size);
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) raise(ErrorCode::kIo, "{}: cannot read", path);
-  return text.str();
+  return read_regular_file(path, kMaxConfigBytes, "config.json", ErrorCode::kInvalidModel);
 }
 
 std::optional<DType> weight_type(ElementType type) {
@@ -170,7 +161,7 @@ bool is_hf_model_directory(const std::string& path) {
 
 HfModel open_hf_model(const std::string& directory) {
   const std::string config_path = (fs::path(directory) / "config.json").string();
-  HfModel model{parse_hf_config(read_text(config_path), config_path), TensorCatalog(directory), {}};
+  HfModel model{parse_hf_config(read_text(config_path), config_path), TensorCatalog(directory), {}, {}};
   const bool gemma = model.config.spec.architecture == "gemma3";
   auto ckpt = std::make_shared<const safetensors::Checkpoint>(safetensors::Checkpoint::open(directory));
 
@@ -211,6 +202,9 @@ HfModel open_hf_model(const std::string& directory) {
   }
   model.tensors.set_source_namer(
       [gemma, prefix = model.prefix](const std::string& name) { return hf_name_for_gguf(name, gemma, prefix); });
+  for (const safetensors::File& file : ckpt->files()) {
+    if (file.mapping() != nullptr) model.weight_files.push_back({file.path(), file.mapping()->identity()});
+  }
   model.tensors.keep_alive(std::move(ckpt));
   return model;
 }

@@ -9,17 +9,26 @@
 // FP8 / AWQ / GPTQ checkpoints are repacked exactly into owned FP8 E4M3 / INT4 g128 tensors.
 #pragma once
 
+#include "core/file_io.hpp"
 #include "model/hf_config.hpp"
 #include "model/tensor_catalog.hpp"
 
 #include <string>
+#include <vector>
 
 namespace sitsrt {
+
+// A file the weights are read from: its path and its identity when it was mapped.
+struct MappedWeightFile {
+  std::string path;
+  FileIdentity identity;
+};
 
 struct HfModel {
   HfConfig config;
   TensorCatalog tensors;
   std::string prefix;  // the text model's tensor-name prefix ("model.", "model.language_model.", ...)
+  std::vector<MappedWeightFile> weight_files;  // the safetensors shards, as mapped
 };
 
 // True when `path` is a directory holding config.json.

@@ -137,10 +137,16 @@ void read_rope_scaling(const gguf::File& file, const std::string& arch, ModelSpe
 
 void read_sliding_window(const gguf::File& file, const std::string& arch, const ArchitectureTraits& traits,
                          ModelSpec& spec) {
-  spec.sliding_window = static_cast<std::int64_t>(file.get_uint(arch + ".attention.sliding_window").value_or(0));
+  const std::string window_key = arch + ".attention.sliding_window";
+  const std::optional<std::uint64_t> window = file.get_uint(window_key);
+  spec.sliding_window = static_cast<std::int64_t>(window.value_or(0));
   spec.windowed_layers.assign(static_cast<std::size_t>(spec.n_layer), spec.sliding_window > 0);
-  if (spec.sliding_window == 0) {
-    if (traits.gemma) raise(ErrorCode::kInvalidModel, "{}: missing '{}.attention.sliding_window'", file.path(), arch);
+  if (spec.sliding_window == 0) {  // no window (llama, mistral); Gemma 3 windows 5 of every 6 layers
+    if (traits.gemma && !window) raise(ErrorCode::kInvalidModel, "{}: missing '{}'", file.path(), window_key);
+    if (traits.gemma) {
+      raise(ErrorCode::kInvalidModel, "{}: '{}' = 0: Gemma 3 needs a sliding window of at least 1 token",
+            file.path(), window_key);
+    }
     return;
   }
   // The layer pattern: a bool per layer (true = windowed), a period n (every n-th layer is

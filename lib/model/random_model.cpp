@@ -186,7 +186,8 @@ std::int64_t random_model_parameters(const RandomModelOptions& o) noexcept {
 }
 
 void write_random_model(const RandomModelOptions& o, const std::string& path,
-                        const std::function<void(std::size_t, std::size_t)>& progress) {
+                        const std::function<void(std::size_t, std::size_t)>& progress,
+                        const OutputFileOptions& output) {
   validate(o);
   const bool explicit_head_dim = o.head_dim > 0;
   const std::int64_t head_dim = explicit_head_dim ? o.head_dim : o.dim / o.heads;
@@ -312,7 +313,7 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
   }
   norm("output_norm.weight");
   if (!o.tied_embeddings) matrix("output.weight", o.dim, o.vocab, 2.0f * inv_sqrt(o.dim), true);
-  w.write(path, progress);
+  w.write(path, progress, output);
 }
 
 }  // namespace sitsrt

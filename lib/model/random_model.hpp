@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/output_file.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -60,10 +61,12 @@ bool set_weight_type(RandomModelOptions& options, std::string_view name);
 // The --type name of the options' weight types ("q4_k_m" for the mix, else name(type)).
 std::string weight_type_name(const RandomModelOptions& options);
 
-// Validates the shape (throws kInvalidArgument naming the field) and writes the file.
-// progress(done_tensors, total_tensors) is called as tensors are written.
+// Validates the shape (throws kInvalidArgument naming the field) and writes the file (see
+// gguf::Writer::write for `output`: what may be replaced). progress(done_tensors, total_tensors)
+// is called as tensors are written.
 void write_random_model(const RandomModelOptions& options, const std::string& path,
-                        const std::function<void(std::size_t, std::size_t)>& progress = {});
+                        const std::function<void(std::size_t, std::size_t)>& progress = {},
+                        const OutputFileOptions& output = {});
 
 // Parameter count of a model with these options.
 std::int64_t random_model_parameters(const RandomModelOptions& options) noexcept;

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace sitsrt {
@@ -113,6 +114,27 @@ void validate(const GenerationConfig& c) {
   }
 }
 
+namespace {
+
+// Weights or activations that hold NaN or infinity leave no finite logit to sample from (the
+// sampler would refuse too, without saying why): kInvalidModel, which the engine completes with
+// the model file and the first non-finite weight.
+void require_finite_logits(std::span<const float> logits, std::int32_t step) {
+  float max = -std::numeric_limits<float>::infinity();
+  bool all_nan = true;
+  for (const float l : logits) {
+    if (std::isnan(l)) continue;
+    all_nan = false;
+    max = std::max(max, l);
+  }
+  if (!std::isfinite(max)) {
+    raise(ErrorCode::kInvalidModel, "the model produced no finite logit at step {} ({}): its weights or "
+          "activations are NaN or infinite", step, all_nan ? "every logit is NaN" : fmt::format("largest {}", max));
+  }
+}
+
+}  // namespace
+
 const char* to_string(FinishReason reason) noexcept {
   switch (reason) {
     case FinishReason::kLength: return "length";
@@ -165,6 +187,7 @@ GenerationResult generate_tokens(Session& session, const Tokenizer& tokenizer,
 
   result.finish_reason = FinishReason::kLength;
   for (std::int32_t i = 0; i < config.max_new_tokens; ++i) {
+    require_finite_logits(logits, i);
     const std::int32_t token = sampler.sample(logits, history);
     compute_token_stats(logits, token, config.top_logprobs, stats);
     history.push_back(token);

@@ -16,7 +16,8 @@
 namespace sitsrt {
 
 // Runs one request on a fresh (reset) session. Throws sitsrt::Error(kInvalidArgument) naming
-// the parameter for an invalid config, or when the prompt does not fit the context.
+// the parameter for an invalid config, or when the prompt does not fit the context;
+// kInvalidModel when a step's logits hold no finite value (NaN or infinite weights/activations).
 GenerationResult generate_tokens(Session& session, const Tokenizer& tokenizer,
                                  std::span<const std::int32_t> prompt, const GenerationConfig& config,
                                  const TokenCallback& on_token);

@@ -1,6 +1,7 @@
 #include "tokenizer/hf_tokenizer.hpp"
 
 #include "core/check.hpp"
+#include "core/file_io.hpp"
 #include "tokenizer/pre_tokenizer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -8,9 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 
 namespace sitsrt {
@@ -28,13 +27,12 @@ Json parse_json(std::string_view text, std::string_view name) {
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) raise(ErrorCode::kIo, "{}: cannot open the file", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) raise(ErrorCode::kIo, "{}: cannot read the file", path);
-  return text.str();
+// Bounded reads: the largest tokenizer.json in use (Gemma 3, 262k tokens) is 33 MB.
+constexpr std::uint64_t kMaxTokenizerJsonBytes = std::uint64_t{256} << 20;
+constexpr std::uint64_t kMaxTokenizerConfigBytes = std::uint64_t{16} << 20;
+
+std::string read_text_file(const std::string& path, std::uint64_t max_bytes, std::string_view what) {
+  return read_regular_file(path, max_bytes, what, ErrorCode::kInvalidModel);  // a FIFO or device is refused
 }
 
 // Typed access to one JSON document; every error names the file and the dotted key.
@@ -480,11 +478,14 @@ Vocabulary parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view 
 }
 
 Vocabulary read_hf_tokenizer(const std::string& tokenizer_json_path) {
-  const std::string text = read_text_file(tokenizer_json_path);
+  const std::string text = read_text_file(tokenizer_json_path, kMaxTokenizerJsonBytes, "tokenizer.json");
   const std::filesystem::path config_path =
       std::filesystem::path(tokenizer_json_path).parent_path() / "tokenizer_config.json";
   std::string config;
-  if (std::filesystem::is_regular_file(config_path)) config = read_text_file(config_path.string());
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(config_path, ec))) {  // a FIFO there is refused
+    config = read_text_file(config_path.string(), kMaxTokenizerConfigBytes, "tokenizer_config.json");
+  }
   return parse_hf_tokenizer(text, tokenizer_json_path, config, config_path.string());
 }
 

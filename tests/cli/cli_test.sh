@@ -40,7 +40,7 @@ PY
 }
 
 check "top-level --help" "$cli" --help
-for sub in run info graph bench logits perplexity make-model template "audit verify" "audit replay" "audit show"; do
+for sub in run chat info graph bench logits perplexity make-model template "audit verify" "audit replay" "audit show"; do
   # shellcheck disable=SC2086
   check "$sub --help" "$cli" $sub --help
 done
@@ -184,6 +184,25 @@ check "tokenize --batch: hex bytes decode with U+FFFD for the invalid one" json_
 check "tokenize: malformed tokenizer.json exits 1 naming the file" bash -c \
   "echo '{\"model\": ' >'$work/tokenizer.json'; '$cli' tokenize '$work/tokenizer.json' --text x 2>'$work/tj.err'; test \$? -eq 1 && grep -q 'tokenizer.json' '$work/tj.err'"
 
+# Chat: run --chat and sitsrt chat through a template given with --chat-template-file (the tiny
+# model has none), the audit records of chat requests, and the errors.
+printf "%s" "{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}" >"$work/chat.jinja"
+check "run --chat --echo prints the rendered prompt" bash -c "'$cli' run -m '$model' --chat-template-file '$work/chat.jinja' --chat --system 'Be brief.' -p 'hi' -n 2 --temp 0 --echo -q | head -c 40 | grep -q '^<|system|>Be brief.'"
+check "run --chat feeds the rendering's ids" bash -c "'$cli' run -m '$model' --chat-template-file '$work/chat.jinja' --chat -p 'hi' -n 2 --temp 0 --json | tail -n 1 >'$work/chat-run.json' && '$cli' tokenize '$model' --text \"\$(printf '<|user|>hi\\n<|assistant|>')\" --bos --json >'$work/chat-ids.json' && python3 -c \"import json; a = json.load(open('$work/chat-run.json')); b = json.load(open('$work/chat-ids.json')); assert a['prompt_tokens'] == b['ids'], (a['prompt_tokens'], b['ids'])\""
+check "sitsrt chat: turns, /clear and /exit from a pipe, one audited request per turn" bash -c "printf 'hello\nagain\n/clear\n/help\n/exit\nnever read\n' | '$cli' chat -m '$model' --chat-template-file '$work/chat.jinja' -n 3 --temp 0 -q --audit-log '$work/chat.jsonl' >'$work/chat.out' 2>'$work/chat.err' && grep -q 'conversation cleared' '$work/chat.err' && '$cli' audit verify '$work/chat.jsonl' >/dev/null"
+check "sitsrt chat: the audit log holds each turn's messages" python3 -c "
+import json
+reqs = [json.loads(l) for l in open('$work/chat.jsonl') if '\"type\":\"request\"' in l]
+assert len(reqs) == 2, len(reqs)
+assert [m['role'] for m in reqs[1]['chat']['messages']] == ['user', 'assistant', 'user'], reqs[1]['chat']
+assert reqs[1]['chat']['messages'][2]['content'] == 'again' and len(reqs[1]['chat']['template_sha256']) == 64
+"
+check "run --chat on a model without a chat template exits 1 saying so" bash -c "'$cli' run -m '$model' --chat -p hi 2>'$work/nochat.err'; test \$? -eq 1 && grep -q 'no chat template' '$work/nochat.err'"
+check "sitsrt chat on a model without a chat template exits 1" bash -c "echo hi | '$cli' chat -m '$model' 2>'$work/nochat2.err'; test \$? -eq 1 && grep -q 'no chat template' '$work/nochat2.err'"
+check "--system without --chat is a usage error" bash -c "'$cli' run -m '$model' -p hi --system x; test \$? -eq 2"
+printf '{%% for m in messages %%}{{ m | frobnicate }}{%% endfor %%}' >"$work/bad.jinja"
+check "an unsupported template construct fails naming it and its position" bash -c "'$cli' run -m '$model' --chat-template-file '$work/bad.jinja' --chat -p hi 2>'$work/bad.err'; test \$? -eq 1 && grep -q 'frobnicate' '$work/bad.err' && grep -q ':1:' '$work/bad.err'"
+
 # Options parse into their real types with range checks: nothing is cut to 32 bits or accepted
 # out of range (each exits 2 naming the option, and leaves no audit log behind).
 for bad in "-n 4294967301" "-n 1000000000000" "-t 4294967297" "--top-k 4294967297" "--repeat-last-n 4294967297" \
@@ -310,6 +329,10 @@ assert abs(k['ppl']['value'] / k['ppl_base']['value'] - 1) < 1e-5 and abs(k['ppl
 else
   echo "skipped: perplexity checks on stories260K ($shared/models is absent)"
 fi
+
+# Hostile paths, non-regular inputs, resource limits, verifier verdicts (docs/hardening.md).
+# shellcheck source=reliability_test.sh
+. "$here/reliability_test.sh"
 
 if [ -n "$examples" ]; then
   check "installed example: stream" bash -c "'$examples/sitsrt_stream' '$model' 'abc' | grep -q 'tokens'"

@@ -235,3 +235,31 @@ TEST_CASE("the sink refuses to overwrite an existing log", "[audit]") {
   o.path = path;
   CHECK_THROWS_AS(make_jsonl_audit_sink(o), Error);
 }
+
+TEST_CASE("what is not a log, or not part of it, is not called a truncated tail", "[audit]") {
+  const std::string path = test::write_synthetic_log(log_options("stray"), 1, 2);
+  const std::string garbage = path + ".garbage";
+  for (const std::string& content : {std::string("hello"), std::string("hello\nworld\n")}) {
+    test::write_file(garbage, content);  // no header: before, "truncated tail" (or "modified")
+    const auto r = verify_one(garbage);
+    CHECK(r.problem == VerifyProblem::kFileOrder);
+    CHECK(r.line == 1);
+    CHECK_THAT(r.message, Catch::Contains("does not start with a file header record"));
+  }
+  // A stray LOG.1 beside a whole log: the series is LOG, LOG.1 and LOG.1 is no part of it.
+  test::write_file(path + ".1", "leftover");
+  const auto stray = audit::verify_log(audit::rotated_series(path), "");
+  CHECK(stray.problem == VerifyProblem::kFileOrder);
+  CHECK(stray.file == path + ".1");
+  CHECK(stray.records == 1 + 4);
+  // A torn last line in a file that later files follow is no crash (a crash tears the last line only).
+  std::string torn = test::read_file(path);
+  torn.pop_back();
+  test::write_file(garbage, torn);
+  const auto r = audit::verify_log({garbage, path}, "");
+  CHECK(r.problem == VerifyProblem::kFileOrder);
+  CHECK(r.file == garbage);
+  CHECK_THAT(r.message, Catch::Contains("yet later files follow"));
+  CHECK(verify_one(garbage).problem == VerifyProblem::kTruncated);  // alone, it is the last line
+  std::filesystem::remove(path + ".1");
+}

@@ -87,3 +87,28 @@ TEST_CASE("OTLP/JSON trace file: spans, ids, timestamps, GenAI attributes, token
   }
   CHECK(trace_ids.size() == 2);
 }
+
+TEST_CASE("OTLP trace write failures fail the request and every later one, naming the reason", "[audit][otlp]") {
+  if (!std::filesystem::exists("/dev/full")) {
+    WARN("skipped: no /dev/full");
+    return;
+  }
+  EngineOptions o;
+  o.model_path = test::random_model(test::tiny_options(DType::kQ8_0), "otlp");
+  o.threads = 1;
+  const auto sink = make_otlp_trace_sink({"/dev/full"});  // every write: ENOSPC
+  o.audit_sinks.push_back(sink);
+  const Engine engine(o);
+  GenerationConfig c;
+  c.max_new_tokens = 3;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // before: both succeeded, the span lost
+    try {
+      (void)engine.generate("Once", c);
+      FAIL("expected the request to fail");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kIo);
+      CHECK_THAT(e.what(), Catch::Contains("/dev/full: writing the trace failed (No space left on device)"));
+    }
+  }
+  CHECK_THROWS_WITH(sink->flush(), Catch::Contains("No space left on device"));
+}

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -401,4 +402,38 @@ TEST_CASE("the device plan accounts for the model's weights, KV cache and activa
   const auto json = nlohmann::json::parse(plan.to_json());
   CHECK(json["devices"][0]["weight_bytes"] == cpu.weight_bytes);
   CHECK(plan.to_table().find("cpu0") != std::string::npos);
+}
+
+TEST_CASE("a prompt far beyond the context is refused before it is tokenized", "[engine]") {
+  EngineOptions o = tiny_engine();
+  o.context_length = 64;
+  const Engine engine(o);
+  GenerationConfig c;
+  c.max_new_tokens = 1;
+  const std::string huge(std::size_t{8} << 20, 'a');  // before: tokenized in full (seconds, 100s of MB)
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    (void)engine.generate(huge, c);
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    message = e.what();
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(200));
+  CHECK_THAT(message, Contains("prompt of 8388608 bytes does not fit the context length 64") &&
+                          Contains("refused before tokenizing"));
+  // The bound is sound: texts one byte past it tokenize to more tokens than the context holds,
+  // however they are made (one letter, words, spaces, multi-byte UTF-8, bytes the vocabulary lacks).
+  const auto at = message.find("covers at most ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t per_token = std::stoul(message.substr(at + 15));
+  const std::size_t bound = 64 * per_token;
+  for (const std::string unit : {"a", "hello world ", " ", "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "\x01\xff"}) {
+    std::string text;
+    while (text.size() <= bound) text += unit;
+    CHECK(engine.tokenize(text, false).size() >= 64);
+    CHECK_THROWS_WITH(engine.generate(text, c), Contains("does not fit the context length 64"));
+  }
+  // A prompt that fits is not refused, whatever its bytes.
+  CHECK_NOTHROW(engine.generate(std::string(40, 'a'), c));
 }

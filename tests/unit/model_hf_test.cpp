@@ -225,6 +225,31 @@ TEST_CASE("config.json errors name the file and the key", "[model][hf][malformed
   }
 }
 
+TEST_CASE("config.json: a repeated key is refused naming its path; the same key in two objects is not",
+          "[model][hf]") {
+  const std::string base = llama_config().dump();
+  const auto with = [&](const std::string& extra) { return base.substr(0, base.size() - 1) + "," + extra + "}"; };
+  const auto message = [](const std::string& text) {
+    try {
+      (void)parse_hf_config(text, "dir/config.json");
+    } catch (const sitsrt::Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidModel);
+      return std::string(e.what());
+    }
+    return std::string("(parsed)");
+  };
+  // Before: the last value silently won (a 128-wide model read from a file that also says 64).
+  CHECK(message(with("\"hidden_size\": 128")) ==
+        "dir/config.json: key 'hidden_size' appears twice (which value would apply is ambiguous)");
+  CHECK_THAT(message(with("\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2, \"factor\": 4}")),
+             Catch::Contains("key 'rope_scaling.factor' appears twice"));
+  CHECK_THAT(message(with("\"extra\": [{\"a\": 1}, {\"b\": {\"c\": 1, \"c\": 2}}]")),
+             Catch::Contains("key 'extra.[].b.c' appears twice"));
+  // The same key in sibling objects, in arrays, and after a nested object is fine.
+  CHECK(message(with("\"extra\": [{\"a\": 1}, {\"a\": 2}], \"more\": {\"a\": {\"a\": 1}}, \"a\": 3"))
+            .find("appears twice") == std::string::npos);
+}
+
 TEST_CASE("HF and GGUF tensor names map both ways", "[model][hf]") {
   using sitsrt::gguf_name_for_hf;
   using sitsrt::hf_name_for_gguf;

@@ -133,7 +133,8 @@ def main():
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     base_path = os.path.join(HERE, "valid_base.gguf")
     subprocess.run([cli, "make-model", "-o", base_path, "--dim", "32", "--layers", "1", "--heads", "2",
-                    "--kv-heads", "1", "--ffn", "32", "--vocab", "260", "--type", "q8_0", "--seed", "7", "-t", "1"],
+                    "--kv-heads", "1", "--ffn", "32", "--vocab", "260", "--type", "q8_0", "--seed", "7", "-t", "1",
+                    "--force"],
                    check=True, stdout=subprocess.DEVNULL)
     base = open(base_path, "rb").read()
     cases = []  # (file, loader, code, message substring)
@@ -229,6 +230,20 @@ def main():
               "general.architecture")
     gguf_case("gguf_unknown_architecture.gguf", edited(set_key("general.architecture", STRING, "gpt-j-unknown")),
               "unsupported", "gpt-j-unknown")
+    # A key that is present but 0 is reported as such, not as missing.
+    gemma_path = os.path.join(HERE, "gemma3_base.tmp.gguf")
+    subprocess.run([cli, "make-model", "-o", gemma_path, "--arch", "gemma3", "--dim", "32", "--layers", "2",
+                    "--heads", "2", "--kv-heads", "1", "--ffn", "32", "--vocab", "260", "--type", "q8_0", "--seed", "7",
+                    "-t", "1", "--force"], check=True, stdout=subprocess.DEVNULL)
+    gemma = Gguf(open(gemma_path, "rb").read())
+    os.remove(gemma_path)
+    gemma.get("gemma3.attention.sliding_window")[2] = 0
+    gguf_case("gguf_gemma3_sliding_window_zero.gguf", gemma.bytes(), "invalid_model",
+              "'gemma3.attention.sliding_window' = 0")
+    # Strings from the file reach the message escaped: a NUL does not cut it, ESC does not reach a terminal.
+    gguf_case("gguf_architecture_control_chars.gguf",
+              edited(set_key("general.architecture", STRING, b"lla\x00ma\x1b[2J")), "unsupported",
+              "'lla\\0ma\\x1B[2J' is not supported")
     gguf_case("gguf_architecture_wrong_type.gguf", edited(set_key("general.architecture", U32, 7)),
               "invalid_model", "general.architecture")
     gguf_case("gguf_missing_block_count.gguf", edited(drop_key("llama.block_count")), "invalid_model",
@@ -393,6 +408,12 @@ def main():
     hf_dir("hf_config_invalid_json", '{"architectures": ["LlamaForCausalLM"], "hidden_size": ', llama_tensors(),
            "not valid JSON")
     hf_dir("hf_config_not_an_object", "[1, 2]", llama_tensors(), "not a JSON object")
+    # A repeated key: JSON parsers disagree on which value wins, so it is refused, naming the key.
+    hf_dir("hf_config_duplicate_key", json.dumps(cfg(), indent=1)[:-2] + ',\n "hidden_size": 16\n}', llama_tensors(),
+           "key 'hidden_size' appears twice")
+    nested = json.dumps(cfg(rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    hf_dir("hf_config_duplicate_nested_key", nested.replace('"factor": 2.0', '"factor": 2.0, "factor": 4.0'),
+           llama_tensors(), "key 'rope_scaling.factor' appears twice")
     hf_dir("hf_config_missing_hidden_size", cfg(hidden_size=None), llama_tensors(), "key 'hidden_size' is missing")
     hf_dir("hf_config_hidden_size_string", cfg(hidden_size="8"), llama_tensors(), "'hidden_size' must be an integer")
     hf_dir("hf_config_heads_zero", cfg(num_attention_heads=0), llama_tensors(), "'num_attention_heads' = 0")
