@@ -311,10 +311,13 @@ class Reference(Model):
         self.gemma = self.arch == "gemma3"
         self.dim, self.layers = c["hidden_size"], c["num_hidden_layers"]
         self.heads, self.kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+        self.layer_heads, self.layer_kv_heads = [self.heads] * self.layers, [self.kv_heads] * self.layers
         self.head_dim = c.get("head_dim", self.dim // self.heads)
         self.eps = c.get("rms_norm_eps", 1e-6)
         self.base = c.get("rope_theta", 1000000.0 if self.gemma else 10000.0)
         self.window = c.get("sliding_window", 0) or 0
+        period = c.get("sliding_window_pattern", 6) if self.gemma else 0  # Gemma 3: 5 local, 1 global
+        self.windowed_flags = [period == 0 or (layer + 1) % period != 0 for layer in range(self.layers)]
         self.softcap = c.get("final_logit_softcapping", 0.0) or 0.0
         self.neox = True  # HF checkpoints rotate halves
         self.local_base = c.get("rope_local_base_freq", 10000.0) if self.gemma else self.base
