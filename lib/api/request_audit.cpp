@@ -1,5 +1,7 @@
 #include "api/request_audit.hpp"
 
+#include <exception>
+
 namespace sitsrt {
 
 RequestAudit::RequestAudit(std::vector<std::shared_ptr<AuditSink>> sinks, std::vector<AnomalyRule> rules,
@@ -61,10 +63,23 @@ void RequestAudit::end(GenerationResult& result) {
   s.prefill_ns = static_cast<std::int64_t>(result.timings.prefill_seconds * 1e9);
   s.decode_ns = static_cast<std::int64_t>(result.timings.decode_seconds * 1e9);
   s.total_ns = static_cast<std::int64_t>(result.timings.total_seconds * 1e9);
-  for (const auto& sink : sinks_) sink->on_request_end(s);
+  // Every sink gets its end record once, also when another one fails at it; the first failure
+  // then fails the request (end_with_error sends nothing more).
+  ended_ = true;
+  std::exception_ptr first_failure;
+  for (const auto& sink : sinks_) {
+    try {
+      sink->on_request_end(s);
+    } catch (const std::exception&) {
+      if (!first_failure) first_failure = std::current_exception();
+    }
+  }
+  if (first_failure) std::rethrow_exception(first_failure);
 }
 
 void RequestAudit::end_with_error(const std::string& message) {
+  if (ended_) return;
+  ended_ = true;
   RequestSummary s;
   s.request_id = request_id_;
   s.finish_reason = "error";

@@ -44,6 +44,7 @@ class RequestAudit {
   bool stopped_by_rule_ = false;
   std::vector<AnomalyEvent> tripped_;  // reused per token
   std::size_t begun_ = 0;              // sinks that accepted the begin record
+  bool ended_ = false;                 // end records sent (by end or end_with_error)
   std::int64_t prompt_tokens_ = 0;
   std::vector<std::int32_t> tokens_;   // generated so far, for an error's end record
 };

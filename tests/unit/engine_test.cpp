@@ -262,6 +262,7 @@ TEST_CASE("a sink that fails leaves every other sink with a complete request", "
     int tokens = 0;
     int fail_at_token = -1;  // throw on this token (after counting it); -1: never
     bool fail_at_begin = false;
+    bool fail_at_end = false;
     void on_request_begin(const RequestRecord&) override {
       if (fail_at_begin) throw Error(ErrorCode::kRejected, "begin refused");
       ++begins;
@@ -269,7 +270,10 @@ TEST_CASE("a sink that fails leaves every other sink with a complete request", "
     void on_token(const std::string&, const TokenEvent&) override {
       if (tokens++ == fail_at_token) throw Error(ErrorCode::kRejected, "token refused");
     }
-    void on_request_end(const RequestSummary& s) override { ends.push_back(s); }
+    void on_request_end(const RequestSummary& s) override {
+      ends.push_back(s);
+      if (fail_at_end) throw Error(ErrorCode::kRejected, "end refused");
+    }
   };
   auto first = std::make_shared<Recorder>();
   auto failing = std::make_shared<Recorder>();
@@ -294,6 +298,14 @@ TEST_CASE("a sink that fails leaves every other sink with a complete request", "
   CHECK(first->ends[1].generated_tokens == 4);  // the token being reported when the sink failed counts
   CHECK(first->ends[1].tokens.size() == 4);
   CHECK(first->tokens == 4);
+  // A sink failing at the end record fails the request, and no sink gets a second end record.
+  failing->fail_at_token = -1;
+  failing->fail_at_end = true;
+  failing->ends.clear();
+  CHECK_THROWS_WITH(engine.generate("x", c), Contains("end refused"));
+  REQUIRE(first->ends.size() == 3);
+  CHECK(first->ends[2].finish_reason != "error");
+  CHECK(failing->ends.size() == 1);
 }
 
 TEST_CASE("model files missing pieces are rejected naming the file and the piece", "[engine][malformed]") {
