@@ -73,6 +73,7 @@ for v in VARIANTS:
           --chunks 2 --kl-divergence-base build-fuzz/seed.kld >/dev/null 2>&1
         { printf '\x00'; cat build-fuzz/seed.kld; } >"$corpus/base"
         { printf '\x01'; cat build-fuzz/seed.kld; } >"$corpus/base-repaired"
+      fi ;;
     audit_reader)  # first byte even: a key file; odd: an audit log file (replay/show reader)
       printf '\x00k3y\n' >"$corpus/key"
       printf '\x00\n' >"$corpus/key-empty"
