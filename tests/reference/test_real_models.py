@@ -60,7 +60,7 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 def generate(binary, path, prompt):
     run = subprocess.run([binary, "run", "-m", str(path), "-p", prompt, "-n", str(STEPS), "--temp", "0", "--json",
                           "--activations", "f32", "--kv-type", "f32", "--isa", "avx512vnni", "-t", "2",
-                          "--top-logprobs", "5"], capture_output=True, text=True, timeout=600)
+                          "--top-logprobs", "5", "--ignore-eos"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     lines = [json.loads(line) for line in run.stdout.splitlines()]
     return [line for line in lines if line["type"] == "token"], lines[-1]
@@ -72,8 +72,8 @@ def test_greedy_matches_numpy_reference(binary, real_model, prompt_index):
     prompt = PROMPTS[name][prompt_index]
     events, summary = generate(binary, path, prompt)
     prompt_ids, generated = summary["prompt_tokens"], summary["tokens"]
-    assert len(generated) == len(events) > 0
-    # A model that ends its answer early has fewer than 32 steps; every step it took is compared.
+    # --ignore-eos: all 32 steps, also past an end-of-sequence token.
+    assert len(generated) == len(events) == STEPS
     logprobs = log_softmax(model.logits(prompt_ids + generated[:-1]))[len(prompt_ids) - 1:]
     reference_ids = logprobs.argmax(axis=-1)
     mismatches = [i for i, (a, b) in enumerate(zip(generated, reference_ids)) if a != b]
