@@ -17,6 +17,17 @@
 
 namespace sitsrt::cli {
 
+namespace {
+
+// "cpu" (, "cuda" ...): the backends this build registered.
+std::string backend_names() {
+  std::string names;
+  for (const BackendSummary& b : available_backends()) names += (names.empty() ? "" : ", ") + b.name;
+  return names;
+}
+
+}  // namespace
+
 std::vector<OptionSpec> engine_option_specs() {
   return {
       {"model", 'm', "PATH", "model: a GGUF file or a Hugging Face directory (config.json + safetensors)", ""},
@@ -24,11 +35,14 @@ std::vector<OptionSpec> engine_option_specs() {
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
       {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
+      {"device", 0, "NAME", "backend and device that run the model (this build: " + backend_names() + ")", "cpu"},
       {"isa", 0, "LEVEL", "CPU kernel level: auto, amx, avx512vnni, avx512, avx2, generic", "auto"},
       {"activations", 0, "KIND", "decode activations for quantized weights: int8 or f32", "int8"},
       weights_option_spec(),
       {"mmap", 0, "", "read weights in place from the mmapped file (default: copy them into huge pages, Q8_0/Q4_0 "
                       "repacked for the decode kernels; faster decode, slower load)", ""},
+      {"no-decode-fusion", 0, "", "run every node of a decode step on its own (to measure what the fused matmul "
+                                  "groups save; same results)", ""},
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
       {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
       {"memory-budget", 0, "BYTES",
@@ -86,7 +100,9 @@ EngineOptions engine_options_from(const Args& args) {
   } else {
     throw UsageError(fmt::format("--kv-type must be f16 or f32, got '{}'", kv));
   }
+  o.device = args.get_or("device", "cpu");  // the Engine rejects an unknown one, listing the registered backends
   o.cpu_isa = args.get_or("isa", "auto");
+  o.decode_fusion = !args.has("no-decode-fusion");
   const std::string rope = args.get_or("rope-style", "auto");
   if (rope == "auto") {
     o.rope_style = RopeStyleOption::kAuto;

@@ -30,6 +30,10 @@ struct EngineOptions {
   KvCacheType kv_cache_type = KvCacheType::kF16;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
   RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints
+  // The backend and device that run the model: "cpu" (or "cpu:0"); the backends this build has
+  // are listed by sitsrt::available_backends(). Unknown or absent ones fail the load
+  // (kUnsupported, naming the registered backends).
+  std::string device = "cpu";
   std::string cpu_isa = "auto";  // "auto", "amx", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU)
   // Decode matmuls of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_G128 weights quantize their input row to int8 per
   // 32-block and use integer dot products (faster; adds the activation rounding error, see
@@ -77,6 +81,10 @@ struct EngineOptions {
   // Time every graph node (a clock read and a backend synchronise around each); read the totals
   // with Engine::op_profile(). For finding where a step's time goes; off by default.
   bool profile_ops = false;
+  // One-token (decode) steps run groups of matmuls that share an input, and matmul + SwiGLU or
+  // residual add epilogues, as one parallel region each (same results bit for bit). false runs
+  // every node on its own, to measure what the fusion saves.
+  bool decode_fusion = true;
 };
 
 // Wall time per kind of graph node (op_profile()), for decode steps and prefill steps apart.
@@ -123,6 +131,14 @@ struct EvaluateOptions {
 // engine's step lock held, so it may take its time and may call other Engine methods (they
 // take their own session); an exception it throws ends the evaluation and propagates.
 using LogitsCallback = std::function<void(std::int64_t position, std::span<const float> logits)>;
+
+// A backend this build can run models on (EngineOptions::device).
+struct BackendSummary {
+  std::string name;     // "cpu"
+  std::string summary;  // one line: what it runs on
+};
+// In registration order; the first is the default.
+SITSRT_API std::vector<BackendSummary> available_backends();
 
 class SITSRT_API Engine {
  public:

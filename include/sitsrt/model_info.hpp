@@ -26,9 +26,13 @@ struct ModelInfo {
   std::string kv_cache_type;          // "f32" / "f16"
   std::uint64_t kv_cache_bytes = 0;   // per request at full context
   std::uint64_t activation_bytes = 0; // activation arena per request
+  std::string backend = "cpu";        // the backend running the model (EngineOptions::device)
+  std::string device = "cpu:0";       // its device
+  std::string device_description;     // e.g. the CPU model name
   int threads = 0;
   std::string cpu_isa;                // kernel level in use
   bool int8_activations = false;      // decode uses int8-quantized activations (EngineOptions)
+  bool decode_fusion = true;          // one-token steps run fused matmul groups (EngineOptions)
   std::string weights = "as-stored";  // EngineOptions::weights
   int weights_converted_tensors = 0;  // matmul weights converted at load
   int weights_kept_tensors = 0;       // matmul weights left as stored (already that format / rows not whole blocks)

@@ -9,7 +9,8 @@
 #include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
 #include "model/weight_conversion.hpp"
-#include "runtime/cpu_backend.hpp"
+#include "backend/kv_cache.hpp"
+#include "runtime/backend_registry.hpp"
 #include "runtime/executor.hpp"
 #include "api/chat_template_internal.hpp"
 #include "api/model_pins.hpp"
@@ -40,16 +41,6 @@ namespace sitsrt {
 namespace {
 
 constexpr std::int64_t kDefaultContextCap = 4096;
-
-cpu::Isa parse_isa(const std::string& name) {
-  if (name == "auto" || name.empty()) return cpu::detect_isa();
-  if (name == "amx") return cpu::Isa::kAmx;
-  if (name == "avx512vnni") return cpu::Isa::kAvx512Vnni;
-  if (name == "avx512") return cpu::Isa::kAvx512;
-  if (name == "avx2") return cpu::Isa::kAvx2;
-  if (name == "generic") return cpu::Isa::kGeneric;
-  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, amx, avx512vnni, avx512, avx2, generic", name);
-}
 
 void validate(const EngineOptions& o) {
   if (o.model_path.empty()) raise(ErrorCode::kInvalidArgument, "model_path is empty");
@@ -86,6 +77,18 @@ std::uint64_t longest_token_bytes(const Vocabulary& vocab) {
   return longest;
 }
 
+BackendOptions backend_options(const EngineOptions& o) {
+  BackendOptions b;
+  b.device = o.device;
+  b.threads = o.threads;
+  b.cpu_isa = o.cpu_isa;
+  b.budget_bytes = o.memory_budget_bytes;
+  b.int8_activations = o.int8_activations;
+  b.resident_weights = !o.mmap_weights;
+  b.decode_fusion = o.decode_fusion;
+  return b;
+}
+
 std::string random_id_prefix() {
   std::random_device rd;
   return fmt::format("{:08x}{:08x}", rd(), rd());
@@ -100,8 +103,7 @@ struct Engine::Impl {
         pins(options.model_path, is_hf_model_directory(options.model_path)),  // before anything is read
         model(load_model(options.model_path)),
         spec(model.spec),
-        backend(options.threads, parse_isa(options.cpu_isa), options.memory_budget_bytes, options.int8_activations,
-                !options.mmap_weights) {
+        backend(make_backend(backend_options(options))) {
     stage = "reading the tokenizer";
     // An HF directory (or a GGUF converted from one) has no GGUF vocabulary; until tokenizer.json
     // is read it serves token ids only (logits), and everything that needs a tokenizer says so.
@@ -132,15 +134,16 @@ struct Engine::Impl {
     plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
     const std::optional<WeightFormat> target = parse_weight_format(options.weights);
     check_budget(target ? weight_bytes_after_conversion(graph, *target) : graph.total_weight_bytes(),
-                 KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+                 ContiguousKvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
     if (target) {
       stage = fmt::format("converting the weights to {} ({:.1f} MiB)", options.weights,
                           static_cast<double>(weight_bytes_after_conversion(graph, *target)) / (1 << 20));
-      converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, backend.context().pool());
+      ThreadPool pool(options.threads);  // host threads for the conversion, gone before the backend computes
+      converted = std::make_unique<ConvertedWeightSource>(graph, model.tensors, *target, pool);
     }
 
     plan.graph = &graph;
-    plan.backend = &backend;
+    plan.backend = backend.get();
     plan.n_layers = spec.n_layer;
     plan.kv_width = spec.n_head_kv * spec.head_dim;
     plan.kv_type = kv_type;
@@ -152,23 +155,23 @@ struct Engine::Impl {
       plan.profile = profile.get();
     }
 
-    if (options.on_progress) backend.set_progress([this](double f) { options.on_progress("load", f); });
+    std::function<void(double)> progress;
+    if (options.on_progress) progress = [this](double f) { options.on_progress("load", f); };
     if (!options.mmap_weights) {
       stage = fmt::format("copying the weights into memory ({:.1f} MiB)",
                           static_cast<double>(graph.total_weight_bytes()) / (1 << 20));
     }
-    backend.bind_weights(graph, weight_source());
-    backend.set_progress(nullptr);
+    bind_report = backend->bind_weights(graph, weight_source(), progress);
     // Resident weights may take a little more than the file (rows padded to cache lines).
-    check_budget(backend.memory().weight_bytes,
-                 KvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+    check_budget(backend->memory().weight_bytes,
+                 ContiguousKvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
     stage = fmt::format("allocating the activation arena ({:.1f} MiB)",
                         static_cast<double>(plan.memory.arena_bytes) / (1 << 20));
-    backend.prepare(graph, plan.memory, context_length);
+    backend->prepare(graph, plan.memory, context_length);
     stage = "finishing the load";
     if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
     fill_info(kv_type);
-    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend.memory().weight_bytes);
+    device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend->memory().weight_bytes);
     fill_digest();
     // Everything is read (config, tokenizer, the weights copied): it must be what the pinned
     // files hold, or no audit record could name the weights in use.
@@ -316,14 +319,19 @@ struct Engine::Impl {
     }
     info.context_length = context_length;
     info.kv_cache_type = std::string(name(kv_type));
-    info.kv_cache_bytes = KvCache::bytes_for(spec.n_layer, context_length, plan.kv_width, kv_type);
+    info.kv_cache_bytes = ContiguousKvCache::bytes_for(spec.n_layer, context_length, plan.kv_width, kv_type);
     info.activation_bytes = plan.memory.arena_bytes;
-    info.threads = backend.context().threads();
-    info.cpu_isa = std::string(cpu::name(backend.context().isa()));
-    info.int8_activations = backend.context().int8_activations();
+    const BackendInfo& device = backend->info();
+    info.backend = device.name;
+    info.device = device_name(device.device);
+    info.device_description = device.description;
+    info.threads = device.threads;
+    info.cpu_isa = device.isa;
+    info.int8_activations = device.int8_activations;
+    info.decode_fusion = device.decode_fusion;
     info.weights_mmapped = options.mmap_weights;
-    info.weights_repacked_tensors = backend.repacked_weights();
-    info.weights_copy_seconds = backend.weight_copy_seconds();
+    info.weights_repacked_tensors = bind_report.repacked_tensors;
+    info.weights_copy_seconds = bind_report.copy_seconds;
     info.weights = options.weights.empty() ? "as-stored" : options.weights;
     if (converted) {
       const WeightConversionReport& r = converted->report();
@@ -427,7 +435,8 @@ struct Engine::Impl {
   std::unique_ptr<const ChatTemplate> chat;     // null: none, or the model's did not parse (chat_error)
   std::string chat_error;
   ErrorCode chat_error_code = ErrorCode::kUnsupported;
-  CpuBackend backend;
+  std::unique_ptr<Backend> backend;  // from the registry (EngineOptions::device)
+  WeightBindReport bind_report;
   graph::Graph graph;
   std::unique_ptr<ConvertedWeightSource> converted;  // EngineOptions::weights != "as-stored"
   ExecutionPlan plan;
@@ -445,6 +454,12 @@ struct Engine::Impl {
   mutable std::atomic<std::uint64_t> requests{0};
   std::string id_prefix = random_id_prefix();
 };
+
+std::vector<BackendSummary> available_backends() {
+  std::vector<BackendSummary> out;
+  for (const RegisteredBackend& b : registered_backends()) out.push_back({std::string(b.name), std::string(b.summary)});
+  return out;
+}
 
 Engine::Engine(EngineOptions options) {
   validate(options);

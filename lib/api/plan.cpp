@@ -29,8 +29,8 @@ DevicePlan build_single_device_plan(const graph::Graph& graph, const ModelInfo& 
   DevicePlan plan;
   plan.context_length = info.context_length;
   PlanDevice cpu;
-  cpu.name = "cpu0";
-  cpu.kind = "cpu";
+  cpu.name = info.backend + "0";
+  cpu.kind = info.backend;
   cpu.detail = fmt::format("{}, {} threads", info.cpu_isa, info.threads);
   cpu.budget_bytes = budget_bytes;
   cpu.weight_bytes = weight_bytes;

@@ -1,54 +1,59 @@
-#include "cpu/elementwise.hpp"
 #include "ops/ops.hpp"
 #include "ops/shape_check.hpp"
 
-#include <cstring>
-
 namespace sitsrt::ops {
 
-void swiglu(cpu::CpuContext& ctx, TensorView gate, TensorView up, TensorView out) {
-  expect_shape("swiglu", "up", up, gate.rows, gate.cols);
-  expect_shape("swiglu", "output", out, gate.rows, gate.cols);
-  cpu::swiglu(ctx, gate.data, gate.ld, up.data, up.ld, gate.rows, gate.cols, out.data, out.ld);
+namespace {
+
+// Two same-shaped inputs and an output of that shape.
+void expect_pair(OpKernels& k, const char* op, const TensorRef& a, const char* b_name, const TensorRef& b,
+                 const TensorRef& out) {
+  expect_shape(k, op, "input", a, a.rows, a.cols);
+  expect_shape(k, op, b_name, b, a.rows, a.cols);
+  expect_shape(k, op, "output", out, a.rows, a.cols);
 }
 
-void geglu_tanh(cpu::CpuContext& ctx, TensorView gate, TensorView up, TensorView out) {
-  expect_shape("geglu_tanh", "up", up, gate.rows, gate.cols);
-  expect_shape("geglu_tanh", "output", out, gate.rows, gate.cols);
-  cpu::geglu_tanh(ctx, gate.data, gate.ld, up.data, up.ld, gate.rows, gate.cols, out.data, out.ld);
+}  // namespace
+
+void swiglu(OpKernels& k, const TensorRef& gate, const TensorRef& up, const TensorRef& out) {
+  expect_pair(k, "swiglu", gate, "up", up, out);
+  k.swiglu(gate, up, out);
 }
 
-void add_bias(cpu::CpuContext& ctx, TensorView x, std::span<const float> bias, TensorView out) {
-  if (static_cast<std::int64_t>(bias.size()) != x.cols) {
-    raise(ErrorCode::kInternal, "add_bias: bias has {} values for rows of {}", bias.size(), x.cols);
-  }
-  expect_shape("add_bias", "output", out, x.rows, x.cols);
-  cpu::add_bias(ctx, x.data, x.ld, bias.data(), x.rows, x.cols, out.data, out.ld);
+void geglu_tanh(OpKernels& k, const TensorRef& gate, const TensorRef& up, const TensorRef& out) {
+  expect_pair(k, "geglu_tanh", gate, "up", up, out);
+  k.geglu_tanh(gate, up, out);
 }
 
-void scale(cpu::CpuContext& ctx, TensorView x, float factor, TensorView out) {
-  expect_shape("scale", "output", out, x.rows, x.cols);
-  cpu::scale(ctx, x.data, x.ld, factor, x.rows, x.cols, out.data, out.ld);
+void add(OpKernels& k, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
+  expect_pair(k, "add", a, "b", b, out);
+  k.add(a, b, out);
 }
 
-void soft_cap(cpu::CpuContext& ctx, TensorView x, float cap, TensorView out) {
-  expect_shape("soft_cap", "output", out, x.rows, x.cols);
-  cpu::soft_cap(ctx, x.data, x.ld, cap, x.rows, x.cols, out.data, out.ld);
+void add_bias(OpKernels& k, const TensorRef& x, const WeightRef& bias, const TensorRef& out) {
+  expect_weight(k, "add_bias", "bias", bias, 1, x.cols, true);
+  expect_shape(k, "add_bias", "input", x, x.rows, x.cols);
+  expect_shape(k, "add_bias", "output", out, x.rows, x.cols);
+  k.add_bias(x, bias, out);
 }
 
-void add(cpu::CpuContext& ctx, TensorView a, TensorView b, TensorView out) {
-  expect_shape("add", "b", b, a.rows, a.cols);
-  expect_shape("add", "output", out, a.rows, a.cols);
-  cpu::add(ctx, a.data, a.ld, b.data, b.ld, a.rows, a.cols, out.data, out.ld);
+void scale(OpKernels& k, const TensorRef& x, float factor, const TensorRef& out) {
+  expect_shape(k, "scale", "input", x, x.rows, x.cols);
+  expect_shape(k, "scale", "output", out, x.rows, x.cols);
+  k.scale(x, factor, out);
 }
 
-void take_last(TensorView x, TensorView out) {
-  expect_shape("take_last", "output", out, out.rows, x.cols);
+void soft_cap(OpKernels& k, const TensorRef& x, float cap, const TensorRef& out) {
+  expect_shape(k, "soft_cap", "input", x, x.rows, x.cols);
+  expect_shape(k, "soft_cap", "output", out, x.rows, x.cols);
+  k.soft_cap(x, cap, out);
+}
+
+void take_last(OpKernels& k, const TensorRef& x, const TensorRef& out) {
+  expect_shape(k, "take_last", "input", x, x.rows, x.cols);
+  expect_shape(k, "take_last", "output", out, out.rows, x.cols);
   if (out.rows > x.rows) raise(ErrorCode::kInternal, "take_last: {} rows from {}", out.rows, x.rows);
-  const TensorView src = x.last_rows(out.rows);
-  for (std::int64_t r = 0; r < out.rows; ++r) {
-    if (out.row(r) != src.row(r)) std::memcpy(out.row(r), src.row(r), static_cast<std::size_t>(x.cols) * sizeof(float));
-  }
+  k.take_last(x, out);
 }
 
 }  // namespace sitsrt::ops

@@ -1,12 +1,11 @@
-// Ops: validate shapes and types, then dispatch to the backend kernel (CPU only for now; the
-// CUDA backend adds its own kernels behind the same entry points). One .cpp per op.
+// Ops: one entry point per graph op. Each validates its operands' shapes, element types and
+// devices on backend-neutral views (a mismatch is a bug in the graph builder or the executor:
+// kInternal naming the op, the operand and both shapes; a position past the KV capacity is the
+// caller's: kInvalidArgument) and then runs the backend's kernel through OpKernels. One .cpp
+// per group of ops.
 #pragma once
 
-#include "core/tensor_view.hpp"
-#include "cpu/attention.hpp"
-#include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/rope.hpp"
+#include "ops/op_kernels.hpp"
 
 #include <cstdint>
 #include <span>
@@ -14,35 +13,34 @@
 namespace sitsrt::ops {
 
 // out[i] = table[ids[i]]
-void embed(cpu::CpuContext& ctx, const cpu::WeightMatrix& table, std::span<const std::int32_t> ids,
-           TensorView out);
+void embed(OpKernels& k, const WeightRef& table, std::span<const std::int32_t> ids, const TensorRef& out);
 // y = rms_norm(x) * weight (y may be x)
-void rms_norm(cpu::CpuContext& ctx, TensorView x, std::span<const float> weight, float eps, TensorView y);
+void rms_norm(OpKernels& k, const TensorRef& x, const WeightRef& weight, float eps, const TensorRef& y);
 // per head: each of the n_heads head_dim-wide slices of every row is normalised on its own with
 // the same head_dim weights (Q/K norm of Qwen3 and Gemma 3); y may be x
-void head_rms_norm(cpu::CpuContext& ctx, TensorView x, std::int64_t n_heads, std::span<const float> weight, float eps,
-                   TensorView y);
+void head_rms_norm(OpKernels& k, const TensorRef& x, std::int64_t n_heads, const WeightRef& weight, float eps,
+                   const TensorRef& y);
 // y = x @ W^T
-void matmul(cpu::CpuContext& ctx, const cpu::WeightMatrix& w, TensorView x, TensorView y);
+void matmul(OpKernels& k, const WeightRef& w, const TensorRef& x, const TensorRef& y);
 // in place; one position per row of x
-void rope(cpu::CpuContext& ctx, TensorView x, std::int64_t n_heads, std::span<const std::int32_t> positions,
-          const cpu::RopeParams& params);
+void rope(OpKernels& k, const TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
+          const graph::RopeAttrs& rope, const WeightRef* freq_factors);
 // stores k, v at positions pos0.. then causal attention of q over the cache
-void attention(cpu::CpuContext& ctx, TensorView q, TensorView k, TensorView v, const cpu::KvLayerView& kv,
-               std::int64_t pos0, const cpu::AttentionShape& shape, TensorView out);
+void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v, const KvLayerRef& kv,
+               std::int64_t pos0, const AttentionShape& shape, const TensorRef& out);
 // out = silu(gate) * up
-void swiglu(cpu::CpuContext& ctx, TensorView gate, TensorView up, TensorView out);
+void swiglu(OpKernels& k, const TensorRef& gate, const TensorRef& up, const TensorRef& out);
 // out = gelu_tanh(gate) * up
-void geglu_tanh(cpu::CpuContext& ctx, TensorView gate, TensorView up, TensorView out);
+void geglu_tanh(OpKernels& k, const TensorRef& gate, const TensorRef& up, const TensorRef& out);
 // out = x + bias (bias broadcast over rows)
-void add_bias(cpu::CpuContext& ctx, TensorView x, std::span<const float> bias, TensorView out);
+void add_bias(OpKernels& k, const TensorRef& x, const WeightRef& bias, const TensorRef& out);
 // out = x * factor
-void scale(cpu::CpuContext& ctx, TensorView x, float factor, TensorView out);
+void scale(OpKernels& k, const TensorRef& x, float factor, const TensorRef& out);
 // out = cap * tanh(x / cap)
-void soft_cap(cpu::CpuContext& ctx, TensorView x, float cap, TensorView out);
+void soft_cap(OpKernels& k, const TensorRef& x, float cap, const TensorRef& out);
 // out = a + b
-void add(cpu::CpuContext& ctx, TensorView a, TensorView b, TensorView out);
+void add(OpKernels& k, const TensorRef& a, const TensorRef& b, const TensorRef& out);
 // out = the last out.rows rows of x
-void take_last(TensorView x, TensorView out);
+void take_last(OpKernels& k, const TensorRef& x, const TensorRef& out);
 
 }  // namespace sitsrt::ops

@@ -3,13 +3,14 @@
 
 namespace sitsrt::ops {
 
-void rope(cpu::CpuContext& ctx, TensorView x, std::int64_t n_heads, std::span<const std::int32_t> positions,
-          const cpu::RopeParams& params) {
-  expect_shape("rope", "input", x, static_cast<std::int64_t>(positions.size()), n_heads * params.head_dim);
-  if (params.rot_dims < 2 || params.rot_dims > params.head_dim || params.rot_dims % 2 != 0) {
-    raise(ErrorCode::kInternal, "rope: rot_dims {} invalid for head_dim {}", params.rot_dims, params.head_dim);
+void rope(OpKernels& k, const TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
+          const graph::RopeAttrs& rope, const WeightRef* freq_factors) {
+  expect_shape(k, "rope", "input", x, static_cast<std::int64_t>(positions.size()), n_heads * rope.head_dim);
+  if (rope.rot_dims < 2 || rope.rot_dims > rope.head_dim || rope.rot_dims % 2 != 0) {
+    raise(ErrorCode::kInternal, "rope: rot_dims {} invalid for head_dim {}", rope.rot_dims, rope.head_dim);
   }
-  cpu::rope(ctx, x.data, x.ld, x.rows, n_heads, positions.data(), params);
+  if (freq_factors != nullptr) expect_weight(k, "rope", "freq_factors", *freq_factors, 1, rope.rot_dims / 2, true);
+  k.rope(x, n_heads, positions, rope, freq_factors);
 }
 
 }  // namespace sitsrt::ops

@@ -8,10 +8,31 @@
 
 namespace sitsrt {
 
+namespace {
+
+// The head (the nodes whose outputs have kOutputs rows: the last row taken, the final norm, the
+// output matmul) must be the graph's last nodes, so that a step without outputs is one range.
+std::size_t head_begin(const graph::Graph& graph) {
+  const auto is_head = [&](const graph::Node& node) {
+    return graph.values()[static_cast<std::size_t>(node.output)].rows == graph::RowSpace::kOutputs;
+  };
+  const auto& nodes = graph.nodes();
+  std::size_t first = nodes.size();
+  while (first > 0 && is_head(nodes[first - 1])) --first;
+  for (std::size_t i = 0; i < first; ++i) {
+    if (is_head(nodes[i])) raise(ErrorCode::kInternal, "graph: node {} computes output rows before the head", i);
+  }
+  return first;
+}
+
+}  // namespace
+
 Session::Session(const ExecutionPlan& plan)
     : plan_(plan),
+      head_begin_(head_begin(*plan.graph)),
       arena_(plan.backend->allocate(plan.memory.arena_bytes, "activation arena")),
-      kv_(*plan.backend, plan.n_layers, plan.context_length, plan.kv_width, plan.kv_type) {
+      kv_(std::make_unique<ContiguousKvCache>(*plan.backend, plan.n_layers, plan.context_length, plan.kv_width,
+                                              plan.kv_type)) {
   positions_.resize(static_cast<std::size_t>(plan.memory.max_tokens));
   logits_.resize(static_cast<std::size_t>(plan.n_vocab));
 }
@@ -19,9 +40,9 @@ Session::Session(const ExecutionPlan& plan)
 void Session::check_tokens(std::span<const std::int32_t> tokens) const {
   const auto n = static_cast<std::int64_t>(tokens.size());
   if (n == 0) raise(ErrorCode::kInvalidArgument, "forward: no tokens");
-  if (kv_.size() + n > kv_.capacity()) {
+  if (kv_->size() + n > kv_->capacity()) {
     raise(ErrorCode::kInvalidArgument, "forward: {} tokens at position {} exceed the context length {}", n,
-          kv_.size(), kv_.capacity());
+          kv_->size(), kv_->capacity());
   }
   for (std::int32_t t : tokens) {
     if (t < 0 || t >= plan_.n_vocab) {
@@ -70,7 +91,7 @@ void Session::score(std::span<const std::int32_t> tokens, std::int64_t first_out
 
 std::span<const float> Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs) {
   const auto n = static_cast<std::int64_t>(tokens.size());
-  const std::int64_t pos0 = kv_.size();
+  const std::int64_t pos0 = kv_->size();
   for (std::int64_t i = 0; i < n; ++i) positions_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
   StepContext ctx;
   ctx.n_tokens = n;
@@ -79,39 +100,47 @@ std::span<const float> Session::step(std::span<const std::int32_t> tokens, std::
   ctx.pos0 = pos0;
   ctx.token_ids = tokens;
   ctx.positions = {positions_.data(), static_cast<std::size_t>(n)};
-  ctx.arena = arena_->data();
+  ctx.arena = arena_.get();
   ctx.plan = &plan_.memory;
-  ctx.kv = &kv_;
+  ctx.kv = kv_.get();
   const graph::Graph& graph = *plan_.graph;
+  Backend& backend = *plan_.backend;
+  // Without requested outputs the head has nothing to compute.
+  const std::size_t last = n_outputs == 0 ? head_begin_ : graph.nodes().size();
+  std::span<const float> rows;
   {
     std::lock_guard lock(*plan_.step_mutex);
-    const bool skip_head = n_outputs == 0;
     StepProfile* profile = plan_.profile;
     using Clock = std::chrono::steady_clock;
-    const auto step_start = profile ? Clock::now() : Clock::time_point{};
-    for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
-      // Without requested outputs the head (the nodes producing output rows) has nothing to compute.
-      if (skip_head && graph.values()[static_cast<std::size_t>(graph.nodes()[i].output)].rows == graph::RowSpace::kOutputs) {
-        continue;
+    if (profile == nullptr) {
+      backend.compute(graph, 0, last, ctx);
+    } else {
+      const auto step_start = Clock::now();
+      for (std::size_t i = 0; i < last; ++i) {
+        const auto start = Clock::now();
+        backend.compute(graph, i, i + 1, ctx);
+        backend.synchronize();
+        profile->add_node(i, n == 1, std::chrono::duration<double>(Clock::now() - start).count());
       }
-      if (profile == nullptr) {
-        plan_.backend->run(graph, i, ctx);
-        continue;
-      }
-      const auto start = Clock::now();
-      plan_.backend->run(graph, i, ctx);
-      plan_.backend->synchronize();
-      profile->add_node(i, n == 1, std::chrono::duration<double>(Clock::now() - start).count());
+      profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
     }
-    plan_.backend->synchronize();
-    if (profile) profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
+    if (n_outputs > 0) {
+      const std::size_t offset = plan_.memory.offsets[static_cast<std::size_t>(graph.output())];
+      const std::size_t count = static_cast<std::size_t>(n_outputs * plan_.n_vocab);
+      const std::span<const std::byte> in_place = backend.host_view(*arena_, offset, count * sizeof(float));
+      if (!in_place.empty()) {
+        // The arena is this session's: the rows stay put until its next step.
+        rows = {reinterpret_cast<const float*>(in_place.data()), count};
+      } else {
+        staging_.resize(count);
+        backend.read(*arena_, offset, std::as_writable_bytes(std::span(staging_)));
+        rows = staging_;
+      }
+    }
+    backend.synchronize();
   }
-  kv_.set_size(pos0 + n);
-  if (n_outputs == 0) return {};
-  // The arena is this session's: the rows stay put until its next step.
-  const auto* rows =
-      reinterpret_cast<const float*>(ctx.arena + plan_.memory.offsets[static_cast<std::size_t>(graph.output())]);
-  return {rows, static_cast<std::size_t>(n_outputs * plan_.n_vocab)};
+  kv_->set_size(pos0 + n);
+  return rows;
 }
 
 }  // namespace sitsrt

@@ -1,12 +1,13 @@
 // Runs the graph for one request's steps: owns the request's activation arena and KV cache,
-// splits long prompts into steps of at most plan.max_tokens tokens, and returns logits.
+// splits long prompts into steps of at most plan.max_tokens tokens, runs each step through
+// Backend::compute and reads its logits back through the backend.
 #pragma once
 
 #include "core/function_ref.hpp"
 #include "graph/graph.hpp"
 #include "graph/memory_plan.hpp"
-#include "runtime/backend.hpp"
-#include "runtime/kv_cache.hpp"
+#include "backend/backend.hpp"
+#include "backend/kv_cache.hpp"
 #include "runtime/step_profile.hpp"
 
 #include <cstdint>
@@ -51,20 +52,23 @@ class Session {
   void score(std::span<const std::int32_t> tokens, std::int64_t first_output, bool decode_outputs,
              RowsCallback on_rows);
 
-  [[nodiscard]] std::int64_t position() const noexcept { return kv_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return kv_.capacity(); }
-  void reset() noexcept { kv_.set_size(0); }
+  [[nodiscard]] std::int64_t position() const noexcept { return kv_->size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return kv_->capacity(); }
+  void reset() noexcept { kv_->set_size(0); }
 
  private:
   void check_tokens(std::span<const std::int32_t> tokens) const;
-  // Runs one step; returns the n_outputs logits rows (a view into the arena; empty for 0).
+  // Runs one step; returns the n_outputs logits rows, read through the backend: the arena in
+  // place when it is host memory, else a copy in staging_ (empty for 0).
   std::span<const float> step(std::span<const std::int32_t> tokens, std::int64_t n_outputs);
 
   const ExecutionPlan& plan_;
+  std::size_t head_begin_;  // first node of the head (the nodes computing output rows)
   std::unique_ptr<BackendBuffer> arena_;
-  KvCache kv_;
+  std::unique_ptr<KvCache> kv_;
   std::vector<std::int32_t> positions_;
   std::vector<float> logits_;
+  std::vector<float> staging_;
 };
 
 }  // namespace sitsrt

@@ -28,8 +28,14 @@ from . import audit
 
 __version__: str = _sitsrt.__version__
 
+
+def available_backends() -> list[tuple[str, str]]:
+    """The backends this build can run models on, as (name, summary); the first is the default."""
+    return list(_sitsrt.available_backends())
+
+
 __all__ = [
-    "Engine", "Request", "Result", "Timings", "TokenEvent", "audit", "__version__",
+    "Engine", "Request", "Result", "Timings", "TokenEvent", "audit", "__version__", "available_backends",
     "Error", "InvalidArgumentError", "InvalidModelError", "UnsupportedError", "IOError",
     "OutOfMemoryError", "RejectedError", "InternalError",
 ]

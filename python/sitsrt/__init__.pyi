@@ -9,6 +9,10 @@ from . import audit as audit
 
 __version__: str
 
+def available_backends() -> list[tuple[str, str]]:
+    """The backends this build can run models on, as (name, summary); the first is the default."""
+    ...
+
 class Error(RuntimeError):
     """Base of every error the runtime reports. ``code`` names the kind (e.g. "invalid_model")."""
     code: str

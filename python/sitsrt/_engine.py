@@ -120,17 +120,18 @@ def _key(key: Any) -> bytes:
     raise TypeError(f"audit_key: expected str or bytes, got {type(key).__name__}")
 
 
-def _devices(devices: Any) -> list[str]:
-    """Validates `devices`; this version runs on one CPU device."""
+def _devices(devices: Any) -> str:
+    """Validates `devices` and returns the one device the engine runs on ("cpu", "cpu:0", ...)."""
     if devices is None:
-        return ["cpu"]
+        return "cpu"
     names = [devices] if isinstance(devices, str) else devices
     if not isinstance(names, (list, tuple)) or not all(isinstance(d, str) for d in names):
         raise TypeError("devices: expected a str or a list of str")
-    if list(names) not in (["cpu"], ["cpu:0"]):
-        raise ValueError(f"devices: {devices!r} is not available; this version runs on 'cpu' only "
-                         "(the CUDA backend and multi-device plans are later roadmap items)")
-    return ["cpu"]
+    backends = [b[0] for b in _sitsrt.available_backends()]
+    if len(names) != 1 or names[0].split(":", 1)[0] not in backends:
+        raise ValueError(f"devices: {devices!r} is not available; this build runs on one device of: "
+                         f"{', '.join(backends)} (multi-device plans come with the partitioner)")
+    return names[0]
 
 
 def _sinks(audit: Any, key: Any) -> list:
@@ -178,8 +179,9 @@ class Engine:
             (docs/quantization.md).
         chat_template: Jinja source of a chat template to use instead of the model's own (chat(),
             apply_chat_template()); a construct this version does not support fails the load.
-        devices: where the model runs: None, "cpu" or ["cpu"] (the CPU backend is the only one
-            this version has; the CUDA backend and multi-device plans come later). See plan().
+        devices: where the model runs: None (the default backend), a device such as "cpu" or
+            "cpu:0", or a list of one (multi-device plans come with the partitioner); the backends
+            this build has: sitsrt.available_backends(). See plan().
 
     Raises:
         sitsrt.InvalidModelError, sitsrt.IOError, ...: the model cannot be loaded.
@@ -203,7 +205,7 @@ class Engine:
             raise ValueError(f"activations: expected 'int8' or 'f32', got {activations!r}")
         if weights not in _WEIGHT_FORMATS:
             raise ValueError(f"weights: expected one of {', '.join(_WEIGHT_FORMATS)}, got {weights!r}")
-        _devices(devices)
+        device = _devices(devices)
         self.model = os.fspath(model)
         self._native = None
         self._native = _sitsrt.Engine(
@@ -219,7 +221,8 @@ class Engine:
             weights=weights,
             mmap_weights=_bool("mmap_weights", mmap_weights),
             chat_template=_chat_template_source(chat_template),
-            int8_activations=activations == "int8")
+            int8_activations=activations == "int8",
+            device=device)
 
     @property
     def _engine(self) -> _sitsrt.Engine:

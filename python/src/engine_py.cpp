@@ -138,11 +138,16 @@ void bind_types(py::module_& m) {
 }
 
 void bind_engine(py::module_& m) {
+  m.def("available_backends", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const BackendSummary& b : available_backends()) out.emplace_back(b.name, b.summary);
+    return out;
+  });
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
                        std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
                        bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
-                       bool mmap_weights, std::string chat_template, bool int8_activations) {
+                       bool mmap_weights, std::string chat_template, bool int8_activations, std::string device) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -159,12 +164,14 @@ void bind_engine(py::module_& m) {
              o.mmap_weights = mmap_weights;
              o.chat_template = std::move(chat_template);
              o.int8_activations = int8_activations;
+             o.device = std::move(device);
              py::gil_scoped_release release;
              return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
-           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "", py::arg("int8_activations") = true)
+           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "", py::arg("int8_activations") = true,
+           py::arg("device") = "cpu")
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
       .def("apply_chat_template", [](const Engine& e, const ChatPrompt& chat) {
         std::string text;
@@ -226,6 +233,8 @@ void bind_engine(py::module_& m) {
         d["n_params"] = i.n_params; d["weight_bytes"] = i.weight_bytes; d["context_length"] = i.context_length;
         d["kv_cache_type"] = i.kv_cache_type; d["kv_cache_bytes"] = i.kv_cache_bytes;
         d["activation_bytes"] = i.activation_bytes; d["threads"] = i.threads; d["cpu_isa"] = i.cpu_isa;
+        d["backend"] = i.backend; d["device"] = i.device; d["device_description"] = i.device_description;
+        d["decode_fusion"] = i.decode_fusion;
         d["bos"] = i.bos; d["eos"] = i.eos; d["add_bos"] = i.add_bos;
         d["weights"] = i.weights; d["weights_converted_tensors"] = i.weights_converted_tensors;
         d["weights_kept_tensors"] = i.weights_kept_tensors; d["weights_converted_bytes"] = i.weights_converted_bytes;

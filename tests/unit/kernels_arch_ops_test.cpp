@@ -5,6 +5,7 @@
 #include "cpu/cpu_context.hpp"
 #include "cpu/elementwise.hpp"
 #include "cpu/rope.hpp"
+#include "cpu_backend/cpu_kernels.hpp"
 #include "ops/ops.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
@@ -105,7 +106,15 @@ TEST_CASE("head_rms_norm normalises each head on its own", "[kernels][arch]") {
   const std::vector<float> w = random_values(static_cast<std::size_t>(head_dim), rng, 1.0f);
   std::vector<float> y(x.size());
   cpu::CpuContext ctx(threads, cpu::Isa::kGeneric);
-  ops::head_rms_norm(ctx, {x.data(), rows, width, width}, n_heads, w, 1e-6f, {y.data(), rows, width, width});
+  // Through the op entry point (shape checks) and the CPU backend's kernels.
+  const std::vector<cpu::WeightMatrix> weights{
+      {DType::kF32, reinterpret_cast<const std::byte*>(w.data()), 1, head_dim, static_cast<std::size_t>(head_dim) * 4}};
+  CpuKernels kernels(ctx, weights);
+  const Device cpu0 = kernels.device();
+  const auto ref = [&](std::vector<float>& v) {
+    return ops::TensorRef{reinterpret_cast<std::byte*>(v.data()), DType::kF32, rows, width, width, cpu0};
+  };
+  ops::head_rms_norm(kernels, ref(x), n_heads, {0, DType::kF32, 1, head_dim, cpu0}, 1e-6f, ref(y));
   std::vector<double> expected, tolerance;
   for (std::int64_t i = 0; i < rows * n_heads; ++i) {
     double ss = 0;

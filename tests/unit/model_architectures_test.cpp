@@ -11,7 +11,7 @@
 #include "model/gguf_weights.hpp"
 #include "model/model_graph.hpp"
 #include "model/model_spec.hpp"
-#include "runtime/cpu_backend.hpp"
+#include "cpu_backend/cpu_backend.hpp"
 #include "runtime/executor.hpp"
 
 #include <sitsrt/engine.hpp>
@@ -76,9 +76,12 @@ std::vector<std::int32_t> some_tokens(int n, int vocab, std::uint32_t seed) {
 // Runs a spec's graph over the file's weights (F32 KV cache) and returns every position's logits.
 std::vector<float> run_spec(const ModelSpec& spec, const gguf::File& file, const std::vector<std::int32_t>& tokens) {
   const graph::Graph g = build_model_graph(spec, file, {DType::kF32, std::nullopt});
-  CpuBackend backend(1, cpu::Isa::kGeneric, 0);
+  CpuBackendOptions cpu;
+  cpu.threads = 1;
+  cpu.isa = "generic";
+  CpuBackend backend(cpu);
   const GgufWeightSource weights(file);
-  backend.bind_weights(g, weights);
+  (void)backend.bind_weights(g, weights, {});
   std::mutex step_mutex;
   ExecutionPlan plan;
   plan.graph = &g;

@@ -8,7 +8,7 @@
 #include "cpu/matvec_group.hpp"
 #include "model/model_graph.hpp"
 #include "model/model_loader.hpp"
-#include "runtime/decode_fusion.hpp"
+#include "cpu_backend/decode_fusion.hpp"
 #include "support/model_files.hpp"
 #include "support/random.hpp"
 
@@ -260,10 +260,10 @@ TEST_CASE("decode with fusions gives the same tokens and log-probs as without", 
   g.temperature = 1.0f;
   g.seed = 42;
   g.top_logprobs = 8;
-  const auto run = [&](const char* fuse) {
-    ::setenv("SITSRT_FUSE", fuse, 1);
+  const auto run = [&](bool fuse) {
+    o.decode_fusion = fuse;
     const Engine engine(o);
-    ::unsetenv("SITSRT_FUSE");
+    REQUIRE(engine.model_info().decode_fusion == fuse);
     std::vector<float> logprobs;
     const GenerationResult r = engine.generate_from_tokens(std::vector<std::int32_t>{1, 40, 41, 42}, g,
                                                            [&](const TokenEvent& e) {
@@ -273,8 +273,8 @@ TEST_CASE("decode with fusions gives the same tokens and log-probs as without", 
                                                            });
     return std::make_pair(r.tokens, logprobs);
   };
-  const auto fused = run("1");
-  const auto plain = run("0");
+  const auto fused = run(true);
+  const auto plain = run(false);
   CHECK(fused.first == plain.first);
   CHECK(fused.second == plain.second);  // bit for bit
 }

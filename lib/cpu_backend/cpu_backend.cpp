@@ -1,16 +1,20 @@
-#include "runtime/cpu_backend.hpp"
+#include "cpu_backend/cpu_backend.hpp"
 
+#include "backend/kv_cache.hpp"
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
+#include "cpu/attention.hpp"
 #include "cpu/matvec_group.hpp"
 #include "cpu/weight_layout.hpp"
 #include "ops/ops.hpp"
-#include "runtime/kv_cache.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string_view>
 
 namespace sitsrt {
@@ -21,15 +25,57 @@ class CpuBuffer final : public BackendBuffer {
   ~CpuBuffer() override { owner_.release(buffer_.size()); }
   std::byte* data() noexcept override { return buffer_.data(); }
   [[nodiscard]] std::size_t size() const noexcept override { return buffer_.size(); }
+  [[nodiscard]] Device device() const noexcept override { return {DeviceKind::kCpu, 0}; }
+  [[nodiscard]] const CpuBackend* owner() const noexcept { return &owner_; }
 
  private:
   CpuBackend& owner_;
   AlignedBuffer buffer_;
 };
 
-CpuBackend::CpuBackend(int threads, cpu::Isa isa, std::uint64_t budget_bytes, bool int8_activations,
-                       bool resident_weights)
-    : ctx_(threads, isa, int8_activations), budget_bytes_(budget_bytes), resident_weights_(resident_weights) {}
+cpu::Isa parse_cpu_isa(std::string_view name) {
+  if (name == "auto" || name.empty()) return cpu::detect_isa();
+  if (name == "amx") return cpu::Isa::kAmx;
+  if (name == "avx512vnni") return cpu::Isa::kAvx512Vnni;
+  if (name == "avx512") return cpu::Isa::kAvx512;
+  if (name == "avx2") return cpu::Isa::kAvx2;
+  if (name == "generic") return cpu::Isa::kGeneric;
+  raise(ErrorCode::kInvalidArgument, "cpu_isa '{}' is not one of auto, amx, avx512vnni, avx512, avx2, generic", name);
+}
+
+namespace {
+
+// The first "model name" of /proc/cpuinfo ("cpu" where there is none).
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const std::size_t start = line.find_first_not_of(" \t", line.find(':') + 1);
+      if (start != std::string::npos) return line.substr(start);
+    }
+  }
+  return "cpu";
+}
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : options_(options), ctx_(options.threads, parse_cpu_isa(options.isa), options.int8_activations) {
+  info_.name = "cpu";
+  info_.device = {DeviceKind::kCpu, 0};
+  info_.description = cpu_model_name();
+  info_.isa = std::string(cpu::name(ctx_.isa()));
+  info_.threads = ctx_.threads();
+  info_.int8_activations = ctx_.int8_activations();
+  info_.decode_fusion = options.decode_fusion;
+  info_.memory_bytes = physical_memory_bytes();
+}
 
 namespace {
 
@@ -54,7 +100,7 @@ std::vector<CpuBackend::Placement> CpuBackend::place_weights(const graph::Graph&
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     const graph::Weight& w = graph.weights()[id];
     Placement p{w.type, row_bytes(w.type, w.dims[0]), offset};
-    if (resident_weights_) {
+    if (options_.resident_weights) {
       p.layout = cpu::resident_layout(ctx_, w.type, matmul[id]);
       p.row_stride = cpu::resident_row_stride(p.layout, w.dims[0]);
       // Every weight starts on a cache line (its rows too, for the repacked layouts).
@@ -66,17 +112,12 @@ std::vector<CpuBackend::Placement> CpuBackend::place_weights(const graph::Graph&
   return placements;
 }
 
-std::uint64_t CpuBackend::weight_bytes_for(const graph::Graph& graph) const {
-  std::size_t total = 0;
-  const std::vector<Placement> placements = place_weights(graph, &total);
-  return resident_weights_ ? total : graph.total_weight_bytes();
-}
-
-void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source) {
+WeightBindReport CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source,
+                                          const std::function<void(double)>& progress) {
   weights_.clear();
   weights_.reserve(graph.weights().size());
   weight_bytes_ = 0;
-  repacked_ = 0;
+  WeightBindReport report;
   for (const graph::Weight& w : graph.weights()) {
     const std::span<const std::byte> bytes = source.data(w);
     const std::int64_t cols = w.dims[0];
@@ -89,7 +130,10 @@ void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSour
     weights_.push_back({w.type, bytes.data(), rows, cols, row_stride});
     weight_bytes_ += bytes.size();
   }
-  if (!resident_weights_) return;
+  if (!options_.resident_weights) {
+    report.bytes = weight_bytes_;
+    return report;
+  }
 
   // Resident: one huge-page buffer (streaming decode reads measured 20-30% faster per core than
   // through the file's 4 KiB pages); each weight copied or repacked, then its file pages dropped.
@@ -103,12 +147,14 @@ void CpuBackend::bind_weights(const graph::Graph& graph, const graph::WeightSour
     std::byte* dst = resident_.data() + p.offset;
     const DType layout = cpu::copy_to_layout(ctx_, w, p.layout, dst, p.row_stride);
     source.release(graph.weights()[id]);
-    if (layout != w.type) ++repacked_;
+    if (layout != w.type) ++report.repacked_tensors;
     w = {layout, dst, w.rows, w.cols, p.row_stride};
-    if (progress_) progress_(total ? static_cast<double>(p.offset + p.row_stride * w.rows) / total : 1.0);
+    if (progress) progress(total ? static_cast<double>(p.offset + p.row_stride * w.rows) / total : 1.0);
   }
   weight_bytes_ = total;
-  copy_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.bytes = total;
+  report.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
 }
 
 void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t kv_capacity) {
@@ -129,9 +175,8 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
   }
   ctx_.reserve_scratch(scratch);
   ctx_.reserve_shared_bytes(shared);  // the fused products need no more: one input row each
-  // SITSRT_FUSE=0 turns the decode fusions off (to measure what they save).
-  const char* fuse = std::getenv("SITSRT_FUSE");
-  fusions_ = fuse != nullptr && std::string_view(fuse) == "0" ? DecodeFusions{} : find_decode_fusions(graph);
+  // Without decode_fusion (to measure what the fusions save) every node runs on its own.
+  fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
 }
 
 bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step) {
@@ -139,7 +184,7 @@ bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const S
   const Fusion& fusion = fusions_.fusions[static_cast<std::size_t>(fusions_.fusion_of[index])];
   const auto& nodes = graph.nodes();
   const auto data = [&](graph::ValueId id) {
-    return reinterpret_cast<float*>(step.arena + step.plan->offsets[static_cast<std::size_t>(id)]);
+    return reinterpret_cast<float*>(step.arena->data() + step.plan->offsets[static_cast<std::size_t>(id)]);
   };
   const graph::Node& lead = nodes[fusion.nodes[0]];
   const graph::Value& input = graph.values()[static_cast<std::size_t>(lead.inputs[0])];
@@ -174,12 +219,13 @@ bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const S
 std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::string_view what) {
   const std::uint64_t now = allocated_.fetch_add(bytes) + bytes;
   // The budget holds the weights too (bound before any buffer is allocated).
-  if (budget_bytes_ != 0 && weight_bytes_ + now > budget_bytes_) {
+  const std::uint64_t budget = options_.budget_bytes;
+  if (budget != 0 && weight_bytes_ + now > budget) {
     allocated_.fetch_sub(bytes);
     const std::uint64_t used = weight_bytes_ + now - bytes;
     raise(ErrorCode::kOutOfMemory,
           "cpu: {} needs {} bytes but only {} of the {}-byte budget are free ({} bytes of weights, {} of buffers)", what,
-          bytes, budget_bytes_ - std::min(budget_bytes_, used), budget_bytes_, weight_bytes_, now - bytes);
+          bytes, budget - std::min(budget, used), budget, weight_bytes_, now - bytes);
   }
   std::uint64_t high = high_water_.load();
   while (now > high && !high_water_.compare_exchange_weak(high, now)) {
@@ -195,81 +241,99 @@ std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::stri
 void CpuBackend::release(std::size_t bytes) noexcept { allocated_.fetch_sub(bytes); }
 
 MemoryUsage CpuBackend::memory() const {
-  return {weight_bytes_, allocated_.load(), high_water_.load(), budget_bytes_};
+  return {weight_bytes_, allocated_.load(), high_water_.load(), options_.budget_bytes};
+}
+
+const std::byte* CpuBackend::checked_range(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes,
+                                           const char* what) const {
+  const auto* own = dynamic_cast<const CpuBuffer*>(&buffer);
+  if (own == nullptr || own->owner() != this) raise(ErrorCode::kInternal, "cpu backend: {} of another backend's buffer", what);
+  if (offset > buffer.size() || bytes > buffer.size() - offset) {
+    raise(ErrorCode::kInternal, "cpu backend: {} of bytes [{}, {}) from a {}-byte buffer", what, offset, offset + bytes,
+          buffer.size());
+  }
+  return const_cast<BackendBuffer&>(buffer).data() + offset;
+}
+
+void CpuBackend::read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) {
+  const std::byte* src = checked_range(buffer, offset, dst.size(), "read");
+  if (!dst.empty()) std::memcpy(dst.data(), src, dst.size());
+}
+
+void CpuBackend::copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
+                      std::size_t bytes) {
+  const std::byte* from = checked_range(src, src_offset, bytes, "copy");
+  auto* to = const_cast<std::byte*>(checked_range(dst, dst_offset, bytes, "copy"));
+  if (bytes != 0) std::memmove(to, from, bytes);
+}
+
+std::span<const std::byte> CpuBackend::host_view(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes) {
+  return {checked_range(buffer, offset, bytes, "host_view"), bytes};
 }
 
 void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
   using graph::OpKind;
   if (run_fused(graph, index, step)) return;
   const graph::Node& node = graph.nodes()[index];
+  const Device device = info_.device;
   const auto view = [&](graph::ValueId id) {
     const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];
     const std::int64_t rows = v.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
-    auto* data = reinterpret_cast<float*>(step.arena + step.plan->offsets[static_cast<std::size_t>(id)]);
-    return TensorView{data, rows, v.width, v.width};
+    std::byte* data = step.arena->data() + step.plan->offsets[static_cast<std::size_t>(id)];
+    return ops::TensorRef{data, DType::kF32, rows, v.width, v.width, device};
   };
-  const auto weight = [&](std::size_t i) -> const cpu::WeightMatrix& {
-    return weights_[static_cast<std::size_t>(node.weights[i])];
+  const auto weight = [&](std::size_t i) {
+    const graph::WeightId id = node.weights[i];
+    const graph::Weight& w = graph.weights()[static_cast<std::size_t>(id)];
+    return ops::WeightRef{static_cast<std::int32_t>(id), w.type, w.dims.size() > 1 ? w.dims[1] : 1, w.dims[0], device};
   };
-  const auto vector = [&](std::size_t i) {
-    const cpu::WeightMatrix& w = weight(i);
-    return std::span<const float>(reinterpret_cast<const float*>(w.data), static_cast<std::size_t>(w.cols));
-  };
-  const TensorView out = view(node.output);
+  const ops::TensorRef out = view(node.output);
   switch (node.op) {
     case OpKind::kEmbed:
-      ops::embed(ctx_, weight(0), step.token_ids, out);
+      ops::embed(kernels_, weight(0), step.token_ids, out);
       return;
     case OpKind::kRmsNorm:
-      ops::rms_norm(ctx_, view(node.inputs[0]), vector(0), node.attrs.eps, out);
+      ops::rms_norm(kernels_, view(node.inputs[0]), weight(0), node.attrs.eps, out);
       return;
     case OpKind::kMatMul:
-      ops::matmul(ctx_, weight(0), view(node.inputs[0]), out);
+      ops::matmul(kernels_, weight(0), view(node.inputs[0]), out);
       return;
     case OpKind::kHeadRmsNorm:
-      ops::head_rms_norm(ctx_, view(node.inputs[0]), node.attrs.n_heads, vector(0), node.attrs.eps, out);
+      ops::head_rms_norm(kernels_, view(node.inputs[0]), node.attrs.n_heads, weight(0), node.attrs.eps, out);
       return;
     case OpKind::kRope: {
-      const auto& r = node.attrs.rope;
-      cpu::RopeParams params{r.head_dim, r.rot_dims, r.freq_base, r.freq_scale,
-                             node.weights.empty() ? nullptr : vector(0).data(),
-                             r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
-      if (r.scaling == graph::RopeScaling::kYarn) {
-        params.yarn = {true, r.original_context, r.yarn_beta_fast, r.yarn_beta_slow, r.yarn_attn_factor};
-      } else if (r.scaling == graph::RopeScaling::kLlama3) {
-        params.llama3 = {true, r.llama3_factor, r.llama3_low_freq_factor, r.llama3_high_freq_factor,
-                         r.original_context};
-      }
-      ops::rope(ctx_, out, node.attrs.n_heads, step.positions, params);
+      const ops::WeightRef factors = node.weights.empty() ? ops::WeightRef{} : weight(0);
+      ops::rope(kernels_, out, node.attrs.n_heads, step.positions, node.attrs.rope,
+                node.weights.empty() ? nullptr : &factors);
       return;
     }
     case OpKind::kGeGlu:
-      ops::geglu_tanh(ctx_, view(node.inputs[0]), view(node.inputs[1]), out);
+      ops::geglu_tanh(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
       return;
     case OpKind::kAddBias:
-      ops::add_bias(ctx_, view(node.inputs[0]), vector(0), out);
+      ops::add_bias(kernels_, view(node.inputs[0]), weight(0), out);
       return;
     case OpKind::kScale:
-      ops::scale(ctx_, view(node.inputs[0]), node.attrs.scalar, out);
+      ops::scale(kernels_, view(node.inputs[0]), node.attrs.scalar, out);
       return;
     case OpKind::kSoftCap:
-      ops::soft_cap(ctx_, view(node.inputs[0]), node.attrs.scalar, out);
+      ops::soft_cap(kernels_, view(node.inputs[0]), node.attrs.scalar, out);
       return;
     case OpKind::kAttention: {
-      const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
+      const ops::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
                                       node.attrs.attn_scale, node.attrs.window};
-      ops::attention(ctx_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
+      ops::attention(kernels_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
                      step.kv->layer(node.layer), step.pos0, shape, out);
       return;
     }
     case OpKind::kSwiGlu:
-      ops::swiglu(ctx_, view(node.inputs[0]), view(node.inputs[1]), out);
+      ops::swiglu(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
       return;
     case OpKind::kAdd:
-      ops::add(ctx_, view(node.inputs[0]), view(node.inputs[1]), out);
+      ops::add(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
       return;
     case OpKind::kTakeLast:
-      ops::take_last(view(node.inputs[0]), out);
+      ops::take_last(kernels_, view(node.inputs[0]), out);
       return;
   }
   raise(ErrorCode::kInternal, "cpu backend: unknown op kind {}", static_cast<int>(node.op));

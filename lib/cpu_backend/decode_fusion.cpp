@@ -1,4 +1,4 @@
-#include "runtime/decode_fusion.hpp"
+#include "cpu_backend/decode_fusion.hpp"
 
 namespace sitsrt {
 namespace {

@@ -1,0 +1,116 @@
+// The interface every compute backend implements (CPU now; CUDA next). Coarse operations only:
+// bind weights, allocate budgeted buffers, run a node or a range of nodes of a step, read and
+// copy values, synchronise, report memory. The engine and the executor hold backends through
+// this interface only (runtime/backend_registry.hpp makes them); kernels, weight layouts and
+// scratch stay inside each backend. The contract is in docs/architecture.md ("Backend contract").
+#pragma once
+
+#include "core/device.hpp"
+#include "graph/graph.hpp"
+#include "graph/memory_plan.hpp"
+#include "graph/weight_source.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace sitsrt {
+
+class KvCache;
+
+// A buffer owned by a backend. data() is an address in the backend's device memory: host
+// memory for the CPU backend, device memory for CUDA; code outside the backend never
+// dereferences it (it reads through Backend::read / host_view).
+class BackendBuffer {
+ public:
+  virtual ~BackendBuffer() = default;
+  [[nodiscard]] virtual std::byte* data() noexcept = 0;
+  [[nodiscard]] virtual std::size_t size() const noexcept = 0;
+  [[nodiscard]] virtual Device device() const noexcept = 0;
+};
+
+// Everything a node needs about the current step, besides the graph. Token ids and positions
+// are host memory; a device backend uploads what its kernels read.
+struct StepContext {
+  std::int64_t n_tokens = 0;    // rows of kTokens values
+  std::int64_t n_outputs = 0;   // rows of kOutputs values
+  std::int64_t pos0 = 0;        // position of the first token of the step
+  std::span<const std::int32_t> token_ids;
+  std::span<const std::int32_t> positions;  // pos0, pos0 + 1, ...
+  BackendBuffer* arena = nullptr;           // activation arena (this backend's), laid out by `plan`
+  const graph::MemoryPlan* plan = nullptr;
+  KvCache* kv = nullptr;
+};
+
+struct MemoryUsage {
+  std::uint64_t weight_bytes = 0;      // weights resident (mapped or uploaded)
+  std::uint64_t allocated_bytes = 0;   // live buffers from allocate()
+  std::uint64_t high_water_bytes = 0;  // most ever live at once
+  std::uint64_t budget_bytes = 0;      // 0: unlimited
+};
+
+// What a backend is, as the engine reports it (ModelInfo, audit digest, CLI): fixed once made.
+struct BackendInfo {
+  std::string name;           // registry name: "cpu", "cuda"
+  Device device;
+  std::string description;    // e.g. the CPU model, or the GPU name
+  std::string isa;            // CPU: the instruction-set level dispatched to ("avx512vnni")
+  int threads = 0;            // CPU: worker threads
+  int multiprocessors = 0;    // GPU: SMs
+  bool int8_activations = false;  // decode matmuls quantize their input rows to int8
+  bool decode_fusion = false;     // one-row steps run fused matmul groups
+  std::uint64_t memory_bytes = 0;  // device memory (CPU: physical RAM); 0: unknown
+};
+
+// What bind_weights did.
+struct WeightBindReport {
+  std::uint64_t bytes = 0;       // held by the backend (resident copies or mapped)
+  int repacked_tensors = 0;      // weights held in a layout private to the backend
+  double copy_seconds = 0.0;     // copying / uploading / repacking; 0 when read in place
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  [[nodiscard]] virtual const BackendInfo& info() const noexcept = 0;
+
+  // Makes the graph's weights usable by run(). Called once, before any step; progress (may be
+  // empty) receives the fraction of weight bytes done.
+  virtual WeightBindReport bind_weights(const graph::Graph& graph, const graph::WeightSource& source,
+                                        const std::function<void(double)>& progress) = 0;
+
+  // Sizes scratch for steps of up to plan.max_tokens tokens and `kv_capacity` positions.
+  virtual void prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t kv_capacity) = 0;
+
+  // Allocates against the budget; throws sitsrt::Error(kOutOfMemory) naming `what` and the deficit.
+  [[nodiscard]] virtual std::unique_ptr<BackendBuffer> allocate(std::size_t bytes, std::string_view what) = 0;
+
+  // Runs node `index` of `graph` for the step (its inputs were computed by earlier calls).
+  virtual void run(const graph::Graph& graph, std::size_t index, const StepContext& step) = 0;
+  // Runs nodes [first, last) in order; a backend may execute the range as one unit (fuse nodes,
+  // capture it as a device graph). Results equal running each node with run().
+  virtual void compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
+    for (std::size_t i = first; i < last; ++i) run(graph, i, step);
+  }
+
+  // Copies bytes [offset, offset + dst.size()) of `buffer` to host memory, after the work
+  // queued so far; throws kInternal for a range outside the buffer or another backend's buffer.
+  virtual void read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) = 0;
+  // Copies `bytes` between two of this backend's buffers, ordered with the queued work.
+  virtual void copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
+                    std::size_t bytes) = 0;
+  // The bytes in place when the buffer is host memory (valid until the next step on it), so
+  // callers skip the copy; empty when they must read().
+  [[nodiscard]] virtual std::span<const std::byte> host_view(const BackendBuffer& buffer, std::size_t offset,
+                                                             std::size_t bytes) = 0;
+
+  // Waits for the queued work.
+  virtual void synchronize() = 0;
+  [[nodiscard]] virtual MemoryUsage memory() const = 0;
+};
+
+}  // namespace sitsrt

@@ -1,0 +1,121 @@
+#include "cpu_backend/cpu_kernels.hpp"
+
+#include "core/check.hpp"
+#include "cpu/attention.hpp"
+#include "cpu/elementwise.hpp"
+#include "cpu/norm.hpp"
+#include "cpu/rope.hpp"
+
+#include <cstring>
+
+namespace sitsrt {
+namespace {
+
+float* f32(const ops::TensorRef& t) { return reinterpret_cast<float*>(t.data); }
+
+cpu::RopeParams rope_params(const graph::RopeAttrs& r, const float* freq_factors) {
+  cpu::RopeParams params{r.head_dim, r.rot_dims, r.freq_base, r.freq_scale, freq_factors,
+                         r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+  if (r.scaling == graph::RopeScaling::kYarn) {
+    params.yarn = {true, r.original_context, r.yarn_beta_fast, r.yarn_beta_slow, r.yarn_attn_factor};
+  } else if (r.scaling == graph::RopeScaling::kLlama3) {
+    params.llama3 = {true, r.llama3_factor, r.llama3_low_freq_factor, r.llama3_high_freq_factor, r.original_context};
+  }
+  return params;
+}
+
+// The CPU attention kernel reads a contiguous layer (position p at k + p * row stride, one
+// element type for K and V); a paged or mixed-type cache needs the paged kernel.
+cpu::KvLayerView contiguous_view(const ops::KvLayerRef& kv) {
+  if (!kv.contiguous() || kv.k_type != kv.v_type || kv.k_row_bytes != kv.v_row_bytes) {
+    raise(ErrorCode::kUnsupported, "cpu attention: reads contiguous KV layers of one element type only ({} blocks, "
+          "K {} / V {})", kv.block_table.size(), name(kv.k_type), name(kv.v_type));
+  }
+  return {kv.k_type, kv.k, kv.v, kv.k_row_bytes, kv.capacity};
+}
+
+}  // namespace
+
+const cpu::WeightMatrix& CpuKernels::weight(const ops::WeightRef& w) const {
+  if (static_cast<std::size_t>(w.id) >= weights_.size()) {
+    raise(ErrorCode::kInternal, "cpu kernels: weight #{} is not bound ({} are)", w.id, weights_.size());
+  }
+  return weights_[static_cast<std::size_t>(w.id)];
+}
+
+const float* CpuKernels::vector(const ops::WeightRef& w) const {
+  return reinterpret_cast<const float*>(weight(w).data);
+}
+
+void CpuKernels::embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) {
+  cpu::get_rows(ctx_, weight(table), ids.data(), static_cast<std::int64_t>(ids.size()), f32(out), out.ld);
+}
+
+void CpuKernels::rms_norm(const ops::TensorRef& x, const ops::WeightRef& w, float eps, const ops::TensorRef& y) {
+  cpu::rms_norm(ctx_, f32(x), x.ld, x.rows, x.cols, vector(w), eps, f32(y), y.ld);
+}
+
+void CpuKernels::head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, const ops::WeightRef& w, float eps,
+                               const ops::TensorRef& y) {
+  const std::int64_t head_dim = w.cols;
+  if (x.ld == x.cols && y.ld == y.cols) {  // contiguous rows: one call over rows * n_heads slices
+    cpu::rms_norm(ctx_, f32(x), head_dim, x.rows * n_heads, head_dim, vector(w), eps, f32(y), head_dim);
+    return;
+  }
+  for (std::int64_t r = 0; r < x.rows; ++r) {
+    cpu::rms_norm(ctx_, f32(x) + r * x.ld, head_dim, n_heads, head_dim, vector(w), eps, f32(y) + r * y.ld, head_dim);
+  }
+}
+
+void CpuKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) {
+  cpu::matmul(ctx_, weight(w), f32(x), x.ld, x.rows, f32(y), y.ld);
+}
+
+void CpuKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
+                      const graph::RopeAttrs& rope, const ops::WeightRef* freq_factors) {
+  const cpu::RopeParams params = rope_params(rope, freq_factors ? vector(*freq_factors) : nullptr);
+  cpu::rope(ctx_, f32(x), x.ld, x.rows, n_heads, positions.data(), params);
+}
+
+void CpuKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
+                           const ops::KvLayerRef& kv, std::int64_t pos0, const ops::AttentionShape& shape,
+                           const ops::TensorRef& out) {
+  const cpu::KvLayerView view = contiguous_view(kv);
+  const cpu::AttentionShape cpu_shape{shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, shape.window};
+  cpu::kv_store(ctx_, view, f32(k), k.ld, f32(v), v.ld, q.rows, kv.kv_width, pos0);
+  cpu::attention(ctx_, f32(q), q.ld, q.rows, pos0, view, cpu_shape, f32(out), out.ld);
+}
+
+void CpuKernels::swiglu(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) {
+  cpu::swiglu(ctx_, f32(gate), gate.ld, f32(up), up.ld, gate.rows, gate.cols, f32(out), out.ld);
+}
+
+void CpuKernels::geglu_tanh(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) {
+  cpu::geglu_tanh(ctx_, f32(gate), gate.ld, f32(up), up.ld, gate.rows, gate.cols, f32(out), out.ld);
+}
+
+void CpuKernels::add_bias(const ops::TensorRef& x, const ops::WeightRef& bias, const ops::TensorRef& out) {
+  cpu::add_bias(ctx_, f32(x), x.ld, vector(bias), x.rows, x.cols, f32(out), out.ld);
+}
+
+void CpuKernels::scale(const ops::TensorRef& x, float factor, const ops::TensorRef& out) {
+  cpu::scale(ctx_, f32(x), x.ld, factor, x.rows, x.cols, f32(out), out.ld);
+}
+
+void CpuKernels::soft_cap(const ops::TensorRef& x, float cap, const ops::TensorRef& out) {
+  cpu::soft_cap(ctx_, f32(x), x.ld, cap, x.rows, x.cols, f32(out), out.ld);
+}
+
+void CpuKernels::add(const ops::TensorRef& a, const ops::TensorRef& b, const ops::TensorRef& out) {
+  cpu::add(ctx_, f32(a), a.ld, f32(b), b.ld, a.rows, a.cols, f32(out), out.ld);
+}
+
+void CpuKernels::take_last(const ops::TensorRef& x, const ops::TensorRef& out) {
+  for (std::int64_t r = 0; r < out.rows; ++r) {
+    const float* src = f32(x) + (x.rows - out.rows + r) * x.ld;
+    float* dst = f32(out) + r * out.ld;
+    if (dst != src) std::memcpy(dst, src, static_cast<std::size_t>(x.cols) * sizeof(float));
+  }
+}
+
+}  // namespace sitsrt
