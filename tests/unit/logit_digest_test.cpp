@@ -114,41 +114,38 @@ std::vector<std::string> supported_isas(bool with_generic) {
   return isas;
 }
 
+// Two layers of a 256-wide model: rows of whole K-quant blocks, several heads sharing KV heads.
+RandomModelOptions synthetic_options(const char* architecture, std::uint64_t seed) {
+  RandomModelOptions r;
+  r.architecture = architecture;
+  r.dim = 256;
+  r.layers = 2;
+  r.heads = 4;
+  r.kv_heads = 2;
+  r.ffn = 512;
+  r.vocab = 512;
+  r.context = 256;
+  r.seed = seed;
+  r.threads = 1;
+  return r;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   const std::vector<Mode> modes(std::begin(kModes), std::end(kModes));
   // Synthetic llamas of every weight format the random-model writer makes (K-quants need rows of 256).
   for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k",
                            "q5_k", "q6_k", "iq4_nl", "fp8_e4m3", "q4_g128", "q4_k_m"}) {
-    RandomModelOptions r;
-    r.dim = 256;
-    r.layers = 2;
-    r.heads = 4;
-    r.kv_heads = 2;
-    r.ffn = 512;
-    r.vocab = 512;
-    r.context = 256;
-    r.seed = 77;
-    r.threads = 1;
+    RandomModelOptions r = synthetic_options("llama", 77);
     REQUIRE(set_weight_type(r, type));
     cases.push_back({std::string("synthetic-llama-") + type, test::random_model(r, std::string("digest-") + type),
                      supported_isas(true), modes, 12, 6});
   }
   // The other architectures' blocks (biases, Q/K norms, GeGLU + soft-cap, sliding window).
   for (const char* arch : {"qwen2", "qwen3", "gemma3", "mistral"}) {
-    RandomModelOptions r;
-    r.architecture = arch;
-    r.dim = 256;
-    r.layers = 2;
-    r.heads = 4;
-    r.kv_heads = 2;
-    r.ffn = 512;
-    r.vocab = 512;
-    r.context = 256;
+    RandomModelOptions r = synthetic_options(arch, 78);
     r.sliding_window = 8;
     r.final_logit_softcap = std::string(arch) == "gemma3" ? 30.0f : 0.0f;
-    r.seed = 78;
-    r.threads = 1;
     r.type = DType::kQ8_0;
     cases.push_back({std::string("synthetic-") + arch + "-q8_0", test::random_model(r, std::string("digest-") + arch),
                      supported_isas(true), modes, 12, 6});
