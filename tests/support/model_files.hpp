@@ -2,11 +2,13 @@
 // temporary folder, and the real shared models (cases that need them skip when they are absent).
 #pragma once
 
+#include "formats/gguf.hpp"
 #include "model/random_model.hpp"
 #include "support/skip.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <fmt/format.h>
 #include <initializer_list>
@@ -49,6 +51,14 @@ inline RandomModelOptions tiny_options(DType type) {
   o.seed = 99;
   o.threads = 1;
   return o;
+}
+
+// The bytes of every tensor in a GGUF file, summed from its tensor table (the format reader, not
+// the engine): an expectation independent of what the engine reports.
+inline std::uint64_t file_tensor_bytes(const std::string& path) {
+  std::uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : gguf::File::open(path).tensors()) bytes += t.bytes;
+  return bytes;
 }
 
 inline std::string shared_path(const std::string& relative) { return std::string(SITSRT_SHARED_DIR) + "/" + relative; }
