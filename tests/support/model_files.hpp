@@ -1,13 +1,17 @@
 // Model files for tests: small random-weight models written on demand into a per-process
-// temporary folder, and the real shared models (tests skip when those are absent).
+// temporary folder, and the real shared models (cases that need them skip when they are absent).
 #pragma once
 
+#include "formats/gguf.hpp"
 #include "model/random_model.hpp"
+#include "support/skip.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <fmt/format.h>
+#include <initializer_list>
 #include <string>
 #include <unistd.h>
 
@@ -49,13 +53,31 @@ inline RandomModelOptions tiny_options(DType type) {
   return o;
 }
 
+// The bytes of every tensor in a GGUF file, summed from its tensor table (the format reader, not
+// the engine): an expectation independent of what the engine reports.
+inline std::uint64_t file_tensor_bytes(const std::string& path) {
+  std::uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : gguf::File::open(path).tensors()) bytes += t.bytes;
+  return bytes;
+}
+
 inline std::string shared_path(const std::string& relative) { return std::string(SITSRT_SHARED_DIR) + "/" + relative; }
 
-// True when the shared file exists; otherwise records a visible warning (the test then returns).
-inline bool have_shared(const std::string& relative) {
-  if (std::filesystem::exists(shared_path(relative))) return true;
-  WARN("skipped: " << shared_path(relative) << " is absent (the shared test models are not available here)");
-  return false;
+// Why a case needing these shared files cannot run: the first absent one; empty when all exist.
+inline std::string missing_shared(std::initializer_list<std::string> relative) {
+  for (const std::string& r : relative) {
+    if (!std::filesystem::exists(shared_path(r))) {
+      return shared_path(r) + " is absent (the shared test models are not available here)";
+    }
+  }
+  return "";
 }
+
+// Skips the running case (a [gated] one, support/skip.hpp) unless every listed shared file exists.
+#define SITSRT_REQUIRE_SHARED(...)                                                     \
+  do {                                                                                 \
+    const std::string sitsrt_missing = ::sitsrt::test::missing_shared({__VA_ARGS__}); \
+    if (!sitsrt_missing.empty()) SITSRT_SKIP(sitsrt_missing);                          \
+  } while (false)
 
 }  // namespace sitsrt::test

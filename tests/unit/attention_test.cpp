@@ -3,6 +3,7 @@
 #include "cpu/attention.hpp"
 #include "core/half.hpp"
 #include "cpu/cpu_context.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
@@ -171,52 +172,45 @@ void check_attention(cpu::Isa isa, int threads, const Case& c) {
 
 }  // namespace
 
-TEST_CASE("attention matches a double reference: GQA, F32/F16 caches, decode and prefill", "[attention]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "attention matches a double reference: GQA, F32/F16 caches, decode and prefill",
+                     "[attention]", kIsas) {
   const int threads = GENERATE(1, 2);
   const DType type = GENERATE(DType::kF32, DType::kF16);
   const std::int64_t group = GENERATE(1, 2, 4);
   const std::int64_t head_dim = GENERATE(8, 64, 128, 72);
-  if (!cpu::isa_supported(isa)) return;
   check_attention(isa, threads, {type, group, head_dim, 0, 1});   // decode, first token
   check_attention(isa, threads, {type, group, head_dim, 37, 1});  // decode at position 37
   check_attention(isa, threads, {type, group, head_dim, 0, 9});   // prefill from an empty cache
   check_attention(isa, threads, {type, group, head_dim, 5, 6});   // prefill after stored positions
 }
 
-TEST_CASE("sliding-window attention attends to the last `window` positions only", "[attention]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "sliding-window attention attends to the last `window` positions only", "[attention]",
+                     kIsas) {
   const DType type = GENERATE(DType::kF32, DType::kF16);
   const std::int64_t window = GENERATE(1, 4, 16);
-  if (!cpu::isa_supported(isa)) return;
   check_attention(isa, 2, {type, 2, 64, 37, 1, window});  // decode far past the window
   check_attention(isa, 2, {type, 4, 72, 0, 9, window});   // prefill crossing the window edge
   check_attention(isa, 1, {type, 1, 8, 5, 6, window});    // prefill after stored positions
 }
 
-TEST_CASE("attention decodes at the end of a 4096-position cache", "[attention]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "attention decodes at the end of a 4096-position cache", "[attention]", kIsas) {
   const DType type = GENERATE(DType::kF32, DType::kF16);
-  if (!cpu::isa_supported(isa)) return;
   check_attention(isa, 2, {type, 4, 64, 4095, 1});
 }
 
 // Few (row, kv head) pairs at a long context: the positions are split into chunks run by
 // different threads and merged (attention.cpp); 1 thread runs the chunks in sequence.
-TEST_CASE("attention splits long contexts over threads and matches the reference", "[attention]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "attention splits long contexts over threads and matches the reference", "[attention]",
+                     kIsas) {
   const DType type = GENERATE(DType::kF32, DType::kF16);
   const int threads = GENERATE(1, 2, 3);
-  if (!cpu::isa_supported(isa)) return;
   check_attention(isa, threads, {type, 4, 64, 2999, 1, 0, 1});     // decode at 3000 positions
   check_attention(isa, threads, {type, 2, 72, 2999, 1, 1500, 1});  // window not chunk aligned
   check_attention(isa, threads, {type, 1, 128, 2050, 3, 0, 1});    // three rows, chunk edges
 }
 
-TEST_CASE("attention results do not depend on the thread count (split or not)", "[attention]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "attention results do not depend on the thread count (split or not)", "[attention]", kIsas) {
   const DType type = GENERATE(DType::kF32, DType::kF16);
-  if (!cpu::isa_supported(isa)) return;
   for (const Case& c : {Case{type, 4, 64, 3000, 1, 0, 1}, Case{type, 2, 64, 2500, 2, 1100, 2},
                         Case{type, 2, 64, 1800, 1, 0, 8}, Case{type, 1, 40, 100, 7, 0, 2}}) {
     CAPTURE(cpu::name(isa), name(type), c.group, c.pos0, c.rows, c.window, c.n_kv);
@@ -230,9 +224,8 @@ TEST_CASE("attention results do not depend on the thread count (split or not)", 
   }
 }
 
-TEST_CASE("kv_store writes f16 rows bit-exactly and refuses positions past capacity", "[attention]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
-  if (!cpu::isa_supported(isa)) return;
+SITSRT_ISA_TEST_CASE(isa, "kv_store writes f16 rows bit-exactly and refuses positions past capacity", "[attention]",
+                     kIsas) {
   CAPTURE(cpu::name(isa));
   const std::int64_t width = 37;  // not a multiple of any vector width
   TestCache cache(DType::kF16, width, 8);

@@ -5,6 +5,7 @@
 // is left behind and a user's own PATH.partial is never touched.
 #include "audit/verify.hpp"
 #include "support/audit_logs.hpp"
+#include "support/skip.hpp"
 
 #include <sitsrt/audit.hpp>
 #include <sitsrt/error.hpp>
@@ -174,9 +175,9 @@ TEST_CASE("8 threads write their own logs while 8 race for one: all verify, lose
   CHECK(side_files(shared) == 0);
 }
 
-TEST_CASE("8 CLI processes write their own logs while 8 race for one held log", "[audit][concurrency]") {
+TEST_CASE("8 CLI processes write their own logs while 8 race for one held log", "[audit][concurrency][gated]") {
 #ifndef SITSRT_CLI_PATH
-  WARN("skipped: the sitsrt CLI is not built");
+  SITSRT_SKIP("the sitsrt CLI is not built");
 #else
   auto options = test::tiny_options(DType::kQ8_0);
   options.context = 4096;

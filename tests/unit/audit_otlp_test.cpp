@@ -1,6 +1,7 @@
 // The OTLP/JSON trace sink: one span per request with the GenAI attributes, valid ids and
 // timestamps, and token events only at levels that record tokens.
 #include "support/audit_logs.hpp"
+#include "support/skip.hpp"
 
 #include <sitsrt/engine.hpp>
 
@@ -88,11 +89,8 @@ TEST_CASE("OTLP/JSON trace file: spans, ids, timestamps, GenAI attributes, token
   CHECK(trace_ids.size() == 2);
 }
 
-TEST_CASE("OTLP trace write failures fail the request and every later one, naming the reason", "[audit][otlp]") {
-  if (!std::filesystem::exists("/dev/full")) {
-    WARN("skipped: no /dev/full");
-    return;
-  }
+TEST_CASE("OTLP trace write failures fail the request and every later one, naming the reason", "[audit][otlp][gated]") {
+  if (!std::filesystem::exists("/dev/full")) SITSRT_SKIP("no /dev/full");
   EngineOptions o;
   o.model_path = test::random_model(test::tiny_options(DType::kQ8_0), "otlp");
   o.threads = 1;

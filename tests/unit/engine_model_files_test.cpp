@@ -8,6 +8,7 @@
 #include "formats/gguf.hpp"
 #include "formats/gguf_writer.hpp"
 #include "support/audit_logs.hpp"
+#include "support/skip.hpp"
 
 #include <sitsrt/audit.hpp>
 #include <sitsrt/engine.hpp>
@@ -172,11 +173,8 @@ TEST_CASE("a model file changed after the load: mmapped weights are refused, the
 }
 
 TEST_CASE("mmapped weights truncated during a request end the process with SIGBUS (documented)",
-          "[engine][audit]") {
-  if (kAddressSanitizer) {
-    WARN("skipped under AddressSanitizer (it handles SIGBUS itself)");
-    return;
-  }
+          "[engine][audit][gated]") {
+  if (kAddressSanitizer) SITSRT_SKIP("under AddressSanitizer (it handles SIGBUS itself)");
   const std::string path = scratch_copy(model_a(), "pins-sigbus.gguf");
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
@@ -206,7 +204,8 @@ TEST_CASE("mmapped weights truncated during a request end the process with SIGBU
 }
 
 TEST_CASE("an allocation that fails while loading is kOutOfMemory naming the stage, not std::bad_alloc",
-          "[engine][memory]") {
+          "[engine][memory][gated]") {
+  if (kAddressSanitizer) SITSRT_SKIP("under AddressSanitizer (an address-space limit breaks its shadow memory)");
   RandomModelOptions big_vocab = test::tiny_options(DType::kQ8_0);
   big_vocab.dim = 32;
   big_vocab.ffn = 32;
@@ -215,10 +214,6 @@ TEST_CASE("an allocation that fails while loading is kOutOfMemory naming the sta
   big_vocab.layers = 1;
   big_vocab.vocab = 300000;  // 300k metadata strings: the reader's vectors, not an AlignedBuffer
   const std::string path = test::random_model(big_vocab, "pins-vocab");
-  if (kAddressSanitizer) {
-    WARN("skipped under AddressSanitizer (an address-space limit breaks its shadow memory)");
-    return;
-  }
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {

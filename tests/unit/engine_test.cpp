@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -387,8 +388,10 @@ TEST_CASE("the engine picks its tokenizer from tokenizer.ggml.model", "[engine][
 }
 
 TEST_CASE("the device plan accounts for the model's weights, KV cache and activations", "[engine][plan]") {
+  // Expectations from the model the test wrote, not from ModelInfo (the plan is filled from it).
+  const RandomModelOptions model = test::tiny_options(DType::kQ8_0);
   EngineOptions o;
-  o.model_path = test::random_model(test::tiny_options(DType::kQ8_0), "plan");
+  o.model_path = test::random_model(model, "plan");
   o.threads = 1;
   o.memory_budget_bytes = 64u << 20;
   const Engine engine(o);
@@ -397,18 +400,35 @@ TEST_CASE("the device plan accounts for the model's weights, KV cache and activa
   const PlanDevice& cpu = plan.devices[0];
   CHECK(cpu.kind == "cpu");
   CHECK(cpu.budget_bytes == (64u << 20));
-  // Resident weights start each tensor on a cache line (and may pad long rows): a little more
-  // than the graph's bytes; read in place, exactly those.
-  const std::uint64_t graph_bytes = engine.model_info().weight_bytes;
-  CHECK(cpu.weight_bytes >= graph_bytes);
-  CHECK(cpu.weight_bytes <= graph_bytes + graph_bytes / 16 + 64 * 64);
+  // The weights are the file's tensors, summed from its GGUF tensor table. Resident weights start
+  // each tensor on a cache line (and may pad long rows): a little more; read in place, exactly those.
+  const std::uint64_t file_bytes = test::file_tensor_bytes(o.model_path);
+  CHECK(cpu.weight_bytes >= file_bytes);
+  CHECK(cpu.weight_bytes <= file_bytes + file_bytes / 16 + 64 * 64);
   o.mmap_weights = true;
-  CHECK(Engine(o).plan().devices.at(0).weight_bytes == graph_bytes);
-  CHECK(cpu.kv_bytes_per_request == engine.model_info().kv_cache_bytes);
-  CHECK(cpu.activation_bytes_per_request == engine.model_info().activation_bytes);
+  CHECK(Engine(o).plan().devices.at(0).weight_bytes == file_bytes);
+  // The context defaults to the training context (256 < 4096); the KV cache holds a K and a V row
+  // of kv_heads x head_dim f16 values per layer and position.
+  const auto context = static_cast<std::uint64_t>(model.context);
+  CHECK(plan.context_length == model.context);
+  const auto kv_width = static_cast<std::uint64_t>(model.kv_heads * (model.dim / model.heads));
+  CHECK(cpu.kv_bytes_per_request == static_cast<std::uint64_t>(model.layers) * 2 * context * kv_width * 2);
+  // The activation arena holds one forward pass of max_batch_tokens float rows: at least an FFN
+  // matmul's input and output at once; at most every value of the pass without reuse (per layer
+  // fewer than 16 values, none wider than the fused FFN's 2 x ffn, plus embedding, norm and
+  // logits), each 64-byte aligned.
+  const auto rows = std::min<std::uint64_t>(static_cast<std::uint64_t>(EngineOptions{}.max_batch_tokens), context);
+  const auto widest = static_cast<std::uint64_t>(std::max(model.dim, 2 * model.ffn));
+  const auto layers = static_cast<std::uint64_t>(model.layers);
+  const std::uint64_t least = rows * static_cast<std::uint64_t>(model.dim + model.ffn) * sizeof(float);
+  const std::uint64_t most = rows * sizeof(float) * (layers * 16 * widest + 4 * static_cast<std::uint64_t>(model.dim) +
+                                                     static_cast<std::uint64_t>(model.vocab)) +
+                             64 * (layers * 16 + 8);
+  CHECK(cpu.activation_bytes_per_request >= least);
+  CHECK(cpu.activation_bytes_per_request <= most);
   REQUIRE(plan.stages.size() == 1);
   CHECK(plan.stages[0].first_layer == 0);
-  CHECK(plan.stages[0].last_layer == engine.model_info().n_layer - 1);
+  CHECK(plan.stages[0].last_layer == model.layers - 1);
   CHECK(plan.stages[0].embedding);
   CHECK(plan.stages[0].output_head);
   const auto json = nlohmann::json::parse(plan.to_json());

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 using namespace sitsrt;
@@ -69,6 +70,24 @@ void check_close_decode(const Engine& a, const Engine& b, int tokens, float tol)
   }
 }
 
+// The graph's weight bytes after converting the matmul weights of the GGUF file at `path` (its
+// 2-D tensors but a lookup-only token embedding) to `to` and the output head to `head` (default:
+// `to`), from the file's tensor table: an expectation independent of what the engine reports.
+std::uint64_t converted_weight_bytes(const std::string& path, DType to, std::optional<DType> head = std::nullopt) {
+  const gguf::File file = gguf::File::open(path);
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  std::uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.dims.size() != 2 || (t.name == "token_embd.weight" && !tied)) {
+      bytes += t.bytes;
+      continue;
+    }
+    const bool is_head = t.name == (tied ? "token_embd.weight" : "output.weight");
+    bytes += row_bytes(is_head && head ? *head : to, t.dims[0]) * static_cast<std::uint64_t>(t.dims[1]);
+  }
+  return bytes;
+}
+
 // Root-mean-square of a - b over rms of b.
 double relative_rms(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0.0, ref = 0.0;
@@ -92,7 +111,12 @@ TEST_CASE("weights=q8 on an F32 model gives the logits of the same model written
   CHECK(info.weights == "q8");
   CHECK(info.weights_converted_tensors == 2 * 7 + 1);  // 7 per layer + the tied output head
   CHECK(info.weights_kept_tensors == 0);
-  CHECK(info.weight_bytes == stored.model_info().weight_bytes);
+  // As many bytes as the file the writer quantized to Q8_0 (its tensor table), and as converting
+  // every matmul weight of the F32 file would give.
+  const std::uint64_t q8_file_bytes = test::file_tensor_bytes(model(DType::kQ8_0, true));
+  CHECK(info.weight_bytes == q8_file_bytes);
+  CHECK(converted_weight_bytes(model(DType::kF32, true), DType::kQ8_0) == q8_file_bytes);
+  CHECK(stored.model_info().weight_bytes == q8_file_bytes);
   CHECK(info.weights_converted_to_bytes < info.weights_converted_bytes);
   CHECK(info.weights_convert_seconds >= 0.0);
   CHECK(stored.model_info().weights == "as-stored");
@@ -137,7 +161,11 @@ TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mm
   CHECK_FALSE(ri.weights_mmapped);
   CHECK(mapped.model_info().weights_repacked_tensors == 0);
   CHECK(ri.weights_copy_seconds > 0.0);
-  CHECK(ri.weight_bytes == mapped.model_info().weight_bytes);  // the graph's bytes; residency may pad rows
+  // The graph's bytes (residency may pad rows, not counted here), from the file's tensor table.
+  const std::uint64_t graph_bytes =
+      weights == "q8" ? converted_weight_bytes(path, DType::kQ8_0) : test::file_tensor_bytes(path);
+  CHECK(ri.weight_bytes == graph_bytes);
+  CHECK(mapped.model_info().weight_bytes == graph_bytes);
   const bool repacks = ri.int8_activations && (ri.cpu_isa == "avx512vnni" || ri.cpu_isa == "amx") &&
                        (weights == "q8" || type != DType::kF16);
   CHECK((ri.weights_repacked_tensors == 2 * 7 + 1) == repacks);  // 7 per layer + the output head
@@ -198,8 +226,7 @@ TEST_CASE("weights conversion keeps a lookup-only token embedding as stored", "[
   // embedding at F32 size.
   const gguf::File q8 = gguf::File::open(q8_path);
   const gguf::File f32 = gguf::File::open(f32_path);
-  const std::uint64_t expected = engine(q8_path, "as-stored").model_info().weight_bytes -
-                                 q8.find_tensor("token_embd.weight")->bytes +
+  const std::uint64_t expected = test::file_tensor_bytes(q8_path) - q8.find_tensor("token_embd.weight")->bytes +
                                  f32.find_tensor("token_embd.weight")->bytes;
   CHECK(converted.model_info().weight_bytes == expected);
   CHECK_THAT(converted.graph_table(), Contains("q8_0"));
@@ -263,7 +290,12 @@ TEST_CASE("the memory budget check counts the fp8 output head at its 16-bit size
   const Engine probe(o);
   const PlanDevice& cpu = probe.plan().devices.at(0);
   const std::uint64_t per_request = cpu.kv_bytes_per_request + cpu.activation_bytes_per_request;
-  CHECK(cpu.weight_bytes == probe.model_info().weight_bytes);
+  // FP8 E4M3 matmul weights, the head at BF16, the lookup-only embedding as stored (F32); resident
+  // copies may pad rows.
+  const std::uint64_t expected = converted_weight_bytes(o.model_path, DType::kFP8_E4M3, DType::kBF16);
+  CHECK(probe.model_info().weight_bytes == expected);
+  CHECK(cpu.weight_bytes >= expected);
+  CHECK(cpu.weight_bytes <= expected + expected / 16 + 64 * 64);
   o.memory_budget_bytes = probe.model_info().weight_bytes + per_request - 1;
   CHECK_THROWS_AS(Engine(o), Error);
   o.memory_budget_bytes = probe.model_info().weight_bytes + per_request + per_request / 2;
@@ -335,7 +367,7 @@ TEST_CASE("weights=q8 converts a Q4_K_M model (K-quant super-blocks decoded, the
   CHECK(info.weights_kept_tensors == 0);
   CHECK(info.weights_converted_bytes == stored_bytes);
   CHECK(info.weights_converted_to_bytes == q8_bytes);
-  CHECK(info.weight_bytes == stored.model_info().weight_bytes - stored_bytes + q8_bytes);
+  CHECK(info.weight_bytes == test::file_tensor_bytes(path) - stored_bytes + q8_bytes);
   // Q8_0 of the decoded K weights adds Q8_0's own error only (measured relative RMS 0.0053
   // against the as-stored K logits); a wrong super-block decode would be an order-1 error.
   const double err = relative_rms(converted.logits(kTokens, true), stored.logits(kTokens, true));

@@ -11,6 +11,7 @@
 #include "cpu/matmul_kernels.hpp"
 #include "cpu/matvec_group.hpp"
 #include "cpu/weight_layout.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/same_layout_results.hpp"
 #include "support/tolerance.hpp"
@@ -141,16 +142,15 @@ TEST_CASE("fp8r rows round-trip encoder and per-channel scales exactly; others s
   }
 }
 
-TEST_CASE("fp8r resident layout: only with the fp16 decode kernel, and only when exact", "[fp8r]") {
-  for (const cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx}) {
-    if (!cpu::isa_supported(isa)) continue;
-    CAPTURE(cpu::name(isa));
-    const cpu::CpuContext ctx(2, isa);
-    const bool native = cpu::detail::fp8r_decode_native(isa);
-    CHECK(native == (isa >= cpu::Isa::kAvx512 && cpu::detail::avx512_fp16_supported()));
-    CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, true) == (native ? DType::kFP8_E4M3R : DType::kFP8_E4M3));
-    CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, false) == DType::kFP8_E4M3);  // a lookup-only table
-  }
+SITSRT_ISA_TEST_CASE(isa, "fp8r resident layout: only with the fp16 decode kernel", "[fp8r]", test::kAllIsas) {
+  const cpu::CpuContext ctx(2, isa);
+  const bool native = cpu::detail::fp8r_decode_native(isa);
+  CHECK(native == (isa >= cpu::Isa::kAvx512 && cpu::detail::avx512_fp16_supported()));
+  CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, true) == (native ? DType::kFP8_E4M3R : DType::kFP8_E4M3));
+  CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, false) == DType::kFP8_E4M3);  // a lookup-only table
+}
+
+TEST_CASE("fp8r resident layout: only when exact", "[fp8r]") {
   CHECK(cpu::resident_row_stride(DType::kFP8_E4M3R, 2816) == 3008);  // 44 * 68 = 2992 rounded to a line
 
   test::Rng rng(9);
@@ -171,9 +171,8 @@ TEST_CASE("fp8r resident layout: only with the fp16 decode kernel, and only when
   }
 }
 
-TEST_CASE("fp8r prefill and row lookups are bit-identical to stored fp8", "[fp8r]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kAvx2, cpu::Isa::kGeneric);
-  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
+SITSRT_ISA_TEST_CASE(isa, "fp8r prefill and row lookups are bit-identical to stored fp8", "[fp8r]",
+                     cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAmx) {
   test::Rng rng(23);
   for (const std::int64_t rows : {1, 5, 18}) {
     for (const std::int64_t nb : {1, 17, 44}) {
@@ -227,11 +226,10 @@ void check_fp16_decode(const std::vector<BlockFP8_E4M3>& blocks, std::int64_t ro
 
 }  // namespace
 
-TEST_CASE("fp8r AVX512-FP16 decode matches a double reference within the fp16 bound", "[fp8r]") {
-  if (!cpu::detail::fp8r_decode_native(cpu::Isa::kAvx512)) {
-    WARN("skipped: this CPU lacks AVX512-FP16 (FP8 stays in its stored layout; matmul_test covers it)");
-    return;
-  }
+TEST_CASE("fp8r AVX512-FP16 decode matches a double reference within the fp16 bound", "[fp8r][gated]") {
+  // Without AVX512-FP16, FP8 stays in its stored layout (matmul_test covers it).
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512);
+  if (!cpu::detail::fp8r_decode_native(cpu::Isa::kAvx512)) SITSRT_SKIP("this CPU lacks AVX512-FP16");
   test::Rng rng(31);
   for (const std::int64_t nb : {1, 2, 16, 17, 18, 44, 528}) {  // 528 blocks: two 32768-column stretches
     for (const int kind : {0, 1, 2}) {
@@ -251,11 +249,9 @@ TEST_CASE("fp8r AVX512-FP16 decode matches a double reference within the fp16 bo
   }
 }
 
-TEST_CASE("fp8r AVX512-FP16 decode: largest codes against the largest activations do not overflow", "[fp8r]") {
-  if (!cpu::detail::fp8r_decode_native(cpu::Isa::kAvx512)) {
-    WARN("skipped: this CPU lacks AVX512-FP16");
-    return;
-  }
+TEST_CASE("fp8r AVX512-FP16 decode: largest codes against the largest activations do not overflow", "[fp8r][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512);
+  if (!cpu::detail::fp8r_decode_native(cpu::Isa::kAvx512)) SITSRT_SKIP("this CPU lacks AVX512-FP16");
   // Every code +-448 against x just under its scaled maximum (0.999 -> 255.75) with r = 1: a
   // group's fp16 lanes reach 16 * 2 * 1.75 * 255.75 = 14322 of fp16's 65504 (a kernel scaling x
   // 8x higher overflows here). Row 0 has every r = 1; row 1 alternates signs, row 2 is all
@@ -278,11 +274,9 @@ TEST_CASE("fp8r AVX512-FP16 decode: largest codes against the largest activation
   }
 }
 
-TEST_CASE("fp8r AVX512-FP16 decode propagates inf and NaN activations as float does", "[fp8r]") {
-  if (!cpu::detail::fp8r_decode_native(cpu::Isa::kAvx512)) {
-    WARN("skipped: this CPU lacks AVX512-FP16");
-    return;
-  }
+TEST_CASE("fp8r AVX512-FP16 decode propagates inf and NaN activations as float does", "[fp8r][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512);
+  if (!cpu::detail::fp8r_decode_native(cpu::Isa::kAvx512)) SITSRT_SKIP("this CPU lacks AVX512-FP16");
   test::Rng rng(3);
   constexpr std::int64_t nb = 17, cols = nb * kFp8Block, rows = 2;
   const std::vector<BlockFP8_E4M3> blocks = encoded_rows(rows, nb, rng);
@@ -302,14 +296,12 @@ TEST_CASE("fp8r AVX512-FP16 decode propagates inf and NaN activations as float d
   }
 }
 
-TEST_CASE("fp8r in a fused product with an int8-activation weight: each as alone", "[fp8r]") {
+TEST_CASE("fp8r in a fused product with an int8-activation weight: each as alone", "[fp8r][gated]") {
   // One product may prepare both input rows (int8 for Q8_0R, fp16 for FP8R) in the shared
   // scratch that either weight alone reserves; each output equals its weight's own matmul.
   const cpu::Isa isa = cpu::Isa::kAvx512Vnni;
-  if (!cpu::isa_supported(isa) || !cpu::detail::fp8r_decode_native(isa)) {
-    WARN("skipped: this CPU lacks AVX-512 VNNI or AVX512-FP16");
-    return;
-  }
+  SITSRT_REQUIRE_ISA(isa);
+  if (!cpu::detail::fp8r_decode_native(isa)) SITSRT_SKIP("this CPU lacks AVX512-FP16");
   test::Rng rng(13);
   constexpr std::int64_t rows = 40, nb = 44, cols = nb * kFp8Block;
   cpu::CpuContext ctx(2, isa, /*int8_activations=*/true);

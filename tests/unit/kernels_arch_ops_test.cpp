@@ -7,6 +7,7 @@
 #include "cpu/rope.hpp"
 #include "cpu_backend/cpu_kernels.hpp"
 #include "ops/ops.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
@@ -30,15 +31,11 @@ std::vector<float> random_values(std::size_t n, test::Rng& rng, float scale) {
 
 }  // namespace
 
-TEST_CASE("geglu_tanh, add_bias, scale and soft_cap match double references", "[kernels][arch]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512);
+SITSRT_ISA_TEST_CASE(isa, "geglu_tanh, add_bias, scale and soft_cap match double references", "[kernels][arch]",
+                     cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512) {
   const int threads = GENERATE(1, 3);
   const std::int64_t n = GENERATE(1, 37, 40000);
   const std::int64_t rows = 3, ld = n + 3;
-  if (!cpu::isa_supported(isa)) {
-    WARN("skipped: this CPU has no " << cpu::name(isa));
-    return;
-  }
   CAPTURE(cpu::name(isa), threads, n);
   test::Rng rng(static_cast<std::uint64_t>(n * 5 + threads));
   std::vector<float> a = random_values(static_cast<std::size_t>(rows * ld), rng, 3.0f);

@@ -4,6 +4,7 @@
 #include "cpu/elementwise.hpp"
 #include "cpu/norm.hpp"
 #include "cpu/rope.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
@@ -70,13 +71,11 @@ std::pair<std::int64_t, std::int64_t> pair_index(const cpu::RopeParams& p, std::
 
 }  // namespace
 
-TEST_CASE("rms_norm matches a double reference", "[kernels]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "rms_norm matches a double reference", "[kernels]", kIsas) {
   const int threads = GENERATE(1, 3);
   const std::int64_t n = GENERATE(1, 7, 64, 4096, 4099);
   const std::int64_t rows = GENERATE(1, 5);
   const bool in_place = GENERATE(false, true);
-  if (!cpu::isa_supported(isa)) return;
   CAPTURE(cpu::name(isa), threads, n, rows, in_place);
   test::Rng rng(static_cast<std::uint64_t>(n * 31 + rows));
   const std::int64_t ld = n + 3;
@@ -111,13 +110,11 @@ TEST_CASE("rms_norm matches a double reference", "[kernels]") {
   check_gaps_untouched(out_before, out, rows, n, ld);
 }
 
-TEST_CASE("rope matches a double reference for both styles", "[kernels]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "rope matches a double reference for both styles", "[kernels]", kIsas) {
   const int threads = GENERATE(1, 3);
   const cpu::RopeStyle style = GENERATE(cpu::RopeStyle::kNormal, cpu::RopeStyle::kNeox);
   const std::int64_t rot_dims = GENERATE(64, 32, 6);  // all of head_dim, part of it, a few pairs
   const bool factors = GENERATE(false, true);
-  if (!cpu::isa_supported(isa)) return;
   CAPTURE(cpu::name(isa), threads, style == cpu::RopeStyle::kNeox, rot_dims, factors);
   const std::int64_t head_dim = 64, n_heads = 3, ld = n_heads * head_dim + 5;
   const std::vector<std::int32_t> positions = {0, 7, 3, 1000, 65535, 1, 200001};  // non-contiguous
@@ -157,10 +154,9 @@ TEST_CASE("rope matches a double reference for both styles", "[kernels]") {
   check_gaps_untouched(x_in, x, rows, n_heads * head_dim, ld);
 }
 
-TEST_CASE("rope preserves pair norms and makes q.k depend only on the position difference", "[kernels]") {
+SITSRT_ISA_TEST_CASE(isa, "rope preserves pair norms and makes q.k depend only on the position difference", "[kernels]",
+                     kIsas) {
   const cpu::RopeStyle style = GENERATE(cpu::RopeStyle::kNormal, cpu::RopeStyle::kNeox);
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
-  if (!cpu::isa_supported(isa)) return;
   CAPTURE(style == cpu::RopeStyle::kNeox, cpu::name(isa));
   const std::int64_t d = 128;
   const cpu::RopeParams params{d, d, 10000.0f, 1.0f, nullptr, style};
@@ -213,13 +209,11 @@ TEST_CASE("rope rejects a bad shape", "[kernels]") {
   CHECK_THROWS_AS(cpu::rope(ctx, x.data(), 64, 1, 1, &pos, cpu::RopeParams{64, 7, 10000.0f, 1.0f, nullptr, {}}), Error);
 }
 
-TEST_CASE("swiglu matches a double reference", "[kernels]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "swiglu matches a double reference", "[kernels]", kIsas) {
   const int threads = GENERATE(1, 3);
   const std::int64_t n = GENERATE(1, 13, 64, 11008, 40000);
   const std::int64_t rows = GENERATE(1, 4);
   const int alias = GENERATE(0, 1, 2);  // 0: separate output, 1: out = gate, 2: out = up
-  if (!cpu::isa_supported(isa)) return;
   CAPTURE(cpu::name(isa), threads, n, rows, alias);
   test::Rng rng(static_cast<std::uint64_t>(n + rows * 7));
   const std::int64_t ld = n + 2;
@@ -251,12 +245,10 @@ TEST_CASE("swiglu matches a double reference", "[kernels]") {
   check_gaps_untouched(out_before, out, rows, n, ld);
 }
 
-TEST_CASE("add matches a double reference", "[kernels]") {
-  const cpu::Isa isa = GENERATE(from_range(std::begin(kIsas), std::end(kIsas)));
+SITSRT_ISA_TEST_CASE(isa, "add matches a double reference", "[kernels]", kIsas) {
   const int threads = GENERATE(1, 3);
   const std::int64_t n = GENERATE(1, 17, 4096, 50001);
   const std::int64_t rows = GENERATE(1, 3);
-  if (!cpu::isa_supported(isa)) return;
   CAPTURE(cpu::name(isa), threads, n, rows);
   test::Rng rng(static_cast<std::uint64_t>(n * 5 + rows));
   const std::int64_t ld = n + 1;

@@ -6,6 +6,7 @@
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul_kernels.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
@@ -21,6 +22,9 @@
 using namespace sitsrt;
 
 namespace {
+
+// The levels of the float and integer-dot kernels (the AMX prefill has cases of its own).
+const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
 constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
                                DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
@@ -227,11 +231,9 @@ TEST_CASE("cpu scratch grows only and refuses more than reserved", "[matmul]") {
   CHECK_THROWS_AS(ctx.scratch(3, 1), Error);
 }
 
-TEST_CASE("matmul matches a double reference for every format, ISA and shape", "[matmul]") {
+SITSRT_ISA_TEST_CASE(isa, "matmul matches a double reference for every format, ISA and shape", "[matmul]", kIsas) {
   const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   const int threads = GENERATE(1, 3);
-  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
   for (const Shape& s : matmul_shapes()) {
     if (fits_blocks(type, s.cols)) check_matmul(type, isa, threads, s);
   }
@@ -245,11 +247,8 @@ TEST_CASE("matmul matches a double reference for every format, ISA and shape", "
   }
 }
 
-TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding", "[matmul][amx]") {
-  if (!cpu::isa_supported(cpu::Isa::kAmx)) {
-    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles (the float prefill is tested above)");
-    return;
-  }
+TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding", "[matmul][amx][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);  // (the float prefill is tested above)
   const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
   const int threads = GENERATE(1, 3);
   for (const Shape& s : matmul_shapes()) {
@@ -269,11 +268,8 @@ TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding",
   }
 }
 
-TEST_CASE("AMX prefill needs the shared buffer for its bf16 copy of x reserved", "[matmul][amx]") {
-  if (!cpu::isa_supported(cpu::Isa::kAmx)) {
-    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles");
-    return;
-  }
+TEST_CASE("AMX prefill needs the shared buffer for its bf16 copy of x reserved", "[matmul][amx][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);
   test::Rng rng(3);
   const TestWeights w = make_weights(DType::kQ8_0, 8, 64, 0, rng);
   const std::vector<float> x = make_inputs(4, 64, 64, rng);
@@ -304,10 +300,8 @@ TEST_CASE("matmul rejects bad weights and unreserved scratch", "[matmul]") {
   CHECK(code_of({DType::kF32, data.data(), 2, 64, 256}, 2) == ErrorCode::kInternal);         // no scratch
 }
 
-TEST_CASE("get_rows returns dequantize_row of each id, bit for bit", "[matmul]") {
+SITSRT_ISA_TEST_CASE(isa, "get_rows returns dequantize_row of each id, bit for bit", "[matmul]", kIsas) {
   const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
-  if (!cpu::isa_supported(isa)) return;
   CAPTURE(name(type), cpu::name(isa));
   const std::int64_t cols = is_float_type(type)                ? 103
                             : traits(type).block_size == 256 ? 512
@@ -344,9 +338,7 @@ TEST_CASE("get_rows rejects an out-of-range id naming it and the row count", "[m
   }
 }
 
-TEST_CASE("f16 weights decode every half value exactly on every ISA", "[matmul]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
-  if (!cpu::isa_supported(isa)) return;
+SITSRT_ISA_TEST_CASE(isa, "f16 weights decode every half value exactly on every ISA", "[matmul]", kIsas) {
   CAPTURE(cpu::name(isa));
   std::vector<std::uint16_t> halves(65536);
   for (std::uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<std::uint16_t>(h);
@@ -365,9 +357,7 @@ TEST_CASE("f16 weights decode every half value exactly on every ISA", "[matmul]"
   }
 }
 
-TEST_CASE("fp8 e4m3 weights decode every code as dequantize_row on every ISA", "[matmul]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
-  if (!cpu::isa_supported(isa)) return;
+SITSRT_ISA_TEST_CASE(isa, "fp8 e4m3 weights decode every code as dequantize_row on every ISA", "[matmul]", kIsas) {
   CAPTURE(cpu::name(isa));
   // Four blocks holding the 256 codes, scales that keep every product normal and one that makes
   // the smallest ones subnormal floats (the scale-by-256 path must still round identically).
@@ -393,82 +383,86 @@ TEST_CASE("fp8 e4m3 weights decode every code as dequantize_row on every ISA", "
 #if defined(__x86_64__)
 namespace {
 
-// The AVX-512 FP8 decode kernels by name (matmul_kernels.hpp), the BF16 one where the CPU has it.
-std::vector<std::pair<const char*, cpu::detail::MatvecFn>> fp8_avx512_kernels() {
-  std::vector<std::pair<const char*, cpu::detail::MatvecFn>> k;
-  if (!cpu::isa_supported(cpu::Isa::kAvx512)) return k;
-  k.emplace_back("f16c", cpu::detail::matvec_fp8_avx512_f16c);
-  if (cpu::detail::avx512_bf16_supported()) k.emplace_back("bf16", cpu::detail::matvec_fp8_avx512_bf16);
-  return k;
+// One row of two blocks filled with 1.0 (0x38) but for code c at element p, and x one-hot at
+// p: y = d * e4m3(c) with no other rounding, so any decode error shows. Exponent-0 codes
+// (zero, subnormals) send their block down the BF16 kernel's F16C fallback; the others keep it
+// on the vdpbf16ps path (the filler code has exponent 7).
+void check_fp8_every_code(const char* kernel_name, cpu::detail::MatvecFn kernel) {
+  for (const float d : {0.75f, -3.0e-3f}) {
+    for (int c = 0; c < 256; ++c) {
+      const int p = (c * 37) % 128;
+      std::vector<BlockFP8_E4M3> blocks(2);
+      for (BlockFP8_E4M3& b : blocks) {
+        b.d = d;
+        std::memset(b.qs, 0x38, sizeof b.qs);
+      }
+      blocks[static_cast<std::size_t>(p / 64)].qs[p % 64] = static_cast<std::uint8_t>(c);
+      std::vector<float> x(128, 0.0f);
+      x[static_cast<std::size_t>(p)] = 1.0f;
+      float y = 0.0f;
+      kernel(reinterpret_cast<const std::byte*>(blocks.data()), 136, 128, x.data(), &y, 1);
+      const float want = (c & 0x7F) == 0x7F ? d * ((c & 0x80) != 0 ? -480.0f : 480.0f)  // NaN codes
+                                            : d * fp8_e4m3_to_fp32(static_cast<std::uint8_t>(c));
+      CAPTURE(kernel_name, d, c, p);
+      REQUIRE(y == want);  // equal values (the -0 code sums to +0 with the other products)
+    }
+  }
+}
+
+// Rows from the encoder, then exponent-0 codes planted in every third block (the BF16
+// kernel's fallback) and blocks of very different scales. Tolerance: the dot product's
+// float rounding (k + 2 roundings per term), plus 2^-8 sum |w x| for bf16 activations.
+void check_fp8_random_rows(const char* kernel_name, cpu::detail::MatvecFn kernel) {
+  test::Rng rng(4242);
+  const bool bf16 = std::string(kernel_name) == "bf16";
+  // 32768: the widest row the BF16 kernel takes; 32832: one block more, run by the F16C one.
+  for (const Shape s : {Shape{1, 64, 1}, Shape{3, 128, 1}, Shape{17, 192, 1}, Shape{64, 4096, 1}, Shape{5, 1344, 1},
+                        Shape{2, 32768, 1}, Shape{2, 32832, 1}}) {
+    CAPTURE(kernel_name, s.rows, s.cols);
+    TestWeights w = make_weights(DType::kFP8_E4M3, s.rows, s.cols, 4, rng);
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      auto* blocks = reinterpret_cast<BlockFP8_E4M3*>(w.bytes.data() + static_cast<std::size_t>(r) * w.stride);
+      for (std::int64_t b = r % 3; b < s.cols / 64; b += 3) {
+        for (int k = 0; k < 3; ++k) {
+          blocks[b].qs[rng.uniform_int(0, 63)] = static_cast<std::uint8_t>(rng.uniform_int(0, 7) | (k == 1 ? 0x80 : 0));
+        }
+      }
+      dequantize_row(DType::kFP8_E4M3, blocks, w.values.data() + r * s.cols, s.cols);
+    }
+    const std::vector<float> x = make_inputs(1, s.cols, s.cols, rng);
+    std::vector<float> y(static_cast<std::size_t>(s.rows));
+    kernel(w.bytes.data(), w.stride, s.cols, x.data(), y.data(), s.rows);
+    std::vector<double> expected, tolerance;
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (std::int64_t c = 0; c < s.cols; ++c) {
+        const double wv = w.values[static_cast<std::size_t>(r * s.cols + c)], xv = x[static_cast<std::size_t>(c)];
+        sum += wv * xv;
+        abs_sum += std::fabs(wv * xv);
+      }
+      expected.push_back(sum);
+      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, 2) + (bf16 ? kBf16Rounding * abs_sum : 0.0));
+    }
+    test::check_close(expected, y, tolerance, "fp8 matvec");
+  }
 }
 
 }  // namespace
 
-TEST_CASE("fp8 e4m3 AVX-512 decode kernels: every code exactly, through both block paths", "[matmul]") {
-  // One row of two blocks filled with 1.0 (0x38) but for code c at element p, and x one-hot at
-  // p: y = d * e4m3(c) with no other rounding, so any decode error shows. Exponent-0 codes
-  // (zero, subnormals) send their block down the BF16 kernel's F16C fallback; the others keep it
-  // on the vdpbf16ps path (the filler code has exponent 7).
-  for (const auto& [kernel_name, kernel] : fp8_avx512_kernels()) {
-    for (const float d : {0.75f, -3.0e-3f}) {
-      for (int c = 0; c < 256; ++c) {
-        const int p = (c * 37) % 128;
-        std::vector<BlockFP8_E4M3> blocks(2);
-        for (BlockFP8_E4M3& b : blocks) {
-          b.d = d;
-          std::memset(b.qs, 0x38, sizeof b.qs);
-        }
-        blocks[static_cast<std::size_t>(p / 64)].qs[p % 64] = static_cast<std::uint8_t>(c);
-        std::vector<float> x(128, 0.0f);
-        x[static_cast<std::size_t>(p)] = 1.0f;
-        float y = 0.0f;
-        kernel(reinterpret_cast<const std::byte*>(blocks.data()), 136, 128, x.data(), &y, 1);
-        const float want = (c & 0x7F) == 0x7F ? d * ((c & 0x80) != 0 ? -480.0f : 480.0f)  // NaN codes
-                                              : d * fp8_e4m3_to_fp32(static_cast<std::uint8_t>(c));
-        CAPTURE(kernel_name, d, c, p);
-        REQUIRE(y == want);  // equal values (the -0 code sums to +0 with the other products)
-      }
-    }
-  }
+// The AVX-512 FP8 decode kernels (matmul_kernels.hpp): the F16C one runs where the CPU has AVX-512,
+// the BF16 one where it also has AVX512-BF16.
+TEST_CASE("fp8 e4m3 AVX-512 f16c decode kernel: every code exactly, and a double reference on random rows",
+          "[matmul][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512);
+  check_fp8_every_code("f16c", cpu::detail::matvec_fp8_avx512_f16c);
+  check_fp8_random_rows("f16c", cpu::detail::matvec_fp8_avx512_f16c);
 }
 
-TEST_CASE("fp8 e4m3 AVX-512 decode kernels match a double reference on random rows", "[matmul]") {
-  // Rows from the encoder, then exponent-0 codes planted in every third block (the BF16
-  // kernel's fallback) and blocks of very different scales. Tolerance: the dot product's
-  // float rounding (k + 2 roundings per term), plus 2^-8 sum |w x| for bf16 activations.
-  test::Rng rng(4242);
-  for (const auto& [kernel_name, kernel] : fp8_avx512_kernels()) {
-    const bool bf16 = std::string(kernel_name) == "bf16";
-    // 32768: the widest row the BF16 kernel takes; 32832: one block more, run by the F16C one.
-    for (const Shape s : {Shape{1, 64, 1}, Shape{3, 128, 1}, Shape{17, 192, 1}, Shape{64, 4096, 1}, Shape{5, 1344, 1},
-                          Shape{2, 32768, 1}, Shape{2, 32832, 1}}) {
-      CAPTURE(kernel_name, s.rows, s.cols);
-      TestWeights w = make_weights(DType::kFP8_E4M3, s.rows, s.cols, 4, rng);
-      for (std::int64_t r = 0; r < s.rows; ++r) {
-        auto* blocks = reinterpret_cast<BlockFP8_E4M3*>(w.bytes.data() + static_cast<std::size_t>(r) * w.stride);
-        for (std::int64_t b = r % 3; b < s.cols / 64; b += 3) {
-          for (int k = 0; k < 3; ++k) {
-            blocks[b].qs[rng.uniform_int(0, 63)] = static_cast<std::uint8_t>(rng.uniform_int(0, 7) | (k == 1 ? 0x80 : 0));
-          }
-        }
-        dequantize_row(DType::kFP8_E4M3, blocks, w.values.data() + r * s.cols, s.cols);
-      }
-      const std::vector<float> x = make_inputs(1, s.cols, s.cols, rng);
-      std::vector<float> y(static_cast<std::size_t>(s.rows));
-      kernel(w.bytes.data(), w.stride, s.cols, x.data(), y.data(), s.rows);
-      std::vector<double> expected, tolerance;
-      for (std::int64_t r = 0; r < s.rows; ++r) {
-        double sum = 0.0, abs_sum = 0.0;
-        for (std::int64_t c = 0; c < s.cols; ++c) {
-          const double wv = w.values[static_cast<std::size_t>(r * s.cols + c)], xv = x[static_cast<std::size_t>(c)];
-          sum += wv * xv;
-          abs_sum += std::fabs(wv * xv);
-        }
-        expected.push_back(sum);
-        tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, 2) + (bf16 ? kBf16Rounding * abs_sum : 0.0));
-      }
-      test::check_close(expected, y, tolerance, "fp8 matvec");
-    }
-  }
+TEST_CASE("fp8 e4m3 AVX-512 bf16 decode kernel: every code exactly, through both block paths, and random rows",
+          "[matmul][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512);
+  if (!cpu::detail::avx512_bf16_supported()) SITSRT_SKIP("this CPU lacks AVX512-BF16");
+  check_fp8_every_code("bf16", cpu::detail::matvec_fp8_avx512_bf16);
+  check_fp8_random_rows("bf16", cpu::detail::matvec_fp8_avx512_bf16);
 }
 #endif

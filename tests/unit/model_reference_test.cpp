@@ -2,6 +2,7 @@
 // reference_model.hpp) on random-weight models of every weight type. The reference reads the
 // same stored weights through the scalar dequantizer, so the remaining difference is float32
 // arithmetic and the F16 KV cache: the tolerance is relative to the logit scale.
+#include "support/isa.hpp"
 #include "support/model_files.hpp"
 #include "support/reference_model.hpp"
 
@@ -190,17 +191,15 @@ TEST_CASE("decoding token by token equals one batched prefill", "[model]") {
   for (std::size_t i = 0; i < last.size(); ++i) REQUIRE(last[i] == Approx(b[b.size() - 300 + i]).margin(1e-5 * scale));
 }
 
-TEST_CASE("AMX prefill (bf16 operands) stays close to the float prefill", "[model][amx]") {
+TEST_CASE("AMX prefill (bf16 operands) stays close to the float prefill", "[model][amx][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);
   const DType type = GENERATE(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_1);
   CAPTURE(name(type));
   const std::string path = test::random_model(test::tiny_options(type), "reference");
   EngineOptions options = two_thread_options(path, 64);  // the whole prompt is one prefill
   options.cpu_isa = "amx";
   const Engine amx(options);
-  if (amx.model_info().cpu_isa != "amx") {
-    WARN("skipped: this CPU or kernel offers no AMX-BF16 tiles");
-    return;
-  }
+  REQUIRE(amx.model_info().cpu_isa == "amx");
   options.cpu_isa = test::kFloatPrefillIsa;
   const Engine float_prefill(options);
   const auto tokens = some_tokens(20, 300, 9);

@@ -11,6 +11,7 @@
 #include "cpu/matmul.hpp"
 #include "cpu/qdot_kernels.hpp"
 #include "cpu/weight_layout.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/same_layout_results.hpp"
 #include "support/tolerance.hpp"
@@ -124,22 +125,17 @@ TEST_CASE("q4_kr rows round-trip the stored blocks and dequantize to the same va
   }
 }
 
-TEST_CASE("q4_kr resident layout: only with its integer decode kernel", "[q4kr]") {
-  for (const cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx}) {
-    if (!cpu::isa_supported(isa)) continue;
-    CAPTURE(cpu::name(isa));
-    const bool native = cpu::detail::q4_kr_decode_native(isa);
-    CHECK((native && isa < cpu::Isa::kAvx512Vnni) == false);
-    const cpu::CpuContext int8(1, isa, true), float_acts(1, isa, false);
-    CHECK(cpu::resident_layout(int8, DType::kQ4_K, true) == (native ? DType::kQ4_KR : DType::kQ4_K));
-    CHECK(cpu::resident_layout(int8, DType::kQ4_K, false) == DType::kQ4_K);  // a lookup-only table
-    CHECK(cpu::resident_layout(float_acts, DType::kQ4_K, true) == DType::kQ4_K);
-  }
+SITSRT_ISA_TEST_CASE(isa, "q4_kr resident layout: only with its integer decode kernel", "[q4kr]", test::kAllIsas) {
+  const bool native = cpu::detail::q4_kr_decode_native(isa);
+  CHECK((native && isa < cpu::Isa::kAvx512Vnni) == false);
+  const cpu::CpuContext int8(1, isa, true), float_acts(1, isa, false);
+  CHECK(cpu::resident_layout(int8, DType::kQ4_K, true) == (native ? DType::kQ4_KR : DType::kQ4_K));
+  CHECK(cpu::resident_layout(int8, DType::kQ4_K, false) == DType::kQ4_K);  // a lookup-only table
+  CHECK(cpu::resident_layout(float_acts, DType::kQ4_K, true) == DType::kQ4_K);
 }
 
-TEST_CASE("q4_kr prefill and row lookups are bit-identical to stored q4_k at every level", "[q4kr]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kAvx2, cpu::Isa::kGeneric);
-  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
+SITSRT_ISA_TEST_CASE(isa, "q4_kr prefill and row lookups are bit-identical to stored q4_k at every level", "[q4kr]",
+                     test::kAllIsas) {
   const int threads = GENERATE(1, 3);
   test::Rng rng(29);
   for (const std::int64_t rows : {1, 5, 18}) {
@@ -158,14 +154,12 @@ TEST_CASE("q4_kr prefill and row lookups are bit-identical to stored q4_k at eve
   }
 }
 
-TEST_CASE("q4_kr integer decode matches a double reference, extremes included", "[q4kr]") {
+TEST_CASE("q4_kr integer decode matches a double reference, extremes included", "[q4kr][gated]") {
   // Per sub-block s of a block the kernel adds float(u . q) * fl(fl(d sc_s) d_x) and subtracts
   // fl(dmin m_s) * ds_x, with u . q summed exactly in int32 from the low nibbles and 16 x the
   // high ones. A wrong lane order, word offset, 6-bit field, d/dmin lane or shift shows here.
-  if (!cpu::detail::q4_kr_decode_native(cpu::Isa::kAvx512Vnni)) {
-    WARN("skipped: this CPU lacks AVX-512 VNNI or VBMI");
-    return;
-  }
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512Vnni);
+  if (!cpu::detail::q4_kr_decode_native(cpu::Isa::kAvx512Vnni)) SITSRT_SKIP("this CPU lacks AVX512-VBMI");
   test::Rng rng(41);
   constexpr std::int64_t kRows = 5;  // one 4-row pass and one single row
   cpu::CpuContext ctx(1, cpu::Isa::kAvx512Vnni, /*int8_activations=*/true);

@@ -10,6 +10,7 @@
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/qdot_kernels.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
@@ -24,6 +25,9 @@
 using namespace sitsrt;
 
 namespace {
+
+// The levels of the float and integer-dot kernels (the AMX prefill has cases of its own).
+const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
 constexpr DType kIntTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128,
                                DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
@@ -222,9 +226,8 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
 
 }  // namespace
 
-TEST_CASE("activation quantizer matches the scalar reference bit for bit on every ISA", "[qdot]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
-  if (!cpu::isa_supported(isa)) return;
+SITSRT_ISA_TEST_CASE(isa, "activation quantizer matches the scalar reference bit for bit on every ISA", "[qdot]",
+                     kIsas) {
   CAPTURE(cpu::name(isa));
   test::Rng rng(17);
   for (std::int64_t cols : {32, 96, 1056, 4096}) {
@@ -270,11 +273,10 @@ TEST_CASE("activation quantizer matches the scalar reference bit for bit on ever
   }
 }
 
-TEST_CASE("int8-activation decode matches its integer reference on every ISA", "[qdot][matmul]") {
+SITSRT_ISA_TEST_CASE(isa, "int8-activation decode matches its integer reference on every ISA", "[qdot][matmul]",
+                     kIsas) {
   const DType type = GENERATE(from_range(std::begin(kIntTypes), std::end(kIntTypes)));
-  const cpu::Isa isa = GENERATE(cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni);
   const int threads = GENERATE(1, 3);
-  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
   for (std::int64_t rows : {1, 3, 17, 64, 129}) {
     for (std::int64_t cols : {32, 64, 96, 128, 256, 640, 1056, 4096, 512, 2304}) {
       if (fits_blocks(type, cols)) check_int8_matvec(type, isa, threads, rows, cols);

@@ -9,6 +9,7 @@
 #include "cpu/matmul.hpp"
 #include "cpu/qdot_kernels.hpp"
 #include "cpu/weight_layout.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/same_layout_results.hpp"
 #include "support/tolerance.hpp"
@@ -125,10 +126,10 @@ TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for
   CHECK(cpu::resident_layout(generic, DType::kQ8_0, true) == DType::kQ8_0);
   CHECK(cpu::resident_row_stride(DType::kQ8_0, 2816) == 88 * 34);
   CHECK(cpu::resident_row_stride(DType::kQ4_0R, 2816) == 1600);  // 1584 rounded to a cache line
-  if (!cpu::isa_supported(cpu::Isa::kAvx512Vnni)) {
-    WARN("skipped the AVX-512 VNNI cases: this CPU lacks it");
-    return;
-  }
+}
+
+TEST_CASE("resident layout at avx512vnni: repacked for matmuls with int8 activations", "[repacked][gated]") {
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512Vnni);
   const cpu::CpuContext vnni(1, cpu::Isa::kAvx512Vnni, true), vnni_float(1, cpu::Isa::kAvx512Vnni, false);
   CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == DType::kQ8_0R);
   CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true) == DType::kQ4_0R);
@@ -138,9 +139,8 @@ TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for
   CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == DType::kQ8_0);  // float activations
 }
 
-TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to the stored layout", "[repacked]") {
-  const cpu::Isa isa = GENERATE(cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx, cpu::Isa::kAvx512, cpu::Isa::kGeneric);
-  if (!cpu::isa_supported(isa)) return;  // this CPU cannot run that level
+SITSRT_ISA_TEST_CASE(isa, "repacked weights decode, prefill and look up rows bit-identically to the stored layout",
+                     "[repacked]", cpu::Isa::kGeneric, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx) {
   const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
   const DType repacked = repacked_format_of(stored);
   const int threads = GENERATE(1, 3);
@@ -172,17 +172,15 @@ TEST_CASE("repacked weights decode, prefill and look up rows bit-identically to 
   }
 }
 
-TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, stored = repacked", "[repacked]") {
+TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, stored = repacked",
+          "[repacked][gated]") {
   // The AVX-512 VNNI Q4_0 kernel sums 16 blocks' lanes in int16 pairs, the Q4_0R one sums each
   // block in its own lane (low nibbles + 16 x high nibbles >> 4); both subtract the offset
   // 8 sum(q) per block: a wrong block -> lane order, offset, shift or saturated pack shows here
   // against sum_b d_w d_x sum_i (u_i - 8) q_i in double, for every row length of 1..97 blocks.
   // Random qs bytes and scales per block, plus extreme blocks (all levels 15 or 0 against
   // q = +-127) that reach the int16 bounds.
-  if (!cpu::isa_supported(cpu::Isa::kAvx512Vnni)) {
-    WARN("skipped: this CPU lacks AVX-512 VNNI");
-    return;
-  }
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512Vnni);
   test::Rng rng(41);
   constexpr std::int64_t kRows = 5;  // one 4-row pass and one single row
   cpu::CpuContext ctx(1, cpu::Isa::kAvx512Vnni, /*int8_activations=*/true);

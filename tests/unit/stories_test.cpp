@@ -1,5 +1,6 @@
 // End to end on the real stories260K model against reference outputs produced independently
 // by llama.cpp and llama2.c (../shared/refdata/stories260K_greedy.json).
+#include "support/isa.hpp"
 #include "support/model_files.hpp"
 #include "support/reference_model.hpp"
 
@@ -28,22 +29,19 @@ GenerationConfig greedy(int n) {
   return c;
 }
 
-}  // namespace
-
-TEST_CASE("stories260K F32: prompt ids and 64 greedy tokens match llama.cpp and llama2.c", "[e2e][stories]") {
-  if (!test::have_shared("models/stories260K.gguf") || !test::have_shared("refdata/stories260K_greedy.json")) return;
+// Prompt ids, 64 greedy tokens and the first steps' log-probabilities against the references, at
+// `isa` (clamped to the CPU like any level).
+void check_f32(const std::string& isa) {
   const auto reference = load_reference();
   const auto kv = GENERATE(KvCacheType::kF32, KvCacheType::kF16);
   const int threads = GENERATE(1, 2);
-  // Float prefill, and (where the CPU has it) the AMX prefill with bf16 operands.
-  const std::string isa = GENERATE(as<std::string>{}, test::kFloatPrefillIsa, "amx");
   EngineOptions options;
   options.model_path = test::shared_path("models/stories260K.gguf");
   options.kv_cache_type = kv;
   options.threads = threads;
   options.cpu_isa = isa;
   const Engine engine(options);
-  if (engine.model_info().cpu_isa != isa) return;  // clamped: this CPU lacks the level
+  if (isa == "amx") REQUIRE(engine.model_info().cpu_isa == "amx");
   for (const auto& r : reference["results"]) {
     const std::string prompt = r["prompt"];
     CAPTURE(prompt, kv == KvCacheType::kF32 ? "kv f32" : "kv f16", threads, isa);
@@ -73,9 +71,21 @@ TEST_CASE("stories260K F32: prompt ids and 64 greedy tokens match llama.cpp and 
   }
 }
 
-TEST_CASE("stories260K Q8_0: the first 16 greedy tokens match the F32 reference", "[e2e][stories]") {
-  if (!test::have_shared("models/stories260K-Q8_0.gguf") || !test::have_shared("refdata/stories260K_greedy.json"))
-    return;
+}  // namespace
+
+TEST_CASE("stories260K F32: prompt ids and 64 greedy tokens match llama.cpp and llama2.c", "[e2e][stories][gated]") {
+  SITSRT_REQUIRE_SHARED("models/stories260K.gguf", "refdata/stories260K_greedy.json");
+  check_f32(test::kFloatPrefillIsa);  // float prefill
+}
+
+TEST_CASE("stories260K F32 with the AMX prefill (bf16 operands): as the references", "[e2e][stories][amx][gated]") {
+  SITSRT_REQUIRE_SHARED("models/stories260K.gguf", "refdata/stories260K_greedy.json");
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);
+  check_f32("amx");
+}
+
+TEST_CASE("stories260K Q8_0: the first 16 greedy tokens match the F32 reference", "[e2e][stories][gated]") {
+  SITSRT_REQUIRE_SHARED("models/stories260K-Q8_0.gguf", "refdata/stories260K_greedy.json");
   const auto reference = load_reference();
   EngineOptions options;
   options.model_path = test::shared_path("models/stories260K-Q8_0.gguf");
@@ -88,10 +98,10 @@ TEST_CASE("stories260K Q8_0: the first 16 greedy tokens match the F32 reference"
   }
 }
 
-TEST_CASE("stories260K F16 and Q4_0 files load, run and track the reference", "[e2e][stories]") {
-  const auto file = GENERATE(as<std::string>{}, "models/stories260K-F16.gguf", "models/stories260K-Q4_0.gguf");
-  if (!test::have_shared(file) || !test::have_shared("refdata/stories260K_greedy.json")) return;
-  CAPTURE(file);
+namespace {
+
+// A smaller file's 64 greedy tokens agree with the F32 reference on the first `agree`.
+void check_smaller_file(const std::string& file, std::size_t agree) {
   const auto reference = load_reference();
   EngineOptions options;
   options.model_path = test::shared_path(file);
@@ -100,14 +110,25 @@ TEST_CASE("stories260K F16 and Q4_0 files load, run and track the reference", "[
   const GenerationResult result = engine.generate(r["prompt"].get<std::string>(), greedy(64));
   const auto want = r["generated_token_ids"].get<std::vector<std::int32_t>>();
   REQUIRE(result.tokens.size() == 64);
-  // F16 weights are close enough to agree on the first 16 greedy tokens; Q4_0 on the first 4.
-  const std::size_t agree = file.find("F16") != std::string::npos ? 16 : 4;
   CHECK(std::vector<std::int32_t>(result.tokens.begin(), result.tokens.begin() + static_cast<long>(agree)) ==
         std::vector<std::int32_t>(want.begin(), want.begin() + static_cast<long>(agree)));
 }
 
-TEST_CASE("stories260K: engine logits match the independent reference forward pass", "[e2e][stories]") {
-  if (!test::have_shared("models/stories260K.gguf")) return;
+}  // namespace
+
+// F16 weights are close enough to agree on the first 16 greedy tokens; Q4_0 on the first 4.
+TEST_CASE("stories260K F16 file loads, runs and tracks the reference", "[e2e][stories][gated]") {
+  SITSRT_REQUIRE_SHARED("models/stories260K-F16.gguf", "refdata/stories260K_greedy.json");
+  check_smaller_file("models/stories260K-F16.gguf", 16);
+}
+
+TEST_CASE("stories260K Q4_0 file loads, runs and tracks the reference", "[e2e][stories][gated]") {
+  SITSRT_REQUIRE_SHARED("models/stories260K-Q4_0.gguf", "refdata/stories260K_greedy.json");
+  check_smaller_file("models/stories260K-Q4_0.gguf", 4);
+}
+
+TEST_CASE("stories260K: engine logits match the independent reference forward pass", "[e2e][stories][gated]") {
+  SITSRT_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string path = test::shared_path("models/stories260K.gguf");
   test::ReferenceModel reference(path);
   EngineOptions options;

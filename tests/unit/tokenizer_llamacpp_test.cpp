@@ -4,6 +4,7 @@
 // byte-level BPE ("gpt2") vocabularies are supported; WordPiece ("bert") is not, and the test
 // checks that it is refused. Cases without their vocabulary file (too large to bring along) are
 // reported and skipped, as is the whole test when the shared folder is absent.
+#include "support/skip.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <sitsrt/error.hpp>
@@ -57,10 +58,9 @@ std::vector<std::vector<std::int32_t>> read_outputs(const std::filesystem::path&
 
 }  // namespace
 
-TEST_CASE("llama.cpp's test-tokenizer-0 cases give llama.cpp's ids", "[tokenizer][llamacpp]") {
+TEST_CASE("llama.cpp's test-tokenizer-0 cases give llama.cpp's ids", "[tokenizer][llamacpp][gated]") {
   if (!std::filesystem::is_directory(kSuite)) {
-    WARN("skipped: " << kSuite.string() << " is absent (llama.cpp's tokenizer test data)");
-    return;
+    SITSRT_SKIP(kSuite.string() << " is absent (llama.cpp's tokenizer test data)");
   }
   int vocabularies = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kSuite)) {

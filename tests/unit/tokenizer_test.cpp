@@ -3,6 +3,7 @@
 // (ids checked against llama.cpp / llama2.c references, pieces against llama2.c's tok512.bin).
 #include "formats/gguf.hpp"
 #include "support/random.hpp"
+#include "support/skip.hpp"
 #include "support/synthetic_vocab.hpp"
 #include "tokenizer/spm_tokenizer.hpp"
 #include "tokenizer/vocabulary.hpp"
@@ -241,12 +242,6 @@ const SpmTokenizer* real_tokenizer() {
   return tokenizer ? &*tokenizer : nullptr;
 }
 
-// nullptr (after a warning) when the model file is not there.
-const SpmTokenizer* real_tokenizer_or_skip() {
-  const SpmTokenizer* tokenizer = real_tokenizer();
-  if (tokenizer == nullptr) WARN("skipped: " << model_path() << " not found (see SITSRT_SHARED_DIR)");
-  return tokenizer;
-}
 
 constexpr auto kRoundTripTexts = std::to_array<std::string_view>({
     "Once upon a time, there was a little girl named Lily.",
@@ -605,9 +600,9 @@ TEST_CASE("read_vocabulary rejects bad tokenizer metadata, naming the key", "[to
 
 // --- The real stories260K / tok512 vocabulary ---------------------------------------------------
 
-TEST_CASE("stories260K vocabulary and reference encodings", "[tokenizer][model]") {
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+TEST_CASE("stories260K vocabulary and reference encodings", "[tokenizer][model][gated]") {
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   const Vocabulary& vocab = tokenizer->vocab();
   CHECK(vocab.size() == 512);
   CHECK(vocab.bos == 1);
@@ -622,15 +617,12 @@ TEST_CASE("stories260K vocabulary and reference encodings", "[tokenizer][model]"
   CHECK(tokenizer->is_end_of_generation(2));
 }
 
-TEST_CASE("stories260K: prompts and greedy continuations from llama.cpp", "[tokenizer][model]") {
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+TEST_CASE("stories260K: prompts and greedy continuations from llama.cpp", "[tokenizer][model][gated]") {
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   const std::string path = shared_file("refdata/stories260K_greedy.json");
   std::ifstream file(path);
-  if (!file) {
-    WARN("skipped: " << path << " not found");
-    return;
-  }
+  if (!file) SITSRT_SKIP(path << " not found");
   const nlohmann::json reference = nlohmann::json::parse(file);
   for (const auto& result : reference.at("results")) {
     const auto prompt = result.at("prompt").get<std::string>();
@@ -646,15 +638,12 @@ TEST_CASE("stories260K: prompts and greedy continuations from llama.cpp", "[toke
   }
 }
 
-TEST_CASE("stories260K pieces and scores equal llama2.c's tok512.bin", "[tokenizer][model]") {
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+TEST_CASE("stories260K pieces and scores equal llama2.c's tok512.bin", "[tokenizer][model][gated]") {
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   const std::string path = shared_file("models/tok512.bin");
   std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    WARN("skipped: " << path << " not found");
-    return;
-  }
+  if (!file) SITSRT_SKIP(path << " not found");
   const auto read_i32 = [&] {
     std::int32_t v = 0;
     file.read(reinterpret_cast<char*>(&v), sizeof v);
@@ -684,9 +673,9 @@ TEST_CASE("stories260K pieces and scores equal llama2.c's tok512.bin", "[tokeniz
   CHECK(static_cast<std::size_t>(max_token_length) == longest);
 }
 
-TEST_CASE("stories260K round trips: decode(encode(text)) == text", "[tokenizer][model]") {
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+TEST_CASE("stories260K round trips: decode(encode(text)) == text", "[tokenizer][model][gated]") {
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   for (const std::string_view text : kRoundTripTexts) {
     CAPTURE(text);
     const std::vector<std::int32_t> ids = tokenizer->encode(text, true);
@@ -712,9 +701,9 @@ TEST_CASE("stories260K round trips: decode(encode(text)) == text", "[tokenizer][
   }
 }
 
-TEST_CASE("stories260K: arbitrary bytes survive encoding exactly", "[tokenizer][model]") {
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+TEST_CASE("stories260K: arbitrary bytes survive encoding exactly", "[tokenizer][model][gated]") {
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   test::Rng rng(11);
   for (int i = 0; i < 300; ++i) {
     std::string bytes(static_cast<std::size_t>(rng.uniform_int(1, 48)), '\0');
@@ -726,17 +715,17 @@ TEST_CASE("stories260K: arbitrary bytes survive encoding exactly", "[tokenizer][
   }
 }
 
-TEST_CASE("stories260K: a literal U+2581 in the text reads as a space", "[tokenizer][model]") {
+TEST_CASE("stories260K: a literal U+2581 in the text reads as a space", "[tokenizer][model][gated]") {
   // SentencePiece cannot tell U+2581 from an escaped space; llama.cpp behaves the same way.
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   CHECK(tokenizer->encode("a\xE2\x96\x81the", false) == tokenizer->encode("a the", false));
   CHECK(tokenizer->decode(tokenizer->encode("a\xE2\x96\x81the", true), true) == "a the");
 }
 
-TEST_CASE("stories260K encodes a megabyte of text quickly", "[tokenizer][model]") {
-  const SpmTokenizer* tokenizer = real_tokenizer_or_skip();
-  if (tokenizer == nullptr) return;
+TEST_CASE("stories260K encodes a megabyte of text quickly", "[tokenizer][model][gated]") {
+  const SpmTokenizer* tokenizer = real_tokenizer();
+  if (tokenizer == nullptr) SITSRT_SKIP(model_path() << " not found (see SITSRT_SHARED_DIR)");
   const std::string paragraph =
       "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.\n"
       "One day, she saw a big, red ball \xF0\x9F\x8E\x88 near the caf\xC3\xA9 \xE4\xB8\xAD.   The end.\t";
