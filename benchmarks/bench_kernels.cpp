@@ -23,6 +23,7 @@
 #include "cpu/attention.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include <sitsrt/error.hpp>
 
@@ -52,7 +53,7 @@ struct Options {
   std::size_t ws_mib = 1024;
   int threads = 0;  // 0: all
   std::vector<cpu::Isa> isas;
-  std::vector<DType> formats;
+  std::vector<cpu::WeightLayout> formats;  // stored formats and the CPU's repacked layouts
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -161,20 +162,20 @@ struct Matrices {
   AlignedBuffer bytes;
   std::size_t matrix_bytes = 0;
   int copies = 0;
-  cpu::WeightMatrix at(DType type, std::int64_t rows, std::int64_t cols, int i) {
-    return {type, bytes.data() + static_cast<std::size_t>(i) * matrix_bytes, rows, cols, row_bytes(type, cols)};
+  cpu::WeightMatrix at(cpu::WeightLayout layout, std::int64_t rows, std::int64_t cols, int i) {
+    return {layout, bytes.data() + static_cast<std::size_t>(i) * matrix_bytes, rows, cols, row_bytes(layout, cols)};
   }
 };
 
-Matrices make_matrices(DType type, const std::vector<float>& source, std::int64_t rows, std::int64_t cols,
+Matrices make_matrices(cpu::WeightLayout layout, const std::vector<float>& source, std::int64_t rows, std::int64_t cols,
                        std::size_t min_total) {
   Matrices m;
-  m.matrix_bytes = row_bytes(type, cols) * static_cast<std::size_t>(rows);
+  m.matrix_bytes = row_bytes(layout, cols) * static_cast<std::size_t>(rows);
   m.copies = static_cast<int>(std::max<std::size_t>(1, (min_total + m.matrix_bytes - 1) / m.matrix_bytes));
   m.bytes = AlignedBuffer(m.matrix_bytes * static_cast<std::size_t>(m.copies), "bench weights");
-  const std::size_t rb = row_bytes(type, cols);
+  const std::size_t rb = row_bytes(layout, cols);
   for (std::int64_t r = 0; r < rows; ++r) {
-    quantize_row(type, source.data() + r * cols, m.bytes.data() + static_cast<std::size_t>(r) * rb, cols);
+    cpu::quantize_row(layout, source.data() + r * cols, m.bytes.data() + static_cast<std::size_t>(r) * rb, cols);
   }
   for (int c = 1; c < m.copies; ++c) {
     std::memcpy(m.bytes.data() + static_cast<std::size_t>(c) * m.matrix_bytes, m.bytes.data(), m.matrix_bytes);
@@ -211,14 +212,14 @@ void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth)
 struct MatvecTimes {
   double dram = 0.0, cached = 0.0;
 };
-MatvecTimes time_matvec(cpu::CpuContext& ctx, Matrices& mats, DType type, const Options& opt, const float* x,
-                        float* y) {
+MatvecTimes time_matvec(cpu::CpuContext& ctx, Matrices& mats, cpu::WeightLayout layout, const Options& opt,
+                        const float* x, float* y) {
   MatvecTimes t;
-  const cpu::WeightMatrix w0 = mats.at(type, opt.rows, opt.cols, 0);
+  const cpu::WeightMatrix w0 = mats.at(layout, opt.rows, opt.cols, 0);
   ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w0, 1));
   t.dram = median_seconds(opt.repeats, [&] {
     for (int c = 0; c < mats.copies; ++c) {
-      cpu::matmul(ctx, mats.at(type, opt.rows, opt.cols, c), x, opt.cols, 1, y, opt.rows);
+      cpu::matmul(ctx, mats.at(layout, opt.rows, opt.cols, c), x, opt.cols, 1, y, opt.rows);
     }
   });
   // 64 rows: at 4096 columns at most 1 MiB (f32), L2-resident.
@@ -246,16 +247,16 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (auto& v : x) v = normal(rng);
-  for (DType type : opt.formats) {
-    Matrices mats = make_matrices(type, source, opt.rows, opt.cols, opt.ws_mib << 20);
-    const MatvecTimes f = time_matvec(ctx, mats, type, opt, x.data(), y.data());
-    const bool has_int8 = cpu::matmul_shared_bytes(ctx_int8, mats.at(type, opt.rows, opt.cols, 0), 1) > 0;
-    const MatvecTimes q = has_int8 ? time_matvec(ctx_int8, mats, type, opt, x.data(), y.data()) : MatvecTimes{};
+  for (const cpu::WeightLayout layout : opt.formats) {
+    Matrices mats = make_matrices(layout, source, opt.rows, opt.cols, opt.ws_mib << 20);
+    const MatvecTimes f = time_matvec(ctx, mats, layout, opt, x.data(), y.data());
+    const bool has_int8 = cpu::matmul_shared_bytes(ctx_int8, mats.at(layout, opt.rows, opt.cols, 0), 1) > 0;
+    const MatvecTimes q = has_int8 ? time_matvec(ctx_int8, mats, layout, opt, x.data(), y.data()) : MatvecTimes{};
     const double total = static_cast<double>(mats.matrix_bytes) * mats.copies;
     const double blocks_per_thread =
         static_cast<double>(std::min<std::int64_t>(opt.rows, 64)) * static_cast<double>(opt.cols) / 32.0 /
         std::min(threads, 4);  // 64 rows split in grains of 16
-    const cpu::WeightMatrix w = mats.at(type, opt.rows, opt.cols, 0);
+    const cpu::WeightMatrix w = mats.at(layout, opt.rows, opt.cols, 0);
     ctx.reserve_scratch(cpu::matmul_scratch_floats(w, opt.m));
     ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, opt.m));  // AMX: the bf16 copy of x
     const double gm =
@@ -263,12 +264,12 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
     const double flops =
         2.0 * static_cast<double>(opt.m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
     if (has_int8) {
-      std::printf("  %-8s %10.1f %5.0f%% %10.1f %5.0f%% %9.2f %9.2f %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
-                  total / f.dram / 1e9, 100.0 * total / f.dram / bw, total / q.dram / 1e9, 100.0 * total / q.dram / bw,
-                  f.cached / blocks_per_thread * 1e9, q.cached / blocks_per_thread * 1e9, mats.copies, flops / gm / 1e9,
-                  100.0 * flops / gm / peak);
+      std::printf("  %-8s %10.1f %5.0f%% %10.1f %5.0f%% %9.2f %9.2f %8d %13.1f %7.0f%%\n",
+                  std::string(name(layout)).c_str(), total / f.dram / 1e9, 100.0 * total / f.dram / bw,
+                  total / q.dram / 1e9, 100.0 * total / q.dram / bw, f.cached / blocks_per_thread * 1e9,
+                  q.cached / blocks_per_thread * 1e9, mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
     } else {
-      std::printf("  %-8s %10.1f %5.0f%% %10s %6s %9.2f %9s %8d %13.1f %7.0f%%\n", std::string(name(type)).c_str(),
+      std::printf("  %-8s %10.1f %5.0f%% %10s %6s %9.2f %9s %8d %13.1f %7.0f%%\n", std::string(name(layout)).c_str(),
                   total / f.dram / 1e9, 100.0 * total / f.dram / bw, "-", "-", f.cached / blocks_per_thread * 1e9, "-",
                   mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
     }
@@ -326,7 +327,7 @@ Options parse(int argc, char** argv) {
       }
     } else if (key == "--formats") {
       for (const auto part : split_commas(value)) {
-        if (const auto t = dtype_from_name(part)) opt.formats.push_back(*t);
+        if (const auto t = cpu::weight_layout_from_name(part)) opt.formats.push_back(*t);
       }
     } else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
@@ -335,9 +336,7 @@ Options parse(int argc, char** argv) {
   }
   if (opt.isas.empty()) opt.isas = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx};
   if (opt.formats.empty()) {
-    opt.formats = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
-                   DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
-                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,    DType::kQ8_K,    DType::kIQ4_NL};
+    for (int i = 0; i < kDTypeCount; ++i) opt.formats.push_back(cpu::stored_layout(static_cast<DType>(i)));
   }
   return opt;
 }

@@ -22,9 +22,6 @@ constexpr std::array<DTypeTraits, kDTypeCount> kTraits = {{
     // K-quant section
     {"q2_k", 256, 84, true}, {"q3_k", 256, 110, true}, {"q4_k", 256, 144, true}, {"q5_k", 256, 176, true},
     {"q6_k", 256, 210, true}, {"q8_k", 256, 292, true}, {"iq4_nl", 32, 18, true},
-    // repacked section
-    {"q8_0r", 32, 34, true}, {"q4_0r", 32, 18, true}, {"fp8_e4m3r", 64, 68, true},
-    {"q4_kr", 256, 144, true},
 }};
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Registry of element and weight formats: block size, bytes per block, name.
-// Quantized formats store `block_size` consecutive elements of a row in one block.
+// Quantized formats store `block_size` consecutive elements of a row in one block. These are the
+// formats files hold; a backend's own in-memory layouts (such as the CPU kernels' repacked ones)
+// are not DTypes.
 #pragma once
 
 #include <cstddef>
@@ -28,15 +30,9 @@ enum class DType : std::uint8_t {
   kQ6_K,
   kQ8_K,
   kIQ4_NL,
-  // CPU-internal repacked layouts of Q8_0, Q4_0, FP8 E4M3 and Q4_K (core/repacked_blocks.hpp):
-  // resident weights only, never in files.
-  kQ8_0R,
-  kQ4_0R,
-  kFP8_E4M3R,
-  kQ4_KR,
 };
 
-inline constexpr int kDTypeCount = 21;
+inline constexpr int kDTypeCount = 17;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as used on the command line and in JSON ("q8_0")

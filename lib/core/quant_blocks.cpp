@@ -3,7 +3,6 @@
 #include "core/check.hpp"
 #include "core/half.hpp"
 #include "core/kquant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 
 #include <algorithm>
 #include <array>
@@ -105,8 +104,8 @@ float e4m3_magnitude(float v) {
                               (std::bit_cast<std::uint32_t>(subnormal) & below_normal));
 }
 
-// d (finite, >= 0) rounded to nearest even at 11 significant bits: the FP8R repack
-// (repacked_blocks.hpp) then holds every block scale exactly as an fp16 multiple of a power of two.
+// d (finite, >= 0) rounded to nearest even at 11 significant bits: the CPU backend's FP8R repack
+// (cpu/repacked_blocks.hpp) then holds every block scale exactly as an fp16 multiple of a power of two.
 float with_11_significant_bits(float d) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(d);
   return std::bit_cast<float>((u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu);
@@ -224,79 +223,6 @@ void encode_blocks(void (*encode)(const float*, Block&) noexcept, const float* s
   for (std::int64_t i = 0; i < nb; ++i) encode(src + i * kElements, b[i]);
 }
 
-// Repacked rows go through their stored format one group at a time (a group is self-contained).
-void dequantize_repacked(DType type, const void* src, float* dst, std::int64_t nb) {
-  if (type == DType::kFP8_E4M3R) {
-    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-      const RepackGroup group = fp8_repack_group(g, nb);
-      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
-      unpack_row_fp8r(static_cast<const std::byte*>(src) + group.offset, blocks, group.blocks);
-      dequantize_row(DType::kFP8_E4M3, blocks, dst + g * kRepackGroupElements, group.blocks * kFp8Block);
-    }
-    return;
-  }
-  if (type == DType::kQ4_KR) {  // one unit of 2 super-blocks at a time
-    for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
-      const Q4KUnit unit = q4_k_unit(u, nb);
-      BlockQ4_K blocks[kQ4KRepackUnitBlocks];
-      unpack_row_q4_kr(static_cast<const std::byte*>(src) + unit.levels, blocks, unit.blocks);
-      dequantize_row(DType::kQ4_K, blocks, dst + u * kQ4KRepackUnitBlocks * kSuperBlock, unit.blocks * kSuperBlock);
-    }
-    return;
-  }
-  const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
-  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, block_bytes);
-    const auto* at = static_cast<const std::byte*>(src) + group.offset;
-    float* out = dst + g * kRepackGroupElements;
-    if (type == DType::kQ8_0R) {
-      BlockQ8_0 blocks[kRepackGroupBlocks];
-      unpack_row_q8_0r(at, blocks, group.blocks);
-      dequantize_row(DType::kQ8_0, blocks, out, group.blocks * kQBlock);
-    } else {
-      BlockQ4_0 blocks[kRepackGroupBlocks];
-      unpack_row_q4_0r(at, blocks, group.blocks);
-      dequantize_row(DType::kQ4_0, blocks, out, group.blocks * kQBlock);
-    }
-  }
-}
-
-void quantize_repacked(DType type, const float* src, void* dst, std::int64_t nb) {
-  if (type == DType::kFP8_E4M3R) {  // exact: the encoder's scales have 11 significant bits
-    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
-      const RepackGroup group = fp8_repack_group(g, nb);
-      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
-      quantize_row(DType::kFP8_E4M3, src + g * kRepackGroupElements, blocks, group.blocks * kFp8Block);
-      repack_row_fp8(blocks, static_cast<std::byte*>(dst) + group.offset, group.blocks);
-    }
-    return;
-  }
-  if (type == DType::kQ4_KR) {
-    for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
-      const Q4KUnit unit = q4_k_unit(u, nb);
-      BlockQ4_K blocks[kQ4KRepackUnitBlocks];
-      quantize_row(DType::kQ4_K, src + u * kQ4KRepackUnitBlocks * kSuperBlock, blocks, unit.blocks * kSuperBlock);
-      repack_row_q4_k(blocks, static_cast<std::byte*>(dst) + unit.levels, unit.blocks);
-    }
-    return;
-  }
-  const std::size_t block_bytes = static_cast<std::size_t>(traits(type).block_bytes);
-  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
-    const RepackGroup group = repack_group(g, nb, block_bytes);
-    auto* at = static_cast<std::byte*>(dst) + group.offset;
-    const float* in = src + g * kRepackGroupElements;
-    if (type == DType::kQ8_0R) {
-      BlockQ8_0 blocks[kRepackGroupBlocks];
-      quantize_row(DType::kQ8_0, in, blocks, group.blocks * kQBlock);
-      repack_row_q8_0(blocks, at, group.blocks);
-    } else {
-      BlockQ4_0 blocks[kRepackGroupBlocks];
-      quantize_row(DType::kQ4_0, in, blocks, group.blocks * kQBlock);
-      repack_row_q4_0(blocks, at, group.blocks);
-    }
-  }
-}
-
 }  // namespace
 
 float fp8_e4m3_to_fp32(std::uint8_t code) noexcept { return kFp8Values[code]; }
@@ -409,10 +335,6 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n) {
     case DType::kQ6_K: return decode_blocks<BlockQ6_K, kSuperBlock>(decode_block_q6_k, src, dst, nb);
     case DType::kQ8_K: return decode_blocks<BlockQ8_K, kSuperBlock>(decode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return decode_blocks<BlockIQ4_NL, kQBlock>(decode_block_iq4_nl, src, dst, nb);
-    case DType::kQ8_0R:
-    case DType::kQ4_0R:
-    case DType::kFP8_E4M3R:
-    case DType::kQ4_KR: return dequantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "dequantize_row: unknown dtype");
 }
@@ -535,10 +457,6 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
     case DType::kQ6_K: return encode_blocks<BlockQ6_K, kSuperBlock>(encode_block_q6_k, src, dst, nb);
     case DType::kQ8_K: return encode_blocks<BlockQ8_K, kSuperBlock>(encode_block_q8_k, src, dst, nb);
     case DType::kIQ4_NL: return encode_blocks<BlockIQ4_NL, kQBlock>(encode_block_iq4_nl, src, dst, nb);
-    case DType::kQ8_0R:
-    case DType::kQ4_0R:
-    case DType::kFP8_E4M3R:
-    case DType::kQ4_KR: return quantize_repacked(type, src, dst, nb);
   }
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }

@@ -27,8 +27,8 @@ void gemm_amx(CpuContext& ctx, DequantFn dequant, const WeightMatrix& w, const f
     const Range r = split_range(groups, t, n);
     amx_convert_rows(x, ldx, m, w.cols, b, r.begin, r.end);
   });
-  const DTypeTraits& tr = traits(w.type);
-  const AmxGemmArgs args{w.type, dequant, w.data, w.row_stride, tr.block_size, tr.block_bytes, w.cols, b, m, y, ldy};
+  const DTypeTraits& tr = traits(stored_type(w.layout));
+  const AmxGemmArgs args{w.layout, dequant, w.data, w.row_stride, tr.block_size, tr.block_bytes, w.cols, b, m, y, ldy};
   // Blocks of kAmxBlockN weight rows are claimed one at a time rather than split up front: a
   // thread the OS deschedules (a co-tenant on the cores) then holds up at most its current block,
   // not half the matrix. Each output is still computed by one thread in a fixed order, so the

@@ -52,7 +52,7 @@ void amx_convert_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int
                       std::int64_t group_begin, std::int64_t group_end);
 
 struct AmxGemmArgs {
-  DType type;
+  WeightLayout layout;
   DequantFn dequant;          // the format's fp32 dequant (formats without a direct bf16 source)
   const std::byte* w;         // weight row 0
   std::size_t w_row_stride;   // bytes

@@ -71,7 +71,7 @@ struct DecodeKernel {
   MatvecFn matvec = nullptr;    // otherwise: float activations
   bool lanes = false;           // qdot reads QuantizedRow::lanes (Q4_0R, Q4_KR)
 
-  static DecodeKernel for_weight(const CpuContext& ctx, DType type) noexcept;
+  static DecodeKernel for_weight(const CpuContext& ctx, WeightLayout layout) noexcept;
 
   [[nodiscard]] bool needs_input() const noexcept { return qdot != nullptr || half != nullptr; }
 

@@ -274,12 +274,12 @@ void amx_gemm_rows(const AmxGemmArgs& g, std::int64_t row_begin, std::int64_t ro
                           std::uint16_t*);
   PackFn direct = nullptr;
   const bool whole_steps = g.cols % kTileK == 0;
-  switch (g.type) {
-    case DType::kQ8_0: direct = pack_direct<DirectQ8_0>; break;
-    case DType::kQ4_0: direct = pack_direct<DirectQ4_0>; break;
-    case DType::kF16: direct = whole_steps ? pack_direct<DirectF16> : nullptr; break;
-    case DType::kF32: direct = whole_steps ? pack_direct<DirectF32> : nullptr; break;
-    case DType::kBF16: direct = whole_steps ? pack_direct<DirectBF16> : nullptr; break;
+  switch (g.layout) {
+    case WeightLayout::kQ8_0: direct = pack_direct<DirectQ8_0>; break;
+    case WeightLayout::kQ4_0: direct = pack_direct<DirectQ4_0>; break;
+    case WeightLayout::kF16: direct = whole_steps ? pack_direct<DirectF16> : nullptr; break;
+    case WeightLayout::kF32: direct = whole_steps ? pack_direct<DirectF32> : nullptr; break;
+    case WeightLayout::kBF16: direct = whole_steps ? pack_direct<DirectBF16> : nullptr; break;
     default: break;
   }
   const std::int64_t all_steps = (g.cols + kTileK - 1) / kTileK;

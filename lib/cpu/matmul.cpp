@@ -27,7 +27,7 @@ std::int64_t tile_stride(std::int64_t kc) {
 // shared scratch; rows are claimed by the threads in chunks of whole kMatvecGrain units, one
 // fused dequantize-dot per row.
 void matvec(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y) {
-  const detail::DecodeKernel kernel = detail::DecodeKernel::for_weight(ctx, w.type);
+  const detail::DecodeKernel kernel = detail::DecodeKernel::for_weight(ctx, w.layout);
   const detail::DecodeInput in = detail::prepare_decode_input(ctx, {&kernel, 1}, x, w.cols);
   detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
     kernel.rows(w, in, y, begin, end);
@@ -40,7 +40,7 @@ void matvec(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y) {
 // never as a whole tensor.
 void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, const float* x, std::int64_t ldx,
           std::int64_t m, float* y, std::int64_t ldy) {
-  const detail::DequantFn dequant = kernels.formats[static_cast<int>(w.type)].dequant;
+  const detail::DequantFn dequant = kernels.formats[static_cast<int>(w.layout)].dequant;
 #if defined(SITSRT_X86_KERNELS)
   if (ctx.isa() == Isa::kAmx) {
     detail::gemm_amx(ctx, dequant, w, x, ldx, m, y, ldy);
@@ -49,7 +49,7 @@ void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, 
 #endif
   const std::int64_t tile_rows = kernels.tile_rows;
   const std::size_t need = matmul_scratch_floats(w, m);
-  const DTypeTraits& tr = traits(w.type);
+  const DTypeTraits& tr = traits(stored_type(w.layout));
   // Equal M blocks (a multiple of 6, the widest micro-kernel's rows) of at most kGemmBlockM:
   // m = 128 is one pass, not 120 + 8 with the weights dequantized twice.
   const std::int64_t m_passes = (m + detail::kGemmBlockM - 1) / detail::kGemmBlockM;
@@ -89,26 +89,27 @@ namespace detail {
 void check_weight(const WeightMatrix& w, const char* op) {
   if (w.rows < 0 || w.cols < 0)
     raise(ErrorCode::kInvalidArgument, "{}: negative weight shape {}x{}", op, w.rows, w.cols);
-  if (!fits_blocks(w.type, w.cols)) {
-    raise(ErrorCode::kInvalidArgument, "{}: {} columns are not a whole number of {} blocks", op, w.cols, name(w.type));
+  if (!fits_blocks(w.layout, w.cols)) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} columns are not a whole number of {} blocks", op, w.cols,
+          name(w.layout));
   }
-  if (w.row_stride < row_bytes(w.type, w.cols)) {
+  if (w.row_stride < row_bytes(w.layout, w.cols)) {
     raise(ErrorCode::kInvalidArgument, "{}: row_stride {} is below the {} bytes of a {}-column {} row", op,
-          w.row_stride, row_bytes(w.type, w.cols), w.cols, name(w.type));
+          w.row_stride, row_bytes(w.layout, w.cols), w.cols, name(w.layout));
   }
   if (w.data == nullptr && w.rows > 0 && w.cols > 0) raise(ErrorCode::kInvalidArgument, "{}: null weight data", op);
 }
 
-DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, DType type) noexcept {
+DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, WeightLayout layout) noexcept {
   DecodeKernel k;
-  if (ctx.int8_activations() && (type != DType::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
-    k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(type)];
-    k.lanes = k.qdot != nullptr && (type == DType::kQ4_0R || type == DType::kQ4_KR);
+  if (ctx.int8_activations() && (layout != WeightLayout::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
+    k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(layout)];
+    k.lanes = k.qdot != nullptr && (layout == WeightLayout::kQ4_0R || layout == WeightLayout::kQ4_KR);
   }
-  if (k.qdot == nullptr && type == DType::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {
+  if (k.qdot == nullptr && layout == WeightLayout::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {
     k.half = matvec_fp8r_half_avx512fp16;
   }
-  if (!k.needs_input()) k.matvec = matmul_kernels_for(ctx.isa()).formats[static_cast<int>(type)].matvec;
+  if (!k.needs_input()) k.matvec = matmul_kernels_for(ctx.isa()).formats[static_cast<int>(layout)].matvec;
   return k;
 }
 
@@ -169,7 +170,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
   if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
   if (m != 1) return 0;
-  return detail::decode_input_bytes(ctx, detail::DecodeKernel::for_weight(ctx, w.type), w.cols);
+  return detail::decode_input_bytes(ctx, detail::DecodeKernel::for_weight(ctx, w.layout), w.cols);
 }
 
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept {
@@ -190,7 +191,8 @@ void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* id
             table.rows);
     }
   }
-  const detail::DequantFn dequant = detail::matmul_kernels_for(ctx.isa()).formats[static_cast<int>(table.type)].dequant;
+  const detail::DequantFn dequant =
+      detail::matmul_kernels_for(ctx.isa()).formats[static_cast<int>(table.layout)].dequant;
   ctx.pool().run([&](int t, int threads) {
     const Range r = split_range(n, t, threads);
     for (std::int64_t i = r.begin; i < r.end; ++i) {

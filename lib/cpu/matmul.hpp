@@ -2,18 +2,18 @@
 // Weights are dequantized block by block inside the kernels, never as a whole tensor.
 #pragma once
 
-#include "core/dtype.hpp"
 #include "cpu/cpu_context.hpp"
+#include "cpu/weight_layout.hpp"
 
 #include <cstddef>
 #include <cstdint>
 
 namespace sitsrt::cpu {
 
-// W: `rows` output rows of `cols` input elements, row r at data + r * row_stride bytes
-// (row_stride >= row_bytes(type, cols)). GGUF order: cols = dims[0], rows = dims[1].
+// W: `rows` output rows of `cols` input elements in `layout`, row r at data + r * row_stride
+// bytes (row_stride >= row_bytes(layout, cols)). GGUF order: cols = dims[0], rows = dims[1].
 struct WeightMatrix {
-  DType type = DType::kF32;
+  WeightLayout layout = WeightLayout::kF32;
   const std::byte* data = nullptr;
   std::int64_t rows = 0;
   std::int64_t cols = 0;

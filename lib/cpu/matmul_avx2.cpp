@@ -403,34 +403,35 @@ constexpr MatvecFn matvec_q5_1_avx2 = matvec_blocks_avx2<DecodeQ5_1>;
 
 constexpr MatmulKernels kAvx2Kernels = {
     {
-        {DType::kF32, matvec_f32_avx2, dequant_float_avx2<LoadF32>},
-        {DType::kF16, matvec_f16_avx2, dequant_float_avx2<LoadF16>},
-        {DType::kBF16, matvec_bf16_avx2, dequant_float_avx2<LoadBF16>},
-        {DType::kQ8_0, matvec_q8_0_avx2, dequant_blocks_avx2<DecodeQ8_0>},
-        {DType::kQ4_0, matvec_q4_0_avx2, dequant_blocks_avx2<DecodeQ4_0>},
-        {DType::kQ4_1, matvec_q4_1_avx2, dequant_blocks_avx2<DecodeQ4_1>},
-        {DType::kQ5_0, matvec_q5_0_avx2, dequant_blocks_avx2<DecodeQ5_0>},
-        {DType::kQ5_1, matvec_q5_1_avx2, dequant_blocks_avx2<DecodeQ5_1>},
-        {DType::kFP8_E4M3, matvec_scaled_blocks_avx2<DecodeFP8_E4M3>, dequant_scaled_blocks_avx2<DecodeFP8_E4M3>},
-        {DType::kQ4_G128, matvec_scaled_blocks_avx2<DecodeQ4_G128>, dequant_scaled_blocks_avx2<DecodeQ4_G128>},
+        {WeightLayout::kF32, matvec_f32_avx2, dequant_float_avx2<LoadF32>},
+        {WeightLayout::kF16, matvec_f16_avx2, dequant_float_avx2<LoadF16>},
+        {WeightLayout::kBF16, matvec_bf16_avx2, dequant_float_avx2<LoadBF16>},
+        {WeightLayout::kQ8_0, matvec_q8_0_avx2, dequant_blocks_avx2<DecodeQ8_0>},
+        {WeightLayout::kQ4_0, matvec_q4_0_avx2, dequant_blocks_avx2<DecodeQ4_0>},
+        {WeightLayout::kQ4_1, matvec_q4_1_avx2, dequant_blocks_avx2<DecodeQ4_1>},
+        {WeightLayout::kQ5_0, matvec_q5_0_avx2, dequant_blocks_avx2<DecodeQ5_0>},
+        {WeightLayout::kQ5_1, matvec_q5_1_avx2, dequant_blocks_avx2<DecodeQ5_1>},
+        {WeightLayout::kFP8_E4M3, matvec_scaled_blocks_avx2<DecodeFP8_E4M3>,
+         dequant_scaled_blocks_avx2<DecodeFP8_E4M3>},
+        {WeightLayout::kQ4_G128, matvec_scaled_blocks_avx2<DecodeQ4_G128>, dequant_scaled_blocks_avx2<DecodeQ4_G128>},
         // K-quant section: the AVX2 kernels of matmul_kquant_avx2.cpp
-        {DType::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
-        {DType::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
-        {DType::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
-        {DType::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
-        {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
-        {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
-        {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
+        {WeightLayout::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
+        {WeightLayout::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
+        {WeightLayout::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
+        {WeightLayout::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
+        {WeightLayout::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
+        {WeightLayout::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
+        {WeightLayout::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
         // repacked section
-        {DType::kQ8_0R, matvec_q8_0r_portable, dequant_q8_0r_portable},
-        {DType::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
-        {DType::kFP8_E4M3R, matvec_fp8r_portable, dequant_fp8r_portable},
-        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_portable},
+        {WeightLayout::kQ8_0R, matvec_q8_0r_portable, dequant_q8_0r_portable},
+        {WeightLayout::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
+        {WeightLayout::kFP8_E4M3R, matvec_fp8r_portable, dequant_fp8r_portable},
+        {WeightLayout::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_portable},
     },
     gemm_tile_avx2,
     30,
 };
-static_assert(formats_in_dtype_order(kAvx2Kernels.formats));
+static_assert(formats_in_layout_order(kAvx2Kernels.formats));
 
 }  // namespace
 

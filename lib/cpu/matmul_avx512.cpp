@@ -4,9 +4,9 @@
 // dequantized tile of up to 32 weight rows into panels and runs a 12 x 32 outer-product
 // micro-kernel (24 zmm accumulators) over them.
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/matmul_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
@@ -442,12 +442,12 @@ void matvec_blocks_avx512(const std::byte* w, std::size_t row_stride, std::int64
   }
 }
 
-// Repacked Q8_0/Q4_0 (core/repacked_blocks.hpp): each block's values computed as the stored
+// Repacked Q8_0/Q4_0 (cpu/repacked_blocks.hpp): each block's values computed as the stored
 // format's decoder computes them (d * q, d * (q - 8) by table), so bit-identical to
 // dequantize_row. Q4_0R: block i's GGUF qs from its four words (q4_0r_word_offset).
-template <DType kType>
+template <WeightLayout kLayout>
 void dequant_repacked_avx512(const std::byte* src, float* dst, std::int64_t n) {
-  constexpr bool kQ8 = kType == DType::kQ8_0R;
+  constexpr bool kQ8 = kLayout == WeightLayout::kQ8_0R;
   constexpr std::size_t kBlockBytes = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   constexpr int kLevelBytes = kQ8 ? kQBlock : kQBlock / 2;
   const std::int64_t nb = n / kQBlock;
@@ -615,7 +615,7 @@ void gemm_tile_avx512(const float* x, std::int64_t ldx, std::int64_t m, const fl
   }
 }
 
-// FP8R (core/repacked_blocks.hpp): decode by the AVX512-FP16 kernel where the CPU has it (the
+// FP8R (cpu/repacked_blocks.hpp): decode by the AVX512-FP16 kernel where the CPU has it (the
 // only case in which weights are repacked to it, weight_layout.cpp), else the portable one.
 void matvec_fp8r_avx512(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                         std::int64_t n_rows) {
@@ -667,7 +667,7 @@ void dequant_fp8r_avx512(const std::byte* src, float* dst, std::int64_t n) {
   }
 }
 
-// Prefill dequant of Q4_KR (core/repacked_blocks.hpp): per super-block, its 8 scales and mins
+// Prefill dequant of Q4_KR (cpu/repacked_blocks.hpp): per super-block, its 8 scales and mins
 // from their 6-bit fields (fl(d sc_s), fl(dmin m_s)), the four 32-byte loads of its sub-blocks'
 // words transposed (4 x 4 dwords per 128-bit lane) into each sub-block's 16 level bytes, and the
 // values d sc q - dmin m as dequantize_row computes them (multiply, then subtract: no FMA).
@@ -746,35 +746,35 @@ void matvec_fp8_avx512(const std::byte* w, std::size_t row_stride, std::int64_t 
 
 constexpr MatmulKernels kAvx512Kernels = {
     {
-        {DType::kF32, matvec_f32_avx512, dequant_float_avx512<LoadF32>},
-        {DType::kF16, matvec_f16_avx512, dequant_float_avx512<LoadF16>},
-        {DType::kBF16, matvec_bf16_avx512, dequant_float_avx512<LoadBF16>},
-        {DType::kQ8_0, matvec_q8_0_avx512, dequant_blocks_avx512<DecodeQ8_0>},
-        {DType::kQ4_0, matvec_q4_0_avx512, dequant_blocks_avx512<DecodeQ4_0>},
-        {DType::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
-        {DType::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
-        {DType::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
-        {DType::kFP8_E4M3, matvec_fp8_avx512, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
-        {DType::kQ4_G128, matvec_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
+        {WeightLayout::kF32, matvec_f32_avx512, dequant_float_avx512<LoadF32>},
+        {WeightLayout::kF16, matvec_f16_avx512, dequant_float_avx512<LoadF16>},
+        {WeightLayout::kBF16, matvec_bf16_avx512, dequant_float_avx512<LoadBF16>},
+        {WeightLayout::kQ8_0, matvec_q8_0_avx512, dequant_blocks_avx512<DecodeQ8_0>},
+        {WeightLayout::kQ4_0, matvec_q4_0_avx512, dequant_blocks_avx512<DecodeQ4_0>},
+        {WeightLayout::kQ4_1, matvec_q4_1_avx512, dequant_blocks_avx512<DecodeQ4_1>},
+        {WeightLayout::kQ5_0, matvec_q5_0_avx512, dequant_blocks_avx512<DecodeQ5_0>},
+        {WeightLayout::kQ5_1, matvec_q5_1_avx512, dequant_blocks_avx512<DecodeQ5_1>},
+        {WeightLayout::kFP8_E4M3, matvec_fp8_avx512, dequant_scaled_blocks_avx512<DecodeFP8_E4M3>},
+        {WeightLayout::kQ4_G128, matvec_blocks_avx512<DecodeQ4_G128>, dequant_scaled_blocks_avx512<DecodeQ4_G128>},
         // K-quant section: the AVX2 kernels of matmul_kquant_avx2.cpp
-        {DType::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
-        {DType::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
-        {DType::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
-        {DType::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
-        {DType::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
-        {DType::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
-        {DType::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
+        {WeightLayout::kQ2_K, matvec_kquant_avx2<DType::kQ2_K>, dequant_kquant_avx2<DType::kQ2_K>},
+        {WeightLayout::kQ3_K, matvec_kquant_avx2<DType::kQ3_K>, dequant_kquant_avx2<DType::kQ3_K>},
+        {WeightLayout::kQ4_K, matvec_kquant_avx2<DType::kQ4_K>, dequant_kquant_avx2<DType::kQ4_K>},
+        {WeightLayout::kQ5_K, matvec_kquant_avx2<DType::kQ5_K>, dequant_kquant_avx2<DType::kQ5_K>},
+        {WeightLayout::kQ6_K, matvec_kquant_avx2<DType::kQ6_K>, dequant_kquant_avx2<DType::kQ6_K>},
+        {WeightLayout::kQ8_K, matvec_kquant_avx2<DType::kQ8_K>, dequant_kquant_avx2<DType::kQ8_K>},
+        {WeightLayout::kIQ4_NL, matvec_kquant_avx2<DType::kIQ4_NL>, dequant_kquant_avx2<DType::kIQ4_NL>},
         // repacked section: float decode through dequantize_row (resident weights decode with
         // the integer kernels), prefill dequant vectorized
-        {DType::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<DType::kQ8_0R>},
-        {DType::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<DType::kQ4_0R>},
-        {DType::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
-        {DType::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx512},
+        {WeightLayout::kQ8_0R, matvec_q8_0r_portable, dequant_repacked_avx512<WeightLayout::kQ8_0R>},
+        {WeightLayout::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<WeightLayout::kQ4_0R>},
+        {WeightLayout::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
+        {WeightLayout::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx512},
     },
     gemm_tile_avx512,
     32,
 };
-static_assert(formats_in_dtype_order(kAvx512Kernels.formats));
+static_assert(formats_in_layout_order(kAvx512Kernels.formats));
 
 }  // namespace
 

@@ -8,8 +8,8 @@
 // for a generic caller).
 #pragma once
 
-#include "core/dtype.hpp"
 #include "cpu/cpu_context.hpp"
+#include "cpu/weight_layout.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -34,23 +34,23 @@ using GemmTileFn = void (*)(const float* x, std::int64_t ldx, std::int64_t m, co
                             std::int64_t n, std::int64_t k, float* y, std::int64_t ldy, bool accumulate, float* work);
 
 struct FormatKernels {
-  DType type;  // must equal the entry's index in MatmulKernels::formats (checked at compile time)
+  WeightLayout layout;  // must equal the entry's index in MatmulKernels::formats (checked at compile time)
   MatvecFn matvec;
   DequantFn dequant;
 };
 
 struct MatmulKernels {
-  FormatKernels formats[kDTypeCount];
+  FormatKernels formats[kWeightLayoutCount];  // every stored format, then the repacked layouts
   GemmTileFn gemm_tile;
   std::int64_t tile_rows;  // weight rows dequantized per tile: a multiple of gemm_tile's
                            // micro-kernel width, at most kGemmTileRows (the scratch sizing)
 };
 
-// True when entry i of `formats` describes DType i: lets each ISA file list its formats
-// declaratively while matmul.cpp indexes the table by DType.
-constexpr bool formats_in_dtype_order(const FormatKernels (&formats)[kDTypeCount]) {
-  for (int i = 0; i < kDTypeCount; ++i) {
-    if (static_cast<int>(formats[i].type) != i) return false;
+// True when entry i of `formats` describes WeightLayout i: lets each ISA file list its layouts
+// declaratively while matmul.cpp indexes the table by WeightLayout.
+constexpr bool formats_in_layout_order(const FormatKernels (&formats)[kWeightLayoutCount]) {
+  for (int i = 0; i < kWeightLayoutCount; ++i) {
+    if (static_cast<int>(formats[i].layout) != i) return false;
   }
   return true;
 }
@@ -101,7 +101,7 @@ void matvec_fp8r_avx512fp16(const std::byte* w, std::size_t row_stride, std::int
 // True when the FP8R decode at `isa` is that kernel: only then does FP8 repack (weight_layout.cpp).
 bool fp8r_decode_native(Isa isa) noexcept;
 
-// Repacked Q8_0/Q4_0/FP8 (core/repacked_blocks.hpp) through dequantize_row, one 1024-element
+// Repacked Q8_0/Q4_0/FP8/Q4_K (cpu/repacked_blocks.hpp) through dequantize_row, one 1024-element
 // group at a time (matvec_repacked.cpp, baseline target): every table lists these unless it has
 // its own.
 void matvec_q8_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,

@@ -1,4 +1,4 @@
-// FP8 E4M3 decode from the repacked FP8R layout (core/repacked_blocks.hpp) with AVX512-FP16.
+// FP8 E4M3 decode from the repacked FP8R layout (cpu/repacked_blocks.hpp) with AVX512-FP16.
 // Reached only where the CPU has AVX512_FP16 and AVX512_VBMI (matmul_avx512.cpp's FP8R entry checks).
 //
 // Why fp16: FP8R codes become fp16 values exactly in two integer operations per 32 (below), and
@@ -16,8 +16,8 @@
 // the row's sum times 256 * 2^-k is y. Rows whose x holds inf or NaN take the portable kernel,
 // which propagates them as float arithmetic does. A row's result does not depend on the rows
 // decoded with it.
-#include "core/repacked_blocks.hpp"
 #include "cpu/matmul_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

@@ -30,7 +30,7 @@ PreparedGroup prepare(CpuContext& ctx, std::span<const WeightMatrix* const> weig
       raise(ErrorCode::kInvalidArgument, "{}: weight {} has {} columns, weight 0 has {}", op, i, weights[i]->cols,
             weights[0]->cols);
     }
-    g.kernels[i] = detail::DecodeKernel::for_weight(ctx, weights[i]->type);
+    g.kernels[i] = detail::DecodeKernel::for_weight(ctx, weights[i]->layout);
   }
   g.in = detail::prepare_decode_input(ctx, {g.kernels.data(), weights.size()}, x, weights[0]->cols);
   return g;

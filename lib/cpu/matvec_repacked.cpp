@@ -3,25 +3,25 @@
 // note in matmul_kernels.hpp) and listed by every ISA table: resident weights are only repacked
 // where a dedicated decode kernel reads them (cpu/weight_layout.cpp), so this path serves
 // prefill tiles at levels without a dedicated dequant, forced ISA levels and tests.
-#include "core/repacked_blocks.hpp"
 #include "cpu/matmul_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include <algorithm>
 
 namespace sitsrt::cpu::detail {
 namespace {
 
-template <DType kType>
+template <WeightLayout kLayout>
 void matvec_repacked(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                      std::int64_t n_rows) {
-  const std::size_t group_bytes = row_bytes(kType, kRepackGroupElements);  // every layout's groups hold 1024
+  const std::size_t group_bytes = row_bytes(kLayout, kRepackGroupElements);  // every layout's groups hold 1024
   float buf[kRepackGroupElements];
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const std::byte* row = w + static_cast<std::size_t>(r) * row_stride;
     float acc[8] = {};
     for (std::int64_t c0 = 0; c0 < cols; c0 += kRepackGroupElements) {
       const std::int64_t n = std::min(kRepackGroupElements, cols - c0);
-      dequantize_row(kType, row + static_cast<std::size_t>(c0 / kRepackGroupElements) * group_bytes, buf, n);
+      dequantize_row(kLayout, row + static_cast<std::size_t>(c0 / kRepackGroupElements) * group_bytes, buf, n);
       for (std::int64_t c = 0; c < n; ++c) acc[c % 8] += buf[c] * x[c0 + c];
     }
     y[r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
@@ -32,31 +32,31 @@ void matvec_repacked(const std::byte* w, std::size_t row_stride, std::int64_t co
 
 void matvec_q8_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows) {
-  matvec_repacked<DType::kQ8_0R>(w, row_stride, cols, x, y, n_rows);
+  matvec_repacked<WeightLayout::kQ8_0R>(w, row_stride, cols, x, y, n_rows);
 }
 void matvec_q4_0r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows) {
-  matvec_repacked<DType::kQ4_0R>(w, row_stride, cols, x, y, n_rows);
+  matvec_repacked<WeightLayout::kQ4_0R>(w, row_stride, cols, x, y, n_rows);
 }
 void matvec_fp8r_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                          std::int64_t n_rows) {
-  matvec_repacked<DType::kFP8_E4M3R>(w, row_stride, cols, x, y, n_rows);
+  matvec_repacked<WeightLayout::kFP8_E4M3R>(w, row_stride, cols, x, y, n_rows);
 }
 void matvec_q4_kr_portable(const std::byte* w, std::size_t row_stride, std::int64_t cols, const float* x, float* y,
                            std::int64_t n_rows) {
-  matvec_repacked<DType::kQ4_KR>(w, row_stride, cols, x, y, n_rows);
+  matvec_repacked<WeightLayout::kQ4_KR>(w, row_stride, cols, x, y, n_rows);
 }
 void dequant_q8_0r_portable(const std::byte* src, float* dst, std::int64_t n) {
-  dequantize_row(DType::kQ8_0R, src, dst, n);
+  dequantize_row(WeightLayout::kQ8_0R, src, dst, n);
 }
 void dequant_q4_0r_portable(const std::byte* src, float* dst, std::int64_t n) {
-  dequantize_row(DType::kQ4_0R, src, dst, n);
+  dequantize_row(WeightLayout::kQ4_0R, src, dst, n);
 }
 void dequant_fp8r_portable(const std::byte* src, float* dst, std::int64_t n) {
-  dequantize_row(DType::kFP8_E4M3R, src, dst, n);
+  dequantize_row(WeightLayout::kFP8_E4M3R, src, dst, n);
 }
 void dequant_q4_kr_portable(const std::byte* src, float* dst, std::int64_t n) {
-  dequantize_row(DType::kQ4_KR, src, dst, n);
+  dequantize_row(WeightLayout::kQ4_KR, src, dst, n);
 }
 
 }  // namespace sitsrt::cpu::detail

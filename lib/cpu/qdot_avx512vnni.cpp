@@ -7,10 +7,10 @@
 // until the end of the row. (Q4_0 / Q4_0R use four blocks per zmm: qdot_q4_avx512vnni.cpp.)
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/kquant_kernels.hpp"
 #include "cpu/qdot_kernels.hpp"
 #include "cpu/qdot_prefetch_avx512.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
@@ -179,7 +179,7 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
   for (; r < n_rows; ++r) qdot_rows<U, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
-// Repacked Q8_0 (core/repacked_blocks.hpp): the pairs, offsets, scale products and
+// Repacked Q8_0 (cpu/repacked_blocks.hpp): the pairs, offsets, scale products and
 // accumulation order of qdot_rows<UnpackQ8_0>, so the results are bit-identical to the stored
 // layout's; only the loads change. A quad's levels come from two 64-byte loads with no
 // unpacking (already unsigned), and its four scales from one 8-byte load instead of four

@@ -7,8 +7,8 @@
 // has no integer path and matmul falls back to the float-activation kernel.
 #pragma once
 
-#include "core/dtype.hpp"
 #include "cpu/cpu_context.hpp"
+#include "cpu/weight_layout.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -69,7 +69,7 @@ using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const Quanti
                         std::int64_t n_rows);
 
 struct QdotKernels {
-  QdotFn matvec[kDTypeCount];  // indexed by DType; nullptr: no integer path for that format
+  QdotFn matvec[kWeightLayoutCount];  // indexed by WeightLayout; nullptr: no integer path for it
   QuantizeRowFn quantize;      // bit-identical to quantize_row_q8_act
 };
 

@@ -1,5 +1,5 @@
 // AVX-512 VNNI integer-dot decode of Q4_0 weights, in the stored GGUF layout (kQ4_0) and the
-// resident repacked one (kQ4_0R, core/repacked_blocks.hpp); numerics in qdot_kernels.hpp.
+// resident repacked one (kQ4_0R, cpu/repacked_blocks.hpp); numerics in qdot_kernels.hpp.
 // Both work on units of 16 blocks and end each with one float step for the unit: the exact
 // block sums u . q - 8 sum(q), block i in lane i, converted and FMA'd with fl(d_w d_x).
 //
@@ -18,8 +18,8 @@
 // The same integer sums, scales and float operations: the two layouts' results are
 // bit-identical.
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/qdot_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

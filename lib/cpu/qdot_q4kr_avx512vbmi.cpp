@@ -1,5 +1,5 @@
 // AVX-512 VNNI + VBMI integer-dot decode of Q4_KR, the resident repacked Q4_K layout
-// (core/repacked_blocks.hpp); numerics in qdot_kernels.hpp. Reached only where the CPU has
+// (cpu/repacked_blocks.hpp); numerics in qdot_kernels.hpp. Reached only where the CPU has
 // AVX512_VBMI (DecodeKernel::for_weight and resident_layout check q4_kr_decode_native).
 //
 // The stored layout's kernel (qdot_q4k_avx512vnni.cpp) reduces 8 int32 lanes per sub-block in
@@ -12,8 +12,8 @@
 // fl(fl(d sc_s) d_x) u . q and fl(dmin m_s) ds_x as the stored kernel's are summed in another
 // order (16 lanes), so results differ from it by float rounding only.
 #include "core/kquant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/qdot_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

@@ -99,7 +99,7 @@ std::vector<CpuBackend::Placement> CpuBackend::place_weights(const graph::Graph&
   std::size_t offset = 0;
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     const graph::Weight& w = graph.weights()[id];
-    Placement p{w.type, row_bytes(w.type, w.dims[0]), offset};
+    Placement p{cpu::stored_layout(w.type), row_bytes(w.type, w.dims[0]), offset};
     if (options_.resident_weights) {
       p.layout = cpu::resident_layout(ctx_, w.type, matmul[id]);
       p.row_stride = cpu::resident_row_stride(p.layout, w.dims[0]);
@@ -127,7 +127,7 @@ WeightBindReport CpuBackend::bind_weights(const graph::Graph& graph, const graph
       raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes, expected {}", w.name, bytes.size(),
             row_stride * static_cast<std::size_t>(rows));
     }
-    weights_.push_back({w.type, bytes.data(), rows, cols, row_stride});
+    weights_.push_back({cpu::stored_layout(w.type), bytes.data(), rows, cols, row_stride});
     weight_bytes_ += bytes.size();
   }
   if (!options_.resident_weights) {
@@ -145,9 +145,9 @@ WeightBindReport CpuBackend::bind_weights(const graph::Graph& graph, const graph
     const Placement& p = placements[id];
     cpu::WeightMatrix& w = weights_[id];
     std::byte* dst = resident_.data() + p.offset;
-    const DType layout = cpu::copy_to_layout(ctx_, w, p.layout, dst, p.row_stride);
+    const cpu::WeightLayout layout = cpu::copy_to_layout(ctx_, w, p.layout, dst, p.row_stride);
     source.release(graph.weights()[id]);
-    if (layout != w.type) ++report.repacked_tensors;
+    if (layout != w.layout) ++report.repacked_tensors;
     w = {layout, dst, w.rows, w.cols, p.row_stride};
     if (progress) progress(total ? static_cast<double>(p.offset + p.row_stride * w.rows) / total : 1.0);
   }

@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
 
   // The layout and row stride each weight is bound in (by WeightId).
   struct Placement {
-    DType layout;
+    cpu::WeightLayout layout;
     std::size_t row_stride;
     std::size_t offset;  // in resident_ (resident weights only)
   };

@@ -62,7 +62,6 @@ bool is_signed(ValueType t) noexcept {
 std::string supported_types() {
   std::string list;
   for (int i = 0; i < kDTypeCount; ++i) {
-    if (!dtype_from_ggml_type(ggml_type_from_dtype(static_cast<DType>(i)))) continue;  // not a file type
     if (!list.empty()) list += ", ";
     list += name(static_cast<DType>(i));
   }

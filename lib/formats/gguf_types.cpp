@@ -19,7 +19,6 @@ constexpr std::array<std::string_view, 40> kGgmlTypeNames = {
 // INT4 g128 type: those use sitsrt-private ids from kPrivateTypeBase on (files that only
 // sitsrt reads; llama.cpp rejects them as unknown types).
 constexpr std::uint32_t kPrivateTypeBase = 0x5300;
-constexpr std::uint32_t kNoGgmlType = 0xFFFFFFFFu;  // a DType no file may hold
 constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     0,   // kF32
     1,   // kF16
@@ -33,8 +32,6 @@ constexpr std::array<std::uint32_t, kDTypeCount> kGgmlIdOfDType = {
     kPrivateTypeBase + 1,  // kQ4_G128
     // K-quant section: kQ2_K .. kQ8_K, kIQ4_NL
     10, 11, 12, 13, 14, 15, 20,
-    // Repacked Q8_0 / Q4_0 / FP8 / Q4_K: resident CPU weights only, never in files (kNoGgmlType).
-    kNoGgmlType, kNoGgmlType, kNoGgmlType, kNoGgmlType,
 };
 
 }  // namespace
@@ -59,7 +56,6 @@ std::string_view name(ValueType type) noexcept {
 }
 
 std::optional<DType> dtype_from_ggml_type(std::uint32_t ggml_type) noexcept {
-  if (ggml_type == kNoGgmlType) return std::nullopt;
   for (std::size_t i = 0; i < kGgmlIdOfDType.size(); ++i) {
     if (kGgmlIdOfDType[i] == ggml_type) return static_cast<DType>(i);
   }

@@ -187,9 +187,6 @@ void Writer::add_tensor(std::string name, std::vector<std::int64_t> dims, DType 
   if (name.empty()) raise(ErrorCode::kInvalidArgument, "GGUF writer: tensor name is empty");
   if (name.size() > kMaxNameBytes) fail(fmt::format("name exceeds the limit of {} bytes", kMaxNameBytes));
   if (tensor_names_.contains(name)) fail("duplicate tensor name");
-  if (!dtype_from_ggml_type(ggml_type_from_dtype(type))) {
-    fail(fmt::format("{} is an in-memory layout, not a file format", sitsrt::name(type)));
-  }
   if (dims.empty() || dims.size() > static_cast<std::size_t>(kMaxDims)) {
     fail(fmt::format("{} dims, expected 1..{}", dims.size(), kMaxDims));
   }

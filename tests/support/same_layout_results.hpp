@@ -45,8 +45,8 @@ struct DecodedBothLayouts {
   std::vector<std::byte> buffer;  // holds q's arrays
   cpu::detail::QuantizedRow q;
 };
-inline DecodedBothLayouts decode_both_layouts(cpu::CpuContext& ctx, const cpu::WeightMatrix& w, DType layout,
-                                              const std::vector<float>& x) {
+inline DecodedBothLayouts decode_both_layouts(cpu::CpuContext& ctx, const cpu::WeightMatrix& w,
+                                              cpu::WeightLayout layout, const std::vector<float>& x) {
   const std::size_t stride = cpu::resident_row_stride(layout, w.cols);
   std::vector<std::byte> packed(stride * static_cast<std::size_t>(w.rows));
   cpu::copy_to_layout(ctx, w, layout, packed.data(), stride);

@@ -18,7 +18,8 @@
 #include "core/half.hpp"
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
+#include "cpu/repacked_blocks.hpp"
+#include "cpu/weight_layout.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -51,24 +52,26 @@ inline double dot_tolerance(std::int64_t k, double abs_sum, int extra_roundings 
   return gamma(k + extra_roundings) * abs_sum;
 }
 
-// Roundings a matmul kernel may add per term on top of the k of the dot product itself.
-inline int extra_roundings(DType type) {
-  switch (type) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
+// Roundings a matmul kernel may add per term on top of the k of the dot product itself. The
+// repacked layouts' float kernels dot the dequantized weights: the default.
+inline int extra_roundings(cpu::WeightLayout layout) {
+  using cpu::WeightLayout;
+  switch (layout) {
+    case WeightLayout::kF32:
+    case WeightLayout::kF16:
+    case WeightLayout::kBF16:
       return 1;
-    case DType::kQ4_1:
-    case DType::kQ5_1:
+    case WeightLayout::kQ4_1:
+    case WeightLayout::kQ5_1:
       return 4;
     // K-quants: the weight is fl(fl(d sc) q) [- fl(dmin m)], the kernel rounds fl(d sc), the
     // sub-block partial sum times it, and (min formats) the min term and its subtraction.
-    case DType::kQ2_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
+    case WeightLayout::kQ2_K:
+    case WeightLayout::kQ4_K:
+    case WeightLayout::kQ5_K:
       return 6;
-    case DType::kQ3_K:
-    case DType::kQ6_K:
+    case WeightLayout::kQ3_K:
+    case WeightLayout::kQ6_K:
       return 4;
     default:
       return 2;
@@ -77,12 +80,15 @@ inline int extra_roundings(DType type) {
 
 // The magnitude each weight contributes to the error bound: |w| for plain and scale-only
 // formats; |d q| + |m| for formats with a min, whose kernels sum d (q . x) and m sum(x)
-// separately (so cancellation between d q and m does not shrink the bound).
-inline std::vector<double> weight_magnitudes(DType type, const void* row, std::int64_t n) {
+// separately (so cancellation between d q and m does not shrink the bound). The repacked
+// layouts' kernels multiply the dequantized weights: |w|.
+inline std::vector<double> weight_magnitudes(cpu::WeightLayout layout, const void* row, std::int64_t n) {
   std::vector<double> mag(static_cast<std::size_t>(n));
   std::vector<float> w(static_cast<std::size_t>(n));
-  dequantize_row(type, row, w.data(), n);
+  cpu::dequantize_row(layout, row, w.data(), n);
   for (std::int64_t i = 0; i < n; ++i) mag[static_cast<std::size_t>(i)] = std::fabs(w[static_cast<std::size_t>(i)]);
+  if (cpu::is_repacked(layout)) return mag;
+  const DType type = cpu::stored_type(layout);
   if (type == DType::kQ2_K || type == DType::kQ4_K || type == DType::kQ5_K) {
     // The min term of each element is what the block decodes to with every level zeroed.
     const int block_bytes = traits(type).block_bytes;
@@ -125,7 +131,7 @@ inline std::vector<double> weight_magnitudes(DType type, const void* row, std::i
 inline double fp8r_fp16_tolerance(const void* row, std::int64_t cols, const float* x, double abs_sum) {
   const std::int64_t nb = cols / kFp8Block;
   std::vector<BlockFP8_E4M3> blocks(static_cast<std::size_t>(nb));
-  unpack_row_fp8r(static_cast<const std::byte*>(row), blocks.data(), nb);
+  cpu::unpack_row_fp8r(static_cast<const std::byte*>(row), blocks.data(), nb);
   double max_d = 0.0, max_x = 0.0;
   for (const BlockFP8_E4M3& b : blocks) max_d = std::max(max_d, std::fabs(static_cast<double>(b.d)));
   for (std::int64_t c = 0; c < cols; ++c) max_x = std::max(max_x, std::fabs(static_cast<double>(x[c])));

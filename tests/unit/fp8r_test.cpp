@@ -1,15 +1,15 @@
-// The repacked FP8 layout (DType::kFP8_E4M3R, core/repacked_blocks.hpp) and its AVX512-FP16
+// The repacked FP8 layout (cpu::WeightLayout::kFP8_E4M3R, cpu/repacked_blocks.hpp) and its AVX512-FP16
 // decode (cpu/matvec_fp8r_avx512fp16.cpp): the documented bytes, exact scale splits (and the
 // fallback to stored FP8 where none exists), prefill and lookups bit-identical to stored FP8,
 // and decode against a double reference within the fp16 bound, at the extremes of its range.
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/matmul_kernels.hpp"
 #include "cpu/matvec_group.hpp"
+#include "cpu/repacked_blocks.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
@@ -26,6 +26,7 @@
 #include <vector>
 
 using namespace sitsrt;
+using cpu::WeightLayout;
 
 namespace {
 
@@ -68,7 +69,7 @@ TEST_CASE("fp8r bytes are where docs/quantization.md puts them", "[fp8r]") {
       for (auto& q : b.qs) q = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
     }
     std::vector<std::uint8_t> packed(blocks.size() * sizeof(BlockFP8_E4M3), 0xAB);
-    REQUIRE(repack_row_fp8(blocks.data(), reinterpret_cast<std::byte*>(packed.data()), nb));
+    REQUIRE(cpu::repack_row_fp8(blocks.data(), reinterpret_cast<std::byte*>(packed.data()), nb));
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::int64_t g = b / 16, i = b % 16, t = std::min<std::int64_t>(16, nb - 16 * g);
       const std::size_t group = static_cast<std::size_t>(g) * 1088;
@@ -97,9 +98,9 @@ TEST_CASE("fp8r bytes are where docs/quantization.md puts them", "[fp8r]") {
 
 TEST_CASE("fp8r rows round-trip encoder and per-channel scales exactly; others stay fp8", "[fp8r]") {
   test::Rng rng(7);
-  CHECK(repacked_format_of(DType::kFP8_E4M3) == DType::kFP8_E4M3R);
-  CHECK(stored_format_of(DType::kFP8_E4M3R) == DType::kFP8_E4M3);
-  CHECK(traits(DType::kFP8_E4M3R).block_bytes == 68);
+  CHECK(cpu::repacked_layout(DType::kFP8_E4M3) == WeightLayout::kFP8_E4M3R);
+  CHECK(cpu::stored_type(WeightLayout::kFP8_E4M3R) == DType::kFP8_E4M3);
+  CHECK(cpu::row_bytes(WeightLayout::kFP8_E4M3R, kFp8Block) == 68);
   for (const std::int64_t nb : kBlockCounts) {
     CAPTURE(nb);
     const std::int64_t cols = nb * kFp8Block;
@@ -107,12 +108,12 @@ TEST_CASE("fp8r rows round-trip encoder and per-channel scales exactly; others s
     std::vector<BlockFP8_E4M3> blocks = encoded_rows(1, nb, rng);
     std::vector<std::byte> packed(bytes);
     std::vector<BlockFP8_E4M3> back(static_cast<std::size_t>(nb));
-    REQUIRE(repack_row_fp8(blocks.data(), packed.data(), nb));
-    unpack_row_fp8r(packed.data(), back.data(), nb);
+    REQUIRE(cpu::repack_row_fp8(blocks.data(), packed.data(), nb));
+    cpu::unpack_row_fp8r(packed.data(), back.data(), nb);
     CHECK(std::memcmp(back.data(), blocks.data(), bytes) == 0);
     std::vector<float> want(static_cast<std::size_t>(cols)), got(want.size());
     dequantize_row(DType::kFP8_E4M3, blocks.data(), want.data(), cols);
-    dequantize_row(DType::kFP8_E4M3R, packed.data(), got.data(), cols);
+    cpu::dequantize_row(WeightLayout::kFP8_E4M3R, packed.data(), got.data(), cols);
     CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
 
     // quantize_row into FP8R = the stored encoding, repacked.
@@ -120,25 +121,25 @@ TEST_CASE("fp8r rows round-trip encoder and per-channel scales exactly; others s
     std::vector<BlockFP8_E4M3> q(static_cast<std::size_t>(nb));
     std::vector<std::byte> direct(bytes), expect(bytes);
     quantize_row(DType::kFP8_E4M3, x.data(), q.data(), cols);
-    quantize_row(DType::kFP8_E4M3R, x.data(), direct.data(), cols);
-    CHECK(repack_row_fp8(q.data(), expect.data(), nb));
+    cpu::quantize_row(WeightLayout::kFP8_E4M3R, x.data(), direct.data(), cols);
+    CHECK(cpu::repack_row_fp8(q.data(), expect.data(), nb));
     CHECK(direct == expect);
 
     // Per-channel checkpoints repeat one arbitrary fp32 scale per block: exact with s = d.
     for (BlockFP8_E4M3& b : blocks) b.d = 0.0123456789f;
-    REQUIRE(repack_row_fp8(blocks.data(), packed.data(), nb));
-    unpack_row_fp8r(packed.data(), back.data(), nb);
+    REQUIRE(cpu::repack_row_fp8(blocks.data(), packed.data(), nb));
+    cpu::unpack_row_fp8r(packed.data(), back.data(), nb);
     CHECK(std::memcmp(back.data(), blocks.data(), bytes) == 0);
 
     // Scales 2^15 apart in a group: the smaller one's r would be an fp16 subnormal.
     if (nb > 1) {
       for (BlockFP8_E4M3& b : blocks) b.d = 0x1p-3f;
       blocks[1].d = 0x1.234p-18f;
-      CHECK_FALSE(repack_row_fp8(blocks.data(), packed.data(), nb));
+      CHECK_FALSE(cpu::repack_row_fp8(blocks.data(), packed.data(), nb));
     }
     // Different 24-bit scales within a group have no exact split (one-block rows always do).
     for (BlockFP8_E4M3& b : blocks) b.d = 0.0123456789f * rng.uniform(1.0f, 3.0f);
-    CHECK(repack_row_fp8(blocks.data(), packed.data(), nb) == (nb == 1));
+    CHECK(cpu::repack_row_fp8(blocks.data(), packed.data(), nb) == (nb == 1));
   }
 }
 
@@ -146,24 +147,25 @@ SITSRT_ISA_TEST_CASE(isa, "fp8r resident layout: only with the fp16 decode kerne
   const cpu::CpuContext ctx(2, isa);
   const bool native = cpu::detail::fp8r_decode_native(isa);
   CHECK(native == (isa >= cpu::Isa::kAvx512 && cpu::detail::avx512_fp16_supported()));
-  CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, true) == (native ? DType::kFP8_E4M3R : DType::kFP8_E4M3));
-  CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, false) == DType::kFP8_E4M3);  // a lookup-only table
+  CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, true) ==
+        (native ? WeightLayout::kFP8_E4M3R : WeightLayout::kFP8_E4M3));
+  CHECK(cpu::resident_layout(ctx, DType::kFP8_E4M3, false) == WeightLayout::kFP8_E4M3);  // a lookup-only table
 }
 
 TEST_CASE("fp8r resident layout: only when exact", "[fp8r]") {
-  CHECK(cpu::resident_row_stride(DType::kFP8_E4M3R, 2816) == 3008);  // 44 * 68 = 2992 rounded to a line
+  CHECK(cpu::resident_row_stride(WeightLayout::kFP8_E4M3R, 2816) == 3008);  // 44 * 68 = 2992 rounded to a line
 
   test::Rng rng(9);
   cpu::CpuContext ctx(3, cpu::Isa::kGeneric);
   constexpr std::int64_t kRows = 37, nb = 44, cols = nb * kFp8Block;
   std::vector<BlockFP8_E4M3> blocks = encoded_rows(kRows, nb, rng);
-  const cpu::WeightMatrix w{DType::kFP8_E4M3, bytes_of(blocks), kRows, cols, row_bytes(DType::kFP8_E4M3, cols)};
-  const std::size_t stride = cpu::resident_row_stride(DType::kFP8_E4M3R, cols);
+  const cpu::WeightMatrix w{WeightLayout::kFP8_E4M3, bytes_of(blocks), kRows, cols, row_bytes(DType::kFP8_E4M3, cols)};
+  const std::size_t stride = cpu::resident_row_stride(WeightLayout::kFP8_E4M3R, cols);
   std::vector<std::byte> dst(stride * kRows, std::byte{0xCD});
-  CHECK(cpu::copy_to_layout(ctx, w, DType::kFP8_E4M3R, dst.data(), stride) == DType::kFP8_E4M3R);
+  CHECK(cpu::copy_to_layout(ctx, w, WeightLayout::kFP8_E4M3R, dst.data(), stride) == WeightLayout::kFP8_E4M3R);
   // One row with a scale that has no exact split: the whole weight is copied as stored.
   blocks[static_cast<std::size_t>(20 * nb + 3)].d *= 1.00001f;
-  CHECK(cpu::copy_to_layout(ctx, w, DType::kFP8_E4M3R, dst.data(), stride) == DType::kFP8_E4M3);
+  CHECK(cpu::copy_to_layout(ctx, w, WeightLayout::kFP8_E4M3R, dst.data(), stride) == WeightLayout::kFP8_E4M3);
   for (std::int64_t r = 0; r < kRows; ++r) {
     CHECK(std::memcmp(dst.data() + static_cast<std::size_t>(r) * stride, bytes_of(blocks) + static_cast<std::size_t>(r) * w.row_stride,
                       w.row_stride) == 0);
@@ -180,11 +182,12 @@ SITSRT_ISA_TEST_CASE(isa, "fp8r prefill and row lookups are bit-identical to sto
       CAPTURE(cpu::name(isa), rows, cols);
       const std::vector<BlockFP8_E4M3> blocks = encoded_rows(rows, nb, rng);
       cpu::CpuContext ctx(2, isa);
-      const cpu::WeightMatrix w{DType::kFP8_E4M3, bytes_of(blocks), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
-      const std::size_t stride = cpu::resident_row_stride(DType::kFP8_E4M3R, cols);
+      const cpu::WeightMatrix w{WeightLayout::kFP8_E4M3, bytes_of(blocks), rows, cols,
+                                row_bytes(DType::kFP8_E4M3, cols)};
+      const std::size_t stride = cpu::resident_row_stride(WeightLayout::kFP8_E4M3R, cols);
       std::vector<std::byte> packed(stride * static_cast<std::size_t>(rows));
-      REQUIRE(cpu::copy_to_layout(ctx, w, DType::kFP8_E4M3R, packed.data(), stride) == DType::kFP8_E4M3R);
-      const cpu::WeightMatrix r{DType::kFP8_E4M3R, packed.data(), rows, cols, stride};
+      REQUIRE(cpu::copy_to_layout(ctx, w, WeightLayout::kFP8_E4M3R, packed.data(), stride) == WeightLayout::kFP8_E4M3R);
+      const cpu::WeightMatrix r{WeightLayout::kFP8_E4M3R, packed.data(), rows, cols, stride};
       test::check_same_results(ctx, w, r, {2, 9}, rng);
     }
   }
@@ -198,11 +201,11 @@ void check_fp16_decode(const std::vector<BlockFP8_E4M3>& blocks, std::int64_t ro
                        const std::vector<float>& x) {
   const std::int64_t cols = nb * kFp8Block;
   cpu::CpuContext ctx(1, cpu::Isa::kAvx512);
-  const cpu::WeightMatrix w{DType::kFP8_E4M3, bytes_of(blocks), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
-  const std::size_t stride = cpu::resident_row_stride(DType::kFP8_E4M3R, cols);
+  const cpu::WeightMatrix w{WeightLayout::kFP8_E4M3, bytes_of(blocks), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
+  const std::size_t stride = cpu::resident_row_stride(WeightLayout::kFP8_E4M3R, cols);
   std::vector<std::byte> packed(stride * static_cast<std::size_t>(rows));
-  REQUIRE(cpu::copy_to_layout(ctx, w, DType::kFP8_E4M3R, packed.data(), stride) == DType::kFP8_E4M3R);
-  const cpu::WeightMatrix r{DType::kFP8_E4M3R, packed.data(), rows, cols, stride};
+  REQUIRE(cpu::copy_to_layout(ctx, w, WeightLayout::kFP8_E4M3R, packed.data(), stride) == WeightLayout::kFP8_E4M3R);
+  const cpu::WeightMatrix r{WeightLayout::kFP8_E4M3R, packed.data(), rows, cols, stride};
   ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, r, 1));
   ctx.reserve_scratch(cpu::matmul_scratch_floats(r, 1));
   std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
@@ -212,7 +215,7 @@ void check_fp16_decode(const std::vector<BlockFP8_E4M3>& blocks, std::int64_t ro
   std::vector<float> values(static_cast<std::size_t>(cols));
   for (std::int64_t row = 0; row < rows; ++row) {
     const std::byte* bytes = packed.data() + static_cast<std::size_t>(row) * stride;
-    dequantize_row(DType::kFP8_E4M3R, bytes, values.data(), cols);
+    cpu::dequantize_row(WeightLayout::kFP8_E4M3R, bytes, values.data(), cols);
     double sum = 0.0, abs_sum = 0.0;
     for (std::int64_t c = 0; c < cols; ++c) {
       sum += static_cast<double>(values[static_cast<std::size_t>(c)]) * x[static_cast<std::size_t>(c)];
@@ -281,11 +284,12 @@ TEST_CASE("fp8r AVX512-FP16 decode propagates inf and NaN activations as float d
   constexpr std::int64_t nb = 17, cols = nb * kFp8Block, rows = 2;
   const std::vector<BlockFP8_E4M3> blocks = encoded_rows(rows, nb, rng);
   cpu::CpuContext ctx(1, cpu::Isa::kAvx512);
-  const cpu::WeightMatrix w{DType::kFP8_E4M3, bytes_of(blocks), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
-  std::vector<std::byte> packed(row_bytes(DType::kFP8_E4M3R, cols) * rows);
-  REQUIRE(cpu::copy_to_layout(ctx, w, DType::kFP8_E4M3R, packed.data(), row_bytes(DType::kFP8_E4M3R, cols)) ==
-          DType::kFP8_E4M3R);
-  const cpu::WeightMatrix r{DType::kFP8_E4M3R, packed.data(), rows, cols, row_bytes(DType::kFP8_E4M3R, cols)};
+  const cpu::WeightMatrix w{WeightLayout::kFP8_E4M3, bytes_of(blocks), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
+  const std::size_t packed_stride = row_bytes(WeightLayout::kFP8_E4M3R, cols);
+  std::vector<std::byte> packed(packed_stride * rows);
+  REQUIRE(cpu::copy_to_layout(ctx, w, WeightLayout::kFP8_E4M3R, packed.data(), packed_stride) ==
+          WeightLayout::kFP8_E4M3R);
+  const cpu::WeightMatrix r{WeightLayout::kFP8_E4M3R, packed.data(), rows, cols, packed_stride};
   ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, r, 1));
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<float> x = rng.normals(static_cast<std::size_t>(cols));
@@ -306,16 +310,17 @@ TEST_CASE("fp8r in a fused product with an int8-activation weight: each as alone
   constexpr std::int64_t rows = 40, nb = 44, cols = nb * kFp8Block;
   cpu::CpuContext ctx(2, isa, /*int8_activations=*/true);
   const std::vector<BlockFP8_E4M3> fp8 = encoded_rows(rows, nb, rng);
-  const std::size_t stride = cpu::resident_row_stride(DType::kFP8_E4M3R, cols);
-  std::vector<std::byte> packed(stride * rows), q8(row_bytes(DType::kQ8_0R, cols) * rows);
-  const cpu::WeightMatrix w{DType::kFP8_E4M3, bytes_of(fp8), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
-  REQUIRE(cpu::copy_to_layout(ctx, w, DType::kFP8_E4M3R, packed.data(), stride) == DType::kFP8_E4M3R);
+  const std::size_t stride = cpu::resident_row_stride(WeightLayout::kFP8_E4M3R, cols);
+  std::vector<std::byte> packed(stride * rows), q8(row_bytes(WeightLayout::kQ8_0R, cols) * rows);
+  const cpu::WeightMatrix w{WeightLayout::kFP8_E4M3, bytes_of(fp8), rows, cols, row_bytes(DType::kFP8_E4M3, cols)};
+  REQUIRE(cpu::copy_to_layout(ctx, w, WeightLayout::kFP8_E4M3R, packed.data(), stride) == WeightLayout::kFP8_E4M3R);
   const std::vector<float> src = rng.normals(static_cast<std::size_t>(rows * cols));
   for (std::int64_t r = 0; r < rows; ++r) {
-    quantize_row(DType::kQ8_0R, src.data() + r * cols, q8.data() + r * row_bytes(DType::kQ8_0R, cols), cols);
+    cpu::quantize_row(WeightLayout::kQ8_0R, src.data() + r * cols, q8.data() + r * row_bytes(WeightLayout::kQ8_0R, cols),
+                      cols);
   }
-  const cpu::WeightMatrix a{DType::kFP8_E4M3R, packed.data(), rows, cols, stride};
-  const cpu::WeightMatrix b{DType::kQ8_0R, q8.data(), rows, cols, row_bytes(DType::kQ8_0R, cols)};
+  const cpu::WeightMatrix a{WeightLayout::kFP8_E4M3R, packed.data(), rows, cols, stride};
+  const cpu::WeightMatrix b{WeightLayout::kQ8_0R, q8.data(), rows, cols, row_bytes(WeightLayout::kQ8_0R, cols)};
   const std::array<const cpu::WeightMatrix*, 2> weights{&a, &b};
   ctx.reserve_shared_bytes(cpu::matvec_group_shared_bytes(ctx, weights));
   const std::vector<float> x = rng.normals(static_cast<std::size_t>(cols));

@@ -300,6 +300,16 @@ TEST_CASE("unsupported and unknown tensor types", "[gguf][malformed]") {
   const auto u = failure_of(unknown.build());
   CHECK(u.code == ErrorCode::kInvalidModel);
   CHECK_THAT(u.message, Contains("tensor 'w' has unknown ggml type 77"));
+
+  // Ids that no DType has: 0xFFFFFFFF, which the CPU backend's repacked in-memory layouts (never
+  // file formats) once mapped to, and the private ids past sitsrt's own two.
+  for (const std::uint32_t id : {0xFFFFFFFFu, 0x5302u, 0x5305u}) {
+    auto other = one_tensor();
+    other.tensors[0].type = id;
+    const auto o = failure_of(other.build());
+    CHECK(o.code == ErrorCode::kInvalidModel);
+    CHECK_THAT(o.message, Contains("tensor 'w' has unknown ggml type " + std::to_string(id)));
+  }
 }
 
 TEST_CASE("bad metadata values", "[gguf][malformed]") {

@@ -105,7 +105,8 @@ TEST_CASE("head_rms_norm normalises each head on its own", "[kernels][arch]") {
   cpu::CpuContext ctx(threads, cpu::Isa::kGeneric);
   // Through the op entry point (shape checks) and the CPU backend's kernels.
   const std::vector<cpu::WeightMatrix> weights{
-      {DType::kF32, reinterpret_cast<const std::byte*>(w.data()), 1, head_dim, static_cast<std::size_t>(head_dim) * 4}};
+      {cpu::WeightLayout::kF32, reinterpret_cast<const std::byte*>(w.data()), 1, head_dim,
+       static_cast<std::size_t>(head_dim) * 4}};
   CpuKernels kernels(ctx, weights);
   const Device cpu0 = kernels.device();
   const auto ref = [&](std::vector<float>& v) {

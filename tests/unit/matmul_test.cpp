@@ -1,11 +1,14 @@
-// matmul and get_rows on every weight format x every ISA level this CPU supports x awkward
-// shapes x thread counts, against a double-precision reference built from dequantize_row.
+// matmul and get_rows on every weight layout (stored formats and the CPU's repacked ones) x every
+// ISA level this CPU supports x awkward shapes x thread counts, against a double-precision
+// reference built from dequantize_row.
 #include "cpu/matmul.hpp"
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
+#include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
@@ -14,51 +17,56 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 using namespace sitsrt;
+using cpu::WeightLayout;
 
 namespace {
 
 // The levels of the float and integer-dot kernels (the AMX prefill has cases of its own).
 const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
-constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,    DType::kQ4_0, DType::kQ4_1,
-                               DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ2_K, DType::kQ3_K,
-                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,    DType::kQ8_K,    DType::kIQ4_NL,
-                               DType::kQ8_0R, DType::kQ4_0R, DType::kFP8_E4M3R, DType::kQ4_KR};
+// Every layout in WeightLayout order: the stored formats, then the repacked ones.
+constexpr auto kAllLayouts = [] {
+  std::array<WeightLayout, cpu::kWeightLayoutCount> all{};
+  for (int i = 0; i < cpu::kWeightLayoutCount; ++i) all[static_cast<std::size_t>(i)] = static_cast<WeightLayout>(i);
+  return all;
+}();
 
-bool is_float_type(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+bool is_float_layout(WeightLayout t) {
+  return t == WeightLayout::kF32 || t == WeightLayout::kF16 || t == WeightLayout::kBF16;
 }
 
-// A weight matrix in its stored format plus what the reference needs: the dequantized values
-// and the per-element error magnitudes (tolerance.hpp).
+// A weight matrix in its layout plus what the reference needs: the dequantized values and the
+// per-element error magnitudes (tolerance.hpp).
 struct TestWeights {
-  DType type;
+  WeightLayout layout;
   std::int64_t rows, cols;
   std::size_t stride;
   std::vector<std::byte> bytes;
   std::vector<float> values;  // dequantize_row of each row
   std::vector<double> mags;
 
-  [[nodiscard]] cpu::WeightMatrix view() const { return {type, bytes.data(), rows, cols, stride}; }
+  [[nodiscard]] cpu::WeightMatrix view() const { return {layout, bytes.data(), rows, cols, stride}; }
 };
 
 // Random rows with mixed scales: each row and each 32-element stretch gets its own power-of-two
 // scale (so blocks of very different magnitude share a row). Padding between rows is 0xFF:
 // NaN for float formats, so a kernel reading past a row poisons its result.
-TestWeights make_weights(DType type, std::int64_t rows, std::int64_t cols, std::size_t pad, test::Rng& rng) {
+TestWeights make_weights(WeightLayout layout, std::int64_t rows, std::int64_t cols, std::size_t pad, test::Rng& rng) {
   // Rows keep the alignment of their widest field, as in any model file (GGUF tensors start
   // 32-aligned and these rows are whole multiples of it): fp32 scales (FP8, Q8_K) and f32 need
   // 4 bytes, fp16 scales 2. A stride of 2 mod 4 would make the block structs misaligned (UB).
-  const std::size_t align =
-      type == DType::kF32 || type == DType::kFP8_E4M3 || type == DType::kFP8_E4M3R || type == DType::kQ8_K ? 4 : 2;
+  const bool fp32_fields = layout == WeightLayout::kF32 || layout == WeightLayout::kFP8_E4M3 ||
+                           layout == WeightLayout::kFP8_E4M3R || layout == WeightLayout::kQ8_K;
+  const std::size_t align = fp32_fields ? 4 : 2;
   pad = (pad + align - 1) / align * align;
-  TestWeights w{type, rows, cols, row_bytes(type, cols) + pad, {}, {}, {}};
+  TestWeights w{layout, rows, cols, row_bytes(layout, cols) + pad, {}, {}, {}};
   w.bytes.assign(w.stride * static_cast<std::size_t>(rows), std::byte{0xFF});
   w.values.resize(static_cast<std::size_t>(rows * cols));
   w.mags.resize(static_cast<std::size_t>(rows * cols));
@@ -73,9 +81,9 @@ TestWeights make_weights(DType type, std::int64_t rows, std::int64_t cols, std::
       src[static_cast<std::size_t>(c)] = v;
     }
     std::byte* row = w.bytes.data() + static_cast<std::size_t>(r) * w.stride;
-    quantize_row(type, src.data(), row, cols);
-    dequantize_row(type, row, w.values.data() + r * cols, cols);
-    const auto mag = test::weight_magnitudes(type, row, cols);
+    cpu::quantize_row(layout, src.data(), row, cols);
+    cpu::dequantize_row(layout, row, w.values.data() + r * cols, cols);
+    const auto mag = test::weight_magnitudes(layout, row, cols);
     std::copy(mag.begin(), mag.end(), w.mags.begin() + r * cols);
   }
   return w;
@@ -144,13 +152,13 @@ constexpr double kBf16Rounding = 0x1p-8;
 // fp32: |bf16(x) bf16(w) - x w| <= (2 * 2^-8 + 2^-16) |x w|.
 constexpr double kBf16OperandsError = 0x1p-7 + 0x1p-16;
 
-void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
-  CAPTURE(name(type), cpu::name(isa), threads, s.rows, s.cols, s.m);
+void check_matmul(WeightLayout layout, cpu::Isa isa, int threads, Shape s) {
+  CAPTURE(name(layout), cpu::name(isa), threads, s.rows, s.cols, s.m);
   // AMX changes only m > 1; decode stays on the float kernels and their bound.
   const double bf16_error = isa == cpu::Isa::kAmx && s.m > 1 ? kBf16OperandsError : 0.0;
-  test::Rng rng(static_cast<std::uint64_t>(s.rows * 1000003 + s.cols * 101 + s.m * 7 + static_cast<int>(type)));
+  test::Rng rng(static_cast<std::uint64_t>(s.rows * 1000003 + s.cols * 101 + s.m * 7 + static_cast<int>(layout)));
   const std::size_t pad = std::vector<std::size_t>{0, 6, 64}[static_cast<std::size_t>((s.rows + s.cols) % 3)];
-  const TestWeights w = make_weights(type, s.rows, s.cols, pad, rng);
+  const TestWeights w = make_weights(layout, s.rows, s.cols, pad, rng);
   const std::int64_t ldx = s.cols + 3, ldy = s.rows + 5;
   const std::vector<float> x = make_inputs(s.m, s.cols, ldx, rng);
 
@@ -163,7 +171,7 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
   cpu::matmul(ctx, w.view(), x.data(), ldx, s.m, y.data(), ldy);
   if (s.m == 1) {  // decode: a row's result does not depend on the rows computed with it
     for (std::int64_t r = 0; r < s.rows; ++r) {
-      const cpu::WeightMatrix one{type, w.bytes.data() + static_cast<std::size_t>(r) * w.stride, 1, s.cols, w.stride};
+      const cpu::WeightMatrix one{layout, w.bytes.data() + static_cast<std::size_t>(r) * w.stride, 1, s.cols, w.stride};
       float alone = -1.0f;
       cpu::matmul(ctx, one, x.data(), ldx, 1, &alone, 1);
       REQUIRE((alone == y[static_cast<std::size_t>(r)] || (std::isnan(alone) && std::isnan(y[static_cast<std::size_t>(r)]))));
@@ -181,9 +189,9 @@ void check_matmul(DType type, cpu::Isa isa, int threads, Shape s) {
         abs_sum += std::fabs(xv) * w.mags[static_cast<std::size_t>(r * s.cols + c)];
       }
       expected.push_back(sum);
-      const bool bf16_acts = type == DType::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
-      const bool fp16_decode = type == DType::kFP8_E4M3R && s.m == 1 && cpu::detail::fp8r_decode_native(isa);
-      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(type)) + bf16_error * abs_sum +
+      const bool bf16_acts = layout == WeightLayout::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
+      const bool fp16_decode = layout == WeightLayout::kFP8_E4M3R && s.m == 1 && cpu::detail::fp8r_decode_native(isa);
+      tolerance.push_back(test::dot_tolerance(s.cols, abs_sum, test::extra_roundings(layout)) + bf16_error * abs_sum +
                           (bf16_acts ? kBf16Rounding * abs_sum : 0.0) +
                           (fp16_decode ? test::fp8r_fp16_tolerance(w.bytes.data() + static_cast<std::size_t>(r) * w.stride,
                                                                    s.cols, x.data() + i * ldx, abs_sum)
@@ -232,27 +240,27 @@ TEST_CASE("cpu scratch grows only and refuses more than reserved", "[matmul]") {
 }
 
 SITSRT_ISA_TEST_CASE(isa, "matmul matches a double reference for every format, ISA and shape", "[matmul]", kIsas) {
-  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
+  const WeightLayout layout = GENERATE(from_range(std::begin(kAllLayouts), std::end(kAllLayouts)));
   const int threads = GENERATE(1, 3);
   for (const Shape& s : matmul_shapes()) {
-    if (fits_blocks(type, s.cols)) check_matmul(type, isa, threads, s);
+    if (fits_blocks(layout, s.cols)) check_matmul(layout, isa, threads, s);
   }
-  if (traits(type).block_size == 256) {  // K-quants: more super-block widths, K blocks of 1024
+  if (traits(cpu::stored_type(layout)).block_size == 256) {  // K-quants: more super-block widths, K blocks of 1024
     for (Shape s : {Shape{5, 512, 1}, Shape{33, 768, 1}, Shape{7, 2304, 1}, Shape{7, 2304, 9}, Shape{31, 512, 3}}) {
-      check_matmul(type, isa, threads, s);
+      check_matmul(layout, isa, threads, s);
     }
   }
-  if (is_float_type(type)) {
-    for (const Shape& s : float_only_shapes()) check_matmul(type, isa, threads, s);
+  if (is_float_layout(layout)) {
+    for (const Shape& s : float_only_shapes()) check_matmul(layout, isa, threads, s);
   }
 }
 
 TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding", "[matmul][amx][gated]") {
   SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);  // (the float prefill is tested above)
-  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
+  const WeightLayout layout = GENERATE(from_range(std::begin(kAllLayouts), std::end(kAllLayouts)));
   const int threads = GENERATE(1, 3);
   for (const Shape& s : matmul_shapes()) {
-    if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
+    if (fits_blocks(layout, s.cols)) check_matmul(layout, cpu::Isa::kAmx, threads, s);
   }
   // Whole and partial 16 x 16 tiles and 32 x 32 blocks (rows = weight rows, m = x rows), several
   // 512-column K blocks with a partial last one, more x rows than one 256-row pass, and K not a
@@ -260,18 +268,18 @@ TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding",
   for (Shape s : {Shape{32, 512, 16}, Shape{48, 1024, 32}, Shape{96, 1536, 47}, Shape{33, 2560, 64},
                   Shape{64, 768, 17}, Shape{31, 256, 100}, Shape{16, 3072, 31}, Shape{40, 768, 300},
                   Shape{17, 1280, 513}}) {
-    if (fits_blocks(type, s.cols)) check_matmul(type, cpu::Isa::kAmx, threads, s);
+    if (fits_blocks(layout, s.cols)) check_matmul(layout, cpu::Isa::kAmx, threads, s);
   }
-  if (is_float_type(type)) {
-    for (const Shape& s : float_only_shapes()) check_matmul(type, cpu::Isa::kAmx, threads, s);
-    check_matmul(type, cpu::Isa::kAmx, threads, {40, 1037, 19});
+  if (is_float_layout(layout)) {
+    for (const Shape& s : float_only_shapes()) check_matmul(layout, cpu::Isa::kAmx, threads, s);
+    check_matmul(layout, cpu::Isa::kAmx, threads, {40, 1037, 19});
   }
 }
 
 TEST_CASE("AMX prefill needs the shared buffer for its bf16 copy of x reserved", "[matmul][amx][gated]") {
   SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);
   test::Rng rng(3);
-  const TestWeights w = make_weights(DType::kQ8_0, 8, 64, 0, rng);
+  const TestWeights w = make_weights(WeightLayout::kQ8_0, 8, 64, 0, rng);
   const std::vector<float> x = make_inputs(4, 64, 64, rng);
   std::vector<float> y(4 * 8);
   cpu::CpuContext ctx(1, cpu::Isa::kAmx);
@@ -295,20 +303,20 @@ TEST_CASE("matmul rejects bad weights and unreserved scratch", "[matmul]") {
     FAIL("no error");
     return ErrorCode::kInternal;
   };
-  CHECK(code_of({DType::kQ8_0, data.data(), 2, 48, 48}, 1) == ErrorCode::kInvalidArgument);  // 48 % 32
-  CHECK(code_of({DType::kQ8_0, data.data(), 2, 64, 67}, 1) == ErrorCode::kInvalidArgument);  // stride < 68
-  CHECK(code_of({DType::kF32, data.data(), 2, 64, 256}, 2) == ErrorCode::kInternal);         // no scratch
+  CHECK(code_of({WeightLayout::kQ8_0, data.data(), 2, 48, 48}, 1) == ErrorCode::kInvalidArgument);  // 48 % 32
+  CHECK(code_of({WeightLayout::kQ8_0, data.data(), 2, 64, 67}, 1) == ErrorCode::kInvalidArgument);  // stride < 68
+  CHECK(code_of({WeightLayout::kF32, data.data(), 2, 64, 256}, 2) == ErrorCode::kInternal);         // no scratch
 }
 
 SITSRT_ISA_TEST_CASE(isa, "get_rows returns dequantize_row of each id, bit for bit", "[matmul]", kIsas) {
-  const DType type = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
-  CAPTURE(name(type), cpu::name(isa));
-  const std::int64_t cols = is_float_type(type)                ? 103
-                            : traits(type).block_size == 256 ? 512
-                            : fits_blocks(type, 96)          ? 96
-                                                             : 384;
+  const WeightLayout layout = GENERATE(from_range(std::begin(kAllLayouts), std::end(kAllLayouts)));
+  CAPTURE(name(layout), cpu::name(isa));
+  const std::int64_t cols = is_float_layout(layout)                         ? 103
+                            : traits(cpu::stored_type(layout)).block_size == 256 ? 512
+                            : fits_blocks(layout, 96)                         ? 96
+                                                                              : 384;
   test::Rng rng(99);
-  const TestWeights table = make_weights(type, 37, cols, 10, rng);
+  const TestWeights table = make_weights(layout, 37, cols, 10, rng);
   const std::vector<std::int32_t> ids = {0, 36, 5, 5, 17, 1, 36, 20};
   const std::int64_t ldo = cols + 1;
   std::vector<float> out(ids.size() * static_cast<std::size_t>(ldo));
@@ -322,7 +330,7 @@ SITSRT_ISA_TEST_CASE(isa, "get_rows returns dequantize_row of each id, bit for b
 
 TEST_CASE("get_rows rejects an out-of-range id naming it and the row count", "[matmul]") {
   test::Rng rng(5);
-  const TestWeights table = make_weights(DType::kQ4_0, 37, 64, 0, rng);
+  const TestWeights table = make_weights(WeightLayout::kQ4_0, 37, 64, 0, rng);
   cpu::CpuContext ctx(1, cpu::Isa::kGeneric);
   std::vector<float> out(3 * 64);
   for (std::int32_t bad : {37, -1, 1000}) {
@@ -342,7 +350,8 @@ SITSRT_ISA_TEST_CASE(isa, "f16 weights decode every half value exactly on every 
   CAPTURE(cpu::name(isa));
   std::vector<std::uint16_t> halves(65536);
   for (std::uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<std::uint16_t>(h);
-  const cpu::WeightMatrix table{DType::kF16, reinterpret_cast<const std::byte*>(halves.data()), 1, 65536, 131072};
+  const cpu::WeightMatrix table{WeightLayout::kF16, reinterpret_cast<const std::byte*>(halves.data()), 1, 65536,
+                                131072};
   std::vector<float> out(65536);
   const std::int32_t id = 0;
   cpu::CpuContext ctx(1, isa);
@@ -367,7 +376,8 @@ SITSRT_ISA_TEST_CASE(isa, "fp8 e4m3 weights decode every code as dequantize_row 
     for (int b = 0; b < 4; ++b) blocks[static_cast<std::size_t>(b)].d = b % 2 == 0 ? d : -d;
     std::vector<float> want(256), out(256);
     dequantize_row(DType::kFP8_E4M3, blocks.data(), want.data(), 256);
-    const cpu::WeightMatrix table{DType::kFP8_E4M3, reinterpret_cast<const std::byte*>(blocks.data()), 1, 256, 272};
+    const cpu::WeightMatrix table{WeightLayout::kFP8_E4M3, reinterpret_cast<const std::byte*>(blocks.data()), 1, 256,
+                                  272};
     const std::int32_t id = 0;
     cpu::CpuContext ctx(1, isa);
     cpu::get_rows(ctx, table, &id, 1, out.data(), 256);
@@ -419,7 +429,7 @@ void check_fp8_random_rows(const char* kernel_name, cpu::detail::MatvecFn kernel
   for (const Shape s : {Shape{1, 64, 1}, Shape{3, 128, 1}, Shape{17, 192, 1}, Shape{64, 4096, 1}, Shape{5, 1344, 1},
                         Shape{2, 32768, 1}, Shape{2, 32832, 1}}) {
     CAPTURE(kernel_name, s.rows, s.cols);
-    TestWeights w = make_weights(DType::kFP8_E4M3, s.rows, s.cols, 4, rng);
+    TestWeights w = make_weights(WeightLayout::kFP8_E4M3, s.rows, s.cols, 4, rng);
     for (std::int64_t r = 0; r < s.rows; ++r) {
       auto* blocks = reinterpret_cast<BlockFP8_E4M3*>(w.bytes.data() + static_cast<std::size_t>(r) * w.stride);
       for (std::int64_t b = r % 3; b < s.cols / 64; b += 3) {

@@ -1,4 +1,4 @@
-// The repacked Q4_K layout (DType::kQ4_KR, core/repacked_blocks.hpp) and its AVX-512 VNNI + VBMI
+// The repacked Q4_K layout (cpu::WeightLayout::kQ4_KR, cpu/repacked_blocks.hpp) and its AVX-512 VNNI + VBMI
 // decode (cpu/qdot_q4kr_avx512vbmi.cpp): the documented bytes, lossless round trips, prefill and
 // lookups bit-identical to stored Q4_K, and int8 decode against a double reference, extremes
 // included.
@@ -6,10 +6,10 @@
 #include "core/half.hpp"
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/qdot_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
@@ -25,6 +25,7 @@
 #include <vector>
 
 using namespace sitsrt;
+using cpu::WeightLayout;
 
 namespace {
 
@@ -60,7 +61,7 @@ TEST_CASE("q4_kr bytes are where docs/quantization.md puts them", "[q4kr]") {
   test::Rng rng(3);
   const std::vector<BlockQ4_K> blocks = random_blocks(nb, rng);
   std::vector<std::uint8_t> packed(nb * 144, 0xAB);
-  repack_row_q4_k(blocks.data(), reinterpret_cast<std::byte*>(packed.data()), nb);
+  cpu::repack_row_q4_k(blocks.data(), reinterpret_cast<std::byte*>(packed.data()), nb);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::int64_t unit = b / 2, k = b % 2, n = std::min<std::int64_t>(2, nb - 2 * unit);
     const std::size_t at = static_cast<std::size_t>(288 * unit);
@@ -95,9 +96,9 @@ TEST_CASE("q4_kr bytes are where docs/quantization.md puts them", "[q4kr]") {
 }
 
 TEST_CASE("q4_kr rows round-trip the stored blocks and dequantize to the same values", "[q4kr]") {
-  CHECK(repacked_format_of(DType::kQ4_K) == DType::kQ4_KR);
-  CHECK(stored_format_of(DType::kQ4_KR) == DType::kQ4_K);
-  CHECK(traits(DType::kQ4_KR).block_bytes == traits(DType::kQ4_K).block_bytes);
+  CHECK(cpu::repacked_layout(DType::kQ4_K) == WeightLayout::kQ4_KR);
+  CHECK(cpu::stored_type(WeightLayout::kQ4_KR) == DType::kQ4_K);
+  CHECK(cpu::row_bytes(WeightLayout::kQ4_KR, kSuperBlock) == row_bytes(DType::kQ4_K, kSuperBlock));
   test::Rng rng(5);
   for (const std::int64_t nb : kBlockCounts) {
     CAPTURE(nb);
@@ -105,13 +106,13 @@ TEST_CASE("q4_kr rows round-trip the stored blocks and dequantize to the same va
     const std::vector<BlockQ4_K> blocks = random_blocks(nb, rng);
     std::vector<std::byte> packed(blocks.size() * sizeof(BlockQ4_K), std::byte{0xAB});
     std::vector<BlockQ4_K> back(blocks.size());
-    repack_row_q4_k(blocks.data(), packed.data(), nb);
-    unpack_row_q4_kr(packed.data(), back.data(), nb);
+    cpu::repack_row_q4_k(blocks.data(), packed.data(), nb);
+    cpu::unpack_row_q4_kr(packed.data(), back.data(), nb);
     CHECK(std::memcmp(back.data(), blocks.data(), packed.size()) == 0);
 
     std::vector<float> want(static_cast<std::size_t>(cols)), got(want.size());
     dequantize_row(DType::kQ4_K, blocks.data(), want.data(), cols);
-    dequantize_row(DType::kQ4_KR, packed.data(), got.data(), cols);
+    cpu::dequantize_row(WeightLayout::kQ4_KR, packed.data(), got.data(), cols);
     CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
 
     // quantize_row of the repacked format = the stored quantizer, repacked.
@@ -119,8 +120,8 @@ TEST_CASE("q4_kr rows round-trip the stored blocks and dequantize to the same va
     std::vector<BlockQ4_K> q_stored(blocks.size());
     std::vector<std::byte> q_repacked(packed.size()), expect(packed.size());
     quantize_row(DType::kQ4_K, x.data(), q_stored.data(), cols);
-    quantize_row(DType::kQ4_KR, x.data(), q_repacked.data(), cols);
-    repack_row_q4_k(q_stored.data(), expect.data(), nb);
+    cpu::quantize_row(WeightLayout::kQ4_KR, x.data(), q_repacked.data(), cols);
+    cpu::repack_row_q4_k(q_stored.data(), expect.data(), nb);
     CHECK(q_repacked == expect);
   }
 }
@@ -129,9 +130,9 @@ SITSRT_ISA_TEST_CASE(isa, "q4_kr resident layout: only with its integer decode k
   const bool native = cpu::detail::q4_kr_decode_native(isa);
   CHECK((native && isa < cpu::Isa::kAvx512Vnni) == false);
   const cpu::CpuContext int8(1, isa, true), float_acts(1, isa, false);
-  CHECK(cpu::resident_layout(int8, DType::kQ4_K, true) == (native ? DType::kQ4_KR : DType::kQ4_K));
-  CHECK(cpu::resident_layout(int8, DType::kQ4_K, false) == DType::kQ4_K);  // a lookup-only table
-  CHECK(cpu::resident_layout(float_acts, DType::kQ4_K, true) == DType::kQ4_K);
+  CHECK(cpu::resident_layout(int8, DType::kQ4_K, true) == (native ? WeightLayout::kQ4_KR : WeightLayout::kQ4_K));
+  CHECK(cpu::resident_layout(int8, DType::kQ4_K, false) == WeightLayout::kQ4_K);  // a lookup-only table
+  CHECK(cpu::resident_layout(float_acts, DType::kQ4_K, true) == WeightLayout::kQ4_K);
 }
 
 SITSRT_ISA_TEST_CASE(isa, "q4_kr prefill and row lookups are bit-identical to stored q4_k at every level", "[q4kr]",
@@ -144,11 +145,11 @@ SITSRT_ISA_TEST_CASE(isa, "q4_kr prefill and row lookups are bit-identical to st
       CAPTURE(cpu::name(isa), threads, rows, cols);
       const std::vector<BlockQ4_K> blocks = random_blocks(rows * nb, rng);
       cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
-      const cpu::WeightMatrix w{DType::kQ4_K, bytes_of(blocks), rows, cols, row_bytes(DType::kQ4_K, cols)};
-      const std::size_t stride = cpu::resident_row_stride(DType::kQ4_KR, cols);
+      const cpu::WeightMatrix w{WeightLayout::kQ4_K, bytes_of(blocks), rows, cols, row_bytes(DType::kQ4_K, cols)};
+      const std::size_t stride = cpu::resident_row_stride(WeightLayout::kQ4_KR, cols);
       std::vector<std::byte> packed(stride * static_cast<std::size_t>(rows));
-      CHECK(cpu::copy_to_layout(ctx, w, DType::kQ4_KR, packed.data(), stride) == DType::kQ4_KR);
-      const cpu::WeightMatrix r{DType::kQ4_KR, packed.data(), rows, cols, stride};
+      CHECK(cpu::copy_to_layout(ctx, w, WeightLayout::kQ4_KR, packed.data(), stride) == WeightLayout::kQ4_KR);
+      const cpu::WeightMatrix r{WeightLayout::kQ4_KR, packed.data(), rows, cols, stride};
       test::check_same_results(ctx, w, r, {2, 9}, rng);
     }
   }
@@ -175,8 +176,8 @@ TEST_CASE("q4_kr integer decode matches a double reference, extremes included", 
     }
     std::vector<float> x = rng.normals(static_cast<std::size_t>(cols), 2.0f);
     for (std::int64_t c = 0; c < std::min<std::int64_t>(cols, 64); ++c) x[static_cast<std::size_t>(c)] = c % 2 ? 3.0f : -3.0f;
-    const cpu::WeightMatrix w{DType::kQ4_K, bytes_of(blocks), kRows, cols, row_bytes(DType::kQ4_K, cols)};
-    const test::DecodedBothLayouts y = test::decode_both_layouts(ctx, w, DType::kQ4_KR, x);
+    const cpu::WeightMatrix w{WeightLayout::kQ4_K, bytes_of(blocks), kRows, cols, row_bytes(DType::kQ4_K, cols)};
+    const test::DecodedBothLayouts y = test::decode_both_layouts(ctx, w, WeightLayout::kQ4_KR, x);
     const cpu::detail::QuantizedRow& q = y.q;
     std::vector<double> want(kRows), tol(kRows);
     for (std::int64_t row = 0; row < kRows; ++row) {

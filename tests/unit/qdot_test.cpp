@@ -176,14 +176,15 @@ void check_int8_matvec(DType type, cpu::Isa isa, int threads, std::int64_t rows,
 
   cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
   REQUIRE(ctx.isa() == isa);
-  const cpu::WeightMatrix w{type, bytes.data(), rows, cols, stride};
+  const cpu::WeightLayout layout = cpu::stored_layout(type);
+  const cpu::WeightMatrix w{layout, bytes.data(), rows, cols, stride};
   ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, 1));
   REQUIRE(cpu::matmul_shared_bytes(ctx, w, 1) > 0);
   std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
   cpu::matmul(ctx, w, x.data(), cols, 1, y.data(), rows);
   // A row's result does not depend on the rows computed with it (multi-row passes, thread split).
   for (std::int64_t r = 0; r < rows; ++r) {
-    const cpu::WeightMatrix one{type, bytes.data() + static_cast<std::size_t>(r) * stride, 1, cols, stride};
+    const cpu::WeightMatrix one{layout, bytes.data() + static_cast<std::size_t>(r) * stride, 1, cols, stride};
     float alone = -1.0f;
     cpu::matmul(ctx, one, x.data(), cols, 1, &alone, 1);
     REQUIRE(alone == y[static_cast<std::size_t>(r)]);
@@ -287,10 +288,10 @@ SITSRT_ISA_TEST_CASE(isa, "int8-activation decode matches its integer reference 
 TEST_CASE("int8 activations leave float formats and prefill on the float path", "[qdot][matmul]") {
   cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3}) {
-    const cpu::WeightMatrix w{t, nullptr, 4, 64, row_bytes(t, 64)};
+    const cpu::WeightMatrix w{cpu::stored_layout(t), nullptr, 4, 64, row_bytes(t, 64)};
     CHECK(cpu::matmul_shared_bytes(ctx, w, 1) == 0);
   }
-  const cpu::WeightMatrix q{DType::kQ8_0, nullptr, 4, 64, row_bytes(DType::kQ8_0, 64)};
+  const cpu::WeightMatrix q{cpu::WeightLayout::kQ8_0, nullptr, 4, 64, row_bytes(DType::kQ8_0, 64)};
   CHECK(cpu::matmul_shared_bytes(ctx, q, 1) > 0);
   CHECK(cpu::matmul_shared_bytes(ctx, q, 5) == 0);
   cpu::CpuContext float_ctx(1, cpu::Isa::kGeneric, false);
@@ -302,7 +303,8 @@ TEST_CASE("int8-activation decode without reserved shared scratch throws kIntern
   std::vector<std::byte> data(row_bytes(DType::kQ4_0, 64) * 2);
   std::vector<float> x(64, 1.0f), y(2);
   try {
-    cpu::matmul(ctx, {DType::kQ4_0, data.data(), 2, 64, row_bytes(DType::kQ4_0, 64)}, x.data(), 64, 1, y.data(), 2);
+    cpu::matmul(ctx, {cpu::WeightLayout::kQ4_0, data.data(), 2, 64, row_bytes(DType::kQ4_0, 64)}, x.data(), 64, 1,
+                y.data(), 2);
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInternal);

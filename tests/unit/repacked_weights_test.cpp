@@ -1,13 +1,13 @@
-// Repacked Q8_0 / Q4_0 layouts (core/repacked_blocks.hpp) and the CPU backend's resident
+// Repacked Q8_0 / Q4_0 layouts (cpu/repacked_blocks.hpp) and the CPU backend's resident
 // weights (cpu/weight_layout.hpp): the documented bytes, lossless round trips, and decode,
 // prefill and row lookups that give the stored layout's results bit for bit.
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
-#include "core/repacked_blocks.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/qdot_kernels.hpp"
+#include "cpu/repacked_blocks.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
@@ -22,6 +22,7 @@
 #include <vector>
 
 using namespace sitsrt;
+using cpu::WeightLayout;
 
 namespace {
 
@@ -51,10 +52,10 @@ constexpr std::int64_t kBlockCounts[] = {1, 2, 3, 4, 5, 7, 31, 32, 33, 35, 36, 3
 
 TEST_CASE("repacked rows round-trip the stored blocks and decode to the same values", "[repacked]") {
   const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
-  const DType repacked = repacked_format_of(stored);
-  REQUIRE(repacked != stored);
-  CHECK(stored_format_of(repacked) == stored);
-  CHECK(traits(repacked).block_bytes == traits(stored).block_bytes);
+  const WeightLayout repacked = cpu::repacked_layout(stored);
+  REQUIRE(cpu::is_repacked(repacked));
+  CHECK(cpu::stored_type(repacked) == stored);
+  CHECK(cpu::row_bytes(repacked, 32) == row_bytes(stored, 32));
   test::Rng rng(7);
   for (const std::int64_t nb : kBlockCounts) {
     CAPTURE(name(stored), nb);
@@ -62,30 +63,30 @@ TEST_CASE("repacked rows round-trip the stored blocks and decode to the same val
     const std::vector<std::byte> blocks = stored_rows(stored, 1, cols, rng);
     std::vector<std::byte> packed(blocks.size(), std::byte{0xAB}), back(blocks.size());
     if (stored == DType::kQ8_0) {
-      repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(blocks.data()), packed.data(), nb);
-      unpack_row_q8_0r(packed.data(), reinterpret_cast<BlockQ8_0*>(back.data()), nb);
+      cpu::repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(blocks.data()), packed.data(), nb);
+      cpu::unpack_row_q8_0r(packed.data(), reinterpret_cast<BlockQ8_0*>(back.data()), nb);
     } else {
-      repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(blocks.data()), packed.data(), nb);
-      unpack_row_q4_0r(packed.data(), reinterpret_cast<BlockQ4_0*>(back.data()), nb);
+      cpu::repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(blocks.data()), packed.data(), nb);
+      cpu::unpack_row_q4_0r(packed.data(), reinterpret_cast<BlockQ4_0*>(back.data()), nb);
     }
     CHECK(back == blocks);
     CHECK(packed != blocks);  // it is a different layout
 
     std::vector<float> want(static_cast<std::size_t>(cols)), got(static_cast<std::size_t>(cols));
     dequantize_row(stored, blocks.data(), want.data(), cols);
-    dequantize_row(repacked, packed.data(), got.data(), cols);
+    cpu::dequantize_row(repacked, packed.data(), got.data(), cols);
     CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
 
     // quantize_row of the repacked format = the stored quantizer, repacked.
     std::vector<float> x = rng.normals(static_cast<std::size_t>(cols));
     std::vector<std::byte> q_stored(blocks.size()), q_repacked(blocks.size());
     quantize_row(stored, x.data(), q_stored.data(), cols);
-    quantize_row(repacked, x.data(), q_repacked.data(), cols);
+    cpu::quantize_row(repacked, x.data(), q_repacked.data(), cols);
     std::vector<std::byte> expect(blocks.size());
     if (stored == DType::kQ8_0) {
-      repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(q_stored.data()), expect.data(), nb);
+      cpu::repack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(q_stored.data()), expect.data(), nb);
     } else {
-      repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(q_stored.data()), expect.data(), nb);
+      cpu::repack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(q_stored.data()), expect.data(), nb);
     }
     CHECK(q_repacked == expect);
   }
@@ -103,8 +104,8 @@ TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]
     for (auto& v : q8[b].qs) v = static_cast<std::int8_t>(rng.uniform_int(-128, 127));
   }
   std::vector<std::uint8_t> p4(nb * 18), p8(nb * 34);
-  repack_row_q4_0(q4.data(), reinterpret_cast<std::byte*>(p4.data()), nb);
-  repack_row_q8_0(q8.data(), reinterpret_cast<std::byte*>(p8.data()), nb);
+  cpu::repack_row_q4_0(q4.data(), reinterpret_cast<std::byte*>(p4.data()), nb);
+  cpu::repack_row_q8_0(q8.data(), reinterpret_cast<std::byte*>(p8.data()), nb);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::int64_t g = b / 32, i = b % 32, t = g == 0 ? 32 : nb - 32;
     // Q8_0R: levels q ^ 0x80 at 32 i of the group, scales after the group's levels.
@@ -123,26 +124,26 @@ TEST_CASE("repacked bytes are where docs/quantization.md puts them", "[repacked]
 
 TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for it", "[repacked]") {
   const cpu::CpuContext generic(1, cpu::Isa::kGeneric, true);
-  CHECK(cpu::resident_layout(generic, DType::kQ8_0, true) == DType::kQ8_0);
-  CHECK(cpu::resident_row_stride(DType::kQ8_0, 2816) == 88 * 34);
-  CHECK(cpu::resident_row_stride(DType::kQ4_0R, 2816) == 1600);  // 1584 rounded to a cache line
+  CHECK(cpu::resident_layout(generic, DType::kQ8_0, true) == WeightLayout::kQ8_0);
+  CHECK(cpu::resident_row_stride(WeightLayout::kQ8_0, 2816) == 88 * 34);
+  CHECK(cpu::resident_row_stride(WeightLayout::kQ4_0R, 2816) == 1600);  // 1584 rounded to a cache line
 }
 
 TEST_CASE("resident layout at avx512vnni: repacked for matmuls with int8 activations", "[repacked][gated]") {
   SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512Vnni);
   const cpu::CpuContext vnni(1, cpu::Isa::kAvx512Vnni, true), vnni_float(1, cpu::Isa::kAvx512Vnni, false);
-  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == DType::kQ8_0R);
-  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true) == DType::kQ4_0R);
-  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, false) == DType::kQ4_0);  // a lookup-only table
-  CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true) == DType::kQ4_1);
-  CHECK(cpu::resident_layout(vnni, DType::kF16, true) == DType::kF16);
-  CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == DType::kQ8_0);  // float activations
+  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == WeightLayout::kQ8_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true) == WeightLayout::kQ4_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_0, false) == WeightLayout::kQ4_0);  // a lookup-only table
+  CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true) == WeightLayout::kQ4_1);
+  CHECK(cpu::resident_layout(vnni, DType::kF16, true) == WeightLayout::kF16);
+  CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == WeightLayout::kQ8_0);  // float activations
 }
 
 SITSRT_ISA_TEST_CASE(isa, "repacked weights decode, prefill and look up rows bit-identically to the stored layout",
                      "[repacked]", cpu::Isa::kGeneric, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx) {
   const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
-  const DType repacked = repacked_format_of(stored);
+  const WeightLayout repacked = cpu::repacked_layout(stored);
   const int threads = GENERATE(1, 3);
   test::Rng rng(23);
   for (const std::int64_t rows : {1, 5, 18, 67}) {
@@ -151,7 +152,7 @@ SITSRT_ISA_TEST_CASE(isa, "repacked weights decode, prefill and look up rows bit
       CAPTURE(cpu::name(isa), name(stored), threads, rows, cols);
       const std::vector<std::byte> bytes = stored_rows(stored, rows, cols, rng);
       cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
-      const cpu::WeightMatrix w{stored, bytes.data(), rows, cols, row_bytes(stored, cols)};
+      const cpu::WeightMatrix w{cpu::stored_layout(stored), bytes.data(), rows, cols, row_bytes(stored, cols)};
       const std::size_t stride = cpu::resident_row_stride(repacked, cols);
       // A heap vector: 16-byte aligned, not 64 (the kernels' weight loads are unaligned ones).
       std::vector<std::byte> packed(stride * static_cast<std::size_t>(rows));
@@ -202,8 +203,8 @@ TEST_CASE("Q4_0 integer decode (16-block reduction) matches a double reference, 
       }
     }
     const auto* stored_bytes = reinterpret_cast<const std::byte*>(blocks.data());
-    const cpu::WeightMatrix w{DType::kQ4_0, stored_bytes, kRows, cols, row_bytes(DType::kQ4_0, cols)};
-    const test::DecodedBothLayouts y = test::decode_both_layouts(ctx, w, DType::kQ4_0R, x);
+    const cpu::WeightMatrix w{WeightLayout::kQ4_0, stored_bytes, kRows, cols, row_bytes(DType::kQ4_0, cols)};
+    const test::DecodedBothLayouts y = test::decode_both_layouts(ctx, w, WeightLayout::kQ4_0R, x);
     CHECK(std::memcmp(y.stored.data(), y.repacked.data(), kRows * 4) == 0);
     const cpu::detail::QuantizedRow& q = y.q;
     std::vector<double> want(kRows), tol(kRows);

@@ -35,7 +35,9 @@ struct Weights {
   std::int64_t rows, cols;
   std::vector<std::byte> bytes;
   std::vector<float> values;  // dequantized
-  [[nodiscard]] cpu::WeightMatrix view() const { return {type, bytes.data(), rows, cols, row_bytes(type, cols)}; }
+  [[nodiscard]] cpu::WeightMatrix view() const {
+    return {cpu::stored_layout(type), bytes.data(), rows, cols, row_bytes(type, cols)};
+  }
 };
 
 Weights random_weights(DType type, std::int64_t rows, std::int64_t cols, test::Rng& rng) {

@@ -1,10 +1,10 @@
-// Repacked layouts of Q8_0, Q4_0, FP8 E4M3 and Q4_K rows (DType::kQ8_0R / kQ4_0R / kFP8_E4M3R /
-// kQ4_KR): the
-// same levels and scales as the stored blocks, regrouped so that the AVX-512 decode kernels load
-// levels with 64-byte loads and no unpacking shuffles (Q4_0R: one block per 32-bit lane), and
-// read four (Q8_0R) or sixteen (Q4_0R) scales with one load, or (FP8R) take each block's scale as an fp16 memory broadcast.
-// The CPU backend repacks resident matmul weights into them at load (cpu/weight_layout.hpp);
-// they are never written to files. Byte for byte (docs/quantization.md):
+// Repacked layouts of Q8_0, Q4_0, FP8 E4M3 and Q4_K rows (cpu::WeightLayout::kQ8_0R / kQ4_0R /
+// kFP8_E4M3R / kQ4_KR): the same levels and scales as the stored blocks, regrouped so that the
+// AVX-512 decode kernels load levels with 64-byte loads and no unpacking shuffles (Q4_0R: one
+// block per 32-bit lane), and read four (Q8_0R) or sixteen (Q4_0R) scales with one load, or
+// (FP8R) take each block's scale as an fp16 memory broadcast. The CPU backend repacks resident
+// matmul weights into them at load (cpu/weight_layout.hpp); they are CPU kernel layouts, never
+// in files (no DType names them). Byte for byte (docs/quantization.md):
 //
 // A row of nb blocks is cut into groups of kRepackGroupBlocks (32) blocks, the last group
 // holding the t = nb mod 32 rest (if any). Group g starts at byte g * 32 * block_bytes, so the
@@ -39,11 +39,12 @@
 
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
+#include "cpu/weight_layout.hpp"
 
 #include <cstddef>
 #include <cstdint>
 
-namespace sitsrt {
+namespace sitsrt::cpu {
 
 inline constexpr int kRepackGroupBlocks = 32;
 inline constexpr std::int64_t kRepackGroupElements = kRepackGroupBlocks * kQBlock;  // 1024
@@ -113,11 +114,11 @@ inline Q4KUnit q4_k_unit(std::int64_t u, std::int64_t nb) noexcept {
 void repack_row_q4_k(const BlockQ4_K* src, std::byte* dst, std::int64_t nb) noexcept;
 void unpack_row_q4_kr(const std::byte* src, BlockQ4_K* dst, std::int64_t nb) noexcept;
 
-// The stored format a repacked one regroups (kQ8_0R -> kQ8_0, kQ4_0R -> kQ4_0,
-// kFP8_E4M3R -> kFP8_E4M3, kQ4_KR -> kQ4_K); `type` itself
-// for every other format.
-DType stored_format_of(DType type) noexcept;
-// The repacked layout of a stored format, or `type` itself when it has none.
-DType repacked_format_of(DType type) noexcept;
+// Reference conversions of whole rows of n elements in any layout (the stored ones as
+// sitsrt::dequantize_row / quantize_row): a repacked row dequantizes bit for bit as its stored
+// rows, and quantizes as the stored format's quantizer followed by the repack (FP8R exactly:
+// the encoder's scales have 11 significant bits). Throws kInvalidArgument when n is not whole blocks.
+void dequantize_row(WeightLayout layout, const void* src, float* dst, std::int64_t n);
+void quantize_row(WeightLayout layout, const float* src, void* dst, std::int64_t n);
 
-}  // namespace sitsrt
+}  // namespace sitsrt::cpu

@@ -1,11 +1,12 @@
-#include "core/repacked_blocks.hpp"
+#include "cpu/repacked_blocks.hpp"
 
+#include "core/check.hpp"
 #include "core/half.hpp"
 
 #include <cmath>
 #include <cstring>
 
-namespace sitsrt {
+namespace sitsrt::cpu {
 
 namespace {
 
@@ -213,24 +214,102 @@ void unpack_row_fp8r(const std::byte* src, BlockFP8_E4M3* dst, std::int64_t nb) 
   }
 }
 
-DType stored_format_of(DType type) noexcept {
-  switch (type) {
-    case DType::kQ8_0R: return DType::kQ8_0;
-    case DType::kQ4_0R: return DType::kQ4_0;
-    case DType::kFP8_E4M3R: return DType::kFP8_E4M3;
-    case DType::kQ4_KR: return DType::kQ4_K;
-    default: return type;
+namespace {
+
+// Repacked rows go through their stored format one group at a time (a group is self-contained).
+void dequantize_repacked(WeightLayout layout, const void* src, float* dst, std::int64_t nb) {
+  if (layout == WeightLayout::kFP8_E4M3R) {
+    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+      const RepackGroup group = fp8_repack_group(g, nb);
+      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
+      unpack_row_fp8r(static_cast<const std::byte*>(src) + group.offset, blocks, group.blocks);
+      sitsrt::dequantize_row(DType::kFP8_E4M3, blocks, dst + g * kRepackGroupElements, group.blocks * kFp8Block);
+    }
+    return;
+  }
+  if (layout == WeightLayout::kQ4_KR) {  // one unit of 2 super-blocks at a time
+    for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+      const Q4KUnit unit = q4_k_unit(u, nb);
+      BlockQ4_K blocks[kQ4KRepackUnitBlocks];
+      unpack_row_q4_kr(static_cast<const std::byte*>(src) + unit.levels, blocks, unit.blocks);
+      sitsrt::dequantize_row(DType::kQ4_K, blocks, dst + u * kQ4KRepackUnitBlocks * kSuperBlock,
+                             unit.blocks * kSuperBlock);
+    }
+    return;
+  }
+  const std::size_t block_bytes = static_cast<std::size_t>(traits(stored_type(layout)).block_bytes);
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = repack_group(g, nb, block_bytes);
+    const auto* at = static_cast<const std::byte*>(src) + group.offset;
+    float* out = dst + g * kRepackGroupElements;
+    if (layout == WeightLayout::kQ8_0R) {
+      BlockQ8_0 blocks[kRepackGroupBlocks];
+      unpack_row_q8_0r(at, blocks, group.blocks);
+      sitsrt::dequantize_row(DType::kQ8_0, blocks, out, group.blocks * kQBlock);
+    } else {
+      BlockQ4_0 blocks[kRepackGroupBlocks];
+      unpack_row_q4_0r(at, blocks, group.blocks);
+      sitsrt::dequantize_row(DType::kQ4_0, blocks, out, group.blocks * kQBlock);
+    }
   }
 }
 
-DType repacked_format_of(DType type) noexcept {
-  switch (type) {
-    case DType::kQ8_0: return DType::kQ8_0R;
-    case DType::kQ4_0: return DType::kQ4_0R;
-    case DType::kFP8_E4M3: return DType::kFP8_E4M3R;
-    case DType::kQ4_K: return DType::kQ4_KR;
-    default: return type;
+void quantize_repacked(WeightLayout layout, const float* src, void* dst, std::int64_t nb) {
+  if (layout == WeightLayout::kFP8_E4M3R) {  // exact: the encoder's scales have 11 significant bits
+    for (std::int64_t g = 0; g * kFp8RepackGroupBlocks < nb; ++g) {
+      const RepackGroup group = fp8_repack_group(g, nb);
+      BlockFP8_E4M3 blocks[kFp8RepackGroupBlocks];
+      sitsrt::quantize_row(DType::kFP8_E4M3, src + g * kRepackGroupElements, blocks, group.blocks * kFp8Block);
+      repack_row_fp8(blocks, static_cast<std::byte*>(dst) + group.offset, group.blocks);
+    }
+    return;
+  }
+  if (layout == WeightLayout::kQ4_KR) {
+    for (std::int64_t u = 0; kQ4KRepackUnitBlocks * u < nb; ++u) {
+      const Q4KUnit unit = q4_k_unit(u, nb);
+      BlockQ4_K blocks[kQ4KRepackUnitBlocks];
+      sitsrt::quantize_row(DType::kQ4_K, src + u * kQ4KRepackUnitBlocks * kSuperBlock, blocks,
+                           unit.blocks * kSuperBlock);
+      repack_row_q4_k(blocks, static_cast<std::byte*>(dst) + unit.levels, unit.blocks);
+    }
+    return;
+  }
+  const std::size_t block_bytes = static_cast<std::size_t>(traits(stored_type(layout)).block_bytes);
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const RepackGroup group = repack_group(g, nb, block_bytes);
+    auto* at = static_cast<std::byte*>(dst) + group.offset;
+    const float* in = src + g * kRepackGroupElements;
+    if (layout == WeightLayout::kQ8_0R) {
+      BlockQ8_0 blocks[kRepackGroupBlocks];
+      sitsrt::quantize_row(DType::kQ8_0, in, blocks, group.blocks * kQBlock);
+      repack_row_q8_0(blocks, at, group.blocks);
+    } else {
+      BlockQ4_0 blocks[kRepackGroupBlocks];
+      sitsrt::quantize_row(DType::kQ4_0, in, blocks, group.blocks * kQBlock);
+      repack_row_q4_0(blocks, at, group.blocks);
+    }
   }
 }
 
-}  // namespace sitsrt
+// Repacked layouts have their stored format's blocks (fits_blocks), checked as the stored rows are.
+std::int64_t whole_blocks(WeightLayout layout, std::int64_t n) {
+  const DTypeTraits& t = traits(stored_type(layout));
+  if (!fits_blocks(layout, n)) {
+    raise(ErrorCode::kInvalidArgument, "{}: row of {} elements is not a multiple of {}", name(layout), n, t.block_size);
+  }
+  return n / t.block_size;
+}
+
+}  // namespace
+
+void dequantize_row(WeightLayout layout, const void* src, float* dst, std::int64_t n) {
+  if (!is_repacked(layout)) return sitsrt::dequantize_row(stored_type(layout), src, dst, n);
+  dequantize_repacked(layout, src, dst, whole_blocks(layout, n));
+}
+
+void quantize_row(WeightLayout layout, const float* src, void* dst, std::int64_t n) {
+  if (!is_repacked(layout)) return sitsrt::quantize_row(stored_type(layout), src, dst, n);
+  quantize_repacked(layout, src, dst, whole_blocks(layout, n));
+}
+
+}  // namespace sitsrt::cpu
