@@ -1,6 +1,7 @@
 // Internal: the per-ISA matmul building blocks that matmul.cpp dispatches to.
 // Each ISA file (matmul_generic.cpp, matmul_avx2.cpp, matmul_avx512.cpp) defines one
-// MatmulKernels table; matmul.cpp owns threading, tiling and scratch.
+// MatmulKernels table (the AVX-512 one lists the tile kernel of gemm_tile_avx512.cpp);
+// matmul.cpp owns threading, tiling and scratch.
 //
 // ODR note: the ISA files are compiled with different -m flags, so everything in them except the
 // table accessor lives in an anonymous namespace and they call no inline function shared with
@@ -62,6 +63,9 @@ const MatmulKernels& matmul_kernels_generic() noexcept;
 #if defined(SITSRT_X86_KERNELS)
 const MatmulKernels& matmul_kernels_avx2() noexcept;
 const MatmulKernels& matmul_kernels_avx512() noexcept;
+// The AVX-512 table's gemm_tile (gemm_tile_avx512.cpp): a GemmTileFn; needs AVX-512 F.
+void gemm_tile_avx512(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t ldw,
+                      std::int64_t n, std::int64_t k, float* y, std::int64_t ldy, bool accumulate, float* work);
 #endif
 
 // FP8 E4M3 decode at the AVX-512 levels (matmul_avx512.cpp): the table's entry runs the
