@@ -20,9 +20,9 @@
 #include "core/dtype.hpp"
 #include "core/memory_bandwidth.hpp"
 #include "core/quant_blocks.hpp"
-#include "cpu/attention.hpp"
+#include "cpu/attention/attention.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
+#include "cpu/matmul/matmul.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include <sitsrt/error.hpp>

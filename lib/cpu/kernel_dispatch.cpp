@@ -1,7 +1,7 @@
 // Which kernel table serves which ISA level. CpuContext has already clamped its isa() to what
 // the CPU supports; on non-x86 builds only the generic tables exist.
-#include "cpu/matmul_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #if defined(SITSRT_X86_KERNELS)

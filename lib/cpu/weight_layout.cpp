@@ -1,10 +1,10 @@
 #include "cpu/weight_layout.hpp"
 
 #include "core/check.hpp"
-#include "cpu/amx_prefill.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/matmul_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/amx_prefill.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include <algorithm>

@@ -72,7 +72,7 @@ bool fits_blocks(WeightLayout layout, std::int64_t n) noexcept;
 // Bytes of `n` consecutive elements; throws kInvalidArgument when n is not a whole number of blocks.
 std::size_t row_bytes(WeightLayout layout, std::int64_t n);
 
-struct WeightMatrix;  // cpu/matmul.hpp
+struct WeightMatrix;  // cpu/matmul/matmul.hpp
 
 // The layout a weight of type `stored` is copied into; `matmul`: a matmul reads it (a table only
 // looked up by row stays as stored). Depends on the context's ISA level and int8 activations.

@@ -3,8 +3,8 @@
 #include "backend/kv_cache.hpp"
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
-#include "cpu/attention.hpp"
-#include "cpu/matvec_group.hpp"
+#include "cpu/attention/attention.hpp"
+#include "cpu/matmul/matvec_group.hpp"
 #include "cpu/weight_layout.hpp"
 #include "ops/ops.hpp"
 

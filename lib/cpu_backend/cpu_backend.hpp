@@ -8,7 +8,7 @@
 #include "backend/backend.hpp"
 #include "core/aligned_buffer.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
+#include "cpu/matmul/matmul.hpp"
 #include "cpu_backend/cpu_kernels.hpp"
 #include "cpu_backend/decode_fusion.hpp"
 

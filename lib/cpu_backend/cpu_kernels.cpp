@@ -1,10 +1,10 @@
 #include "cpu_backend/cpu_kernels.hpp"
 
 #include "core/check.hpp"
-#include "cpu/attention.hpp"
-#include "cpu/elementwise.hpp"
-#include "cpu/norm.hpp"
-#include "cpu/rope.hpp"
+#include "cpu/attention/attention.hpp"
+#include "cpu/elementwise/elementwise.hpp"
+#include "cpu/elementwise/norm.hpp"
+#include "cpu/elementwise/rope.hpp"
 
 #include <cstring>
 

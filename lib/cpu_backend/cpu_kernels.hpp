@@ -4,7 +4,7 @@
 #pragma once
 
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
+#include "cpu/matmul/matmul.hpp"
 #include "ops/op_kernels.hpp"
 
 #include <vector>

@@ -1,5 +1,5 @@
 // Decode fusions: runs of graph nodes that a backend may execute as one parallel region when a
-// step has a single row (cpu/matvec_group.hpp). Found once per graph; the nodes keep their own
+// step has a single row (cpu/matmul/matvec_group.hpp). Found once per graph; the nodes keep their own
 // outputs, so every value the graph defines is still written, bit for bit as unfused.
 #pragma once
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/random.hpp"
 

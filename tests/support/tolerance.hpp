@@ -122,7 +122,7 @@ inline std::vector<double> weight_magnitudes(cpu::WeightLayout layout, const voi
   return mag;
 }
 
-// Extra error of the AVX512-FP16 FP8R decode (cpu/matvec_fp8r_avx512fp16.cpp) for one row
+// Extra error of the AVX512-FP16 FP8R decode (cpu/matmul/matvec_fp8r_avx512fp16.cpp) for one row
 // against x: fp16 arithmetic (unit roundoff 2^-11) on each term's path rounds x, the product,
 // the block's pair sum, the r_i FMA, up to 8 accumulations and the pair of accumulators: 13
 // roundings, so gamma16(13) * sum |w x|; plus, where results fall in fp16's subnormal range,

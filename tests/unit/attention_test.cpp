@@ -1,6 +1,6 @@
 // kv_store and causal GQA attention on every ISA level this CPU supports, F32 and F16 caches,
 // against a naive double-precision reference that reads the cache back.
-#include "cpu/attention.hpp"
+#include "cpu/attention/attention.hpp"
 #include "core/half.hpp"
 #include "cpu/cpu_context.hpp"
 #include "support/isa.hpp"

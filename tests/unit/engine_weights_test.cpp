@@ -1,8 +1,8 @@
 // EngineOptions::weights: load-time conversion of matmul weights (bit-identical to a file
 // written in the target format, close to F32 for fp8 / q4g128, embedding handling, errors).
 #include "core/dtype.hpp"
-#include "cpu/matmul_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "formats/gguf.hpp"
 #include "support/model_files.hpp"
 

@@ -1,14 +1,14 @@
 // The repacked FP8 layout (cpu::WeightLayout::kFP8_E4M3R, cpu/repacked_blocks.hpp) and its AVX512-FP16
-// decode (cpu/matvec_fp8r_avx512fp16.cpp): the documented bytes, exact scale splits (and the
+// decode (cpu/matmul/matvec_fp8r_avx512fp16.cpp): the documented bytes, exact scale splits (and the
 // fallback to stored FP8 where none exists), prefill and lookups bit-identical to stored FP8,
 // and decode against a double reference within the fp16 bound, at the extremes of its range.
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/matmul_kernels.hpp"
-#include "cpu/matvec_group.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
+#include "cpu/matmul/matvec_group.hpp"
 #include "cpu/repacked_blocks.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"

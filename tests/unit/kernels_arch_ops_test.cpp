@@ -3,8 +3,8 @@
 // against naive double references written from the models' definitions (HF transformers'
 // Gemma / Qwen / Llama 3.1 / YaRN formulas), on 1 and 3 threads.
 #include "cpu/cpu_context.hpp"
-#include "cpu/elementwise.hpp"
-#include "cpu/rope.hpp"
+#include "cpu/elementwise/elementwise.hpp"
+#include "cpu/elementwise/rope.hpp"
 #include "cpu_backend/cpu_kernels.hpp"
 #include "ops/ops.hpp"
 #include "support/isa.hpp"

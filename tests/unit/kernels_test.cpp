@@ -1,9 +1,9 @@
 // rms_norm, rope, swiglu and add on every ISA level this CPU supports and 1 / 3 threads,
 // against double-precision references, plus rope's algebraic properties.
 #include "cpu/cpu_context.hpp"
-#include "cpu/elementwise.hpp"
-#include "cpu/norm.hpp"
-#include "cpu/rope.hpp"
+#include "cpu/elementwise/elementwise.hpp"
+#include "cpu/elementwise/norm.hpp"
+#include "cpu/elementwise/rope.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"

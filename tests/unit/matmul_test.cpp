@@ -1,12 +1,12 @@
 // matmul and get_rows on every weight layout (stored formats and the CPU's repacked ones) x every
 // ISA level this CPU supports x awkward shapes x thread counts, against a double-precision
 // reference built from dequantize_row.
-#include "cpu/matmul.hpp"
+#include "cpu/matmul/matmul.hpp"
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"

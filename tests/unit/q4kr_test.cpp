@@ -1,5 +1,5 @@
 // The repacked Q4_K layout (cpu::WeightLayout::kQ4_KR, cpu/repacked_blocks.hpp) and its AVX-512 VNNI + VBMI
-// decode (cpu/qdot_q4kr_avx512vbmi.cpp): the documented bytes, lossless round trips, prefill and
+// decode (cpu/qdot/qdot_q4kr_avx512vbmi.cpp): the documented bytes, lossless round trips, prefill and
 // lookups bit-identical to stored Q4_K, and int8 decode against a double reference, extremes
 // included.
 #include "core/dtype.hpp"
@@ -7,8 +7,8 @@
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"

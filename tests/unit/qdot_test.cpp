@@ -1,4 +1,4 @@
-// Decode with int8-quantized activations (cpu/qdot_kernels.hpp) on every ISA level: the shared
+// Decode with int8-quantized activations (cpu/qdot/qdot_kernels.hpp) on every ISA level: the shared
 // activation quantizer bit for bit against an independent scalar reference, and matmul with an
 // int8-activation context against a double reference built from the raw block bytes and that
 // quantized row (tight: only the kernel's float rounding may differ), plus the end-to-end error
@@ -8,8 +8,8 @@
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
 #include "support/tolerance.hpp"

@@ -7,9 +7,9 @@
 // until the end of the row. (Q4_0 / Q4_0R use four blocks per zmm: qdot_q4_avx512vnni.cpp.)
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
-#include "cpu/kquant_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
-#include "cpu/qdot_prefetch_avx512.hpp"
+#include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_prefetch_avx512.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"

@@ -5,8 +5,8 @@
 // d sc q - dmin m splits). Dequant (prefill tiles, get_rows) reproduces dequantize_row bit for
 // bit: multiply, then subtract, each rounded (no FMA). Listed by the AVX2 and AVX-512 tables.
 #include "core/kquant_blocks.hpp"
-#include "cpu/kquant_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

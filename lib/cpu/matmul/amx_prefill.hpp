@@ -14,8 +14,8 @@
 #pragma once
 
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 
 #include <cstddef>
 #include <cstdint>

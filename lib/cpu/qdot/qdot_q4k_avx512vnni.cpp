@@ -12,11 +12,11 @@
 // The mins, fl(dmin m_s) ds_x for the 8 sub-blocks, are one 8-lane FMA per super-block.
 // (Q4_KR, the resident repacked layout: qdot_q4kr_avx512vbmi.cpp.)
 #include "core/kquant_blocks.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
-#include "cpu/qdot_prefetch_avx512.hpp"
+#include "cpu/qdot/qdot_prefetch_avx512.hpp"
 
 #include <cstddef>
 #include <cstring>

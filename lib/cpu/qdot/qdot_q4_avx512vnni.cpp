@@ -18,12 +18,12 @@
 // The same integer sums, scales and float operations: the two layouts' results are
 // bit-identical.
 #include "core/quant_blocks.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
-#include "cpu/qdot_prefetch_avx512.hpp"
+#include "cpu/qdot/qdot_prefetch_avx512.hpp"
 
 #include <cstddef>
 #include <cstring>

@@ -3,7 +3,7 @@
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 
 #include <cmath>
 #include <cstring>

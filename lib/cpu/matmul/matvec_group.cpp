@@ -1,7 +1,7 @@
-#include "cpu/matvec_group.hpp"
+#include "cpu/matmul/matvec_group.hpp"
 
 #include "core/check.hpp"
-#include "cpu/decode_kernel.hpp"
+#include "cpu/matmul/decode_kernel.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #include <algorithm>

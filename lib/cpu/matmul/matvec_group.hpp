@@ -7,7 +7,7 @@
 #pragma once
 
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul.hpp"
+#include "cpu/matmul/matmul.hpp"
 
 #include <cstdint>
 #include <span>

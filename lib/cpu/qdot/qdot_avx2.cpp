@@ -5,8 +5,8 @@
 // the int16 pair sums below 2^15, where w ^ 0x80 would saturate); Q4/Q5 levels are < 32 and
 // their offset is cancelled exactly by starting the int32 lanes at -offset * sum(q) / 8.
 #include "core/quant_blocks.hpp"
-#include "cpu/kquant_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

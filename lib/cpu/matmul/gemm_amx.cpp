@@ -14,7 +14,7 @@
 //
 // Only reached at Isa::kAmx (see amx_prefill.hpp); everything but the declared entry points is
 // in an anonymous namespace (ODR note in matmul_kernels.hpp), and no std:: templates are used.
-#include "cpu/amx_prefill.hpp"
+#include "cpu/matmul/amx_prefill.hpp"
 
 #include "core/quant_blocks.hpp"
 

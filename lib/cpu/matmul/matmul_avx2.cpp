@@ -3,8 +3,8 @@
 // 3 weight vectors + 1 x vector = all 16 registers), so tiles are 30 weight rows. (The
 // AVX-512 file uses an outer-product kernel instead; with 16 registers the dot form is kept.)
 #include "core/quant_blocks.hpp"
-#include "cpu/kquant_kernels.hpp"
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

@@ -3,7 +3,7 @@
 // note in matmul_kernels.hpp) and listed by every ISA table: resident weights are only repacked
 // where a dedicated decode kernel reads them (cpu/weight_layout.cpp), so this path serves
 // prefill tiles at levels without a dedicated dequant, forced ISA levels and tests.
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include <algorithm>

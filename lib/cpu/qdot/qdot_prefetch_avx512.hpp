@@ -5,7 +5,7 @@
 // matmul_kernels.hpp).
 #pragma once
 
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "cpu/rope.hpp"
+#include "cpu/elementwise/rope.hpp"
 
 #include "core/check.hpp"
 

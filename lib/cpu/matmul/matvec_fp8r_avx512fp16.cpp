@@ -16,7 +16,7 @@
 // the row's sum times 256 * 2^-k is y. Rows whose x holds inf or NaN take the portable kernel,
 // which propagates them as float arithmetic does. A row's result does not depend on the rows
 // decoded with it.
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"

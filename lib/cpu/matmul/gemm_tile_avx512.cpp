@@ -7,7 +7,7 @@
 // holding y[i][0..31] directly: 2 panel loads + 12 broadcasts feed 24 FMAs per c, no horizontal
 // sums, and each x element is read once per 32 outputs. (The dot-product form, x rows against
 // w rows, reloaded every x vector for each 4 weight rows and spent the rest on reductions.)
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 

@@ -3,9 +3,9 @@
 #pragma once
 
 #include "core/thread_pool.hpp"
-#include "cpu/matmul.hpp"
-#include "cpu/matmul_kernels.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/matmul/matmul.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 
 #include <algorithm>
 #include <cstdint>

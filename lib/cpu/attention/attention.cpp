@@ -1,6 +1,6 @@
 // kv_store / attention: argument checks, thread split over (query row, kv head) pairs and
 // scratch hand-out. The per-pair arithmetic is in vec_{generic,avx2,avx512}.cpp.
-#include "cpu/attention.hpp"
+#include "cpu/attention/attention.hpp"
 
 #include "core/check.hpp"
 #include "cpu/vec_kernels.hpp"

@@ -1,11 +1,11 @@
 // matmul / get_rows: argument checks, ISA dispatch, thread split and prefill tiling.
 // The arithmetic lives in matmul_{generic,avx2,avx512}.cpp (see matmul_kernels.hpp).
-#include "cpu/matmul.hpp"
+#include "cpu/matmul/matmul.hpp"
 
 #include "core/check.hpp"
-#include "cpu/amx_prefill.hpp"
+#include "cpu/matmul/amx_prefill.hpp"
 #include "core/quant_blocks.hpp"
-#include "cpu/decode_kernel.hpp"
+#include "cpu/matmul/decode_kernel.hpp"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/half_generic.hpp"
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 
 #include <array>
 #include <bit>

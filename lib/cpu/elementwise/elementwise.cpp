@@ -1,4 +1,4 @@
-#include "cpu/elementwise.hpp"
+#include "cpu/elementwise/elementwise.hpp"
 
 #include "core/check.hpp"
 #include "cpu/vec_kernels.hpp"

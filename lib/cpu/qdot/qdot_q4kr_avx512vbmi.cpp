@@ -12,12 +12,12 @@
 // fl(fl(d sc_s) d_x) u . q and fl(dmin m_s) ds_x as the stored kernel's are summed in another
 // order (16 lanes), so results differ from it by float rounding only.
 #include "core/kquant_blocks.hpp"
-#include "cpu/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
-#include "cpu/qdot_prefetch_avx512.hpp"
+#include "cpu/qdot/qdot_prefetch_avx512.hpp"
 
 #include <cstddef>
 #include <cstring>

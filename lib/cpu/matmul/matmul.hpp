@@ -37,7 +37,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 // Numerics: float accumulation with FMA in a fixed per-ISA order that does not depend on the
 // thread count (each output is computed by one thread); m == 1 and m > 1 use different orders,
 // so decode and prefill of the same token may differ in the last bits. At Isa::kAmx, m > 1 rounds
-// x and W to bf16 and sums in fp32 (see cpu/amx_prefill.hpp): relative error <= 2^-7 per term.
+// x and W to bf16 and sums in fp32 (see cpu/matmul/amx_prefill.hpp): relative error <= 2^-7 per term.
 std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcept;
 
 // Shared scratch bytes (CpuContext::reserve_shared_bytes) matmul needs for this weight and
@@ -45,7 +45,7 @@ std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcep
 // activations and the format has an integer-dot kernel at its ISA level (decode, m == 1); the
 // bf16 copy of x at Isa::kAmx (m > 1); else 0.
 // With int8 activations, decode of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 computes
-// sum_b fl(d_w d_x) * int_dot_b [+ m_w fl(d_x sum q)] (see cpu/qdot_kernels.hpp): the error
+// sum_b fl(d_w d_x) * int_dot_b [+ m_w fl(d_x sum q)] (see cpu/qdot/qdot_kernels.hpp): the error
 // versus the float path is that of rounding x to 8 bits per 32-block.
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept;
 

@@ -1,6 +1,6 @@
 // The AMX prefill driver: bf16 copy of x into the shared buffer, then blocks of output rows
 // handed to the pool's threads, each running the tile code of gemm_amx.cpp (see amx_prefill.hpp).
-#include "cpu/amx_prefill.hpp"
+#include "cpu/matmul/amx_prefill.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -4,8 +4,8 @@
 // of up to 32 weight rows with the dequant kernels here, and gemm_tile_avx512.cpp transposes it
 // into panels and runs a 12 x 32 outer-product micro-kernel (24 zmm accumulators) over them.
 #include "core/quant_blocks.hpp"
-#include "cpu/kquant_kernels.hpp"
-#include "cpu/matmul_kernels.hpp"
+#include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/matmul/matmul_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"

@@ -1,4 +1,4 @@
-#include "cpu/norm.hpp"
+#include "cpu/elementwise/norm.hpp"
 
 #include "core/check.hpp"
 
