@@ -257,6 +257,12 @@ PY
 }
 if [ -f "$shared/models/stories260K.gguf" ]; then
   audit_flow "$shared/models/stories260K.gguf" stories
+  # A log recorded by an earlier version (89bf78b, before the backend seam; cpu_isa avx2, which
+  # replay reinstates) still verifies and replays bit for bit.
+  old_log=$here/../data/audit/stories260K-89bf78b.jsonl
+  check "stories: a log of 89bf78b verifies" bash -c "'$cli' audit verify '$old_log' | grep -q '^clean'"
+  check "stories: a log of 89bf78b replays bit-exact" bash -c \
+    "'$cli' audit replay '$old_log' -m '$shared/models/stories260K.gguf' -t 1 | grep -q '1 bit-exact, 0 mismatched'"
 else
   echo "skipped: audit flow on stories260K ($shared/models is absent)"
 fi
