@@ -56,8 +56,9 @@ inline RandomModelOptions tiny_options(DType type) {
 // The bytes of every tensor in a GGUF file, summed from its tensor table (the format reader, not
 // the engine): an expectation independent of what the engine reports.
 inline std::uint64_t file_tensor_bytes(const std::string& path) {
+  const gguf::File file = gguf::File::open(path);  // alive through the loop: tensors() points into it
   std::uint64_t bytes = 0;
-  for (const gguf::TensorInfo& t : gguf::File::open(path).tensors()) bytes += t.bytes;
+  for (const gguf::TensorInfo& t : file.tensors()) bytes += t.bytes;
   return bytes;
 }
 

@@ -164,6 +164,11 @@ std::vector<Case> all_cases() {
 }
 
 TEST_CASE("logits and greedy tokens are bit-identical to the recorded digests", "[digest][gated]") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The digests are of the Release build; a sanitizer build compiles the kernels with other
+  // optimisation flags, so its floats may round differently.
+  SITSRT_SKIP("digests are recorded for the Release build, not a sanitizer build");
+#endif
   const std::string key = machine_key();
   nlohmann::json recorded = nlohmann::json::object();
   if (std::ifstream in(kDigestFile); in) in >> recorded;
