@@ -15,6 +15,7 @@ ContiguousKvCache::ContiguousKvCache(Backend& backend, std::int64_t n_layers, st
   if (type != DType::kF32 && type != DType::kF16) {
     raise(ErrorCode::kUnsupported, "KV cache type {} is not supported (f32, f16)", name(type));
   }
+  kv_type_ = type == DType::kF32 ? ops::KvType::kF32 : ops::KvType::kF16;
   buffer_ = backend.allocate(bytes_for(n_layers, capacity, kv_width, type), "KV cache");
 }
 
@@ -22,7 +23,7 @@ ops::KvLayerRef ContiguousKvCache::layer(std::int64_t index) const noexcept {
   const std::size_t plane = static_cast<std::size_t>(capacity_) * row_bytes_;
   std::byte* base = buffer_->data() + static_cast<std::size_t>(index) * 2 * plane;
   ops::KvLayerRef ref;
-  ref.k_type = ref.v_type = type_;
+  ref.k_type = ref.v_type = kv_type_;
   ref.k = base;
   ref.v = base + plane;
   ref.k_row_bytes = ref.v_row_bytes = row_bytes_;

@@ -46,6 +46,7 @@ class ContiguousKvCache final : public KvCache {
   std::int64_t capacity_;
   std::int64_t kv_width_;
   DType type_;
+  ops::KvType kv_type_ = ops::KvType::kF16;
   std::size_t row_bytes_;
   std::unique_ptr<BackendBuffer> buffer_;
   static constexpr std::array<std::int32_t, 1> kOneBlock{0};  // the whole capacity is block 0

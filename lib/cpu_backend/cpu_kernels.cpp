@@ -27,11 +27,12 @@ cpu::RopeParams rope_params(const graph::RopeAttrs& r, const float* freq_factors
 // The CPU attention kernel reads a contiguous layer (position p at k + p * row stride, one
 // element type for K and V); a paged or mixed-type cache needs the paged kernel.
 cpu::KvLayerView contiguous_view(const ops::KvLayerRef& kv) {
-  if (!kv.contiguous() || kv.k_type != kv.v_type || kv.k_row_bytes != kv.v_row_bytes) {
-    raise(ErrorCode::kUnsupported, "cpu attention: reads contiguous KV layers of one element type only ({} blocks, "
-          "K {} / V {})", kv.block_table.size(), name(kv.k_type), name(kv.v_type));
+  if (!kv.contiguous() || kv.k_type != kv.v_type || kv.k_row_bytes != kv.v_row_bytes ||
+      (kv.k_type != ops::KvType::kF32 && kv.k_type != ops::KvType::kF16)) {
+    raise(ErrorCode::kUnsupported, "cpu attention: reads contiguous f32/f16 KV layers of one element type only "
+          "({} blocks, K {} / V {})", kv.block_table.size(), ops::name(kv.k_type), ops::name(kv.v_type));
   }
-  return {kv.k_type, kv.k, kv.v, kv.k_row_bytes, kv.capacity};
+  return {kv.k_type == ops::KvType::kF32 ? DType::kF32 : DType::kF16, kv.k, kv.v, kv.k_row_bytes, kv.capacity};
 }
 
 }  // namespace

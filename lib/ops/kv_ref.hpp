@@ -2,21 +2,37 @@
 // grouped in blocks of `block_size`; logical block b of the sequence lives in physical block
 // block_table[b], whose position r starts at k + (block_table[b] * block_size + r) * k_row_bytes
 // (same for v). A contiguous cache is one block as large as its capacity; a paged cache gives
-// each sequence its own table. Element types are chosen per K and V.
+// each sequence its own table. Element types are chosen per K and V (KvType).
 #pragma once
 
 #include "core/device.hpp"
-#include "core/dtype.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace sitsrt::ops {
 
+// Element types of cached K or V rows. One row holds one position's n_kv_heads * head_dim
+// values (head-major, as the projection writes them):
+//   kF32, kF16: the values.
+//   kInt8: the values as int8 q in [-127, 127], then one f16 scale per head (x ~ q * scale).
+//   kInt4: the values as 4-bit q in [-8, 7] (two per byte, the even element in the low nibble),
+//          then one f16 scale per group of 32 consecutive values of the row.
+// A backend's kernels read these rows in place; the layout is shared by every backend.
+enum class KvType : std::uint8_t { kF32, kF16, kInt8, kInt4 };
+
+[[nodiscard]] std::string_view name(KvType type) noexcept;
+// Parses "f32", "f16", "int8", "int4"; throws kInvalidArgument naming the valid names.
+[[nodiscard]] KvType parse_kv_type(std::string_view text);
+// Bytes of one cached row; throws kUnsupported for a width the type cannot hold (int4 needs
+// kv_width % 32 == 0), naming the type and the width.
+[[nodiscard]] std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head_dim);
+
 struct KvLayerRef {
-  DType k_type = DType::kF16;
-  DType v_type = DType::kF16;
+  KvType k_type = KvType::kF16;
+  KvType v_type = KvType::kF16;
   std::byte* k = nullptr;
   std::byte* v = nullptr;
   std::size_t k_row_bytes = 0;
