@@ -33,17 +33,28 @@ class BackendBuffer {
   [[nodiscard]] virtual Device device() const noexcept = 0;
 };
 
-// Everything a node needs about the current step, besides the graph. Token ids and positions
-// are host memory; a device backend uploads what its kernels read.
+// One sequence's share of a step: token rows [row_begin, row_begin + n_rows) are its tokens at
+// positions pos0, pos0 + 1, ... of its own KV cache.
+struct StepSequence {
+  std::int64_t row_begin = 0;
+  std::int64_t n_rows = 0;
+  std::int64_t pos0 = 0;
+  KvCache* kv = nullptr;
+};
+
+// Everything a node needs about the current step, besides the graph: a batch of sequences
+// whose rows are stacked (one pass over the weights serves them all; attention runs per
+// sequence over its own cache). Token ids, positions and indices are host memory; a device
+// backend uploads what its kernels read.
 struct StepContext {
   std::int64_t n_tokens = 0;    // rows of kTokens values
   std::int64_t n_outputs = 0;   // rows of kOutputs values
-  std::int64_t pos0 = 0;        // position of the first token of the step
   std::span<const std::int32_t> token_ids;
-  std::span<const std::int32_t> positions;  // pos0, pos0 + 1, ...
-  BackendBuffer* arena = nullptr;           // activation arena (this backend's), laid out by `plan`
+  std::span<const std::int32_t> positions;     // per token row: its position in its sequence
+  std::span<const StepSequence> sequences;     // in row order, together covering [0, n_tokens)
+  std::span<const std::int32_t> output_rows;   // the token rows the head computes, increasing (n_outputs)
+  BackendBuffer* arena = nullptr;              // activation arena (this backend's), laid out by `plan`
   const graph::MemoryPlan* plan = nullptr;
-  KvCache* kv = nullptr;
 };
 
 struct MemoryUsage {
@@ -100,6 +111,9 @@ class Backend {
   // Copies bytes [offset, offset + dst.size()) of `buffer` to host memory, after the work
   // queued so far; throws kInternal for a range outside the buffer or another backend's buffer.
   virtual void read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) = 0;
+  // Copies host bytes into [offset, offset + src.size()) of `buffer`, ordered with the queued
+  // work (swapped-out KV blocks coming back); same range checks as read().
+  virtual void write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) = 0;
   // Copies `bytes` between two of this backend's buffers, ordered with the queued work.
   virtual void copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
                     std::size_t bytes) = 0;

@@ -67,6 +67,7 @@ std::uint64_t physical_memory_bytes() {
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : options_(options), ctx_(options.threads, parse_cpu_isa(options.isa), options.int8_activations) {
+  ctx_.set_batch_invariant(options.batch_invariant);
   info_.name = "cpu";
   info_.device = {DeviceKind::kCpu, 0};
   info_.description = cpu_model_name();
@@ -260,6 +261,11 @@ void CpuBackend::read(const BackendBuffer& buffer, std::size_t offset, std::span
   if (!dst.empty()) std::memcpy(dst.data(), src, dst.size());
 }
 
+void CpuBackend::write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) {
+  auto* dst = const_cast<std::byte*>(checked_range(buffer, offset, src.size(), "write"));
+  if (!src.empty()) std::memcpy(dst, src.data(), src.size());
+}
+
 void CpuBackend::copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
                       std::size_t bytes) {
   const std::byte* from = checked_range(src, src_offset, bytes, "copy");
@@ -322,8 +328,17 @@ void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepCon
     case OpKind::kAttention: {
       const ops::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
                                       node.attrs.attn_scale, node.attrs.window};
-      ops::attention(kernels_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
-                     step.kv->layer(node.layer), step.pos0, shape, out);
+      // Each sequence attends over its own cache with its own rows.
+      const auto rows_of = [](ops::TensorRef t, const StepSequence& s) {
+        t.data += static_cast<std::size_t>(s.row_begin * t.ld) * sizeof(float);
+        t.rows = s.n_rows;
+        return t;
+      };
+      const ops::TensorRef q = view(node.inputs[0]), k = view(node.inputs[1]), v = view(node.inputs[2]);
+      for (const StepSequence& s : step.sequences) {
+        ops::attention(kernels_, rows_of(q, s), rows_of(k, s), rows_of(v, s), s.kv->layer(node.layer), s.pos0, shape,
+                       rows_of(out, s));
+      }
       return;
     }
     case OpKind::kSwiGlu:
@@ -332,8 +347,8 @@ void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepCon
     case OpKind::kAdd:
       ops::add(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
       return;
-    case OpKind::kTakeLast:
-      ops::take_last(kernels_, view(node.inputs[0]), out);
+    case OpKind::kGatherRows:
+      ops::gather_rows(kernels_, view(node.inputs[0]), step.output_rows, out);
       return;
   }
   raise(ErrorCode::kInternal, "cpu backend: unknown op kind {}", static_cast<int>(node.op));

@@ -111,9 +111,11 @@ void CpuKernels::add(const ops::TensorRef& a, const ops::TensorRef& b, const ops
   cpu::add(ctx_, f32(a), a.ld, f32(b), b.ld, a.rows, a.cols, f32(out), out.ld);
 }
 
-void CpuKernels::take_last(const ops::TensorRef& x, const ops::TensorRef& out) {
+void CpuKernels::gather_rows(const ops::TensorRef& x, std::span<const std::int32_t> rows, const ops::TensorRef& out) {
+  // Rows are increasing and out never lies past x's row: copying in order never overwrites a
+  // source row still to be read, even when out aliases x.
   for (std::int64_t r = 0; r < out.rows; ++r) {
-    const float* src = f32(x) + (x.rows - out.rows + r) * x.ld;
+    const float* src = f32(x) + rows[static_cast<std::size_t>(r)] * x.ld;
     float* dst = f32(out) + r * out.ld;
     if (dst != src) std::memcpy(dst, src, static_cast<std::size_t>(x.cols) * sizeof(float));
   }

@@ -31,7 +31,7 @@ class CpuKernels final : public ops::OpKernels {
   void scale(const ops::TensorRef& x, float factor, const ops::TensorRef& out) override;
   void soft_cap(const ops::TensorRef& x, float cap, const ops::TensorRef& out) override;
   void add(const ops::TensorRef& a, const ops::TensorRef& b, const ops::TensorRef& out) override;
-  void take_last(const ops::TensorRef& x, const ops::TensorRef& out) override;
+  void gather_rows(const ops::TensorRef& x, std::span<const std::int32_t> rows, const ops::TensorRef& out) override;
 
  private:
   [[nodiscard]] const cpu::WeightMatrix& weight(const ops::WeightRef& w) const;

@@ -20,7 +20,7 @@ std::string_view name(OpKind op) noexcept {
     case OpKind::kAttention: return "attention";
     case OpKind::kSwiGlu: return "swiglu";
     case OpKind::kAdd: return "add";
-    case OpKind::kTakeLast: return "take_last";
+    case OpKind::kGatherRows: return "gather_rows";
   }
   return "unknown";
 }
@@ -128,7 +128,7 @@ void Graph::fill_cost(Node& node) const {
                    node.attrs.kv_element_bytes;
       break;
     case OpKind::kEmbed:
-    case OpKind::kTakeLast:
+    case OpKind::kGatherRows:
       break;
   }
 }

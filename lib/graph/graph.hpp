@@ -30,7 +30,7 @@ enum class OpKind : std::uint8_t {
   kScale,      // x * attrs.scalar (in place)
   kSoftCap,    // attrs.scalar * tanh(x / attrs.scalar) (in place)
   kAdd,        // residual add (in place into the first input)
-  kTakeLast,   // the last n_outputs rows (only those feed the output head)
+  kGatherRows,  // the step's output rows (StepContext::output_rows), in order: only those feed the head
 };
 std::string_view name(OpKind op) noexcept;
 

@@ -172,7 +172,7 @@ ValueId DecoderBuilder::residual(ValueId x, ValueId y, const std::string& node, 
 
 graph::Graph DecoderBuilder::finish(ValueId x) {
   const std::int64_t d = spec_.n_embd;
-  ValueId last = graph_.add_node(OpKind::kTakeLast, "take_outputs", -1, {x}, {}, {}, d, RowSpace::kOutputs);
+  ValueId last = graph_.add_node(OpKind::kGatherRows, "take_outputs", -1, {x}, {}, {}, d, RowSpace::kOutputs);
   ValueId n = norm(last, "output_norm.weight", "output_norm", -1, true);
   const WeightId head = spec_.tied_output ? embedding_ : weight("output.weight", {d, spec_.n_vocab});
   ValueId logits = graph_.add_node(OpKind::kMatMul, "logits", -1, {n}, {head}, {}, spec_.n_vocab, RowSpace::kOutputs);

@@ -49,11 +49,13 @@ void soft_cap(OpKernels& k, const TensorRef& x, float cap, const TensorRef& out)
   k.soft_cap(x, cap, out);
 }
 
-void take_last(OpKernels& k, const TensorRef& x, const TensorRef& out) {
-  expect_shape(k, "take_last", "input", x, x.rows, x.cols);
-  expect_shape(k, "take_last", "output", out, out.rows, x.cols);
-  if (out.rows > x.rows) raise(ErrorCode::kInternal, "take_last: {} rows from {}", out.rows, x.rows);
-  k.take_last(x, out);
+void gather_rows(OpKernels& k, const TensorRef& x, std::span<const std::int32_t> rows, const TensorRef& out) {
+  expect_shape(k, "gather_rows", "input", x, x.rows, x.cols);
+  expect_shape(k, "gather_rows", "output", out, static_cast<std::int64_t>(rows.size()), x.cols);
+  for (std::int32_t r : rows) {
+    if (r < 0 || r >= x.rows) raise(ErrorCode::kInternal, "gather_rows: row {} of {}", r, x.rows);
+  }
+  k.gather_rows(x, rows, out);
 }
 
 }  // namespace sitsrt::ops

@@ -42,7 +42,7 @@ class OpKernels {
   virtual void scale(const TensorRef& x, float factor, const TensorRef& out) = 0;
   virtual void soft_cap(const TensorRef& x, float cap, const TensorRef& out) = 0;
   virtual void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
-  virtual void take_last(const TensorRef& x, const TensorRef& out) = 0;
+  virtual void gather_rows(const TensorRef& x, std::span<const std::int32_t> rows, const TensorRef& out) = 0;
 };
 
 }  // namespace sitsrt::ops

@@ -40,7 +40,7 @@ void scale(OpKernels& k, const TensorRef& x, float factor, const TensorRef& out)
 void soft_cap(OpKernels& k, const TensorRef& x, float cap, const TensorRef& out);
 // out = a + b
 void add(OpKernels& k, const TensorRef& a, const TensorRef& b, const TensorRef& out);
-// out = the last out.rows rows of x
-void take_last(OpKernels& k, const TensorRef& x, const TensorRef& out);
+// out row i = x row rows[i] (out.rows == rows.size(), every index inside x)
+void gather_rows(OpKernels& k, const TensorRef& x, std::span<const std::int32_t> rows, const TensorRef& out);
 
 }  // namespace sitsrt::ops

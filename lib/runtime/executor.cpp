@@ -27,13 +27,97 @@ std::size_t head_begin(const graph::Graph& graph) {
 
 }  // namespace
 
-Session::Session(const ExecutionPlan& plan)
+StepRunner::StepRunner(const ExecutionPlan& plan)
     : plan_(plan),
       head_begin_(head_begin(*plan.graph)),
-      arena_(plan.backend->allocate(plan.memory.arena_bytes, "activation arena")),
+      arena_(plan.backend->allocate(plan.memory.arena_bytes, "activation arena")) {
+  const auto rows = static_cast<std::size_t>(plan.memory.max_tokens);
+  token_ids_.reserve(rows);
+  positions_.reserve(rows);
+  output_rows_.reserve(rows);
+}
+
+std::span<const float> StepRunner::step(std::span<const SequenceWork> work) {
+  token_ids_.clear();
+  positions_.clear();
+  output_rows_.clear();
+  sequences_.clear();
+  for (const SequenceWork& w : work) {
+    const auto n = static_cast<std::int64_t>(w.tokens.size());
+    if (w.kv == nullptr || n == 0 || w.n_outputs < 0 || w.n_outputs > n) {
+      raise(ErrorCode::kInternal, "step: a sequence of {} tokens with {} outputs", n, w.n_outputs);
+    }
+    const std::int64_t pos0 = w.kv->size();
+    if (pos0 + n > w.kv->capacity()) {
+      raise(ErrorCode::kInternal, "step: {} tokens at position {} exceed the sequence's capacity {}", n, pos0,
+            w.kv->capacity());
+    }
+    const auto row_begin = static_cast<std::int64_t>(token_ids_.size());
+    sequences_.push_back({row_begin, n, pos0, w.kv});
+    token_ids_.insert(token_ids_.end(), w.tokens.begin(), w.tokens.end());
+    for (std::int64_t i = 0; i < n; ++i) positions_.push_back(static_cast<std::int32_t>(pos0 + i));
+    for (std::int64_t i = n - w.n_outputs; i < n; ++i) output_rows_.push_back(static_cast<std::int32_t>(row_begin + i));
+  }
+  const auto n = static_cast<std::int64_t>(token_ids_.size());
+  const auto n_outputs = static_cast<std::int64_t>(output_rows_.size());
+  if (n == 0 || n > plan_.memory.max_tokens || n_outputs > plan_.memory.max_outputs) {
+    raise(ErrorCode::kInternal, "step: {} tokens / {} outputs for an arena of {} / {}", n, n_outputs,
+          plan_.memory.max_tokens, plan_.memory.max_outputs);
+  }
+  StepContext ctx;
+  ctx.n_tokens = n;
+  ctx.n_outputs = n_outputs;
+  ctx.token_ids = token_ids_;
+  ctx.positions = positions_;
+  ctx.sequences = sequences_;
+  ctx.output_rows = output_rows_;
+  ctx.arena = arena_.get();
+  ctx.plan = &plan_.memory;
+  const graph::Graph& graph = *plan_.graph;
+  Backend& backend = *plan_.backend;
+  // Without requested outputs the head has nothing to compute.
+  const std::size_t last = n_outputs == 0 ? head_begin_ : graph.nodes().size();
+  std::span<const float> rows;
+  {
+    std::lock_guard lock(*plan_.step_mutex);
+    StepProfile* profile = plan_.profile;
+    using Clock = std::chrono::steady_clock;
+    if (profile == nullptr) {
+      backend.compute(graph, 0, last, ctx);
+    } else {
+      const auto step_start = Clock::now();
+      for (std::size_t i = 0; i < last; ++i) {
+        const auto start = Clock::now();
+        backend.compute(graph, i, i + 1, ctx);
+        backend.synchronize();
+        profile->add_node(i, n == 1, std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
+    }
+    if (n_outputs > 0) {
+      const std::size_t offset = plan_.memory.offsets[static_cast<std::size_t>(graph.output())];
+      const std::size_t count = static_cast<std::size_t>(n_outputs * plan_.n_vocab);
+      const std::span<const std::byte> in_place = backend.host_view(*arena_, offset, count * sizeof(float));
+      if (!in_place.empty()) {
+        // The arena is this runner's: the rows stay put until its next step.
+        rows = {reinterpret_cast<const float*>(in_place.data()), count};
+      } else {
+        staging_.resize(count);
+        backend.read(*arena_, offset, std::as_writable_bytes(std::span(staging_)));
+        rows = staging_;
+      }
+    }
+    backend.synchronize();
+  }
+  for (const StepSequence& s : sequences_) s.kv->set_size(s.pos0 + s.n_rows);
+  return rows;
+}
+
+Session::Session(const ExecutionPlan& plan)
+    : plan_(plan),
+      runner_(plan),
       kv_(std::make_unique<ContiguousKvCache>(*plan.backend, plan.n_layers, plan.context_length, plan.kv_width,
                                               plan.kv_type)) {
-  positions_.resize(static_cast<std::size_t>(plan.memory.max_tokens));
   logits_.resize(static_cast<std::size_t>(plan.n_vocab));
 }
 
@@ -90,57 +174,8 @@ void Session::score(std::span<const std::int32_t> tokens, std::int64_t first_out
 }
 
 std::span<const float> Session::step(std::span<const std::int32_t> tokens, std::int64_t n_outputs) {
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  const std::int64_t pos0 = kv_->size();
-  for (std::int64_t i = 0; i < n; ++i) positions_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
-  StepContext ctx;
-  ctx.n_tokens = n;
-  // Intermediate chunks of a prompt still run the head on one row; its logits are dropped.
-  ctx.n_outputs = std::max<std::int64_t>(n_outputs, 1);
-  ctx.pos0 = pos0;
-  ctx.token_ids = tokens;
-  ctx.positions = {positions_.data(), static_cast<std::size_t>(n)};
-  ctx.arena = arena_.get();
-  ctx.plan = &plan_.memory;
-  ctx.kv = kv_.get();
-  const graph::Graph& graph = *plan_.graph;
-  Backend& backend = *plan_.backend;
-  // Without requested outputs the head has nothing to compute.
-  const std::size_t last = n_outputs == 0 ? head_begin_ : graph.nodes().size();
-  std::span<const float> rows;
-  {
-    std::lock_guard lock(*plan_.step_mutex);
-    StepProfile* profile = plan_.profile;
-    using Clock = std::chrono::steady_clock;
-    if (profile == nullptr) {
-      backend.compute(graph, 0, last, ctx);
-    } else {
-      const auto step_start = Clock::now();
-      for (std::size_t i = 0; i < last; ++i) {
-        const auto start = Clock::now();
-        backend.compute(graph, i, i + 1, ctx);
-        backend.synchronize();
-        profile->add_node(i, n == 1, std::chrono::duration<double>(Clock::now() - start).count());
-      }
-      profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
-    }
-    if (n_outputs > 0) {
-      const std::size_t offset = plan_.memory.offsets[static_cast<std::size_t>(graph.output())];
-      const std::size_t count = static_cast<std::size_t>(n_outputs * plan_.n_vocab);
-      const std::span<const std::byte> in_place = backend.host_view(*arena_, offset, count * sizeof(float));
-      if (!in_place.empty()) {
-        // The arena is this session's: the rows stay put until its next step.
-        rows = {reinterpret_cast<const float*>(in_place.data()), count};
-      } else {
-        staging_.resize(count);
-        backend.read(*arena_, offset, std::as_writable_bytes(std::span(staging_)));
-        rows = staging_;
-      }
-    }
-    backend.synchronize();
-  }
-  kv_->set_size(pos0 + n);
-  return rows;
+  const SequenceWork work{kv_.get(), tokens, n_outputs};
+  return runner_.step({&work, 1});
 }
 
 }  // namespace sitsrt

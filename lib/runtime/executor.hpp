@@ -1,6 +1,7 @@
-// Runs the graph for one request's steps: owns the request's activation arena and KV cache,
-// splits long prompts into steps of at most plan.max_tokens tokens, runs each step through
-// Backend::compute and reads its logits back through the backend.
+// Runs the graph: a StepRunner runs batched steps (several sequences' tokens in one pass over
+// the weights, each sequence attending over its own KV cache) through Backend::compute and
+// reads the logits back through the backend; a Session is one request's cache plus a runner,
+// splitting long prompts into steps of at most plan.max_tokens tokens.
 #pragma once
 
 #include "core/function_ref.hpp"
@@ -30,6 +31,37 @@ struct ExecutionPlan {
   std::int64_t n_vocab = 0;
   std::mutex* step_mutex = nullptr;  // one step at a time on the backend (kernels share scratch)
   StepProfile* profile = nullptr;    // when set, every node and step is timed (under step_mutex)
+};
+
+// One sequence's part of a batched step: `tokens` go at positions kv->size() .. of its cache,
+// and the logits of its last n_outputs tokens (0 .. tokens.size()) are wanted.
+struct SequenceWork {
+  KvCache* kv = nullptr;
+  std::span<const std::int32_t> tokens;
+  std::int64_t n_outputs = 0;
+};
+
+// Runs batched steps on one activation arena of its own. Not thread-safe (one runner per
+// thread that steps); steps of all runners of a plan are serialised by plan.step_mutex.
+class StepRunner {
+ public:
+  explicit StepRunner(const ExecutionPlan& plan);
+
+  // Runs one step over `work` (at most plan.memory.max_tokens tokens and max_outputs outputs in
+  // all; every token id inside the vocabulary; each cache prepared for its rows by
+  // KvCache::prepare_write). Returns the wanted logits rows, [sum of n_outputs x n_vocab] in
+  // the order of `work`, valid until the next step; advances each cache by its tokens.
+  std::span<const float> step(std::span<const SequenceWork> work);
+
+ private:
+  const ExecutionPlan& plan_;
+  std::size_t head_begin_;  // first node of the head (the nodes computing output rows)
+  std::unique_ptr<BackendBuffer> arena_;
+  std::vector<std::int32_t> token_ids_;
+  std::vector<std::int32_t> positions_;
+  std::vector<std::int32_t> output_rows_;
+  std::vector<StepSequence> sequences_;
+  std::vector<float> staging_;
 };
 
 class Session {
@@ -63,12 +95,9 @@ class Session {
   std::span<const float> step(std::span<const std::int32_t> tokens, std::int64_t n_outputs);
 
   const ExecutionPlan& plan_;
-  std::size_t head_begin_;  // first node of the head (the nodes computing output rows)
-  std::unique_ptr<BackendBuffer> arena_;
+  StepRunner runner_;
   std::unique_ptr<KvCache> kv_;
-  std::vector<std::int32_t> positions_;
   std::vector<float> logits_;
-  std::vector<float> staging_;
 };
 
 }  // namespace sitsrt
