@@ -27,6 +27,7 @@ struct CpuBackendOptions {
   bool int8_activations = false;   // decode matmuls quantize their input row to int8
   bool resident_weights = false;   // copy (and repack) the weights at bind time
   bool decode_fusion = true;       // one-row steps run the fused matmul groups (decode_fusion.hpp)
+  bool batch_invariant = false;    // one-row matmuls run the many-row kernels (deterministic serving)
 };
 
 // The instruction-set level an EngineOptions::cpu_isa / --isa name selects; throws
@@ -44,6 +45,7 @@ class CpuBackend final : public Backend {
   [[nodiscard]] std::unique_ptr<BackendBuffer> allocate(std::size_t bytes, std::string_view what) override;
   void run(const graph::Graph& graph, std::size_t index, const StepContext& step) override;
   void read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) override;
+  void write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) override;
   void copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
             std::size_t bytes) override;
   [[nodiscard]] std::span<const std::byte> host_view(const BackendBuffer& buffer, std::size_t offset,
