@@ -1,4 +1,5 @@
 // sitsrt bench: prefill and decode throughput of one model, beside the memory-bandwidth floor.
+#include "bench_serving.hpp"
 #include "commands.hpp"
 
 #include "core/memory_bandwidth.hpp"
@@ -34,6 +35,8 @@ int bench_command(int argc, char** argv) {
       {"reps", 'r', "N", "repetitions (the median is reported)", "3"},
       {"no-bandwidth", 0, "", "skip measuring memory bandwidth (no floor ratio)", ""},
       {"profile", 0, "", "time every graph node and print where decode and prefill steps spend it", ""},
+      {"concurrency", 0, "LIST", "serving benchmark: streams per level, e.g. 1,4,16,64 (prompt 128 and generate "
+                                 "128 tokens each unless -p/-n say otherwise)", ""},
       {"json", 0, "", "machine-readable output", ""},
   };
   specs.insert(specs.end(), more.begin(), more.end());
@@ -44,13 +47,30 @@ int bench_command(int argc, char** argv) {
     fmt::print("{}", args.help());
     return 0;
   }
+  const auto concurrency = args.get("concurrency");
   const auto n_prompt = args.get_int("prompt-tokens", 128, 1, 1 << 20);
-  const auto n_gen = args.get_int("gen-tokens", 64, 2, 1 << 20);
+  const auto n_gen = args.get_int("gen-tokens", concurrency ? 128 : 64, 2, 1 << 20);
   const auto reps = args.get_int("reps", 3, 1, 10000);
   if (n_prompt < 1 || n_gen < 2 || reps < 1) throw UsageError("prompt-tokens >= 1, gen-tokens >= 2, reps >= 1");
   EngineOptions options = engine_options_from(args);
   if (options.context_length == 0) options.context_length = n_prompt + n_gen + 1;
   options.profile_ops = args.has("profile");
+  if (concurrency) {
+    const std::vector<int> levels = parse_concurrency(*concurrency);
+    const int most = *std::max_element(levels.begin(), levels.end());
+    // Every stream's blocks fit unless the options say otherwise (then preemptions are reported).
+    if (!args.has("max-num-seqs")) options.serving.max_num_seqs = most;
+    if (!args.has("kv-pool-tokens")) {
+      options.serving.kv_pool_tokens = std::max<std::int64_t>(options.context_length, most * (n_prompt + n_gen + 16));
+    }
+    const Engine engine(options);
+    double bandwidth = 0.0;
+    if (!args.has("no-bandwidth")) {
+      ThreadPool pool(engine.model_info().threads);
+      bandwidth = measure_read_bandwidth(pool);
+    }
+    return run_serving_bench(engine, levels, n_prompt, n_gen, bandwidth, args.has("json"));
+  }
   const Engine engine(options);
   const ModelInfo& info = engine.model_info();
 

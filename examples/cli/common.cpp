@@ -33,7 +33,18 @@ std::vector<OptionSpec> engine_option_specs() {
       {"model", 'm', "PATH", "model: a GGUF file or a Hugging Face directory (config.json + safetensors)", ""},
       {"threads", 't', "N", "compute threads", "all cores"},
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
-      {"kv-type", 0, "TYPE", "KV cache element type: f16 or f32", "f16"},
+      {"kv-type", 0, "TYPE", "KV cache element type: f32, f16, int8 (f16 scale per position and head) or int4 "
+                             "(f16 scale per 32 values)", "f16"},
+      {"k-type", 0, "TYPE", "element type of cached keys alone (f32, f16, int8, int4)", "--kv-type"},
+      {"v-type", 0, "TYPE", "element type of cached values alone (f32, f16, int8, int4)", "--kv-type"},
+      {"max-num-seqs", 0, "N", "requests the scheduler runs in one batch", "16"},
+      {"max-num-batched-tokens", 0, "N", "tokens per batched step (decode rows + prompt chunks)", "--batch"},
+      {"kv-block-size", 0, "N", "positions per KV cache block", "16"},
+      {"kv-pool-tokens", 0, "N", "positions the KV block pool holds over all requests (>= --ctx)", "2 x context"},
+      {"preemption", 0, "POLICY", "when KV blocks run out: recompute or swap (copy to host memory)", "recompute"},
+      {"no-prefix-cache", 0, "", "do not share the KV blocks of equal prompt prefixes between requests", ""},
+      {"tenant-max-seqs", 0, "N", "concurrent requests per tenant (0: no limit)", "0"},
+      {"tenant-max-kv-blocks", 0, "N", "KV blocks per tenant (0: no limit)", "0"},
       {"batch", 'b', "N", "prompt tokens per forward pass", "256"},
       {"device", 0, "NAME", "backend and device that run the model (this build: " + backend_names() + ")", "cpu"},
       {"isa", 0, "LEVEL", "CPU kernel level: auto, amx, avx512vnni, avx512, avx2, generic", "auto"},
@@ -92,14 +103,32 @@ EngineOptions engine_options_from(const Args& args) {
   o.threads = static_cast<int>(args.get_int("threads", 0, 0, 1024));
   o.context_length = args.get_int("ctx", 0, 0, 1 << 28);
   o.max_batch_tokens = args.get_int("batch", 256, 1, 65536);
-  const std::string kv = args.get_or("kv-type", "f16");
-  if (kv == "f16") {
-    o.kv_cache_type = KvCacheType::kF16;
-  } else if (kv == "f32") {
-    o.kv_cache_type = KvCacheType::kF32;
-  } else {
-    throw UsageError(fmt::format("--kv-type must be f16 or f32, got '{}'", kv));
+  const auto kv_type = [&](const char* option, const std::string& text) {
+    if (text == "f16") return KvCacheType::kF16;
+    if (text == "f32") return KvCacheType::kF32;
+    if (text == "int8") return KvCacheType::kInt8;
+    if (text == "int4") return KvCacheType::kInt4;
+    throw UsageError(fmt::format("--{} must be f32, f16, int8 or int4, got '{}'", option, text));
+  };
+  o.kv_cache_type = kv_type("kv-type", args.get_or("kv-type", "f16"));
+  if (const auto k = args.get("k-type")) o.k_cache_type = kv_type("k-type", *k);
+  if (const auto v = args.get("v-type")) o.v_cache_type = kv_type("v-type", *v);
+  o.serving.max_num_seqs = args.get_int("max-num-seqs", 16, 1, 4096);
+  o.serving.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 0, 1, 65536);
+  if (o.serving.max_num_batched_tokens > o.max_batch_tokens) {
+    throw UsageError(fmt::format("--max-num-batched-tokens {} is above --batch {} (the activation arena's rows)",
+                                 o.serving.max_num_batched_tokens, o.max_batch_tokens));
   }
+  o.serving.kv_block_size = args.get_int("kv-block-size", 16, 1, 4096);
+  o.serving.kv_pool_tokens = args.get_int("kv-pool-tokens", 0, 1, std::int64_t{1} << 30);
+  const std::string preemption = args.get_or("preemption", "recompute");
+  if (preemption != "recompute" && preemption != "swap") {
+    throw UsageError(fmt::format("--preemption must be recompute or swap, got '{}'", preemption));
+  }
+  o.serving.preempt_by_swap = preemption == "swap";
+  o.serving.prefix_caching = !args.has("no-prefix-cache");
+  o.serving.tenant_max_seqs = args.get_int("tenant-max-seqs", 0, 0, 4096);
+  o.serving.tenant_max_kv_blocks = args.get_int("tenant-max-kv-blocks", 0, 0, std::int64_t{1} << 30);
   o.device = args.get_or("device", "cpu");  // the Engine rejects an unknown one, listing the registered backends
   o.cpu_isa = args.get_or("isa", "auto");
   o.decode_fusion = !args.has("no-decode-fusion");

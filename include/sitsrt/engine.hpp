@@ -8,11 +8,13 @@
 #include <sitsrt/generation.hpp>
 #include <sitsrt/model_info.hpp>
 #include <sitsrt/plan.hpp>
+#include <sitsrt/request.hpp>
 #include <sitsrt/token_event.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,7 +22,26 @@
 
 namespace sitsrt {
 
-enum class KvCacheType { kF32, kF16 };
+// Element type of cached keys and values. kInt8: per position and head, an f16 scale (0.53x
+// the bytes of f16); kInt4: per group of 32 values, an f16 scale (0.28x). See docs/serving.md.
+enum class KvCacheType { kF32, kF16, kInt8, kInt4 };
+SITSRT_API const char* to_string(KvCacheType type) noexcept;
+
+// The serving scheduler's limits (Engine::submit, generate; docs/serving.md). Requests run in
+// shared batched steps; their KV caches are blocks of a pool sized once at load.
+struct ServingOptions {
+  std::int64_t max_num_seqs = 16;            // requests in the running batch
+  std::int64_t max_num_batched_tokens = 0;   // tokens per step (decode rows + prompt chunks); 0: max_batch_tokens
+  std::int64_t kv_block_size = 16;           // positions per KV block
+  // Positions the KV block pool holds over all requests; 0: 2 x context_length. At least
+  // context_length (one request of the whole context always fits).
+  std::int64_t kv_pool_tokens = 0;
+  bool preempt_by_swap = false;  // when blocks run out: false recomputes, true copies blocks to host memory
+  bool prefix_caching = true;    // full prompt blocks are shared between requests with the same prefix
+  std::int64_t tenant_max_kv_blocks = 0;  // per tenant id (SubmitOptions::tenant); 0: no limit
+  std::int64_t tenant_max_seqs = 0;       // concurrent requests per tenant; 0: no limit
+  bool reject_over_quota = false;         // true: a request over its tenant's quota fails (kRejected) instead of waiting
+};
 enum class RopeStyleOption { kAuto, kNormal, kNeox };
 
 struct EngineOptions {
@@ -28,6 +49,9 @@ struct EngineOptions {
   int threads = 0;                    // <= 0: all hardware threads
   std::int64_t context_length = 0;    // <= 0: min(training context, 4096)
   KvCacheType kv_cache_type = KvCacheType::kF16;
+  std::optional<KvCacheType> k_cache_type;  // K apart (unset: kv_cache_type)
+  std::optional<KvCacheType> v_cache_type;  // V apart
+  ServingOptions serving;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
   RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints
   // The backend and device that run the model: "cpu" (or "cpu:0"); the backends this build has
@@ -104,8 +128,28 @@ struct OpProfile {
   StepTimes prefill;  // steps of several
 };
 
-// Admission of concurrent requests (each needs a session: a KV cache and an activation arena).
+// The scheduler's queue, its limits and the KV block pool (generate, chat, submit), then the
+// sessions of logits() / evaluate() (each a KV cache and an activation arena of its own).
 struct RequestQueueStats {
+  std::int64_t waiting = 0;            // submitted, not admitted (preempted ones included)
+  std::int64_t running = 0;            // admitted
+  std::int64_t preempted = 0;          // waiting after a preemption
+  std::uint64_t submitted = 0;
+  std::uint64_t finished = 0;
+  std::uint64_t rejected = 0;          // refused by a tenant quota
+  std::uint64_t preemptions = 0;
+  std::uint64_t steps = 0;             // batched steps run
+  std::uint64_t step_tokens = 0;       // token rows over those steps
+  std::int64_t max_step_sequences = 0; // most sequences in one step
+  std::int64_t kv_blocks = 0;
+  std::int64_t kv_blocks_free = 0;     // including cached prefix blocks
+  std::int64_t kv_blocks_cached = 0;
+  std::uint64_t prefix_cache_hits = 0;  // blocks reused
+  std::uint64_t prefix_cache_misses = 0;
+  std::uint64_t kv_copies = 0;          // copy-on-write copies
+  ServingOptions limits;                // as resolved at load
+  std::int64_t kv_block_bytes = 0;
+  // logits() / evaluate() sessions:
   std::uint64_t requests = 0;       // sessions handed out (generate, logits, ...)
   std::uint64_t sessions = 0;       // sessions allocated; the others were reused
   std::uint64_t queued = 0;         // requests that waited for memory
@@ -179,6 +223,15 @@ class SITSRT_API Engine {
                                                       const ChatTemplateOptions& options = {}) const;
   // The template chat() uses; nullptr when neither the options nor the model give one.
   [[nodiscard]] const ChatTemplate* chat_template() const noexcept;
+
+  // Queues a request with the scheduler and returns at once; the handle polls its token events,
+  // waits for the result or cancels it (docs/serving.md). Thread-safe. Audit sinks and anomaly
+  // rules apply as for generate(), their calls made on the scheduler thread. Throws as
+  // generate() for invalid input, and kRejected when the tenant's quota refuses it.
+  [[nodiscard]] RequestHandle submit(std::string_view prompt, const GenerationConfig& config = {},
+                                     SubmitOptions options = {}) const;
+  [[nodiscard]] RequestHandle submit_tokens(std::span<const std::int32_t> prompt_tokens,
+                                            const GenerationConfig& config = {}, SubmitOptions options = {}) const;
 
   // Next-token logits after each of `tokens` (all_positions) or after the last one only.
   // Row-major [positions x vocab].

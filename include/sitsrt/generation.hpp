@@ -40,6 +40,7 @@ enum class FinishReason {
   kCallback,       // the token callback returned false
   kContextFull,    // the context window is full
   kCircuitBreaker, // an anomaly rule stopped the request
+  kCancelled,      // RequestHandle::cancel() (or the handle dropped) stopped the request
 };
 SITSRT_API const char* to_string(FinishReason reason) noexcept;
 

@@ -24,7 +24,11 @@ struct ModelInfo {
   std::uint64_t weight_bytes_per_token = 0;  // weight bytes one decode step reads (one embedding row)
   std::int64_t context_length = 0;    // resolved context window of this engine
   std::string kv_cache_type;          // "f32" / "f16"
-  std::uint64_t kv_cache_bytes = 0;   // per request at full context
+  std::uint64_t kv_cache_bytes = 0;   // per request at full context (logits / evaluate sessions)
+  std::string k_cache_type;           // of the serving KV block pool: "f32", "f16", "int8", "int4"
+  std::string v_cache_type;
+  std::uint64_t kv_pool_bytes = 0;    // the serving KV block pool (ServingOptions::kv_pool_tokens)
+  std::int64_t kv_pool_tokens = 0;
   std::uint64_t activation_bytes = 0; // activation arena per request
   std::string backend = "cpu";        // the backend running the model (EngineOptions::device)
   std::string device = "cpu:0";       // its device

@@ -16,6 +16,7 @@
 #include "api/model_pins.hpp"
 #include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
+#include "api/serving_core.hpp"
 #include "audit/hash.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/session_pool.hpp"
@@ -53,6 +54,26 @@ void validate(const EngineOptions& o) {
   for (const auto& sink : o.audit_sinks) {
     if (!sink) raise(ErrorCode::kInvalidArgument, "audit_sinks holds a null sink");
   }
+  const ServingOptions& s = o.serving;
+  const auto in_range = [](const char* field, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+    if (v < lo || v > hi) raise(ErrorCode::kInvalidArgument, "serving.{} = {} is out of range [{}, {}]", field, v, lo, hi);
+  };
+  in_range("max_num_seqs", s.max_num_seqs, 1, 4096);
+  in_range("max_num_batched_tokens", s.max_num_batched_tokens, 0, o.max_batch_tokens);
+  in_range("kv_block_size", s.kv_block_size, 1, 4096);
+  in_range("kv_pool_tokens", s.kv_pool_tokens, 0, std::int64_t{1} << 30);
+  in_range("tenant_max_kv_blocks", s.tenant_max_kv_blocks, 0, std::int64_t{1} << 30);
+  in_range("tenant_max_seqs", s.tenant_max_seqs, 0, 4096);
+}
+
+ops::KvType kv_type_of(KvCacheType t) {
+  switch (t) {
+    case KvCacheType::kF32: return ops::KvType::kF32;
+    case KvCacheType::kF16: return ops::KvType::kF16;
+    case KvCacheType::kInt8: return ops::KvType::kInt8;
+    case KvCacheType::kInt4: return ops::KvType::kInt4;
+  }
+  return ops::KvType::kF16;
 }
 
 // The most prompt bytes one token can stand for, or 0 when there is no such bound. A token is a
@@ -86,6 +107,7 @@ BackendOptions backend_options(const EngineOptions& o) {
   b.int8_activations = o.int8_activations;
   b.resident_weights = !o.mmap_weights;
   b.decode_fusion = o.decode_fusion;
+  b.batch_invariant = o.deterministic;
   return b;
 }
 
@@ -171,6 +193,7 @@ struct Engine::Impl {
     stage = "finishing the load";
     if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
     fill_info(kv_type);
+    if (tokenizer) start_serving();
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend->memory().weight_bytes);
     fill_digest();
     // Everything is read (config, tokenizer, the weights copied): it must be what the pinned
@@ -349,6 +372,30 @@ struct Engine::Impl {
     }
   }
 
+  // The KV block pool and the scheduler (generate, chat, submit), sized from ServingOptions.
+  void start_serving() {
+    ServingOptions s = options.serving;
+    if (s.max_num_batched_tokens == 0) s.max_num_batched_tokens = plan.memory.max_tokens;
+    s.max_num_batched_tokens = std::min(s.max_num_batched_tokens, plan.memory.max_tokens);
+    if (s.kv_pool_tokens == 0) s.kv_pool_tokens = 2 * context_length;
+    if (s.kv_pool_tokens < context_length) {
+      raise(ErrorCode::kInvalidArgument, "serving.kv_pool_tokens = {} is below the context length {} (one request of "
+            "the whole context must fit)", s.kv_pool_tokens, context_length);
+    }
+    KvGeometry g;
+    g.n_layers = spec.n_layer;
+    g.n_kv_heads = spec.n_head_kv;
+    g.head_dim = spec.head_dim;
+    g.k_type = kv_type_of(options.k_cache_type.value_or(options.kv_cache_type));
+    g.v_type = kv_type_of(options.v_cache_type.value_or(options.kv_cache_type));
+    g.block_size = s.kv_block_size;
+    serving = std::make_unique<ServingCore>(plan, *tokenizer, *backend, g, s);
+    info.kv_pool_bytes = ServingCore::pool_bytes(g, s);
+    info.kv_pool_tokens = s.kv_pool_tokens;
+    info.k_cache_type = std::string(ops::name(g.k_type));
+    info.v_cache_type = std::string(ops::name(g.v_type));
+  }
+
   // Sessions (KV cache + activation arena) are reused across requests: allocated once per
   // concurrent request, never per token; when the budget is full, requests queue for them.
   template <typename F>
@@ -370,9 +417,10 @@ struct Engine::Impl {
   // Generation, with a model that produces no finite logits reported with its file and the first
   // non-finite weight (found only then: every weight is dequantized once).
   GenerationResult generate(std::span<const std::int32_t> prompt, const GenerationConfig& config,
-                            const TokenCallback& on_token) const {
+                            const TokenCallback& on_token, const std::string& id) const {
     try {
-      return with_session([&](Session& s) { return generate_tokens(s, tok(), prompt, config, on_token); });
+      (void)tok();
+      return serving->generate(prompt, config, on_token, id);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kInvalidModel) throw;
       raise(ErrorCode::kInvalidModel, "{}: {}; {}", options.model_path, e.what(), first_non_finite_weight());
@@ -444,6 +492,7 @@ struct Engine::Impl {
   std::uint64_t max_token_bytes = 0;  // of prompt text one token covers at most; 0: no bound known
   std::mutex step_mutex;
   std::unique_ptr<StepProfile> profile;  // EngineOptions::profile_ops
+  std::unique_ptr<ServingCore> serving;  // null without a tokenizer
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
   ModelInfo info;
   DevicePlan device_plan;
@@ -454,6 +503,16 @@ struct Engine::Impl {
   mutable std::atomic<std::uint64_t> requests{0};
   std::string id_prefix = random_id_prefix();
 };
+
+const char* to_string(KvCacheType type) noexcept {
+  switch (type) {
+    case KvCacheType::kF32: return "f32";
+    case KvCacheType::kF16: return "f16";
+    case KvCacheType::kInt8: return "int8";
+    case KvCacheType::kInt4: return "int4";
+  }
+  return "unknown";
+}
 
 std::vector<BackendSummary> available_backends() {
   std::vector<BackendSummary> out;
@@ -595,7 +654,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
   const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
   RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
-  if (!audit.active()) return impl_->generate(prompt_tokens, config, on_token);
+  if (!audit.active()) return impl_->generate(prompt_tokens, config, on_token, id);
   // The seed is resolved here so that the begin record carries it.
   GenerationConfig resolved = config;
   if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -623,7 +682,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
     return audit_keep && caller_keep;
   };
   try {
-    GenerationResult result = impl_->generate(prompt_tokens, resolved, hooked);
+    GenerationResult result = impl_->generate(prompt_tokens, resolved, hooked, id);
     audit.end(result);
     return result;
   } catch (const std::exception& e) {
@@ -705,7 +764,15 @@ void Engine::reset_op_profile() const {
 
 RequestQueueStats Engine::queue_stats() const {
   const SessionPoolStats s = impl_->sessions.stats();
-  return {s.leases, s.created, s.queued, s.waited_seconds, s.in_use, s.peak_in_use};
+  RequestQueueStats out;
+  if (impl_->serving) impl_->serving->fill(out);
+  out.requests = s.leases;
+  out.sessions = s.created;
+  out.queued = s.queued;
+  out.queued_seconds = s.waited_seconds;
+  out.in_flight = s.in_use;
+  out.peak_in_flight = s.peak_in_use;
+  return out;
 }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }
 std::string Engine::graph_json() const { return graph::to_json(impl_->graph, impl_->plan.memory); }

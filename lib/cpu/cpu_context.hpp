@@ -35,6 +35,10 @@ class CpuContext {
   [[nodiscard]] int threads() const noexcept { return pool_->size(); }
   [[nodiscard]] Isa isa() const noexcept { return isa_; }
   [[nodiscard]] bool int8_activations() const noexcept { return int8_activations_; }
+  // Batch invariance: a matmul of one row takes the many-row (GEMM) path, so each row's result
+  // is the same whatever number of rows shares its call (deterministic serving).
+  void set_batch_invariant(bool on) noexcept { batch_invariant_ = on; }
+  [[nodiscard]] bool batch_invariant() const noexcept { return batch_invariant_; }
 
   // Ensures every thread has at least `floats` floats of scratch. Called at load/plan time.
   void reserve_scratch(std::size_t floats);
@@ -53,6 +57,7 @@ class CpuContext {
   std::unique_ptr<ThreadPool> pool_;
   Isa isa_;
   bool int8_activations_ = false;
+  bool batch_invariant_ = false;
   std::size_t scratch_floats_ = 0;
   std::vector<AlignedBuffer> scratch_;
   std::size_t shared_bytes_ = 0;

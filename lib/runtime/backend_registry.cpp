@@ -43,7 +43,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     cpu.budget_bytes = options.budget_bytes;
     cpu.int8_activations = options.int8_activations;
     cpu.resident_weights = options.resident_weights;
-    cpu.decode_fusion = options.decode_fusion;
+    cpu.decode_fusion = options.decode_fusion && !options.batch_invariant;
+    cpu.batch_invariant = options.batch_invariant;
     return std::make_unique<CpuBackend>(cpu);
   }
   raise(ErrorCode::kUnsupported, "device '{}': this build has no '{}' backend (registered backends: {})", device, kind,

@@ -21,6 +21,9 @@ struct BackendOptions {
   bool int8_activations = false;
   bool resident_weights = false;
   bool decode_fusion = true;
+  // Each row's results independent of the other rows of its step (deterministic serving): a
+  // one-row step runs the kernels of many-row steps, never a one-row special case.
+  bool batch_invariant = false;
 };
 
 struct RegisteredBackend {

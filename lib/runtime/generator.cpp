@@ -12,6 +12,42 @@
 #include <random>
 
 namespace sitsrt {
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: that
+// much text must wait, since the next token may complete the stop string.
+std::size_t stop_prefix_overlap(std::string_view text, const std::vector<std::string>& stops) {
+  std::size_t best = 0;
+  for (const auto& stop : stops) {
+    const std::size_t max_len = std::min(text.size(), stop.size() - 1);
+    for (std::size_t len = max_len; len > best; --len) {
+      if (text.substr(text.size() - len) == std::string_view(stop).substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+std::string TextStream::push(const std::string& piece) {
+  held_ += piece;
+  if (stops_.empty()) return std::exchange(held_, {});
+  // A stop string may straddle released text only within `held_`, because everything that
+  // could start one was held back.
+  std::size_t cut = std::string::npos;
+  for (const auto& stop : stops_) cut = std::min(cut, held_.find(stop));
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, cut);
+    held_.clear();
+    return out;
+  }
+  const std::size_t keep = stop_prefix_overlap(held_, stops_);
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -37,56 +73,6 @@ bool wants_full(const GenerationConfig& c, std::int64_t index) {
   const auto& steps = c.audit.full_distribution_steps;
   return std::find(steps.begin(), steps.end(), index) != steps.end();
 }
-
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: that
-// much text must wait, since the next token may complete the stop string.
-std::size_t stop_prefix_overlap(std::string_view text, const std::vector<std::string>& stops) {
-  std::size_t best = 0;
-  for (const auto& stop : stops) {
-    const std::size_t max_len = std::min(text.size(), stop.size() - 1);
-    for (std::size_t len = max_len; len > best; --len) {
-      if (text.substr(text.size() - len) == std::string_view(stop).substr(0, len)) {
-        best = len;
-        break;
-      }
-    }
-  }
-  return best;
-}
-
-// Text accumulated for the caller, with stop-string detection and hold-back.
-class TextStream {
- public:
-  explicit TextStream(const std::vector<std::string>& stops) : stops_(stops) {}
-
-  // Adds decoded text; returns what may be released now. Sets stopped() when a stop string
-  // appeared (the text from it on is dropped).
-  std::string push(const std::string& piece) {
-    held_ += piece;
-    if (stops_.empty()) return std::exchange(held_, {});
-    // A stop string may straddle released text only within `held_`, because everything that
-    // could start one was held back.
-    std::size_t cut = std::string::npos;
-    for (const auto& stop : stops_) cut = std::min(cut, held_.find(stop));
-    if (cut != std::string::npos) {
-      stopped_ = true;
-      std::string out = held_.substr(0, cut);
-      held_.clear();
-      return out;
-    }
-    const std::size_t keep = stop_prefix_overlap(held_, stops_);
-    std::string out = held_.substr(0, held_.size() - keep);
-    held_.erase(0, held_.size() - keep);
-    return out;
-  }
-  std::string flush() { return std::exchange(held_, {}); }
-  [[nodiscard]] bool stopped() const noexcept { return stopped_; }
-
- private:
-  const std::vector<std::string>& stops_;
-  std::string held_;
-  bool stopped_ = false;
-};
 
 }  // namespace
 
@@ -143,103 +129,125 @@ const char* to_string(FinishReason reason) noexcept {
     case FinishReason::kCallback: return "callback";
     case FinishReason::kContextFull: return "context_full";
     case FinishReason::kCircuitBreaker: return "circuit_breaker";
+    case FinishReason::kCancelled: return "cancelled";
   }
   return "unknown";
+}
+
+TokenGenerator::TokenGenerator(const Tokenizer& tokenizer, std::span<const std::int32_t> prompt,
+                               const GenerationConfig& config, std::int64_t capacity)
+    : tokenizer_(tokenizer), config_(config), capacity_(capacity), text_(config_.stop) {
+  validate(config_);
+  if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "prompt is empty (no tokens)");
+  if (static_cast<std::int64_t>(prompt.size()) >= capacity) {
+    raise(ErrorCode::kInvalidArgument, "prompt of {} tokens does not fit the context length {}", prompt.size(),
+          capacity);
+  }
+  result_.prompt_tokens.assign(prompt.begin(), prompt.end());
+  result_.seed = config_.seed ? *config_.seed : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^
+                                                    std::random_device{}();
+  SamplingParams params;
+  params.temperature = config_.temperature;
+  params.top_k = config_.top_k;
+  params.top_p = config_.top_p;
+  params.min_p = config_.min_p;
+  params.repeat_penalty = config_.repeat_penalty;
+  params.repeat_last_n = config_.repeat_last_n;
+  params.seed = result_.seed;
+  sampler_ = std::make_unique<Sampler>(params, tokenizer.vocab().size());
+  history_.assign(prompt.begin(), prompt.end());
+  history_.reserve(prompt.size() + static_cast<std::size_t>(config_.max_new_tokens));
+  result_.tokens.reserve(static_cast<std::size_t>(config_.max_new_tokens));
+  result_.timings.prompt_tokens = static_cast<std::int64_t>(prompt.size());
+  result_.finish_reason = FinishReason::kLength;
+  done_ = config_.max_new_tokens == 0;
+}
+
+TokenGenerator::~TokenGenerator() = default;
+
+const TokenEvent& TokenGenerator::sample(std::span<const float> logits, std::int64_t position) {
+  const auto i = static_cast<std::int32_t>(result_.tokens.size());
+  require_finite_logits(logits, i);
+  const std::int32_t token = sampler_->sample(logits, history_);
+  compute_token_stats(logits, token, config_.top_logprobs, stats_);
+  history_.push_back(token);
+  result_.tokens.push_back(token);
+
+  end_of_sequence_ = config_.stop_at_end_of_sequence && tokenizer_.is_end_of_generation(token);
+  last_by_length_ = i + 1 == config_.max_new_tokens;
+  context_full_ = position >= capacity_;
+  std::string piece = text_.push(utf8_.push(tokenizer_.token_bytes(token)));
+  if (!text_.stopped() && (end_of_sequence_ || last_by_length_ || context_full_)) {
+    piece += text_.push(utf8_.flush());
+    if (!text_.stopped()) piece += text_.flush();
+  }
+  result_.text += piece;
+
+  event_.index = i;
+  event_.token_id = token;
+  event_.text = std::move(piece);
+  event_.logprob = stats_.logprob;
+  event_.entropy = stats_.entropy;
+  event_.top.clear();
+  for (const auto& t : stats_.top) event_.top.push_back({t.id, t.logprob});
+  event_.full_logprobs.clear();
+  if (wants_full(config_, i)) full_log_softmax(logits, event_.full_logprobs);
+  event_.seconds_since_start = seconds_between(start_, Clock::now());
+  return event_;
+}
+
+bool TokenGenerator::advance(bool keep_going) {
+  if (text_.stopped()) {
+    result_.finish_reason = FinishReason::kStopString;
+  } else if (end_of_sequence_) {
+    result_.finish_reason = FinishReason::kEndOfSequence;
+  } else if (!keep_going) {
+    result_.finish_reason = FinishReason::kCallback;
+  } else if (last_by_length_) {
+    result_.finish_reason = FinishReason::kLength;
+  } else if (context_full_) {
+    result_.finish_reason = FinishReason::kContextFull;
+  } else {
+    return true;
+  }
+  done_ = true;
+  return false;
+}
+
+void TokenGenerator::stop(FinishReason reason) {
+  result_.finish_reason = reason;
+  done_ = true;
+}
+
+GenerationResult TokenGenerator::finish() {
+  // A stop from outside (callback, cancel) releases the text held back for stop strings.
+  if (result_.finish_reason == FinishReason::kCallback || result_.finish_reason == FinishReason::kCancelled) {
+    result_.text += text_.push(utf8_.flush()) + text_.flush();
+  }
+  result_.timings.generated_tokens = static_cast<std::int64_t>(result_.tokens.size());
+  result_.timings.total_seconds = seconds_between(start_, Clock::now());
+  return std::move(result_);
 }
 
 GenerationResult generate_tokens(Session& session, const Tokenizer& tokenizer,
                                  std::span<const std::int32_t> prompt, const GenerationConfig& config,
                                  const TokenCallback& on_token) {
-  validate(config);
-  if (prompt.empty()) raise(ErrorCode::kInvalidArgument, "prompt is empty (no tokens)");
-  if (static_cast<std::int64_t>(prompt.size()) >= session.capacity()) {
-    raise(ErrorCode::kInvalidArgument, "prompt of {} tokens does not fit the context length {}", prompt.size(),
-          session.capacity());
-  }
-  GenerationResult result;
-  result.prompt_tokens.assign(prompt.begin(), prompt.end());
-  result.seed = config.seed ? *config.seed : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^
-                                                 std::random_device{}();
-  SamplingParams params;
-  params.temperature = config.temperature;
-  params.top_k = config.top_k;
-  params.top_p = config.top_p;
-  params.min_p = config.min_p;
-  params.repeat_penalty = config.repeat_penalty;
-  params.repeat_last_n = config.repeat_last_n;
-  params.seed = result.seed;
-  const std::int32_t vocab = tokenizer.vocab().size();
-  Sampler sampler(params, vocab);
-
-  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
-  history.reserve(prompt.size() + static_cast<std::size_t>(config.max_new_tokens));
-  result.tokens.reserve(static_cast<std::size_t>(config.max_new_tokens));
-  Utf8StreamDecoder utf8;
-  TextStream text(config.stop);
-  TokenStats stats;
-  TokenEvent event;
-
-  const Clock::time_point start = Clock::now();
+  TokenGenerator gen(tokenizer, prompt, config, session.capacity());
+  const Clock::time_point start = gen.start_time();
   session.reset();
   std::span<const float> logits = session.forward(prompt);
-  result.timings.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  result.timings.prefill_seconds = seconds_between(start, Clock::now());
-
-  result.finish_reason = FinishReason::kLength;
-  for (std::int32_t i = 0; i < config.max_new_tokens; ++i) {
-    require_finite_logits(logits, i);
-    const std::int32_t token = sampler.sample(logits, history);
-    compute_token_stats(logits, token, config.top_logprobs, stats);
-    history.push_back(token);
-    result.tokens.push_back(token);
-
-    const bool end_of_sequence = config.stop_at_end_of_sequence && tokenizer.is_end_of_generation(token);
-    const bool last_by_length = i + 1 == config.max_new_tokens;
-    const bool context_full = session.position() >= session.capacity();
-    std::string piece = text.push(utf8.push(tokenizer.token_bytes(token)));
-    if (!text.stopped() && (end_of_sequence || last_by_length || context_full)) {
-      piece += text.push(utf8.flush());
-      if (!text.stopped()) piece += text.flush();
-    }
-    result.text += piece;
-
-    event.index = i;
-    event.token_id = token;
-    event.text = std::move(piece);
-    event.logprob = stats.logprob;
-    event.entropy = stats.entropy;
-    event.top.clear();
-    for (const auto& t : stats.top) event.top.push_back({t.id, t.logprob});
-    event.full_logprobs.clear();
-    if (wants_full(config, i)) full_log_softmax(logits, event.full_logprobs);
-    event.seconds_since_start = seconds_between(start, Clock::now());
+  gen.timings().prefill_seconds = seconds_between(start, Clock::now());
+  if (gen.done()) return gen.finish();
+  for (;;) {
+    const TokenEvent& event = gen.sample(logits, session.position());
     const bool keep_going = on_token ? on_token(event) : true;
-
-    if (text.stopped()) {
-      result.finish_reason = FinishReason::kStopString;
-      break;
-    }
-    if (end_of_sequence) {
-      result.finish_reason = FinishReason::kEndOfSequence;
-      break;
-    }
-    if (!keep_going) {
-      result.finish_reason = FinishReason::kCallback;
-      break;
-    }
-    if (last_by_length) break;
-    if (context_full) {
-      result.finish_reason = FinishReason::kContextFull;
-      break;
-    }
+    if (!gen.advance(keep_going)) break;
+    const std::int32_t token = gen.next_token();
     const Clock::time_point decode_start = Clock::now();
     logits = session.forward({&token, 1});
-    result.timings.decode_seconds += seconds_between(decode_start, Clock::now());
+    gen.timings().decode_seconds += seconds_between(decode_start, Clock::now());
   }
-  if (result.finish_reason == FinishReason::kCallback) result.text += text.push(utf8.flush()) + text.flush();
-  result.timings.generated_tokens = static_cast<std::int64_t>(result.tokens.size());
-  result.timings.total_seconds = seconds_between(start, Clock::now());
-  return result;
+  return gen.finish();
 }
 
 }  // namespace sitsrt

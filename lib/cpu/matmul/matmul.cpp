@@ -160,7 +160,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
     return;
   }
   const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
-  if (m == 1) {
+  if (m == 1 && !ctx.batch_invariant()) {
     matvec(ctx, w, x, y);
   } else {
     gemm(ctx, kernels, w, x, ldx, m, y, ldy);

@@ -1,0 +1,19 @@
+// The serving part of `sitsrt bench` (--concurrency): concurrent streams through Engine::submit.
+#pragma once
+
+#include "commands.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sitsrt::cli {
+
+// "1,4,16,64" -> {1, 4, 16, 64}; throws UsageError naming --concurrency.
+std::vector<int> parse_concurrency(const std::string& text);
+// Runs each level and prints the table (or one JSON object with a `levels` list). bandwidth:
+// measured read bytes/s (0: no floor).
+int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std::int64_t n_prompt, std::int64_t n_gen,
+                      double bandwidth, bool json);
+
+}  // namespace sitsrt::cli
