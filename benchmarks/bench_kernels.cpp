@@ -11,11 +11,12 @@
 //     they come from DRAM, as a model's do during decode.
 //   GEMM (prefill) with m = --m rows of x: GFLOP/s (2 m rows cols per call) and the fraction
 //     of the measured FMA peak of that ISA and thread count.
-//   attention decode at --ctx context (F16 cache): ms per layer and GB/s of K/V read.
+//   attention decode at --ctx context: contiguous and paged (block 16) caches, F16, INT8 and
+//     INT4 K/V: ms per layer and GB/s of cache bytes read vs the read bandwidth.
 // Every figure is the median of --repeats timed runs after one warm-up run.
 //
 // Usage: bench_kernels [--rows N] [--cols N] [--m N] [--ctx N] [--repeats N] [--ws-mib N]
-//                      [--threads N] [--isa generic|avx2|avx512|avx512vnni|amx] [--formats f32,q8_0,...]
+//                      [--attention-only 1] [--threads N] [--isa generic|avx2|avx512|avx512vnni|amx] [--formats f32,q8_0,...]
 #include "core/aligned_buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/memory_bandwidth.hpp"
@@ -54,6 +55,7 @@ struct Options {
   int threads = 0;  // 0: all
   std::vector<cpu::Isa> isas;
   std::vector<cpu::WeightLayout> formats;  // stored formats and the CPU's repacked layouts
+  bool attention_only = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -183,28 +185,63 @@ Matrices make_matrices(cpu::WeightLayout layout, const std::vector<float>& sourc
   return m;
 }
 
+// One attention case: the cache's element types and block size (0: contiguous).
+struct AttentionCase {
+  const char* name;
+  cpu::KvType k_type, v_type;
+  std::int64_t block_size;
+  bool rotated;
+};
+
+// Decode at --ctx positions (32 q / 8 kv heads, d = 128) for contiguous and paged (blocks of 16
+// in a shuffled order, as a pool hands them out) caches of each type: GB/s of cache bytes read
+// (K and V rows, scales included) beside the read bandwidth. K+V of 4096 f16 positions is
+// 16 MiB, so the cache may sit partly in the LLC: above 100% of bw means it did.
 void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth) {
   const cpu::AttentionShape shape{32, 8, 128, 1.0f / std::sqrt(128.0f)};
   const std::int64_t width = shape.n_kv_heads * shape.head_dim;
-  const std::size_t stride = static_cast<std::size_t>(width) * 2;
-  AlignedBuffer k(stride * static_cast<std::size_t>(opt.ctx), "bench k"),
-      v(stride * static_cast<std::size_t>(opt.ctx), "bench v");
   std::vector<float> rows(static_cast<std::size_t>(width * opt.ctx));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   for (auto& x : rows) x = normal(rng);
-  const cpu::KvLayerView kv{DType::kF16, k.data(), v.data(), stride, opt.ctx};
-  cpu::kv_store(ctx, kv, rows.data(), width, rows.data(), width, opt.ctx, width, 0);
   std::vector<float> q(static_cast<std::size_t>(shape.n_heads * shape.head_dim)), out(q.size());
   for (auto& x : q) x = normal(rng);
   ctx.reserve_scratch(cpu::attention_scratch_floats(opt.ctx, shape));
-  const double s =
-      median_seconds(opt.repeats, [&] { cpu::attention(ctx, q.data(), 0, 1, opt.ctx - 1, kv, shape, out.data(), 0); });
-  const double bytes = 2.0 * static_cast<double>(stride) * static_cast<double>(opt.ctx);
-  std::printf(
-      "  attention decode ctx=%lld (32 q / 8 kv heads, d=128, f16): %.3f ms/layer, %.1f GB/s of K+V (%.0f%% of bw; "
-      "in cache if K+V < LLC)\n",
-      static_cast<long long>(opt.ctx), s * 1e3, bytes / s / 1e9, 100.0 * bytes / s / bandwidth);
+  using cpu::KvType;
+  const AttentionCase cases[] = {
+      {"f16/f16 contiguous", KvType::kF16, KvType::kF16, 0, false},
+      {"f16/f16 paged 16", KvType::kF16, KvType::kF16, 16, false},
+      {"int8/int8 contiguous", KvType::kInt8, KvType::kInt8, 0, false},
+      {"int8/int8 paged 16", KvType::kInt8, KvType::kInt8, 16, false},
+      {"int8/int8 paged 16 rot", KvType::kInt8, KvType::kInt8, 16, true},
+      {"int8/int4 paged 16", KvType::kInt8, KvType::kInt4, 16, false},
+      {"int4/int4 paged 16", KvType::kInt4, KvType::kInt4, 16, false},
+  };
+  std::printf("  attention decode ctx=%lld (32 q / 8 kv heads, d=128), K/V types and layout:\n",
+              static_cast<long long>(opt.ctx));
+  std::printf("  %-24s %9s %12s %10s %7s\n", "cache", "ms/layer", "bytes/pos", "GB/s", "of bw");
+  for (const AttentionCase& c : cases) {
+    const std::size_t kb = cpu::kv_row_bytes(c.k_type, shape.n_kv_heads, shape.head_dim);
+    const std::size_t vb = cpu::kv_row_bytes(c.v_type, shape.n_kv_heads, shape.head_dim);
+    AlignedBuffer k(kb * static_cast<std::size_t>(opt.ctx), "bench k"), v(vb * static_cast<std::size_t>(opt.ctx), "bench v");
+    std::vector<std::int32_t> table;
+    cpu::KvLayerView kv = cpu::contiguous_kv(c.k_type, c.v_type, k.data(), v.data(), kb, vb, opt.ctx);
+    if (c.block_size > 0) {
+      table.resize(static_cast<std::size_t>((opt.ctx + c.block_size - 1) / c.block_size));
+      for (std::size_t b = 0; b < table.size(); ++b) table[b] = static_cast<std::int32_t>(b);
+      std::shuffle(table.begin(), table.end(), rng);
+      kv.block_size = c.block_size;
+      kv.block_table = table;
+    }
+    kv.k_rotated = kv.v_rotated = c.rotated;
+    cpu::kv_store(ctx, kv, rows.data(), width, rows.data(), width, opt.ctx, shape.n_kv_heads, shape.head_dim, 0);
+    const double s = median_seconds(
+        opt.repeats, [&] { cpu::attention(ctx, q.data(), 0, 1, opt.ctx - 1, kv, shape, out.data(), 0); });
+    const double bytes = static_cast<double>(kb + vb) * static_cast<double>(opt.ctx);
+    std::printf("  %-24s %9.3f %12zu %10.1f %6.0f%%\n", c.name, s * 1e3, kb + vb, bytes / s / 1e9,
+                100.0 * bytes / s / bandwidth);
+    std::fflush(stdout);
+  }
 }
 
 // Seconds per matvec over all copies (DRAM-bound) and per matvec of one L2-resident copy
@@ -239,6 +276,10 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
   const double peak = fma_peak(ctx);
   std::printf("\nisa %-7s threads %-3d read bandwidth %.1f GB/s (best of 5), FMA peak %.1f GFLOP/s\n",
               std::string(cpu::name(isa)).c_str(), ctx.threads(), bw / 1e9, peak / 1e9);
+  if (opt.attention_only) {
+    bench_attention(ctx, opt, bw);
+    return;
+  }
   std::printf("  matvec: f32 activations / int8 activations (Q formats); GB/s from DRAM, and ns per 32-element\n"
               "  block per thread with 64 rows in cache (compute cost)\n");
   std::printf("  %-8s %10s %6s %10s %6s %9s %9s %8s %13s %8s\n", "format", "mv GB/s", "of bw", "int8 GB/s", "of bw",
@@ -319,6 +360,8 @@ Options parse(int argc, char** argv) {
       opt.ws_mib = static_cast<std::size_t>(std::atoll(value));
     else if (key == "--threads")
       opt.threads = std::atoi(value);
+    else if (key == "--attention-only")
+      opt.attention_only = std::atoi(value) != 0;
     else if (key == "--isa") {
       for (const auto part : split_commas(value)) {
         for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx}) {

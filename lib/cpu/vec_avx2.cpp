@@ -6,6 +6,7 @@
 
 #include "cpu/simd_intrinsics.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace sitsrt::cpu::detail {
@@ -61,42 +62,79 @@ inline __m256 exp_avx2(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// 8 elements of a cache row from element c, converted to floats straight from memory (lanes at
-// or past d read as 0; c may run to pad16(d)).
-struct RowF32 {
-  static constexpr std::int64_t kBytes = 4;
-  static __m256 load(const std::byte* row, std::int64_t c, std::int64_t d) {
-    const auto* f = reinterpret_cast<const float*>(row) + c;
+// 8 elements of this kv head's values from element c of the head, converted or dequantized to
+// floats straight from memory (lanes at or past d read as 0; c may run to pad16(d)); the per-row
+// State is shared with vec_avx512.cpp (attend_rows.hpp).
+// Up to `bytes` (<= 8) bytes at p, zero-filled to 8: no read past a row's last head.
+inline __m128i load_bytes8(const std::byte* p, std::int64_t bytes) {
+  if (bytes >= 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, p, static_cast<std::size_t>(bytes));
+  return _mm_cvtsi64_si128(static_cast<long long>(tail));
+}
+struct RowF32 : RowBaseF32 {
+  static __m256 load(const State& st, std::int64_t c, std::int64_t d) {
+    const float* f = st.p + c;
     if (c + 8 <= d) return _mm256_loadu_ps(f);
     return c < d ? _mm256_maskload_ps(f, lanes_below(c, d)) : _mm256_setzero_ps();
   }
 };
-struct RowF16 {
-  static constexpr std::int64_t kBytes = 2;
-  static __m256 load(const std::byte* row, std::int64_t c, std::int64_t d) {
-    if (c + 8 <= d) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+struct RowF16 : RowBaseF16 {
+  static __m256 load(const State& st, std::int64_t c, std::int64_t d) {
+    if (c + 8 <= d) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(st.p + 2 * c)));
     if (c >= d) return _mm256_setzero_ps();
     alignas(16) std::uint16_t tail[8] = {};  // copy the remaining halves into a zeroed block
-    std::memcpy(tail, row + 2 * c, static_cast<std::size_t>(d - c) * 2);
+    std::memcpy(tail, st.p + 2 * c, static_cast<std::size_t>(d - c) * 2);
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
+  }
+};
+struct RowInt8 : RowBaseInt8 {
+  static __m256 load(const State& st, std::int64_t c, std::int64_t d) {
+    if (c >= d) return _mm256_setzero_ps();
+    const __m128i q = load_bytes8(st.p + c, d - c);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(st.scale));
+  }
+};
+struct RowInt4 : RowBaseInt4 {
+  static __m256 load(const State& st, std::int64_t c, std::int64_t d) {
+    if (c >= d) return _mm256_setzero_ps();
+    const std::int64_t e = st.e0 + c, left = std::min<std::int64_t>(8, d - c);
+    std::uint32_t packed = 0;
+    if (left == 8) {
+      std::memcpy(&packed, st.row + e / 2, 4);  // the common case: one 4-byte load
+    } else {
+      std::memcpy(&packed, st.row + e / 2, static_cast<std::size_t>((left + 1) / 2));
+    }
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(packed));
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    const __m128i x = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+    const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_xor_si128(x, _mm_set1_epi8(8))), _mm256_set1_epi32(8));
+    const Scales sc = scales(st, e, left);
+    // Lanes below the group edge keep the first group's scale.
+    const __m256 scale = _mm256_blendv_ps(_mm256_set1_ps(sc.hi), _mm256_set1_ps(sc.lo),
+                                          _mm256_castsi256_ps(lanes_below(0, sc.edge)));
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale);
+    return left == 8 ? f : _mm256_and_ps(f, _mm256_castsi256_ps(lanes_below(c, d)));
   }
 };
 
 // As scores_block in vec_avx512.cpp, with 8 lanes and at most two heads per pass (16 registers).
-template <typename Row, int H>
+template <typename Row, typename VRow, int H>
 void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
-  const std::int64_t d = a.head_dim, n = a.n, row_bytes = d * Row::kBytes;
+  const std::int64_t d = a.head_dim, n = a.n;
   for (std::int64_t p = 0; p < n; p += 4) {
-    prefetch_block<_MM_HINT_T0>(a.k, a, p + kPrefetchRows, row_bytes);
-    if (prefetch_values) prefetch_block<_MM_HINT_T1>(a.v, a, p, row_bytes);
-    const Block4 k = block_rows(a.k, a, p);
+    prefetch_block<_MM_HINT_T0, Row::kKind>(a.k, p + kPrefetchRows, n, d);
+    if (prefetch_values) prefetch_block<_MM_HINT_T1, VRow::kKind>(a.v, p, n, d);
+    const Block4 rows = block_rows(a.k, p);
+    const typename Row::State k[4] = {Row::at(rows.r[0], a.k, d), Row::at(rows.r[1], a.k, d),
+                                      Row::at(rows.r[2], a.k, d), Row::at(rows.r[3], a.k, d)};
     __m256 acc[H][4];
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < 4; ++i) acc[h][i] = _mm256_setzero_ps();
     }
     for (std::int64_t c = 0; c < dp; c += 8) {
-      const __m256 k0 = Row::load(k.r[0], c, d), k1 = Row::load(k.r[1], c, d), k2 = Row::load(k.r[2], c, d);
-      const __m256 k3 = Row::load(k.r[3], c, d);
+      const __m256 k0 = Row::load(k[0], c, d), k1 = Row::load(k[1], c, d), k2 = Row::load(k[2], c, d);
+      const __m256 k3 = Row::load(k[3], c, d);
       for (int h = 0; h < H; ++h) {
         const __m256 qv = _mm256_load_ps(qp + h * dp + c);
         acc[h][0] = _mm256_fmadd_ps(qv, k0, acc[h][0]);
@@ -139,10 +177,12 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
   const std::int64_t d = a.head_dim, g = a.group;
   for (std::int64_t i = 0; i < g * dp; i += 8) _mm256_store_ps(a.o + i, _mm256_setzero_ps());
   for (std::int64_t p = 0; p < a.n; p += 4) {
-    const Block4 v = block_rows(a.v, a, p);
+    const Block4 rows = block_rows(a.v, p);
+    const typename Row::State v[4] = {Row::at(rows.r[0], a.v, d), Row::at(rows.r[1], a.v, d),
+                                      Row::at(rows.r[2], a.v, d), Row::at(rows.r[3], a.v, d)};
     for (std::int64_t c = 0; c < dp; c += 8) {
-      const __m256 v0 = Row::load(v.r[0], c, d), v1 = Row::load(v.r[1], c, d), v2 = Row::load(v.r[2], c, d);
-      const __m256 v3 = Row::load(v.r[3], c, d);
+      const __m256 v0 = Row::load(v[0], c, d), v1 = Row::load(v[1], c, d), v2 = Row::load(v[2], c, d);
+      const __m256 v3 = Row::load(v[3], c, d);
       for (std::int64_t h = 0; h < g; ++h) {
         const float* wh = w + h * kAttendChunk + p;
         float* oh = a.o + h * dp + c;
@@ -156,35 +196,37 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
   }
 }
 
-template <typename Row>
-void attend_avx2(const AttendArgs& a) {
-  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
-  float* qp = a.scratch;
-  float* s = qp + g * dp;
-  const __m256 scale = _mm256_set1_ps(a.scale);
-  for (std::int64_t h = 0; h < g; ++h) {
-    for (std::int64_t c = 0; c < dp; c += 8) {
-      const float* src = a.q + h * d + c;
-      const __m256 qv = c + 8 <= d ? _mm256_loadu_ps(src)
-                        : c < d    ? _mm256_maskload_ps(src, lanes_below(c, d))
-                                   : _mm256_setzero_ps();
-      _mm256_store_ps(qp + h * dp + c, _mm256_mul_ps(qv, scale));
+template <typename KRow, typename VRow>
+struct AttendAvx2 {
+  static void run(const AttendArgs& a) {
+    const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
+    float* qp = a.scratch;
+    float* s = qp + g * dp;
+    const __m256 scale = _mm256_set1_ps(a.scale);
+    for (std::int64_t h = 0; h < g; ++h) {
+      for (std::int64_t c = 0; c < dp; c += 8) {
+        const float* src = a.q + h * d + c;
+        const __m256 qv = c + 8 <= d ? _mm256_loadu_ps(src)
+                          : c < d    ? _mm256_maskload_ps(src, lanes_below(c, d))
+                                     : _mm256_setzero_ps();
+        _mm256_store_ps(qp + h * dp + c, _mm256_mul_ps(qv, scale));
+      }
     }
-  }
-  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0>(a.k, a, p, d * Row::kBytes);
-  for (std::int64_t h = 0; h < g;) {  // heads in pairs: 8 accumulators
-    float* sh = s + h * kAttendChunk;
-    if (g - h >= 2) {
-      scores_block<Row, 2>(a, qp + h * dp, dp, sh, h == 0);
-      h += 2;
-    } else {
-      scores_block<Row, 1>(a, qp + h * dp, dp, sh, h == 0);
-      h += 1;
+    for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0, KRow::kKind>(a.k, p, a.n, d);
+    for (std::int64_t h = 0; h < g;) {  // heads in pairs: 8 accumulators
+      float* sh = s + h * kAttendChunk;
+      if (g - h >= 2) {
+        scores_block<KRow, VRow, 2>(a, qp + h * dp, dp, sh, h == 0);
+        h += 2;
+      } else {
+        scores_block<KRow, VRow, 1>(a, qp + h * dp, dp, sh, h == 0);
+        h += 1;
+      }
     }
+    for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
+    values_pass<VRow>(a, s, dp);
   }
-  for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
-  values_pass<Row>(a, s, dp);
-}
+};
 
 void swiglu_row_avx2(const float* gate, const float* up, float* out, std::int64_t n) {
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -232,12 +274,8 @@ void f32_to_f16_row_avx2(const float* src, std::uint16_t* dst, std::int64_t n) {
   }
 }
 
-constexpr AttendFn attend_f32_avx2 = attend_avx2<RowF32>;
-constexpr AttendFn attend_f16_avx2 = attend_avx2<RowF16>;
-
 constexpr VecKernels kAvx2Vec = {
-    attend_f32_avx2,
-    attend_f16_avx2,
+    attend_table<AttendAvx2, RowF32, RowF16, RowInt8, RowInt4>(),
     swiglu_row_avx2,
     geglu_row_avx2,
     f32_to_f16_row_avx2,

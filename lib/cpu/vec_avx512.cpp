@@ -5,6 +5,8 @@
 
 #include "cpu/attend_rows.hpp"
 
+#include <algorithm>
+
 namespace sitsrt::cpu::detail {
 namespace {
 
@@ -45,18 +47,39 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// 16 elements of a cache row from element c, converted to floats straight from memory
-// (lanes at or past d read as 0).
-struct RowF32 {
-  static constexpr std::int64_t kBytes = 4;
-  static __m512 load(const std::byte* row, std::int64_t c, std::int64_t d) {
-    return _mm512_maskz_loadu_ps(lanes_below(c, d), row + 4 * c);
+// 16 elements of this kv head's values from element c of the head, converted or dequantized
+// to floats straight from memory (lanes at or past d read as 0); the per-row State is shared
+// with vec_avx2.cpp (attend_rows.hpp).
+struct RowF32 : RowBaseF32 {
+  static __m512 load(const State& st, std::int64_t c, std::int64_t d) {
+    return _mm512_maskz_loadu_ps(lanes_below(c, d), st.p + c);
   }
 };
-struct RowF16 {
-  static constexpr std::int64_t kBytes = 2;
-  static __m512 load(const std::byte* row, std::int64_t c, std::int64_t d) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_below(c, d), row + 2 * c));
+struct RowF16 : RowBaseF16 {
+  static __m512 load(const State& st, std::int64_t c, std::int64_t d) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_below(c, d), st.p + 2 * c));
+  }
+};
+struct RowInt8 : RowBaseInt8 {
+  static __m512 load(const State& st, std::int64_t c, std::int64_t d) {
+    const __m128i q = _mm_maskz_loadu_epi8(lanes_below(c, d), st.p + c);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(st.scale));
+  }
+};
+struct RowInt4 : RowBaseInt4 {
+  static __m512 load(const State& st, std::int64_t c, std::int64_t d) {
+    const __mmask16 lanes = lanes_below(c, d);
+    if (lanes == 0) return _mm512_setzero_ps();
+    const std::int64_t e = st.e0 + c, left = std::min<std::int64_t>(16, d - c);
+    const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((left + 1) / 2)) - 1u), st.row + e / 2);
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    const __m128i x = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+    // (n ^ 8) - 8 sign-extends the 4-bit two's complement value.
+    const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_xor_si128(x, _mm_set1_epi8(8))), _mm512_set1_epi32(8));
+    const Scales sc = scales(st, e, left);
+    const __m512 scale =
+        _mm512_mask_mov_ps(_mm512_set1_ps(sc.lo), static_cast<__mmask16>(0xFFFFu << sc.edge), _mm512_set1_ps(sc.hi));
+    return _mm512_maskz_mul_ps(lanes, _mm512_cvtepi32_ps(q), scale);
   }
 };
 
@@ -64,20 +87,22 @@ struct RowF16 {
 // four key rows at a time: each key vector is converted once and used by all H heads. Scores of
 // the repeated rows of a last partial block land in s[n, pad4(n)) and are ignored. With
 // prefetch_values the V rows are requested towards L2 so the value pass finds them close.
-template <typename Row, int H>
+template <typename Row, typename VRow, int H>
 void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
-  const std::int64_t d = a.head_dim, n = a.n, row_bytes = d * Row::kBytes;
+  const std::int64_t d = a.head_dim, n = a.n;
   for (std::int64_t p = 0; p < n; p += 4) {
-    prefetch_block<_MM_HINT_T0>(a.k, a, p + kPrefetchRows, row_bytes);
-    if (prefetch_values) prefetch_block<_MM_HINT_T1>(a.v, a, p, row_bytes);
-    const Block4 k = block_rows(a.k, a, p);
+    prefetch_block<_MM_HINT_T0, Row::kKind>(a.k, p + kPrefetchRows, n, d);
+    if (prefetch_values) prefetch_block<_MM_HINT_T1, VRow::kKind>(a.v, p, n, d);
+    const Block4 rows = block_rows(a.k, p);
+    const typename Row::State k[4] = {Row::at(rows.r[0], a.k, d), Row::at(rows.r[1], a.k, d),
+                                      Row::at(rows.r[2], a.k, d), Row::at(rows.r[3], a.k, d)};
     __m512 acc[H][4];
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_setzero_ps();
     }
     for (std::int64_t c = 0; c < dp; c += 16) {
-      const __m512 k0 = Row::load(k.r[0], c, d), k1 = Row::load(k.r[1], c, d), k2 = Row::load(k.r[2], c, d);
-      const __m512 k3 = Row::load(k.r[3], c, d);
+      const __m512 k0 = Row::load(k[0], c, d), k1 = Row::load(k[1], c, d), k2 = Row::load(k[2], c, d);
+      const __m512 k3 = Row::load(k[3], c, d);
       for (int h = 0; h < H; ++h) {
         const __m512 qv = _mm512_load_ps(qp + h * dp + c);
         acc[h][0] = _mm512_fmadd_ps(qv, k0, acc[h][0]);
@@ -118,10 +143,12 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
   const std::int64_t d = a.head_dim, g = a.group;
   for (std::int64_t i = 0; i < g * dp; i += 16) _mm512_store_ps(a.o + i, _mm512_setzero_ps());
   for (std::int64_t p = 0; p < a.n; p += 4) {
-    const Block4 v = block_rows(a.v, a, p);
+    const Block4 rows = block_rows(a.v, p);
+    const typename Row::State v[4] = {Row::at(rows.r[0], a.v, d), Row::at(rows.r[1], a.v, d),
+                                      Row::at(rows.r[2], a.v, d), Row::at(rows.r[3], a.v, d)};
     for (std::int64_t c = 0; c < dp; c += 16) {
-      const __m512 v0 = Row::load(v.r[0], c, d), v1 = Row::load(v.r[1], c, d), v2 = Row::load(v.r[2], c, d);
-      const __m512 v3 = Row::load(v.r[3], c, d);
+      const __m512 v0 = Row::load(v[0], c, d), v1 = Row::load(v[1], c, d), v2 = Row::load(v[2], c, d);
+      const __m512 v3 = Row::load(v[3], c, d);
       for (std::int64_t h = 0; h < g; ++h) {
         const float* wh = w + h * kAttendChunk + p;
         float* oh = a.o + h * dp + c;
@@ -137,39 +164,42 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
 
 // One chunk of one (query row, kv head) pair (see AttendArgs): scores for every head reading
 // each key once, softmax numerators, then the value sum reading each value once.
-template <typename Row>
-void attend_avx512(const AttendArgs& a) {
-  const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
-  float* qp = a.scratch;
-  float* s = qp + g * dp;
-  const __m512 scale = _mm512_set1_ps(a.scale);
-  for (std::int64_t h = 0; h < g; ++h) {
-    for (std::int64_t c = 0; c < dp; c += 16) {
-      _mm512_store_ps(qp + h * dp + c, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_below(c, d), a.q + h * d + c), scale));
+template <typename KRow, typename VRow>
+struct AttendAvx512 {
+  static void run(const AttendArgs& a) {
+    const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
+    float* qp = a.scratch;
+    float* s = qp + g * dp;
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    for (std::int64_t h = 0; h < g; ++h) {
+      for (std::int64_t c = 0; c < dp; c += 16) {
+        _mm512_store_ps(qp + h * dp + c,
+                        _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_below(c, d), a.q + h * d + c), scale));
+      }
     }
-  }
-  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0>(a.k, a, p, d * Row::kBytes);
-  for (std::int64_t h = 0; h < g;) {  // heads in blocks of up to four: 16 accumulators
-    const std::int64_t left = g - h;
-    float* sh = s + h * kAttendChunk;
-    const bool first = h == 0;
-    if (left >= 4) {
-      scores_block<Row, 4>(a, qp + h * dp, dp, sh, first);
-      h += 4;
-    } else if (left == 3) {
-      scores_block<Row, 3>(a, qp + h * dp, dp, sh, first);
-      h += 3;
-    } else if (left == 2) {
-      scores_block<Row, 2>(a, qp + h * dp, dp, sh, first);
-      h += 2;
-    } else {
-      scores_block<Row, 1>(a, qp + h * dp, dp, sh, first);
-      h += 1;
+    for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0, KRow::kKind>(a.k, p, a.n, d);
+    for (std::int64_t h = 0; h < g;) {  // heads in blocks of up to four: 16 accumulators
+      const std::int64_t left = g - h;
+      float* sh = s + h * kAttendChunk;
+      const bool first = h == 0;
+      if (left >= 4) {
+        scores_block<KRow, VRow, 4>(a, qp + h * dp, dp, sh, first);
+        h += 4;
+      } else if (left == 3) {
+        scores_block<KRow, VRow, 3>(a, qp + h * dp, dp, sh, first);
+        h += 3;
+      } else if (left == 2) {
+        scores_block<KRow, VRow, 2>(a, qp + h * dp, dp, sh, first);
+        h += 2;
+      } else {
+        scores_block<KRow, VRow, 1>(a, qp + h * dp, dp, sh, first);
+        h += 1;
+      }
     }
+    for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
+    values_pass<VRow>(a, s, dp);
   }
-  for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
-  values_pass<Row>(a, s, dp);
-}
+};
 
 // silu(g) * u = g * u / (1 + exp(-g)).
 void swiglu_row_avx512(const float* gate, const float* up, float* out, std::int64_t n) {
@@ -206,12 +236,8 @@ void f32_to_f16_row_avx512(const float* src, std::uint16_t* dst, std::int64_t n)
   }
 }
 
-constexpr AttendFn attend_f32_avx512 = attend_avx512<RowF32>;
-constexpr AttendFn attend_f16_avx512 = attend_avx512<RowF16>;
-
 constexpr VecKernels kAvx512Vec = {
-    attend_f32_avx512,
-    attend_f16_avx512,
+    attend_table<AttendAvx512, RowF32, RowF16, RowInt8, RowInt4>(),
     swiglu_row_avx512,
     geglu_row_avx512,
     f32_to_f16_row_avx512,

@@ -2,7 +2,7 @@
 // baseline target, std::exp for the exponentials. Same algorithm and scratch layout as the ISA
 // files so every level is tested by the same cases.
 #include "core/half.hpp"
-#include "cpu/half_generic.hpp"
+#include "cpu/attention/kv_quant.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #include <algorithm>
@@ -16,21 +16,6 @@ namespace {
 constexpr std::int64_t pad16(std::int64_t v) {
   return (v + 15) / 16 * 16;
 }
-
-struct RowF32 {
-  static void widen(const std::byte* src, std::int64_t d, float* dst) {
-    std::memcpy(dst, src, static_cast<std::size_t>(d) * 4);
-  }
-};
-struct RowF16 {
-  static void widen(const std::byte* src, std::int64_t d, float* dst) {
-    for (std::int64_t c = 0; c < d; ++c) {
-      std::uint16_t h;
-      std::memcpy(&h, src + 2 * c, 2);
-      dst[c] = half_to_float_generic(h);
-    }
-  }
-};
 
 // Dot product over dp (a multiple of 16) padded floats with 16 partial sums, the same
 // association as one 16-lane register (keeps the generic level numerically like the others).
@@ -49,8 +34,21 @@ inline float dot_padded(const float* a, const float* b, std::int64_t dp) {
 // One chunk of one (query row, kv head) pair (see AttendArgs): scores for all `group` heads
 // reading each key once, softmax numerators exp(s - max) with a float sum per head (16 partial
 // sums), then the value sum reading each value once.
-template <typename Row>
-void attend_generic(const AttendArgs& a) {
+// Rows are widened by dequantize_span (kv_quant.hpp): the reference the SIMD levels match.
+template <KvType T>
+struct RowOf {
+  static void widen(const std::byte* row, const AttendSide& side, std::int64_t d, float* dst) {
+    dequantize_span(T, row, side.width, d, side.e0, d, dst);
+  }
+};
+
+template <typename KRow, typename VRow>
+struct AttendGeneric {
+  static void run(const AttendArgs& a);
+};
+
+template <typename KRow, typename VRow>
+void AttendGeneric<KRow, VRow>::run(const AttendArgs& a) {
   const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group, n = a.n;
   float* qp = a.scratch;             // g x dp, pre-scaled
   float* s = qp + g * dp;            // g x kAttendChunk
@@ -60,7 +58,7 @@ void attend_generic(const AttendArgs& a) {
   }
   std::fill(kv, kv + dp, 0.0f);
   for (std::int64_t p = 0; p < n; ++p) {
-    Row::widen(a.k + static_cast<std::size_t>(p) * a.row_stride, d, kv);
+    KRow::widen(a.k.rows[p], a.k, d, kv);
     for (std::int64_t h = 0; h < g; ++h) s[h * kAttendChunk + p] = dot_padded(qp + h * dp, kv, dp);
   }
   for (std::int64_t h = 0; h < g; ++h) {
@@ -79,7 +77,7 @@ void attend_generic(const AttendArgs& a) {
   }
   std::fill(a.o, a.o + g * dp, 0.0f);
   for (std::int64_t p = 0; p < n; ++p) {
-    Row::widen(a.v + static_cast<std::size_t>(p) * a.row_stride, d, kv);
+    VRow::widen(a.v.rows[p], a.v, d, kv);
     for (std::int64_t h = 0; h < g; ++h) {
       const float weight = s[h * kAttendChunk + p];
       float* oh = a.o + h * dp;
@@ -107,12 +105,8 @@ void f32_to_f16_row_generic(const float* src, std::uint16_t* dst, std::int64_t n
   for (std::int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
 
-constexpr AttendFn attend_f32_generic = attend_generic<RowF32>;
-constexpr AttendFn attend_f16_generic = attend_generic<RowF16>;
-
 constexpr VecKernels kGenericVec = {
-    attend_f32_generic,
-    attend_f16_generic,
+    attend_table<AttendGeneric, RowOf<KvType::kF32>, RowOf<KvType::kF16>, RowOf<KvType::kInt8>, RowOf<KvType::kInt4>>(),
     swiglu_row_generic,
     geglu_row_generic,
     f32_to_f16_row_generic,

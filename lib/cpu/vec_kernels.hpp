@@ -6,6 +6,7 @@
 
 #include "cpu/cpu_context.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -16,16 +17,28 @@ namespace sitsrt::cpu::detail {
 // so scratch does not grow with the context and a long pair can be split over threads.
 inline constexpr std::int64_t kAttendChunk = 256;
 
+// One side (K or V) of an attend chunk. Chunk position p's row starts at rows[p] (pad4(n)
+// entries: a last partial block of four repeats row n-1); this kv head's values are elements
+// e0 .. e0 + head_dim - 1 of a row of `width` values of `type` (layouts: KvType in
+// attention/attention.hpp; int8/int4 scales follow the row's values). attention.cpp resolves
+// the block table into `rows`, so the kernels walk blocks of any size at the cost of one
+// pointer load per row.
+struct AttendSide {
+  const std::byte* const* rows;
+  std::int64_t e0;
+  std::int64_t width;
+};
+
 // One chunk of one (query row, kv head) pair of causal attention: for every query head h of the
 // group, max[h] = max_p s[h,p], sum[h] = sum_p exp(s[h,p] - max[h]) and the unnormalised
-// o[h] = sum_p exp(s[h,p] - max[h]) * v[p], with s[h,p] = (q[h] * scale) . k[p].
+// o[h] = sum_p exp(s[h,p] - max[h]) * v[p], with s[h,p] = (q[h] * scale) . k[p]; quantized
+// rows are dequantized in registers (float(q) * scale, one rounding, as dequantize_span).
 struct AttendArgs {
-  const float* q;          // group query heads, head h at q + h * head_dim
-  const std::byte* k;      // key of position p (this kv head) at k + p * row_stride
-  const std::byte* v;      // value of position p at v + p * row_stride
-  std::size_t row_stride;  // bytes between positions
-  std::int64_t group;      // query heads sharing this kv head
-  std::int64_t n;          // positions 0 .. n-1, 1 <= n <= kAttendChunk
+  const float* q;  // group query heads, head h at q + h * head_dim
+  AttendSide k;
+  AttendSide v;
+  std::int64_t group;  // query heads sharing this kv head
+  std::int64_t n;      // positions 0 .. n-1, 1 <= n <= kAttendChunk
   std::int64_t head_dim;
   float scale;
   float* o;        // group x pad16(head_dim) floats, 64-byte aligned; padding lanes get 0
@@ -34,6 +47,17 @@ struct AttendArgs {
   float* scratch;  // attend_scratch_floats(group, head_dim) floats, 64-byte aligned
 };
 using AttendFn = void (*)(const AttendArgs& args);
+// [K type][V type], indexed by the KvType values (f32, f16, int8, int4).
+using AttendTable = std::array<std::array<AttendFn, 4>, 4>;
+
+// The 16 instantiations A<KRow, VRow>::run with rows R0..R3 standing for f32, f16, int8, int4.
+template <template <typename, typename> class A, typename R0, typename R1, typename R2, typename R3>
+constexpr AttendTable attend_table() {
+  return {{{A<R0, R0>::run, A<R0, R1>::run, A<R0, R2>::run, A<R0, R3>::run},
+           {A<R1, R0>::run, A<R1, R1>::run, A<R1, R2>::run, A<R1, R3>::run},
+           {A<R2, R0>::run, A<R2, R1>::run, A<R2, R2>::run, A<R2, R3>::run},
+           {A<R3, R0>::run, A<R3, R1>::run, A<R3, R2>::run, A<R3, R3>::run}}};
+}
 
 // Scratch layout shared by every ISA (floats; p16 = round up to 16): scaled q group*p16(d),
 // scores group*kAttendChunk, one widened K/V row p16(d) (used by the generic level).
@@ -43,8 +67,7 @@ inline std::size_t attend_scratch_floats(std::int64_t group, std::int64_t head_d
 }
 
 struct VecKernels {
-  AttendFn attend_f32;  // F32 cache
-  AttendFn attend_f16;  // F16 cache
+  AttendTable attend;  // by K and V cache type
   // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate or up.
   void (*swiglu_row)(const float* gate, const float* up, float* out, std::int64_t n);
   // out[i] = gelu_tanh(gate[i]) * up[i], computed as g * u / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3)))

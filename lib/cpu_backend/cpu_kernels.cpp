@@ -24,15 +24,22 @@ cpu::RopeParams rope_params(const graph::RopeAttrs& r, const float* freq_factors
   return params;
 }
 
-// The CPU attention kernel reads a contiguous layer (position p at k + p * row stride, one
-// element type for K and V); a paged or mixed-type cache needs the paged kernel.
-cpu::KvLayerView contiguous_view(const ops::KvLayerRef& kv) {
-  if (!kv.contiguous() || kv.k_type != kv.v_type || kv.k_row_bytes != kv.v_row_bytes ||
-      (kv.k_type != ops::KvType::kF32 && kv.k_type != ops::KvType::kF16)) {
-    raise(ErrorCode::kUnsupported, "cpu attention: reads contiguous f32/f16 KV layers of one element type only "
-          "({} blocks, K {} / V {})", kv.block_table.size(), ops::name(kv.k_type), ops::name(kv.v_type));
+// Any layer maps onto the CPU view: the types are the same codes, the block table and row
+// strides carry over (a contiguous cache is its one-block special case).
+cpu::KvType cpu_kv_type(ops::KvType type) {
+  switch (type) {
+    case ops::KvType::kF32: return cpu::KvType::kF32;
+    case ops::KvType::kF16: return cpu::KvType::kF16;
+    case ops::KvType::kInt8: return cpu::KvType::kInt8;
+    case ops::KvType::kInt4: return cpu::KvType::kInt4;
   }
-  return {kv.k_type == ops::KvType::kF32 ? DType::kF32 : DType::kF16, kv.k, kv.v, kv.k_row_bytes, kv.capacity};
+  raise(ErrorCode::kInternal, "unknown KV type {}", static_cast<int>(type));
+}
+
+cpu::KvLayerView cpu_view(const ops::KvLayerRef& kv) {
+  return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,          kv.v,           kv.k_row_bytes,
+          kv.v_row_bytes,        kv.capacity,              kv.block_size, kv.block_table, kv.k_rotated,
+          kv.v_rotated};
 }
 
 }  // namespace
@@ -81,9 +88,9 @@ void CpuKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<c
 void CpuKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
                            const ops::KvLayerRef& kv, std::int64_t pos0, const ops::AttentionShape& shape,
                            const ops::TensorRef& out) {
-  const cpu::KvLayerView view = contiguous_view(kv);
+  const cpu::KvLayerView view = cpu_view(kv);
   const cpu::AttentionShape cpu_shape{shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, shape.window};
-  cpu::kv_store(ctx_, view, f32(k), k.ld, f32(v), v.ld, q.rows, kv.kv_width, pos0);
+  cpu::kv_store(ctx_, view, f32(k), k.ld, f32(v), v.ld, q.rows, shape.n_kv_heads, shape.head_dim, pos0);
   cpu::attention(ctx_, f32(q), q.ld, q.rows, pos0, view, cpu_shape, f32(out), out.ld);
 }
 

@@ -42,6 +42,12 @@ struct KvLayerRef {
   std::int64_t block_size = 0;  // positions per block
   std::span<const std::int32_t> block_table;
   Device device;
+  // Rotated sides hold each head vector multiplied by the normalised Walsh-Hadamard matrix of
+  // size head_dim (a power of two) before quantizing: it spreads outlier channels over the
+  // head, so one scale fits every value better. Attention undoes it (q rotated for K, the
+  // output rotated back for V); the values written and read stay those of the projections.
+  bool k_rotated = false;
+  bool v_rotated = false;
 
   // True when the blocks are the storage in order (a contiguous cache, or a paged one whose
   // table is 0, 1, 2, ...): position p is then at k + p * k_row_bytes.

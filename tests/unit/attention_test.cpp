@@ -38,7 +38,10 @@ struct TestCache {
         k(stride * static_cast<std::size_t>(cap), std::byte{0xFF}),
         v(k.size(), std::byte{0xFF}) {}
 
-  cpu::KvLayerView view() { return {type, k.data(), v.data(), stride, capacity}; }
+  cpu::KvLayerView view() {
+    const cpu::KvType t = type == DType::kF32 ? cpu::KvType::kF32 : cpu::KvType::kF16;
+    return cpu::contiguous_kv(t, t, k.data(), v.data(), stride, stride, capacity);
+  }
 
   // Element e of position p, as the kernels read it.
   [[nodiscard]] double at(const std::vector<std::byte>& data, std::int64_t p, std::int64_t e) const {
@@ -93,9 +96,9 @@ struct Problem {
       }
     }
     cpu::CpuContext ctx(2, isa);
-    if (c.pos0 > 0) cpu::kv_store(ctx, cache.view(), k.data(), ldkv, v.data(), ldkv, c.pos0, width, 0);
-    cpu::kv_store(ctx, cache.view(), k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, width,
-                  c.pos0);
+    if (c.pos0 > 0) cpu::kv_store(ctx, cache.view(), k.data(), ldkv, v.data(), ldkv, c.pos0, c.n_kv, d, 0);
+    cpu::kv_store(ctx, cache.view(), k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, c.n_kv,
+                  d, c.pos0);
     q.assign(static_cast<std::size_t>(c.rows * ldq), std::nanf(""));
     for (std::int64_t i = 0; i < c.rows; ++i) {
       for (std::int64_t e = 0; e < n_heads * d; ++e) q[static_cast<std::size_t>(i * ldq + e)] = rng.normal() * 1.5f;
@@ -237,7 +240,7 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes f16 rows bit-exactly and refuses posi
     v[i] = rng.normal();
   }
   cpu::CpuContext ctx(2, isa);
-  cpu::kv_store(ctx, cache.view(), k.data(), width, v.data(), width, 3, width, 5);
+  cpu::kv_store(ctx, cache.view(), k.data(), width, v.data(), width, 3, 1, width, 5);
   for (std::int64_t r = 0; r < 3; ++r) {
     for (std::int64_t e = 0; e < width; ++e) {
       std::uint16_t got;
@@ -248,7 +251,7 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes f16 rows bit-exactly and refuses posi
   for (std::int64_t pos0 : {6, 8, -1}) {
     CAPTURE(pos0);
     try {
-      cpu::kv_store(ctx, cache.view(), k.data(), width, v.data(), width, 3, width, pos0);
+      cpu::kv_store(ctx, cache.view(), k.data(), width, v.data(), width, 3, 1, width, pos0);
       FAIL("no error");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::kInvalidArgument);

@@ -1,76 +1,22 @@
-// kv_store / attention: argument checks, thread split over (query row, kv head) pairs and
-// scratch hand-out. The per-pair arithmetic is in vec_{generic,avx2,avx512}.cpp.
+// attention / attention_batch: argument checks, the thread split over (sequence, query row,
+// kv head) pairs, block-table walking into per-chunk row addresses, the Hadamard rotation of q
+// and of the output, and scratch hand-out. The per-chunk arithmetic is in
+// vec_{generic,avx2,avx512}.cpp.
 #include "cpu/attention/attention.hpp"
 
 #include "core/check.hpp"
+#include "cpu/attention/kv_quant.hpp"
+#include "cpu/attention/kv_store.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 namespace sitsrt::cpu {
-namespace {
-
-std::size_t element_bytes(DType type, const char* op) {
-  switch (type) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-      return 2;
-    default:
-      raise(ErrorCode::kUnsupported, "{}: KV cache type {} (only f32 and f16)", op, name(type));
-  }
-}
-
-void check_cache(const KvLayerView& kv, std::int64_t width, std::int64_t pos0, std::int64_t rows, const char* op) {
-  const std::size_t bytes = element_bytes(kv.type, op);
-  if (kv.k == nullptr || kv.v == nullptr) raise(ErrorCode::kInvalidArgument, "{}: null KV cache", op);
-  if (kv.row_stride < static_cast<std::size_t>(width) * bytes) {
-    raise(ErrorCode::kInvalidArgument, "{}: KV row_stride {} below {} x {}-byte elements", op, kv.row_stride, width,
-          bytes);
-  }
-  if (pos0 < 0 || rows < 0 || pos0 + rows > kv.capacity) {
-    raise(ErrorCode::kInvalidArgument, "{}: positions {}..{} outside the KV cache capacity {}", op, pos0,
-          pos0 + rows - 1, kv.capacity);
-  }
-}
-
-}  // namespace
-
-void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
-              std::int64_t ldv, std::int64_t rows, std::int64_t kv_width, std::int64_t pos0) {
-  if (kv_width < 0) raise(ErrorCode::kInvalidArgument, "kv_store: negative kv_width {}", kv_width);
-  check_cache(kv, kv_width, pos0, rows, "kv_store");
-  if (rows == 0) return;
-  const auto f32_to_f16 = detail::vec_kernels_for(ctx.isa()).f32_to_f16_row;
-  // A decode step's row or two is stored by the calling thread: a fork-join costs more.
-  constexpr std::int64_t kInlineElements = 1 << 14;
-  const auto store_row = [&](const float* src, std::byte* dst) {
-    if (kv.type == DType::kF32) {
-      std::memcpy(dst, src, static_cast<std::size_t>(kv_width) * 4);
-    } else {
-      f32_to_f16(src, reinterpret_cast<std::uint16_t*>(dst), kv_width);
-    }
-  };
-  const auto store_rows = [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const std::size_t offset = static_cast<std::size_t>(pos0 + i) * kv.row_stride;
-      store_row(k + i * ldk, kv.k + offset);
-      store_row(v + i * ldv, kv.v + offset);
-    }
-  };
-  if (rows * kv_width <= kInlineElements) {
-    store_rows(0, rows);
-    return;
-  }
-  ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(rows, t, n);
-    store_rows(r.begin, r.end);
-  });
-}
-
 namespace {
 
 using detail::kAttendChunk;
@@ -101,6 +47,14 @@ std::int64_t chunk_count(std::int64_t n) {
   return (n + kAttendChunk - 1) / kAttendChunk;
 }
 
+// Per-thread scratch after the kernel's own: the K and V row addresses of one chunk, then the
+// rotated q of one group (both multiples of 16 floats).
+constexpr std::int64_t kRowAddressFloats = 2 * kAttendChunk * static_cast<std::int64_t>(sizeof(void*) / sizeof(float));
+std::int64_t chunk_scratch_floats(std::int64_t group, std::int64_t head_dim) {
+  return static_cast<std::int64_t>(detail::attend_scratch_floats(group, head_dim)) + kRowAddressFloats +
+         group * pad16(head_dim);
+}
+
 // Split over positions only when (row, kv head) pairs are fewer than this many per thread and
 // the longest row has at least kSplitMinChunks chunks; otherwise whole pairs are the work items.
 constexpr std::int64_t kSplitBelowPairsPerThread = 4;
@@ -121,43 +75,76 @@ void fold(const Partial& run, const Partial& c, std::int64_t group, std::int64_t
   }
 }
 
-void finish(const Partial& run, std::int64_t group, std::int64_t d, float* out) {
+// Normalised output of the group's heads; a rotated V cache gave rotated sums, rotated back
+// here once per head (the normalised Hadamard matrix is its own inverse).
+void finish(const Partial& run, std::int64_t group, std::int64_t d, bool v_rotated, float* out) {
   const std::int64_t dp = pad16(d);
   for (std::int64_t h = 0; h < group; ++h) {
     const float inv = 1.0f / run.sum[h];
     for (std::int64_t x = 0; x < d; ++x) out[h * d + x] = run.o[h * dp + x] * inv;
+    if (v_rotated) detail::hadamard_normalized(out + h * d, d);
   }
 }
 
-// Everything one attention call needs to address a (row, kv head, chunk) item.
-struct AttentionPlan {
-  const float* q;
-  std::int64_t ldq, pos0;
-  const KvLayerView* kv;
+// Everything one sequence needs to address a (row, kv head, chunk) item.
+struct SequencePlan {
+  const AttentionSequence* seq;
   const AttentionShape* shape;
   std::int64_t group;
-  std::size_t head_bytes;
   detail::AttendFn attend;
 
   // Positions row i attends: first .. first + n - 1.
   [[nodiscard]] std::int64_t first(std::int64_t i) const {
-    const std::int64_t pos = pos0 + i;
+    const std::int64_t pos = seq->pos0 + i;
     return shape->window > 0 ? std::max<std::int64_t>(0, pos - shape->window + 1) : 0;
   }
-  [[nodiscard]] std::int64_t count(std::int64_t i) const { return pos0 + i - first(i) + 1; }
+  [[nodiscard]] std::int64_t count(std::int64_t i) const { return seq->pos0 + i - first(i) + 1; }
+  [[nodiscard]] std::int64_t chunks(std::int64_t i) const { return chunk_count(count(i)); }
+
+  // Row addresses of positions begin .. begin + n - 1, walking the blocks they fall in, padded
+  // to a multiple of four with the last row.
+  void resolve_rows(std::int64_t begin, std::int64_t n, const std::byte** k_rows, const std::byte** v_rows) const {
+    const KvLayerView& kv = seq->kv;
+    std::int64_t idx = 0;
+    while (idx < n) {
+      const std::int64_t p = begin + idx, b = p / kv.block_size, r = p - b * kv.block_size;
+      const std::int64_t run = std::min(kv.block_size - r, n - idx);
+      const std::size_t row = static_cast<std::size_t>(kv.block_table[static_cast<std::size_t>(b)]) *
+                                  static_cast<std::size_t>(kv.block_size) +
+                              static_cast<std::size_t>(r);
+      const std::byte* k = kv.k + row * kv.k_row_bytes;
+      const std::byte* v = kv.v + row * kv.v_row_bytes;
+      for (std::int64_t j = 0; j < run; ++j) {
+        k_rows[idx + j] = k + static_cast<std::size_t>(j) * kv.k_row_bytes;
+        v_rows[idx + j] = v + static_cast<std::size_t>(j) * kv.v_row_bytes;
+      }
+      idx += run;
+    }
+    for (; idx % 4 != 0; ++idx) {
+      k_rows[idx] = k_rows[n - 1];
+      v_rows[idx] = v_rows[n - 1];
+    }
+  }
 
   void run_chunk(std::int64_t i, std::int64_t g, std::int64_t chunk, const Partial& dst, float* scratch) const {
-    const std::int64_t d = shape->head_dim;
+    const std::int64_t d = shape->head_dim, width = shape->n_kv_heads * d;
     const std::int64_t begin = first(i) + chunk * kAttendChunk;
-    const std::size_t skip =
-        static_cast<std::size_t>(begin) * kv->row_stride + static_cast<std::size_t>(g) * head_bytes;
+    float* extra = scratch + detail::attend_scratch_floats(group, d);
+    auto** k_rows = reinterpret_cast<const std::byte**>(extra);
+    const std::byte** v_rows = k_rows + kAttendChunk;
+    float* q_rotated = extra + kRowAddressFloats;
     detail::AttendArgs args{};
-    args.q = q + i * ldq + g * group * d;
-    args.k = kv->k + skip;
-    args.v = kv->v + skip;
-    args.row_stride = kv->row_stride;
+    args.q = seq->q + i * seq->ldq + g * group * d;
+    if (seq->kv.k_rotated) {  // q . (H k) = (H q) . (H k) for the orthonormal H
+      std::memcpy(q_rotated, args.q, static_cast<std::size_t>(group * d) * sizeof(float));
+      for (std::int64_t h = 0; h < group; ++h) detail::hadamard_normalized(q_rotated + h * d, d);
+      args.q = q_rotated;
+    }
+    args.n = std::min(kAttendChunk, seq->pos0 + i + 1 - begin);
+    resolve_rows(begin, args.n, k_rows, v_rows);
+    args.k = {k_rows, g * d, width};
+    args.v = {v_rows, g * d, width};
     args.group = group;
-    args.n = std::min(kAttendChunk, pos0 + i + 1 - begin);
     args.head_dim = d;
     args.scale = shape->scale;
     args.o = dst.o;
@@ -168,34 +155,66 @@ struct AttentionPlan {
   }
 };
 
-}  // namespace
-
-void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t rows, std::int64_t pos0,
-               const KvLayerView& kv, const AttentionShape& shape, float* out, std::int64_t ldo) {
+void check_shape(const AttentionShape& shape) {
   if (shape.n_heads <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0 || shape.n_heads % shape.n_kv_heads != 0 ||
       shape.window < 0) {
     raise(ErrorCode::kInvalidArgument, "attention: bad shape n_heads={} n_kv_heads={} head_dim={} window={}",
           shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.window);
   }
-  check_cache(kv, shape.n_kv_heads * shape.head_dim, pos0, rows, "attention");
-  if (rows == 0) return;
-  const std::int64_t group = shape.n_heads / shape.n_kv_heads;
+}
+
+void check_sequence(const AttentionSequence& s, const AttentionShape& shape) {
+  detail::check_cache(s.kv, shape.n_kv_heads, shape.head_dim, s.pos0, s.rows, "attention");
+  const bool int4 = s.kv.k_type == KvType::kInt4 || s.kv.v_type == KvType::kInt4;
+  if (int4 && shape.head_dim % 2 != 0) {  // a head would start inside a byte
+    raise(ErrorCode::kUnsupported, "attention: an int4 cache needs an even head_dim, not {}", shape.head_dim);
+  }
+}
+
+// Maps a global pair index (pairs of all sequences in order, each sequence's latest rows first)
+// to its sequence, row and kv head. Each thread claims increasing indices, so a cursor that
+// only moves forward finds the sequence in O(1) amortised, with no table to allocate.
+class PairCursor {
+ public:
+  PairCursor(std::span<const SequencePlan> plans, std::int64_t n_kv) : plans_(plans), n_kv_(n_kv) {}
+
+  struct Pair {
+    const SequencePlan* plan;
+    std::int64_t row, kv_head;
+  };
+  Pair at(std::int64_t pair) {
+    while (pair >= base_ + plans_[s_].seq->rows * n_kv_) base_ += plans_[s_++].seq->rows * n_kv_;
+    const std::int64_t local = pair - base_;
+    const SequencePlan& p = plans_[s_];
+    return {&p, p.seq->rows - 1 - local / n_kv_, local % n_kv_};
+  }
+
+ private:
+  std::span<const SequencePlan> plans_;
+  std::int64_t n_kv_;
+  std::size_t s_ = 0;
+  std::int64_t base_ = 0;
+};
+
+// Sequences planned at once on the stack; longer batches run in groups of this many, each
+// group one dispatch (per-sequence results do not depend on the grouping).
+constexpr std::size_t kMaxBatch = 256;
+
+void attend_group(CpuContext& ctx, std::span<const SequencePlan> plans, const AttentionShape& shape) {
+  const std::int64_t group = shape.n_heads / shape.n_kv_heads, n_kv = shape.n_kv_heads;
   const std::int64_t d = shape.head_dim, dp = pad16(d);
-  const AttentionPlan plan{q,
-                           ldq,
-                           pos0,
-                           &kv,
-                           &shape,
-                           group,
-                           static_cast<std::size_t>(d) * element_bytes(kv.type, "attention"),
-                           kv.type == DType::kF32 ? detail::vec_kernels_for(ctx.isa()).attend_f32
-                                                  : detail::vec_kernels_for(ctx.isa()).attend_f16};
-  const std::size_t kernel_need = detail::attend_scratch_floats(group, d);
+  const auto kernel_need = static_cast<std::size_t>(chunk_scratch_floats(group, d));
   const std::int64_t part = partial_floats(group, d);
-  const std::int64_t pairs = rows * shape.n_kv_heads;
-  const std::int64_t max_chunks = chunk_count(plan.count(rows - 1));
+  std::int64_t pairs = 0, max_chunks = 0;
+  for (const SequencePlan& p : plans) {
+    pairs += p.seq->rows * n_kv;
+    if (p.seq->rows > 0) max_chunks = std::max(max_chunks, p.chunks(p.seq->rows - 1));
+  }
+  if (pairs == 0) return;
   const int threads = ctx.threads();
-  const auto row_of = [&](std::int64_t pair) { return rows - 1 - pair / shape.n_kv_heads; };
+  const auto output = [&](const PairCursor::Pair& x) {
+    return x.plan->seq->out + x.row * x.plan->seq->ldo + x.kv_head * group * d;
+  };
 
   if (threads > 1 && max_chunks >= kSplitMinChunks && pairs < kSplitBelowPairsPerThread * threads) {
     // Few long pairs: every (pair, chunk) is an item; item k's partial goes to slot k / threads
@@ -210,55 +229,85 @@ void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t r
     std::atomic<std::int64_t> next{0};
     ctx.pool().run([&](int t, int) {
       float* scratch = nullptr;
+      PairCursor cursor(plans, n_kv);
       for (std::int64_t k = next.fetch_add(1, std::memory_order_relaxed); k < items;
            k = next.fetch_add(1, std::memory_order_relaxed)) {
-        const std::int64_t pair = k / max_chunks, chunk = k % max_chunks, i = row_of(pair);
-        if (chunk >= chunk_count(plan.count(i))) continue;
+        const std::int64_t chunk = k % max_chunks;
+        const PairCursor::Pair x = cursor.at(k / max_chunks);
+        if (chunk >= x.plan->chunks(x.row)) continue;
         if (scratch == nullptr) scratch = ctx.scratch(t, need);
-        plan.run_chunk(i, pair % shape.n_kv_heads, chunk, slot(k), scratch);
+        x.plan->run_chunk(x.row, x.kv_head, chunk, slot(k), scratch);
       }
     });
+    PairCursor cursor(plans, n_kv);
     for (std::int64_t pair = 0; pair < pairs; ++pair) {
-      const std::int64_t i = row_of(pair), g = pair % shape.n_kv_heads;
+      const PairCursor::Pair x = cursor.at(pair);
       const Partial run = slot(pair * max_chunks);
-      for (std::int64_t chunk = 1; chunk < chunk_count(plan.count(i)); ++chunk) {
+      for (std::int64_t chunk = 1; chunk < x.plan->chunks(x.row); ++chunk) {
         fold(run, slot(pair * max_chunks + chunk), group, dp);
       }
-      finish(run, group, d, out + i * ldo + g * group * d);
+      finish(run, group, d, x.plan->seq->kv.v_rotated, output(x));
     }
     return;
   }
 
-  // Pairs are claimed one at a time, longest rows (latest positions) first, so a prefill's
-  // triangular work spreads evenly; which thread runs a pair does not change its result.
+  // Pairs are claimed one at a time, longest rows (latest positions) first within a sequence,
+  // so a prefill's triangular work spreads evenly; which thread runs a pair does not change its
+  // result.
   const std::size_t need = kernel_need + static_cast<std::size_t>(2 * part);
   std::atomic<std::int64_t> next{0};
   ctx.pool().run([&](int t, int) {
     float* scratch = nullptr;
+    PairCursor cursor(plans, n_kv);
     for (std::int64_t pair = next.fetch_add(1, std::memory_order_relaxed); pair < pairs;
          pair = next.fetch_add(1, std::memory_order_relaxed)) {
       if (scratch == nullptr) scratch = ctx.scratch(t, need);
       const Partial run = partial_at(scratch + kernel_need, group, d);
       const Partial chunk = partial_at(scratch + kernel_need + part, group, d);
-      const std::int64_t i = row_of(pair), g = pair % shape.n_kv_heads;
-      const std::int64_t chunks = chunk_count(plan.count(i));
+      const PairCursor::Pair x = cursor.at(pair);
+      const std::int64_t chunks = x.plan->chunks(x.row);
       for (std::int64_t c = 0; c < chunks; ++c) {
-        plan.run_chunk(i, g, c, c == 0 ? run : chunk, scratch);
+        x.plan->run_chunk(x.row, x.kv_head, c, c == 0 ? run : chunk, scratch);
         if (c > 0) fold(run, chunk, group, dp);
       }
-      finish(run, group, d, out + i * ldo + g * group * d);
+      finish(run, group, d, x.plan->seq->kv.v_rotated, output(x));
     }
   });
+}
+
+}  // namespace
+
+void attention_batch(CpuContext& ctx, std::span<const AttentionSequence> sequences, const AttentionShape& shape) {
+  check_shape(shape);
+  for (const AttentionSequence& s : sequences) check_sequence(s, shape);
+  const detail::AttendTable& table = detail::vec_kernels_for(ctx.isa()).attend;
+  const std::int64_t group = shape.n_heads / shape.n_kv_heads;
+  std::array<SequencePlan, kMaxBatch> plans;
+  for (std::size_t first = 0; first < sequences.size(); first += kMaxBatch) {
+    const std::size_t n = std::min(kMaxBatch, sequences.size() - first);
+    for (std::size_t i = 0; i < n; ++i) {
+      const AttentionSequence& s = sequences[first + i];
+      plans[i] = {&s, &shape, group,
+                  table[static_cast<std::size_t>(s.kv.k_type)][static_cast<std::size_t>(s.kv.v_type)]};
+    }
+    attend_group(ctx, std::span<const SequencePlan>(plans.data(), n), shape);
+  }
+}
+
+void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t rows, std::int64_t pos0,
+               const KvLayerView& kv, const AttentionShape& shape, float* out, std::int64_t ldo) {
+  const AttentionSequence one{q, ldq, rows, pos0, kv, out, ldo};
+  attention_batch(ctx, std::span<const AttentionSequence>(&one, 1), shape);
 }
 
 std::size_t attention_scratch_floats(std::int64_t capacity, const AttentionShape& shape) noexcept {
   if (shape.n_heads <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0 || capacity <= 0) return 0;
   const std::int64_t group = shape.n_heads / shape.n_kv_heads;
-  // Kernel scratch, then either a running and a chunk partial, or a split's share of chunk
+  // Chunk scratch, then either a running and a chunk partial, or a split's share of chunk
   // partials: fewer than kSplitBelowPairsPerThread * chunk_count(capacity) per thread.
   const std::int64_t slots = std::max<std::int64_t>(2, kSplitBelowPairsPerThread * chunk_count(capacity));
-  return detail::attend_scratch_floats(group, shape.head_dim) +
-         static_cast<std::size_t>(slots * partial_floats(group, shape.head_dim));
+  return static_cast<std::size_t>(chunk_scratch_floats(group, shape.head_dim) +
+                                  slots * partial_floats(group, shape.head_dim));
 }
 
 }  // namespace sitsrt::cpu

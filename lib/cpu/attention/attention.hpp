@@ -1,30 +1,72 @@
-// Causal multi-head attention with grouped KV heads, reading keys and values from a cache.
+// Causal multi-head attention with grouped KV heads, reading keys and values from a (paged,
+// optionally quantized) cache.
 #pragma once
 
-#include "core/dtype.hpp"
 #include "cpu/cpu_context.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace sitsrt::cpu {
 
-// One layer's K and V cache: position p's key row at k + p * row_stride (same for v),
-// each row n_kv_heads * head_dim elements of `type` (kF32 or kF16).
+// Element types of cached K or V rows; the same values and row layouts as ops::KvType (the
+// kernels layer cannot include ops). One row holds one position's n_kv_heads * head_dim values,
+// head-major:
+//   kF32, kF16: the values.
+//   kInt8: int8 q in [-127, 127], then one f16 scale per head (x ~ q * scale).
+//   kInt4: 4-bit two's complement q in [-8, 7], two per byte (the even element in the low
+//          nibble), then one f16 scale per group of 32 consecutive values of the row.
+enum class KvType : std::uint8_t { kF32, kF16, kInt8, kInt4 };
+
+// Bytes of one row of `type` (see KvType); 0 when the type cannot hold the width (int4 needs
+// n_kv_heads * head_dim % 32 == 0).
+std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head_dim) noexcept;
+
+// One layer's K and V cache of one sequence. Positions are grouped in blocks of block_size:
+// logical block b lives in physical block block_table[b], whose row r starts at
+// k + (block_table[b] * block_size + r) * k_row_bytes (same for v with v_row_bytes). A
+// contiguous cache is one block as large as its capacity (contiguous_kv). The view does not own
+// the memory or the table; both must outlive the calls that use it.
+// Rotated sides hold every head vector multiplied by the normalised Walsh-Hadamard matrix of
+// size head_dim (a power of two), applied before quantizing: kv_store rotates, attention rotates
+// q (K side) or its output (V side) so results are those of the unrotated values.
 struct KvLayerView {
-  DType type = DType::kF32;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
   std::byte* k = nullptr;
   std::byte* v = nullptr;
-  std::size_t row_stride = 0;
-  std::int64_t capacity = 0;  // positions the cache can hold
+  std::size_t k_row_bytes = 0;
+  std::size_t v_row_bytes = 0;
+  std::int64_t capacity = 0;    // positions this sequence may hold
+  std::int64_t block_size = 0;  // positions per block
+  std::span<const std::int32_t> block_table;
+  bool k_rotated = false;
+  bool v_rotated = false;
+
+  // Byte offset of position p's K row (the same for V with v_row_bytes).
+  [[nodiscard]] std::size_t row_index(std::int64_t p) const noexcept {
+    const std::int64_t b = p / block_size;
+    return static_cast<std::size_t>(block_table[static_cast<std::size_t>(b)]) * static_cast<std::size_t>(block_size) +
+           static_cast<std::size_t>(p - b * block_size);
+  }
 };
 
-// Writes `rows` key/value rows (kv_width floats each) at positions pos0 .. pos0+rows-1,
-// converting to the cache type (F16: round to nearest even, as fp32_to_fp16); a decode step's
-// few rows are written by the calling thread, more are split over the pool. Throws
-// kInvalidArgument past capacity or for a negative pos0, kUnsupported for other cache types.
+// A contiguous layer: position p at k + p * k_row_bytes (one block of `capacity`).
+KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte* v, std::size_t k_row_bytes,
+                          std::size_t v_row_bytes, std::int64_t capacity) noexcept;
+
+// Writes `rows` key/value rows (n_kv_heads * head_dim floats each) at positions pos0 ..
+// pos0+rows-1 through the block table, converting to each side's type: F16 round to nearest
+// even (as fp32_to_fp16); INT8 per (position, head) scale = the f16 value nearest above
+// max|x| / 127, q = round-to-nearest-even(x / scale); INT4 per group of 32 row values,
+// scale >= max|x| / 7, q = round(x / scale) clamped to [-8, 7]. So |dequantized - x| <= scale/2
+// for every value. Rotated sides are rotated first. A decode step's few rows are written by the
+// calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
+// negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
+// rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
-              std::int64_t ldv, std::int64_t rows, std::int64_t kv_width, std::int64_t pos0);
+              std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0);
 
 struct AttentionShape {
   std::int64_t n_heads = 0;
@@ -38,21 +80,40 @@ struct AttentionShape {
 // attends to cache positions 0 .. pos0 + i (inclusive), or with a window only to the last
 // `window` of them (keys outside are skipped, not masked). out: same shape as q.
 // Each (row, kv head) pair's positions are cut into chunks of 256 (from the pair's first
-// position). A chunk reads its K rows once for all query heads of the group (F16 converted in
-// the dot product), takes a float softmax (chunk max subtracted; exp to a few ulp; sum in 16
-// float lanes) and sums its V rows once into unnormalised outputs. Chunks are folded in order
-// (rescaled by exp(chunk max - running max), std::exp) and divided by the sum at the end.
-// Work items are whole pairs; when pairs are fewer than 4 per thread and a row spans 4
-// chunks (> 768 positions), the chunks themselves are items run by different threads and
-// folded afterwards in the same order, so results do not depend on the thread count or on
-// which thread ran what. Each thread needs attention_scratch_floats. Throws
-// kInvalidArgument for a bad shape or pos0 + rows > capacity.
+// position). A chunk reads its K rows once for all query heads of the group (converted or
+// dequantized in registers in the dot product; rows found through the block table, the next
+// rows prefetched across block edges), takes a float softmax (chunk max subtracted; exp to a
+// few ulp; sum in 16 float lanes) and sums its V rows once into unnormalised outputs. Chunks
+// are folded in order (rescaled by exp(chunk max - running max), std::exp) and divided by the
+// sum at the end. Work items are whole pairs; when pairs are fewer than 4 per thread and a row
+// spans 4 chunks (> 768 positions), the chunks themselves are items run by different threads
+// and folded afterwards in the same order, so results do not depend on the thread count or on
+// which thread ran what. Each thread needs attention_scratch_floats. Throws kInvalidArgument
+// for a bad shape, pos0 + rows > capacity or a block table that does not cover them.
 void attention(CpuContext& ctx, const float* q, std::int64_t ldq, std::int64_t rows, std::int64_t pos0,
                const KvLayerView& kv, const AttentionShape& shape, float* out, std::int64_t ldo);
 
-// Per-thread scratch for attention over a cache of `capacity` positions: a chunk's scores and a
-// few head_dim-sized rows per query head of a group, plus a split's share of chunk partials
-// (up to 4 per 256 positions of capacity), so linear in capacity.
+// One sequence of a batched attention call (see attention for the meaning of each field).
+struct AttentionSequence {
+  const float* q = nullptr;
+  std::int64_t ldq = 0;
+  std::int64_t rows = 0;
+  std::int64_t pos0 = 0;
+  KvLayerView kv;
+  float* out = nullptr;
+  std::int64_t ldo = 0;
+};
+
+// attention for every sequence in one thread-pool dispatch over all their (row, kv head) pairs
+// (a batched decode step of B sequences). Each sequence's output is bit-identical to calling
+// attention on it alone, whatever the other sequences and the thread count: a pair's chunks and
+// their fold order depend only on that pair. Scratch: attention_scratch_floats of the largest
+// capacity. The views may share a block pool; the outputs must not overlap.
+void attention_batch(CpuContext& ctx, std::span<const AttentionSequence> sequences, const AttentionShape& shape);
+
+// Per-thread scratch for attention over caches of up to `capacity` positions: a chunk's scores,
+// row addresses and a few head_dim-sized rows per query head of a group, plus a split's share
+// of chunk partials (up to 4 per 256 positions of capacity), so linear in capacity.
 std::size_t attention_scratch_floats(std::int64_t capacity, const AttentionShape& shape) noexcept;
 
 }  // namespace sitsrt::cpu

@@ -1,0 +1,135 @@
+// Internal (baseline-compiled files only: kv_store.cpp, attention.cpp, vec_generic.cpp): the
+// scalar quantizers of cached rows, their scalar dequantization (the generic attend path) and
+// the normalised Walsh-Hadamard transform. Row layouts: see KvType in attention.hpp.
+#pragma once
+
+#include "core/half.hpp"
+#include "cpu/attention/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace sitsrt::cpu::detail {
+
+// The smallest positive f16 not below x (x > 0, finite, below 65504): a scale taken this way
+// keeps every |x| / scale within the integer range, so the only error is the rounding of q.
+inline std::uint16_t f16_at_least(float x) noexcept {
+  std::uint16_t h = fp32_to_fp16(x);
+  if (fp16_to_fp32(h) < x) ++h;  // positive halves are ordered like their bit patterns
+  return h;
+}
+
+// Symmetric quantization of n values with `qmax` = 127 (int8) or 7 (int4): returns the f16
+// scale and writes q = round-to-nearest-even(x / scale), clamped to [qmin, qmax].
+inline std::uint16_t quantize_span(const float* x, std::int64_t n, float qmax, float qmin, std::int8_t* q) noexcept {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!(amax > 0.0f)) {  // zeros (or NaN): q = 0 with scale 0
+    std::fill(q, q + n, std::int8_t{0});
+    return 0;
+  }
+  const std::uint16_t h = f16_at_least(std::min(amax / qmax, 65504.0f));
+  const float scale = fp16_to_fp32(h);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float r = std::nearbyint(x[i] / scale);
+    q[i] = static_cast<std::int8_t>(std::clamp(r, qmin, qmax));
+  }
+  return h;
+}
+
+// One row of `width` values (heads of head_dim) in `type`'s layout at dst.
+inline void quantize_row(KvType type, const float* x, std::int64_t n_kv_heads, std::int64_t head_dim,
+                         std::byte* dst) noexcept {
+  const std::int64_t width = n_kv_heads * head_dim;
+  switch (type) {
+    case KvType::kF32:
+      std::memcpy(dst, x, static_cast<std::size_t>(width) * 4);
+      return;
+    case KvType::kF16:
+      for (std::int64_t e = 0; e < width; ++e) {
+        const std::uint16_t h = fp32_to_fp16(x[e]);
+        std::memcpy(dst + 2 * e, &h, 2);
+      }
+      return;
+    case KvType::kInt8: {
+      auto* q = reinterpret_cast<std::int8_t*>(dst);
+      for (std::int64_t g = 0; g < n_kv_heads; ++g) {
+        const std::uint16_t h = quantize_span(x + g * head_dim, head_dim, 127.0f, -127.0f, q + g * head_dim);
+        std::memcpy(dst + width + 2 * g, &h, 2);
+      }
+      return;
+    }
+    case KvType::kInt4: {
+      std::int8_t q[32];
+      for (std::int64_t j = 0; j < width / 32; ++j) {
+        const std::uint16_t h = quantize_span(x + 32 * j, 32, 7.0f, -8.0f, q);
+        for (int i = 0; i < 16; ++i) {
+          const auto lo = static_cast<unsigned>(q[2 * i]) & 0xFu, hi = static_cast<unsigned>(q[2 * i + 1]) & 0xFu;
+          dst[16 * j + i] = static_cast<std::byte>(lo | hi << 4);
+        }
+        std::memcpy(dst + width / 2 + 2 * j, &h, 2);
+      }
+      return;
+    }
+  }
+}
+
+inline float f16_at(const std::byte* p) noexcept {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+// Elements [e0, e0 + n) of a row of `width` values, as float (dequantized: q * scale, one
+// rounding). The value the SIMD paths compute in registers for the same element.
+inline void dequantize_span(KvType type, const std::byte* row, std::int64_t width, std::int64_t head_dim,
+                            std::int64_t e0, std::int64_t n, float* dst) noexcept {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t e = e0 + i;
+    switch (type) {
+      case KvType::kF32:
+        std::memcpy(dst + i, row + 4 * e, 4);
+        break;
+      case KvType::kF16:
+        dst[i] = f16_at(row + 2 * e);
+        break;
+      case KvType::kInt8:
+        dst[i] = static_cast<float>(static_cast<std::int8_t>(row[e])) * f16_at(row + width + 2 * (e / head_dim));
+        break;
+      case KvType::kInt4: {
+        const unsigned byte = static_cast<unsigned>(row[e / 2]);
+        const int nib = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
+        dst[i] = static_cast<float>((nib ^ 8) - 8) * f16_at(row + width / 2 + 2 * (e / 32));
+        break;
+      }
+    }
+  }
+}
+
+// x <- H x / sqrt(n) for n a power of two (H the Sylvester Hadamard matrix): orthonormal and
+// its own inverse. Butterflies in a fixed order, so the result is deterministic.
+inline void hadamard_normalized(float* x, std::int64_t n) noexcept {
+  for (std::int64_t len = 1; len < n; len *= 2) {
+    for (std::int64_t i = 0; i < n; i += 2 * len) {
+      for (std::int64_t j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+    }
+  }
+  const float s = 1.0f / std::sqrt(static_cast<float>(n));
+  for (std::int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+inline bool is_power_of_two(std::int64_t n) noexcept {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+// Rotation acts on head vectors held on the stack (kv_store) or in scratch: at most this long.
+inline constexpr std::int64_t kMaxRotatedHeadDim = 1024;
+
+}  // namespace sitsrt::cpu::detail

@@ -1,0 +1,156 @@
+// kv_store: rows written through the block table, converted or quantized (kv_quant.hpp), with
+// the Hadamard rotation of rotated sides; plus the KvLayerView helpers and the argument checks
+// attention shares.
+#include "cpu/attention/kv_store.hpp"
+
+#include "core/check.hpp"
+#include "cpu/attention/kv_quant.hpp"
+#include "cpu/vec_kernels.hpp"
+
+#include <array>
+#include <tuple>
+#include <cstring>
+
+namespace sitsrt::cpu {
+
+std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head_dim) noexcept {
+  const auto width = static_cast<std::size_t>(n_kv_heads * head_dim);
+  switch (type) {
+    case KvType::kF32: return width * 4;
+    case KvType::kF16: return width * 2;
+    case KvType::kInt8: return width + static_cast<std::size_t>(n_kv_heads) * 2;
+    case KvType::kInt4: return width % 32 == 0 ? width / 2 + width / 32 * 2 : 0;
+  }
+  return 0;
+}
+
+KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte* v, std::size_t k_row_bytes,
+                          std::size_t v_row_bytes, std::int64_t capacity) noexcept {
+  static constexpr std::array<std::int32_t, 1> kOneBlock{0};
+  KvLayerView view;
+  view.k_type = k_type;
+  view.v_type = v_type;
+  view.k = k;
+  view.v = v;
+  view.k_row_bytes = k_row_bytes;
+  view.v_row_bytes = v_row_bytes;
+  view.capacity = capacity;
+  view.block_size = capacity > 0 ? capacity : 1;
+  view.block_table = kOneBlock;
+  return view;
+}
+
+namespace detail {
+
+void check_cache(const KvLayerView& kv, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0,
+                 std::int64_t rows, const char* op) {
+  if (kv.k == nullptr || kv.v == nullptr) raise(ErrorCode::kInvalidArgument, "{}: null KV cache", op);
+  for (const auto& [side, type, bytes, rotated] :
+       {std::tuple{"K", kv.k_type, kv.k_row_bytes, kv.k_rotated}, std::tuple{"V", kv.v_type, kv.v_row_bytes, kv.v_rotated}}) {
+    const std::size_t need = kv_row_bytes(type, n_kv_heads, head_dim);
+    if (need == 0 && n_kv_heads * head_dim > 0) {
+      raise(ErrorCode::kUnsupported, "{}: {} cache int4 needs a multiple of 32 values per position, not {}", op, side,
+            n_kv_heads * head_dim);
+    }
+    if (bytes < need) raise(ErrorCode::kInvalidArgument, "{}: {} row bytes {} below the {} needed", op, side, bytes, need);
+    if (rotated && (!is_power_of_two(head_dim) || head_dim > kMaxRotatedHeadDim)) {
+      raise(ErrorCode::kUnsupported, "{}: a rotated {} cache needs a power-of-two head_dim <= {}, not {}", op, side,
+            kMaxRotatedHeadDim, head_dim);
+    }
+  }
+  if (pos0 < 0 || rows < 0 || pos0 + rows > kv.capacity) {
+    raise(ErrorCode::kInvalidArgument, "{}: positions {}..{} outside the KV cache capacity {}", op, pos0,
+          pos0 + rows - 1, kv.capacity);
+  }
+  if (kv.block_size < 1 || static_cast<std::int64_t>(kv.block_table.size()) * kv.block_size < pos0 + rows) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} blocks of {} positions do not cover positions 0..{}", op,
+          kv.block_table.size(), kv.block_size, pos0 + rows - 1);
+  }
+  const std::int64_t used = (pos0 + rows + kv.block_size - 1) / kv.block_size;
+  for (std::int64_t b = 0; b < used; ++b) {
+    if (kv.block_table[static_cast<std::size_t>(b)] < 0) {
+      raise(ErrorCode::kInvalidArgument, "{}: block table entry {} is negative", op, b);
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// One row of one side: rotated heads (if asked) then the type's conversion. Rotation works on
+// a stack copy of max(32, head_dim) values at a time, so an int4 group never straddles a copy.
+void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std::int64_t n_kv_heads,
+               std::int64_t head_dim, void (*f32_to_f16)(const float*, std::uint16_t*, std::int64_t)) {
+  const std::int64_t width = n_kv_heads * head_dim;
+  if (!rotated) {
+    if (type == KvType::kF16) {
+      f32_to_f16(src, reinterpret_cast<std::uint16_t*>(dst), width);  // the SIMD conversion, same bits
+    } else {
+      detail::quantize_row(type, src, n_kv_heads, head_dim, dst);
+    }
+    return;
+  }
+  alignas(64) std::array<float, detail::kMaxRotatedHeadDim> tmp;
+  const std::int64_t span = std::max<std::int64_t>(32, head_dim);  // a power of two dividing width or > width
+  for (std::int64_t e0 = 0; e0 < width; e0 += span) {
+    const std::int64_t n = std::min(span, width - e0);
+    std::memcpy(tmp.data(), src + e0, static_cast<std::size_t>(n) * 4);
+    for (std::int64_t h = 0; h < n; h += head_dim) detail::hadamard_normalized(tmp.data() + h, head_dim);
+    switch (type) {
+      case KvType::kF32:
+        std::memcpy(dst + 4 * e0, tmp.data(), static_cast<std::size_t>(n) * 4);
+        break;
+      case KvType::kF16:
+        f32_to_f16(tmp.data(), reinterpret_cast<std::uint16_t*>(dst + 2 * e0), n);
+        break;
+      case KvType::kInt8: {  // heads of this copy: values at e0, scales after the row's values
+        for (std::int64_t h = 0; h < n; h += head_dim) {
+          const std::uint16_t s = detail::quantize_span(tmp.data() + h, head_dim, 127.0f, -127.0f,
+                                                        reinterpret_cast<std::int8_t*>(dst + e0 + h));
+          std::memcpy(dst + width + 2 * ((e0 + h) / head_dim), &s, 2);
+        }
+        break;
+      }
+      case KvType::kInt4: {  // n is a multiple of 32 here (width is)
+        std::array<std::byte, detail::kMaxRotatedHeadDim / 2 + detail::kMaxRotatedHeadDim / 16> part;
+        detail::quantize_row(KvType::kInt4, tmp.data(), 1, n, part.data());
+        std::memcpy(dst + e0 / 2, part.data(), static_cast<std::size_t>(n / 2));
+        std::memcpy(dst + width / 2 + e0 / 16, part.data() + n / 2, static_cast<std::size_t>(n / 16));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
+              std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0) {
+  if (n_kv_heads < 0 || head_dim < 0) {
+    raise(ErrorCode::kInvalidArgument, "kv_store: negative shape {} x {}", n_kv_heads, head_dim);
+  }
+  detail::check_cache(kv, n_kv_heads, head_dim, pos0, rows, "kv_store");
+  if (rows == 0) return;
+  const auto f32_to_f16 = detail::vec_kernels_for(ctx.isa()).f32_to_f16_row;
+  const std::int64_t width = n_kv_heads * head_dim;
+  // A decode step's row or two is stored by the calling thread: a fork-join costs more.
+  constexpr std::int64_t kInlineElements = 1 << 14;
+  const auto store_rows = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::size_t row = kv.row_index(pos0 + i);
+      store_row(kv.k_type, kv.k_rotated, k + i * ldk, kv.k + row * kv.k_row_bytes, n_kv_heads, head_dim, f32_to_f16);
+      store_row(kv.v_type, kv.v_rotated, v + i * ldv, kv.v + row * kv.v_row_bytes, n_kv_heads, head_dim, f32_to_f16);
+    }
+  };
+  if (rows * width <= kInlineElements) {
+    store_rows(0, rows);
+    return;
+  }
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(rows, t, n);
+    store_rows(r.begin, r.end);
+  });
+}
+
+}  // namespace sitsrt::cpu
