@@ -138,6 +138,7 @@ struct RequestQueueStats {
   std::uint64_t finished = 0;
   std::uint64_t rejected = 0;          // refused by a tenant quota
   std::uint64_t preemptions = 0;
+  std::uint64_t admission_waits = 0;   // requests that waited for KV blocks before admission
   std::uint64_t steps = 0;             // batched steps run
   std::uint64_t step_tokens = 0;       // token rows over those steps
   std::int64_t max_step_sequences = 0; // most sequences in one step
@@ -278,6 +279,8 @@ class SITSRT_API Engine {
   GenerationResult run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
                                const GenerationConfig& config, const TokenCallback& on_token,
                                const ChatInput* chat = nullptr) const;
+  RequestHandle submit_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
+                               const GenerationConfig& config, SubmitOptions options) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -377,11 +377,6 @@ struct Engine::Impl {
     ServingOptions s = options.serving;
     if (s.max_num_batched_tokens == 0) s.max_num_batched_tokens = plan.memory.max_tokens;
     s.max_num_batched_tokens = std::min(s.max_num_batched_tokens, plan.memory.max_tokens);
-    if (s.kv_pool_tokens == 0) s.kv_pool_tokens = 2 * context_length;
-    if (s.kv_pool_tokens < context_length) {
-      raise(ErrorCode::kInvalidArgument, "serving.kv_pool_tokens = {} is below the context length {} (one request of "
-            "the whole context must fit)", s.kv_pool_tokens, context_length);
-    }
     KvGeometry g;
     g.n_layers = spec.n_layer;
     g.n_kv_heads = spec.n_head_kv;
@@ -389,6 +384,22 @@ struct Engine::Impl {
     g.k_type = kv_type_of(options.k_cache_type.value_or(options.kv_cache_type));
     g.v_type = kv_type_of(options.v_cache_type.value_or(options.kv_cache_type));
     g.block_size = s.kv_block_size;
+    if (s.kv_pool_tokens == 0) {
+      // Two whole contexts, or what a memory budget leaves after the weights and the
+      // scheduler's activation arena (at least one context: then the allocation names the deficit).
+      s.kv_pool_tokens = 2 * context_length;
+      const std::uint64_t budget = options.memory_budget_bytes;
+      const MemoryUsage used = backend->memory();
+      const std::uint64_t taken = used.weight_bytes + used.allocated_bytes + plan.memory.arena_bytes;
+      if (budget > taken) {
+        const auto fits = static_cast<std::int64_t>((budget - taken) / g.block_bytes()) * g.block_size;
+        s.kv_pool_tokens = std::max(context_length, std::min(s.kv_pool_tokens, fits));
+      }
+    }
+    if (s.kv_pool_tokens < context_length) {
+      raise(ErrorCode::kInvalidArgument, "serving.kv_pool_tokens = {} is below the context length {} (one request of "
+            "the whole context must fit)", s.kv_pool_tokens, context_length);
+    }
     serving = std::make_unique<ServingCore>(plan, *tokenizer, *backend, g, s);
     info.kv_pool_bytes = ServingCore::pool_bytes(g, s);
     info.kv_pool_tokens = s.kv_pool_tokens;
@@ -637,6 +648,83 @@ GenerationResult Engine::chat(std::span<const ChatMessage> messages, const Gener
   return run_request(rendered, tokens, config, on_token, &input);
 }
 
+namespace {
+
+RequestRecord request_record(const Engine& engine, const std::string& id, const GenerationConfig& resolved,
+                             std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens) {
+  RequestRecord record;
+  record.request_id = id;
+  record.unix_time_ns = unix_time_ns();
+  record.model_path = engine.model_info().path;
+  record.model_sha256 = engine.model_sha256();
+  record.engine = engine.engine_digest();
+  record.sampling = sampling_record(resolved);
+  record.level = resolved.audit.level;
+  record.input_sha256 = audit::sha256_hex(prompt_text);
+  record.input_tokens_sha256 = audit::sha256_hex(prompt_tokens);
+  record.input_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
+  record.metadata = resolved.audit.metadata;
+  return record;
+}
+
+}  // namespace
+
+RequestHandle Engine::submit(std::string_view prompt, const GenerationConfig& config, SubmitOptions options) const {
+  const bool add_bos = config.add_bos.value_or(impl_->tok().vocab().add_bos);
+  impl_->check_prompt_bytes(prompt);
+  const std::vector<std::int32_t> tokens = impl_->tok().encode(prompt, add_bos);
+  return submit_request(prompt, tokens, config, std::move(options));
+}
+
+RequestHandle Engine::submit_tokens(std::span<const std::int32_t> prompt_tokens, const GenerationConfig& config,
+                                    SubmitOptions options) const {
+  return submit_request({}, prompt_tokens, config, std::move(options));
+}
+
+RequestHandle Engine::submit_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
+                                     const GenerationConfig& config, SubmitOptions options) const {
+  validate(config);
+  if (impl_->breaker.load()) {
+    raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
+  }
+  impl_->check_weights();
+  (void)impl_->tok();
+  std::vector<std::shared_ptr<AuditSink>> sinks = impl_->options.audit_sinks;
+  for (const auto& s : config.audit.sinks) {
+    if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
+    sinks.push_back(s);
+  }
+  std::vector<AnomalyRule> rules = impl_->options.anomaly_rules;
+  rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
+  const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
+  auto audit = std::make_shared<RequestAudit>(std::move(sinks), std::move(rules), impl_->options.on_anomaly,
+                                              impl_->breaker, id);
+  GenerationConfig resolved = config;
+  RequestHooks hooks;
+  if (audit->active()) {
+    if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    audit->begin(request_record(*this, id, resolved, prompt_text, prompt_tokens));
+    // On the scheduler thread, in token order; the end record when the request ends.
+    hooks.observe = [audit](const TokenEvent& e) { return audit->on_token(e); };
+    hooks.on_end = [audit](GenerationResult& r) { audit->end(r); };
+    hooks.on_error = [audit](const std::exception_ptr& error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        audit->end_with_error(e.what());
+      } catch (...) {
+        audit->end_with_error("unknown error");
+      }
+    };
+  }
+  try {
+    return impl_->serving->submit(prompt_tokens, resolved, std::move(options), std::move(hooks), id);
+  } catch (const std::exception& e) {
+    if (audit->active()) audit->end_with_error(e.what());
+    throw;
+  }
+}
+
 GenerationResult Engine::run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
                                      const GenerationConfig& config, const TokenCallback& on_token,
                                      const ChatInput* chat) const {
@@ -658,18 +746,7 @@ GenerationResult Engine::run_request(std::string_view prompt_text, std::span<con
   // The seed is resolved here so that the begin record carries it.
   GenerationConfig resolved = config;
   if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  RequestRecord record;
-  record.request_id = id;
-  record.unix_time_ns = unix_time_ns();
-  record.model_path = impl_->options.model_path;
-  record.model_sha256 = model_sha256();
-  record.engine = impl_->digest;
-  record.sampling = sampling_record(resolved);
-  record.level = config.audit.level;
-  record.input_sha256 = audit::sha256_hex(prompt_text);
-  record.input_tokens_sha256 = audit::sha256_hex(prompt_tokens);
-  record.input_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
-  record.metadata = config.audit.metadata;
+  RequestRecord record = request_record(*this, id, resolved, prompt_text, prompt_tokens);
   if (chat != nullptr) {
     record.chat_messages_json = chat->messages_json;
     record.chat_template_sha256 = chat->template_sha256;

@@ -82,6 +82,7 @@ void ServingCore::fill(RequestQueueStats& out) const {
   out.finished = s.finished;
   out.rejected = s.rejected;
   out.preemptions = s.preemptions;
+  out.admission_waits = s.admission_waits;
   out.steps = s.steps;
   out.step_tokens = s.step_tokens;
   out.max_step_sequences = s.max_step_sequences;

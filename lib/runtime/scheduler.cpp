@@ -19,6 +19,8 @@ struct Scheduler::Entry {
   bool observer_keeps = true;  // the observer's answer to the event awaiting the consumer's
   bool sampled_once = false;
   bool preempted = false;
+  bool counted_wait = false;  // in SchedulerStats::admission_waits
+  bool running = false;       // in running_ (else waiting, or not yet taken in)
   Clock::time_point admitted;
 
   // Tokens not yet in the cache: the prompt (or, after a recompute preemption, the prompt and
@@ -114,6 +116,7 @@ void Scheduler::submit(ScheduledRequest request, const std::shared_ptr<detail::R
       }
     }
     ++counters_.submitted;
+    ++counters_.waiting;  // incoming requests count as waiting
     incoming_.push_back(std::move(entry));
     ++wake_count_;
   }
@@ -152,9 +155,6 @@ void Scheduler::loop() {
     const bool progressed = iterate(fresh);
     fresh.clear();
     std::unique_lock lock(mutex_);
-    counters_.waiting = static_cast<std::int64_t>(waiting_.size());
-    counters_.running = static_cast<std::int64_t>(running_.size());
-    counters_.preempted = std::count_if(waiting_.begin(), waiting_.end(), [](const auto& e) { return e->preempted; });
     if (!progressed) wake_cv_.wait(lock, [&] { return stopping_ || wake_count_ != seen; });
   }
   // Shutdown: everything left ends as cancelled.
@@ -201,6 +201,14 @@ void Scheduler::finish(Entry& entry, std::exception_ptr error) {
     }
   }
   {
+    // Counted before the consumer can see the outcome, so a caller reading the stats after its
+    // wait() returned sees its request finished.
+    std::lock_guard lock(mutex_);
+    ++counters_.finished;
+    --(entry.running ? counters_.running : counters_.waiting);
+    if (entry.preempted) --counters_.preempted;
+  }
+  {
     std::lock_guard lock(s.mutex);
     s.wake = nullptr;  // the handle may outlive the scheduler
     s.result = std::move(result);
@@ -208,8 +216,6 @@ void Scheduler::finish(Entry& entry, std::exception_ptr error) {
     s.status = error ? RequestStatus::kFailed : RequestStatus::kFinished;
   }
   s.changed.notify_all();
-  std::lock_guard lock(mutex_);
-  ++counters_.finished;
 }
 
 void Scheduler::deliver(Entry& entry, const TokenEvent& event) {
@@ -244,9 +250,34 @@ void Scheduler::preempt(Entry& entry) {
     entry.kv->truncate(0);
   }
   entry.preempted = true;
+  entry.running = false;
   set_status(*entry.state, RequestStatus::kPreempted);
   std::lock_guard lock(mutex_);
   ++counters_.preemptions;
+  ++counters_.preempted;
+  --counters_.running;
+  ++counters_.waiting;
+}
+
+Scheduler::Entry* Scheduler::pick_victim(const Entry& for_whom, const std::vector<Entry*>& in_step) const {
+  // Paused requests (awaiting their consumer's answer) first: one of them may be the caller of
+  // `for_whom` (a nested generate() from a token callback) and could never resume otherwise.
+  // Then the lowest in run order, if it ranks below `for_whom`.
+  Entry* victim = nullptr;
+  for (const auto& r : running_) {
+    if (r.get() == &for_whom || r->preempted || r->kv == nullptr || r->kv->swapped() ||
+        r->kv->block_table().empty()) {
+      continue;
+    }
+    if (std::find(in_step.begin(), in_step.end(), r.get()) != in_step.end()) continue;
+    if (!r->awaiting_answer && !runs_before(&for_whom, r.get())) continue;
+    const auto worse = [](const Entry* a, const Entry* b) {  // a gives its blocks before b
+      if (a->awaiting_answer != b->awaiting_answer) return a->awaiting_answer;
+      return runs_before(b, a);
+    };
+    if (victim == nullptr || worse(r.get(), victim)) victim = r.get();
+  }
+  return victim;
 }
 
 void Scheduler::admit() {
@@ -279,14 +310,32 @@ void Scheduler::admit() {
       ++it;
       continue;
     }
+    // Short of blocks: running requests of lower rank (or paused ones) give theirs back.
+    while (pool_.free_blocks() < needed) {
+      Entry* victim = pick_victim(e, {});
+      if (victim == nullptr) break;
+      preempt(*victim);
+    }
     if (pool_.free_blocks() < needed) ok = false;
     if (ok && e.kv->swapped()) ok = e.kv->swap_in();
     if (!ok) {
       if (!e.kv->swapped()) e.kv->truncate(0);  // adopted blocks go back to the cache
+      if (!e.counted_wait) {
+        e.counted_wait = true;
+        std::lock_guard lock(mutex_);
+        ++counters_.admission_waits;
+      }
       break;  // the first in order waits for memory; later ones must not overtake it
     }
     if (!e.preempted) e.admitted = Clock::now();
+    {
+      std::lock_guard lock(mutex_);
+      if (e.preempted) --counters_.preempted;
+      --counters_.waiting;
+      ++counters_.running;
+    }
     e.preempted = false;
+    e.running = true;
     set_status(*e.state, RequestStatus::kRunning);
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
@@ -350,14 +399,9 @@ bool Scheduler::iterate(std::vector<std::unique_ptr<Entry>>& fresh) {
     const std::int64_t n = std::min<std::int64_t>(budget, static_cast<std::int64_t>(pending.size()));
     bool placed = false;
     while (!(placed = e->kv->prepare_write(e->kv->size(), n))) {
-      // Out of blocks: the last in run order that is not in this step gives its blocks back.
-      Entry* victim = nullptr;
-      for (auto& r : running_) {
-        if (r.get() == e || r->kv == nullptr || r->kv->swapped() || r->kv->block_table().empty()) continue;
-        if (std::find(in_step.begin(), in_step.end(), r.get()) != in_step.end()) continue;
-        if (victim == nullptr || runs_before(victim, r)) victim = r.get();
-      }
-      if (victim == nullptr || runs_before(victim, e)) break;  // nothing of lower rank to take from
+      // Out of blocks: a request that is not in this step gives its blocks back.
+      Entry* victim = pick_victim(*e, in_step);
+      if (victim == nullptr) break;
       preempt(*victim);
     }
     if (!placed) {

@@ -56,6 +56,7 @@ struct SchedulerStats {
   std::uint64_t finished = 0;
   std::uint64_t rejected = 0;
   std::uint64_t preemptions = 0;
+  std::uint64_t admission_waits = 0;  // requests that waited for KV blocks before admission
   std::uint64_t steps = 0;
   std::uint64_t step_tokens = 0;     // token rows over all steps
   std::int64_t max_step_sequences = 0;
@@ -97,6 +98,8 @@ class Scheduler {
   void wake();
   bool iterate(std::vector<std::unique_ptr<Entry>>& fresh);  // false: nothing could progress
   void admit();
+  // The running request to give its blocks to `for_whom`, or null (scheduler thread).
+  [[nodiscard]] Entry* pick_victim(const Entry& for_whom, const std::vector<Entry*>& in_step) const;
   void preempt(Entry& entry);
   void finish(Entry& entry, std::exception_ptr error = nullptr);
   void deliver(Entry& entry, const TokenEvent& event);
