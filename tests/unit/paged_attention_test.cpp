@@ -577,3 +577,40 @@ TEST_CASE("rotation lowers the error of quantized K with outlier channels", "[at
   CHECK(rows[0].on < rows[0].off);
   CHECK(rows[1].on < rows[1].off);
 }
+
+// kv_store_batch writes the bytes kv_store writes for each sequence alone (few rows: inline;
+// a prefill-sized batch: split over the pool), and refuses the whole batch when one sequence is bad.
+SITSRT_ISA_TEST_CASE(isa, "kv_store_batch equals per-sequence kv_store", "[attention][paged]", kIsas) {
+  const int threads = GENERATE(1, 3);
+  const std::int64_t rows_each = GENERATE(1, 150);  // 150 x 3 x 128 values: split over the pool
+  CAPTURE(cpu::name(isa), threads, rows_each);
+  const Layout layouts[] = {{KvType::kInt8, KvType::kInt4}, {KvType::kF16, KvType::kF16, true, true},
+                            {KvType::kInt4, KvType::kF32, true, false}};
+  const std::int64_t n_kv = 2, d = 64, width = n_kv * d;
+  test::Rng rng(static_cast<std::uint64_t>(31 + rows_each));
+  std::vector<Cache> one, batch;
+  std::vector<std::vector<float>> k, v;
+  for (const Layout& l : layouts) {
+    const std::uint64_t seed = rng.next();
+    test::Rng a(seed), b(seed);  // the same block tables
+    one.emplace_back(l, n_kv, d, 3 + rows_each, 16, a);
+    batch.emplace_back(l, n_kv, d, 3 + rows_each, 16, b);
+    k.push_back(rng.normals(static_cast<std::size_t>(rows_each * width)));
+    v.push_back(rng.normals(static_cast<std::size_t>(rows_each * width)));
+  }
+  cpu::CpuContext ctx(threads, isa);
+  std::vector<cpu::KvStoreSequence> seqs;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    cpu::kv_store(ctx, one[i].view(), k[i].data(), width, v[i].data(), width, rows_each, n_kv, d, 3);
+    seqs.push_back({batch[i].view(), k[i].data(), width, v[i].data(), width, rows_each, 3});
+  }
+  cpu::kv_store_batch(ctx, seqs, n_kv, d);
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    CHECK(one[i].k == batch[i].k);
+    CHECK(one[i].v == batch[i].v);
+  }
+  seqs[1].pos0 = 100;  // past its capacity: nothing of the batch is written
+  const std::vector<std::byte> before = batch[0].k;
+  CHECK_THROWS_AS(cpu::kv_store_batch(ctx, seqs, n_kv, d), Error);
+  CHECK(batch[0].k == before);
+}

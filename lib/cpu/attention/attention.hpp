@@ -68,6 +68,23 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
               std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0);
 
+// One sequence's rows for kv_store_batch (see kv_store).
+struct KvStoreSequence {
+  KvLayerView kv;
+  const float* k = nullptr;
+  std::int64_t ldk = 0;
+  const float* v = nullptr;
+  std::int64_t ldv = 0;
+  std::int64_t rows = 0;
+  std::int64_t pos0 = 0;
+};
+
+// kv_store for every sequence of a batched step: all checks first (nothing is written when one
+// fails), then the rows of all sequences in one split over the pool (inline when few). Each
+// row's bytes are those kv_store writes for it alone.
+void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences, std::int64_t n_kv_heads,
+                    std::int64_t head_dim);
+
 struct AttentionShape {
   std::int64_t n_heads = 0;
   std::int64_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0; query head h reads KV head h / (n_heads / n_kv_heads)
