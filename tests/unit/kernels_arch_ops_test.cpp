@@ -230,7 +230,8 @@ TEST_CASE("ops::attention reads paged quantized KV layers through the CPU backen
   const std::vector<float> q = random_values(static_cast<std::size_t>(rows * n_heads * d), rng, 1.0f);
   const std::vector<float> k = random_values(static_cast<std::size_t>(rows * width), rng, 1.0f);
   const std::vector<float> v = random_values(static_cast<std::size_t>(rows * width), rng, 1.0f);
-  const std::size_t kb = ops::kv_row_bytes(ops::KvType::kInt8, n_kv, d), vb = ops::kv_row_bytes(ops::KvType::kInt4, n_kv, d);
+  const std::size_t kb = ops::kv_row_bytes(ops::KvType::kInt8, n_kv, d),
+                    vb = ops::kv_row_bytes(ops::KvType::kInt4, n_kv, d);
   const std::vector<std::int32_t> table{3, 0, 2};  // 48 positions of a 4-block pool
   std::vector<std::byte> kpool(4 * bs * kb), vpool(4 * bs * vb), kpool2(kpool.size()), vpool2(vpool.size());
   cpu::CpuContext ctx(2, cpu::Isa::kAvx2);
@@ -254,13 +255,14 @@ TEST_CASE("ops::attention reads paged quantized KV layers through the CPU backen
   kv.device = cpu0;
   kv.k_rotated = true;
   const auto ref = [&](const std::vector<float>& x, std::int64_t cols) {
-    return ops::TensorRef{reinterpret_cast<std::byte*>(const_cast<float*>(x.data())), DType::kF32, rows, cols, cols, cpu0};
+    return ops::TensorRef{
+        reinterpret_cast<std::byte*>(const_cast<float*>(x.data())), DType::kF32, rows, cols, cols, cpu0};
   };
   std::vector<float> out(q.size()), expected(q.size());
   ops::attention(kernels, ref(q, n_heads * d), ref(k, width), ref(v, width), kv, pos0, shape, ref(out, n_heads * d));
 
-  cpu::KvLayerView view = cpu::contiguous_kv(cpu::KvType::kInt8, cpu::KvType::kInt4, kpool2.data(), vpool2.data(), kb,
-                                             vb, 48);
+  cpu::KvLayerView view =
+      cpu::contiguous_kv(cpu::KvType::kInt8, cpu::KvType::kInt4, kpool2.data(), vpool2.data(), kb, vb, 48);
   view.block_size = bs;
   view.block_table = table;
   view.k_rotated = true;

@@ -17,10 +17,14 @@ namespace sitsrt::cpu {
 std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head_dim) noexcept {
   const auto width = static_cast<std::size_t>(n_kv_heads * head_dim);
   switch (type) {
-    case KvType::kF32: return width * 4;
-    case KvType::kF16: return width * 2;
-    case KvType::kInt8: return width + static_cast<std::size_t>(n_kv_heads) * 2;
-    case KvType::kInt4: return width % 32 == 0 ? width / 2 + width / 32 * 2 : 0;
+    case KvType::kF32:
+      return width * 4;
+    case KvType::kF16:
+      return width * 2;
+    case KvType::kInt8:
+      return width + static_cast<std::size_t>(n_kv_heads) * 2;
+    case KvType::kInt4:
+      return width % 32 == 0 ? width / 2 + width / 32 * 2 : 0;
   }
   return 0;
 }
@@ -46,14 +50,15 @@ namespace detail {
 void check_cache(const KvLayerView& kv, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0,
                  std::int64_t rows, const char* op) {
   if (kv.k == nullptr || kv.v == nullptr) raise(ErrorCode::kInvalidArgument, "{}: null KV cache", op);
-  for (const auto& [side, type, bytes, rotated] :
-       {std::tuple{"K", kv.k_type, kv.k_row_bytes, kv.k_rotated}, std::tuple{"V", kv.v_type, kv.v_row_bytes, kv.v_rotated}}) {
+  for (const auto& [side, type, bytes, rotated] : {std::tuple{"K", kv.k_type, kv.k_row_bytes, kv.k_rotated},
+                                                   std::tuple{"V", kv.v_type, kv.v_row_bytes, kv.v_rotated}}) {
     const std::size_t need = kv_row_bytes(type, n_kv_heads, head_dim);
     if (need == 0 && n_kv_heads * head_dim > 0) {
       raise(ErrorCode::kUnsupported, "{}: {} cache int4 needs a multiple of 32 values per position, not {}", op, side,
             n_kv_heads * head_dim);
     }
-    if (bytes < need) raise(ErrorCode::kInvalidArgument, "{}: {} row bytes {} below the {} needed", op, side, bytes, need);
+    if (bytes < need)
+      raise(ErrorCode::kInvalidArgument, "{}: {} row bytes {} below the {} needed", op, side, bytes, need);
     if (rotated && (!is_power_of_two(head_dim) || head_dim > kMaxRotatedHeadDim)) {
       raise(ErrorCode::kUnsupported, "{}: a rotated {} cache needs a power-of-two head_dim <= {}, not {}", op, side,
             kMaxRotatedHeadDim, head_dim);
