@@ -61,7 +61,7 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // even (as fp32_to_fp16); INT8 per (position, head) scale = the f16 value nearest above
 // max|x| / 127, q = round-to-nearest-even(x / scale); INT4 per group of 32 row values,
 // scale >= max|x| / 7, q = round(x / scale) clamped to [-8, 7]. So |dequantized - x| <= scale/2
-// for every value. Rotated sides are rotated first. A decode step's few rows are written by the
+// for every value while max|x| / qmax fits an f16 (below 65504; larger values saturate). Rotated sides are rotated first. A decode step's few rows are written by the
 // calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
 // rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.

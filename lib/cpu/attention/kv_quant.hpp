@@ -34,8 +34,9 @@ inline std::uint16_t quantize_span(const float* x, std::int64_t n, float qmax, f
   const std::uint16_t h = f16_at_least(std::min(amax / qmax, 65504.0f));
   const float scale = fp16_to_fp32(h);
   for (std::int64_t i = 0; i < n; ++i) {
+    // fmax/fmin, not std::clamp: a NaN input becomes qmin instead of an undefined conversion.
     const float r = std::nearbyint(x[i] / scale);
-    q[i] = static_cast<std::int8_t>(std::clamp(r, qmin, qmax));
+    q[i] = static_cast<std::int8_t>(std::fmin(std::fmax(r, qmin), qmax));
   }
   return h;
 }
