@@ -34,9 +34,15 @@ inline std::uint16_t quantize_span(const float* x, std::int64_t n, float qmax, f
   const std::uint16_t h = f16_at_least(std::min(amax / qmax, 65504.0f));
   const float scale = fp16_to_fp32(h);
   for (std::int64_t i = 0; i < n; ++i) {
-    // fmax/fmin, not std::clamp: a NaN input becomes qmin instead of an undefined conversion.
-    const float r = std::nearbyint(x[i] / scale);
-    q[i] = static_cast<std::int8_t>(std::fmin(std::fmax(r, qmin), qmax));
+    // Written so a NaN input becomes qmin instead of an undefined conversion (std::clamp keeps
+    // NaN; std::fmax is a libm call in the baseline build).
+    // Round to nearest even by adding and subtracting 1.5 * 2^23 (exact for |v| < 2^22, where
+    // q lives; larger values only get clamped): nearbyintf is a libm call in the baseline build.
+    const float v = x[i] / scale;
+    float r = (v + 12582912.0f) - 12582912.0f;
+    r = r > qmax ? qmax : r;
+    r = r >= qmin ? r : qmin;
+    q[i] = static_cast<std::int8_t>(r);
   }
   return h;
 }
