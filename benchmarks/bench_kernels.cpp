@@ -16,7 +16,8 @@
 // Every figure is the median of --repeats timed runs after one warm-up run.
 //
 // Usage: bench_kernels [--rows N] [--cols N] [--m N] [--ctx N] [--repeats N] [--ws-mib N]
-//                      [--attention-only 1] [--threads N] [--isa generic|avx2|avx512|avx512vnni|amx] [--formats f32,q8_0,...]
+//                      [--attention-only 1] [--threads N] [--isa generic|avx2|avx512|avx512vnni|amx]
+//                      [--formats f32,q8_0,...]
 #include "core/aligned_buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/memory_bandwidth.hpp"
@@ -223,7 +224,8 @@ void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth)
   for (const AttentionCase& c : cases) {
     const std::size_t kb = cpu::kv_row_bytes(c.k_type, shape.n_kv_heads, shape.head_dim);
     const std::size_t vb = cpu::kv_row_bytes(c.v_type, shape.n_kv_heads, shape.head_dim);
-    AlignedBuffer k(kb * static_cast<std::size_t>(opt.ctx), "bench k"), v(vb * static_cast<std::size_t>(opt.ctx), "bench v");
+    AlignedBuffer k(kb * static_cast<std::size_t>(opt.ctx), "bench k"),
+        v(vb * static_cast<std::size_t>(opt.ctx), "bench v");
     std::vector<std::int32_t> table;
     cpu::KvLayerView kv = cpu::contiguous_kv(c.k_type, c.v_type, k.data(), v.data(), kb, vb, opt.ctx);
     if (c.block_size > 0) {

@@ -30,24 +30,38 @@ class KvCache {
   std::int64_t size_ = 0;
 };
 
+// What one cached position holds: its heads, the element type of K and of V, and whether
+// each side is stored Hadamard-rotated (ops::KvLayerRef).
+struct KvCacheLayout {
+  std::int64_t n_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  ops::KvType k_type = ops::KvType::kF16;
+  ops::KvType v_type = ops::KvType::kF16;
+  bool k_rotated = false;
+  bool v_rotated = false;
+};
+
 class ContiguousKvCache final : public KvCache {
  public:
-  // type: kF32 or kF16 for both K and V; throws kUnsupported otherwise.
+  // Any K and V types; throws kUnsupported for a width a type cannot hold (ops::kv_row_bytes)
+  // or rotation without a power-of-two head_dim.
+  ContiguousKvCache(Backend& backend, std::int64_t n_layers, std::int64_t capacity, const KvCacheLayout& layout);
+  // type: kF32 or kF16 for both K and V (rows of kv_width values); throws kUnsupported otherwise.
   ContiguousKvCache(Backend& backend, std::int64_t n_layers, std::int64_t capacity, std::int64_t kv_width, DType type);
 
   [[nodiscard]] ops::KvLayerRef layer(std::int64_t index) const noexcept override;
   [[nodiscard]] std::int64_t capacity() const noexcept override { return capacity_; }
   [[nodiscard]] std::size_t bytes() const noexcept override { return buffer_->size(); }
 
+  static std::size_t bytes_for(std::int64_t n_layers, std::int64_t capacity, const KvCacheLayout& layout);
   static std::size_t bytes_for(std::int64_t n_layers, std::int64_t capacity, std::int64_t kv_width, DType type);
 
  private:
   std::int64_t n_layers_;
   std::int64_t capacity_;
-  std::int64_t kv_width_;
-  DType type_;
-  ops::KvType kv_type_ = ops::KvType::kF16;
-  std::size_t row_bytes_;
+  KvCacheLayout layout_;
+  std::size_t k_row_bytes_;
+  std::size_t v_row_bytes_;
   std::unique_ptr<BackendBuffer> buffer_;
   static constexpr std::array<std::int32_t, 1> kOneBlock{0};  // the whole capacity is block 0
 };

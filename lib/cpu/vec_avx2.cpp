@@ -111,8 +111,9 @@ struct RowInt4 : RowBaseInt4 {
     const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_xor_si128(x, _mm_set1_epi8(8))), _mm256_set1_epi32(8));
     const Scales sc = scales(st, e, left);
     // Lanes below the group edge keep the first group's scale.
-    const __m256 scale = _mm256_blendv_ps(_mm256_set1_ps(sc.hi), _mm256_set1_ps(sc.lo),
-                                          _mm256_castsi256_ps(lanes_below(0, sc.edge)));
+    const __m256 scale = sc.edge >= left ? _mm256_set1_ps(sc.lo)
+                                         : _mm256_blendv_ps(_mm256_set1_ps(sc.hi), _mm256_set1_ps(sc.lo),
+                                                            _mm256_castsi256_ps(lanes_below(0, sc.edge)));
     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale);
     return left == 8 ? f : _mm256_and_ps(f, _mm256_castsi256_ps(lanes_below(c, d)));
   }

@@ -77,8 +77,10 @@ struct RowInt4 : RowBaseInt4 {
     // (n ^ 8) - 8 sign-extends the 4-bit two's complement value.
     const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_xor_si128(x, _mm_set1_epi8(8))), _mm512_set1_epi32(8));
     const Scales sc = scales(st, e, left);
-    const __m512 scale =
-        _mm512_mask_mov_ps(_mm512_set1_ps(sc.lo), static_cast<__mmask16>(0xFFFFu << sc.edge), _mm512_set1_ps(sc.hi));
+    const __m512 scale = sc.edge >= left ? _mm512_set1_ps(sc.lo)
+                                         : _mm512_mask_mov_ps(_mm512_set1_ps(sc.lo),
+                                                              static_cast<__mmask16>(0xFFFFu << sc.edge),
+                                                              _mm512_set1_ps(sc.hi));
     return _mm512_maskz_mul_ps(lanes, _mm512_cvtepi32_ps(q), scale);
   }
 };

@@ -28,18 +28,22 @@ cpu::RopeParams rope_params(const graph::RopeAttrs& r, const float* freq_factors
 // strides carry over (a contiguous cache is its one-block special case).
 cpu::KvType cpu_kv_type(ops::KvType type) {
   switch (type) {
-    case ops::KvType::kF32: return cpu::KvType::kF32;
-    case ops::KvType::kF16: return cpu::KvType::kF16;
-    case ops::KvType::kInt8: return cpu::KvType::kInt8;
-    case ops::KvType::kInt4: return cpu::KvType::kInt4;
+    case ops::KvType::kF32:
+      return cpu::KvType::kF32;
+    case ops::KvType::kF16:
+      return cpu::KvType::kF16;
+    case ops::KvType::kInt8:
+      return cpu::KvType::kInt8;
+    case ops::KvType::kInt4:
+      return cpu::KvType::kInt4;
   }
   raise(ErrorCode::kInternal, "unknown KV type {}", static_cast<int>(type));
 }
 
 cpu::KvLayerView cpu_view(const ops::KvLayerRef& kv) {
-  return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,          kv.v,           kv.k_row_bytes,
-          kv.v_row_bytes,        kv.capacity,              kv.block_size, kv.block_table, kv.k_rotated,
-          kv.v_rotated};
+  return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,        kv.v,
+          kv.k_row_bytes,         kv.v_row_bytes,         kv.capacity, kv.block_size,
+          kv.block_table,         kv.k_rotated,           kv.v_rotated};
 }
 
 }  // namespace

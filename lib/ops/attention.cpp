@@ -1,6 +1,8 @@
 #include "ops/ops.hpp"
 #include "ops/shape_check.hpp"
 
+#include <tuple>
+
 namespace sitsrt::ops {
 
 void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v, const KvLayerRef& kv,
@@ -17,13 +19,28 @@ void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const
     raise(ErrorCode::kInternal, "attention: KV cache of width {} on {} for {} kv heads x {} on {}", kv.kv_width,
           device_name(kv.device), shape.n_kv_heads, shape.head_dim, device_name(kernels.device()));
   }
-  if (kv.block_size < 1 || static_cast<std::int64_t>(kv.block_table.size()) * kv.block_size < kv.capacity) {
-    raise(ErrorCode::kInternal, "attention: {} blocks of {} positions cannot hold the capacity {}",
-          kv.block_table.size(), kv.block_size, kv.capacity);
+  // Each side's rows must hold its type's layout (kv_row_bytes also refuses an int4 width the
+  // layout cannot split into groups of 32).
+  for (const auto& [side, type, bytes, rotated] : {std::tuple{"K", kv.k_type, kv.k_row_bytes, kv.k_rotated},
+                                                   std::tuple{"V", kv.v_type, kv.v_row_bytes, kv.v_rotated}}) {
+    const std::size_t need = kv_row_bytes(type, shape.n_kv_heads, shape.head_dim);
+    if (bytes < need) {
+      raise(ErrorCode::kInternal, "attention: {} cache rows of {} bytes, {} x {} {} values need {}", side, bytes,
+            shape.n_kv_heads, shape.head_dim, name(type), need);
+    }
+    if (rotated && (shape.head_dim & (shape.head_dim - 1)) != 0) {
+      raise(ErrorCode::kUnsupported, "attention: a rotated {} cache needs a power-of-two head_dim, not {}", side,
+            shape.head_dim);
+    }
   }
   if (pos0 < 0 || pos0 + q.rows > kv.capacity) {
     raise(ErrorCode::kInvalidArgument, "attention: positions {}..{} exceed the KV cache capacity {}", pos0,
           pos0 + q.rows - 1, kv.capacity);
+  }
+  // The table must cover every position this step reads or writes: 0 .. pos0 + rows - 1.
+  if (kv.block_size < 1 || static_cast<std::int64_t>(kv.block_table.size()) * kv.block_size < pos0 + q.rows) {
+    raise(ErrorCode::kInternal, "attention: {} blocks of {} positions do not cover positions 0..{}",
+          kv.block_table.size(), kv.block_size, pos0 + q.rows - 1);
   }
   kernels.attention(q, k, v, kv, pos0, shape, out);
 }

@@ -97,8 +97,8 @@ struct Problem {
     }
     cpu::CpuContext ctx(2, isa);
     if (c.pos0 > 0) cpu::kv_store(ctx, cache.view(), k.data(), ldkv, v.data(), ldkv, c.pos0, c.n_kv, d, 0);
-    cpu::kv_store(ctx, cache.view(), k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, c.n_kv,
-                  d, c.pos0);
+    cpu::kv_store(ctx, cache.view(), k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, c.n_kv, d,
+                  c.pos0);
     q.assign(static_cast<std::size_t>(c.rows * ldq), std::nanf(""));
     for (std::int64_t i = 0; i < c.rows; ++i) {
       for (std::int64_t e = 0; e < n_heads * d; ++e) q[static_cast<std::size_t>(i * ldq + e)] = rng.normal() * 1.5f;

@@ -1,7 +1,9 @@
 // The kernels added for architectures beyond plain llama — GeGLU(tanh), bias add, scale, logit
 // soft-cap, per-head RMSNorm (through its op), rope with YaRN and llama3 frequency scaling —
 // against naive double references written from the models' definitions (HF transformers'
-// Gemma / Qwen / Llama 3.1 / YaRN formulas), on 1 and 3 threads.
+// Gemma / Qwen / Llama 3.1 / YaRN formulas), on 1 and 3 threads; and ops::attention over a
+// paged, quantized KV layer.
+#include "cpu/attention/attention.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/elementwise/elementwise.hpp"
 #include "cpu/elementwise/rope.hpp"
@@ -11,9 +13,12 @@
 #include "support/random.hpp"
 #include "support/tolerance.hpp"
 
+#include <sitsrt/error.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
@@ -214,4 +219,67 @@ TEST_CASE("rope with YaRN and llama3 scaling matches the HF definitions", "[kern
     }
   }
   test::check_close(expected, actual, tolerance, yarn ? "rope yarn" : "rope llama3");
+}
+
+// ops::attention over a paged int8-K / int4-V layer (block 16, a shuffled table) through the CPU
+// backend stores the rows and attends exactly as the kernels do on the same view; the op refuses
+// rows shorter than kv_row_bytes and a table that does not cover the positions.
+TEST_CASE("ops::attention reads paged quantized KV layers through the CPU backend", "[kernels][attention]") {
+  const std::int64_t n_heads = 4, n_kv = 2, d = 64, rows = 5, pos0 = 0, width = n_kv * d, bs = 16;
+  test::Rng rng(21);
+  const std::vector<float> q = random_values(static_cast<std::size_t>(rows * n_heads * d), rng, 1.0f);
+  const std::vector<float> k = random_values(static_cast<std::size_t>(rows * width), rng, 1.0f);
+  const std::vector<float> v = random_values(static_cast<std::size_t>(rows * width), rng, 1.0f);
+  const std::size_t kb = ops::kv_row_bytes(ops::KvType::kInt8, n_kv, d),
+                    vb = ops::kv_row_bytes(ops::KvType::kInt4, n_kv, d);
+  const std::vector<std::int32_t> table{3, 0, 2};  // 48 positions of a 4-block pool
+  std::vector<std::byte> kpool(4 * bs * kb), vpool(4 * bs * vb), kpool2(kpool.size()), vpool2(vpool.size());
+  cpu::CpuContext ctx(2, cpu::Isa::kAvx2);
+  const ops::AttentionShape shape{n_heads, n_kv, d, 0.125f, 0};
+  const cpu::AttentionShape cpu_shape{n_heads, n_kv, d, 0.125f, 0};
+  ctx.reserve_scratch(cpu::attention_scratch_floats(48, cpu_shape));
+  const std::vector<cpu::WeightMatrix> weights;
+  CpuKernels kernels(ctx, weights);
+  const Device cpu0 = kernels.device();
+  ops::KvLayerRef kv;
+  kv.k_type = ops::KvType::kInt8;
+  kv.v_type = ops::KvType::kInt4;
+  kv.k = kpool.data();
+  kv.v = vpool.data();
+  kv.k_row_bytes = kb;
+  kv.v_row_bytes = vb;
+  kv.kv_width = width;
+  kv.capacity = 48;
+  kv.block_size = bs;
+  kv.block_table = table;
+  kv.device = cpu0;
+  kv.k_rotated = true;
+  const auto ref = [&](const std::vector<float>& x, std::int64_t cols) {
+    return ops::TensorRef{
+        reinterpret_cast<std::byte*>(const_cast<float*>(x.data())), DType::kF32, rows, cols, cols, cpu0};
+  };
+  std::vector<float> out(q.size()), expected(q.size());
+  ops::attention(kernels, ref(q, n_heads * d), ref(k, width), ref(v, width), kv, pos0, shape, ref(out, n_heads * d));
+
+  cpu::KvLayerView view =
+      cpu::contiguous_kv(cpu::KvType::kInt8, cpu::KvType::kInt4, kpool2.data(), vpool2.data(), kb, vb, 48);
+  view.block_size = bs;
+  view.block_table = table;
+  view.k_rotated = true;
+  cpu::kv_store(ctx, view, k.data(), width, v.data(), width, rows, n_kv, d, pos0);
+  cpu::attention(ctx, q.data(), n_heads * d, rows, pos0, view, cpu_shape, expected.data(), n_heads * d);
+  CHECK(kpool == kpool2);
+  CHECK(vpool == vpool2);
+  CHECK(std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)) == 0);
+
+  ops::KvLayerRef short_rows = kv;
+  short_rows.v_row_bytes = vb - 1;
+  CHECK_THROWS_AS(ops::attention(kernels, ref(q, n_heads * d), ref(k, width), ref(v, width), short_rows, pos0, shape,
+                                 ref(out, n_heads * d)),
+                  Error);
+  ops::KvLayerRef short_table = kv;
+  short_table.block_table = std::span<const std::int32_t>(table).subspan(0, 1);
+  CHECK_THROWS_AS(ops::attention(kernels, ref(q, n_heads * d), ref(k, width), ref(v, width), short_table, 14, shape,
+                                 ref(out, n_heads * d)),
+                  Error);
 }

@@ -32,10 +32,14 @@ constexpr KvType kTypes[] = {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::
 
 const char* type_name(KvType t) {
   switch (t) {
-    case KvType::kF32: return "f32";
-    case KvType::kF16: return "f16";
-    case KvType::kInt8: return "int8";
-    case KvType::kInt4: return "int4";
+    case KvType::kF32:
+      return "f32";
+    case KvType::kF16:
+      return "f16";
+    case KvType::kInt8:
+      return "int8";
+    case KvType::kInt4:
+      return "int4";
   }
   return "?";
 }
@@ -56,10 +60,12 @@ double stored_value(KvType t, const std::byte* row, std::int64_t width, std::int
       std::memcpy(&f, row + 4 * e, 4);
       return f;
     }
-    case KvType::kF16: return f16_value(row + 2 * e);
+    case KvType::kF16:
+      return f16_value(row + 2 * e);
     case KvType::kInt8:
       // The kernel's value is the float product fl(q * scale).
-      return static_cast<float>(static_cast<std::int8_t>(row[e])) * static_cast<float>(f16_value(row + width + 2 * (e / d)));
+      return static_cast<float>(static_cast<std::int8_t>(row[e])) *
+             static_cast<float>(f16_value(row + width + 2 * (e / d)));
     case KvType::kInt4: {
       const unsigned byte = static_cast<unsigned>(row[e / 2]);
       int nib = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
@@ -74,10 +80,14 @@ double stored_value(KvType t, const std::byte* row, std::int64_t width, std::int
 // for F16 the rounding bound 2^-11 |x| (normal range), F32 exact.
 double value_error(KvType t, const std::byte* row, std::int64_t width, std::int64_t d, std::int64_t e, double x) {
   switch (t) {
-    case KvType::kF32: return 0.0;
-    case KvType::kF16: return std::ldexp(std::fabs(x), -11) + 0x1p-25;
-    case KvType::kInt8: return 0.5 * f16_value(row + width + 2 * (e / d)) * (1 + 0x1p-20);
-    case KvType::kInt4: return 0.5 * f16_value(row + width / 2 + 2 * (e / 32)) * (1 + 0x1p-20);
+    case KvType::kF32:
+      return 0.0;
+    case KvType::kF16:
+      return std::ldexp(std::fabs(x), -11) + 0x1p-25;
+    case KvType::kInt8:
+      return 0.5 * f16_value(row + width + 2 * (e / d)) * (1 + 0x1p-20);
+    case KvType::kInt4:
+      return 0.5 * f16_value(row + width / 2 + 2 * (e / 32)) * (1 + 0x1p-20);
   }
   return 0.0;
 }
@@ -202,8 +212,8 @@ struct Inputs {
   void store(cpu::CpuContext& ctx, Cache& cache) const {
     const cpu::KvLayerView view = cache.view();
     if (c.pos0 > 0) cpu::kv_store(ctx, view, k.data(), ldkv, v.data(), ldkv, c.pos0, c.n_kv, c.head_dim, 0);
-    cpu::kv_store(ctx, view, k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, c.n_kv,
-                  c.head_dim, c.pos0);
+    cpu::kv_store(ctx, view, k.data() + c.pos0 * ldkv, ldkv, v.data() + c.pos0 * ldkv, ldkv, c.rows, c.n_kv, c.head_dim,
+                  c.pos0);
   }
 
   [[nodiscard]] std::int64_t first(std::int64_t i) const {
@@ -266,7 +276,8 @@ Reference reference(const Inputs& in, const Cache& cache) {
         const std::int64_t p = first + t;
         double dot = 0.0, abs = 0.0, k_abs = 0.0, dot0 = 0.0, dl = 0.0;
         std::vector<double> ks(static_cast<std::size_t>(d));
-        for (std::int64_t e = 0; e < d; ++e) ks[static_cast<std::size_t>(e)] = in.k[static_cast<std::size_t>(p * in.ldkv + g * d + e)];
+        for (std::int64_t e = 0; e < d; ++e)
+          ks[static_cast<std::size_t>(e)] = in.k[static_cast<std::size_t>(p * in.ldkv + g * d + e)];
         if (cache.layout.k_rotated) hadamard(ks);  // the rotated original values, as quantized
         for (std::int64_t e = 0; e < d; ++e) {
           const double kv = stored_value(cache.layout.k, cache.k_row(p), width, d, g * d + e);
@@ -304,7 +315,8 @@ Reference reference(const Inputs& in, const Cache& cache) {
           w0abs += p0[static_cast<std::size_t>(t)] * std::fabs(vv);
           // err_v bound in the stored domain (the stored value stands in for x: F16's relative
           // bound then errs by a factor 1 + 2^-11, covered by the 2^-25 floor and the slack below).
-          werr += p0[static_cast<std::size_t>(t)] * value_error(cache.layout.v, cache.v_row(p), width, d, g * d + e, vv);
+          werr +=
+              p0[static_cast<std::size_t>(t)] * value_error(cache.layout.v, cache.v_row(p), width, d, g * d + e, vv);
         }
         o[static_cast<std::size_t>(e)] = acc;
         tol[static_cast<std::size_t>(e)] = test::softmax_weighted_tolerance(score_err, n, wabs);
@@ -338,7 +350,8 @@ Reference reference(const Inputs& in, const Cache& cache) {
 std::vector<float> output_elements(const Inputs& in, const std::vector<float>& out) {
   std::vector<float> actual;
   for (std::int64_t i = 0; i < in.c.rows; ++i) {
-    for (std::int64_t e = 0; e < in.n_heads * in.c.head_dim; ++e) actual.push_back(out[static_cast<std::size_t>(i * in.ldq + e)]);
+    for (std::int64_t e = 0; e < in.n_heads * in.c.head_dim; ++e)
+      actual.push_back(out[static_cast<std::size_t>(i * in.ldq + e)]);
     for (std::int64_t e = in.n_heads * in.c.head_dim; e < in.ldq && i + 1 < in.c.rows; ++e) {
       REQUIRE(out[static_cast<std::size_t>(i * in.ldq + e)] == kSentinel);  // gaps untouched
     }
@@ -382,23 +395,23 @@ SITSRT_ISA_TEST_CASE(isa, "paged attention equals contiguous bit for bit and mat
   const KvType kt = GENERATE(from_range(std::begin(kTypes), std::end(kTypes)));
   const KvType vt = GENERATE(from_range(std::begin(kTypes), std::end(kTypes)));
   const Layout l{kt, vt};
-  check_paged(isa, 2, l, 16, {4, 64, 37, 1});          // GQA decode
-  check_paged(isa, 1, l, 16, {2, 128, 5, 9});          // prefill after stored positions
-  check_paged(isa, 2, l, 5, {1, 72, 0, 11, 0, 4});     // block of 5, d not a power of two, 4 kv heads
-  check_paged(isa, 2, l, 3, {2, 64, 40, 2, 16});       // sliding window over blocks of 3
-  check_paged(isa, 2, l, 16, {2, 16, 20, 3, 0, 2});    // int4 groups span two heads of 16
-  check_paged(isa, 2, l, 1, {1, 8, 12, 1, 0, 4});      // one position per block, d = 8
+  check_paged(isa, 2, l, 16, {4, 64, 37, 1});        // GQA decode
+  check_paged(isa, 1, l, 16, {2, 128, 5, 9});        // prefill after stored positions
+  check_paged(isa, 2, l, 5, {1, 72, 0, 11, 0, 4});   // block of 5, d not a power of two, 4 kv heads
+  check_paged(isa, 2, l, 3, {2, 64, 40, 2, 16});     // sliding window over blocks of 3
+  check_paged(isa, 2, l, 16, {2, 16, 20, 3, 0, 2});  // int4 groups span two heads of 16
+  check_paged(isa, 2, l, 1, {1, 8, 12, 1, 0, 4});    // one position per block, d = 8
 }
 
-SITSRT_ISA_TEST_CASE(isa, "paged attention over long contexts split over threads equals contiguous", "[attention][paged]",
-                     kIsas) {
+SITSRT_ISA_TEST_CASE(isa, "paged attention over long contexts split over threads equals contiguous",
+                     "[attention][paged]", kIsas) {
   const KvType kt = GENERATE(KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kInt4);
   const KvType vt = GENERATE(KvType::kF16, KvType::kInt8, KvType::kInt4);
   const int threads = GENERATE(1, 3);
   const Layout l{kt, vt};
-  check_paged(isa, threads, l, 16, {4, 64, 2999, 1, 0, 1}, kt == vt);   // decode at 3000 positions, split
-  check_paged(isa, threads, l, 16, {2, 64, 2050, 3, 1500, 1}, false);   // window not chunk aligned
-  check_paged(isa, threads, l, 7, {1, 128, 1030, 2, 0, 2}, false);      // block edges off the chunk edges
+  check_paged(isa, threads, l, 16, {4, 64, 2999, 1, 0, 1}, kt == vt);  // decode at 3000 positions, split
+  check_paged(isa, threads, l, 16, {2, 64, 2050, 3, 1500, 1}, false);  // window not chunk aligned
+  check_paged(isa, threads, l, 7, {1, 128, 1030, 2, 0, 2}, false);     // block edges off the chunk edges
 }
 
 SITSRT_ISA_TEST_CASE(isa, "rotated K and V caches match the references, rotation on and off", "[attention][paged]",
@@ -502,9 +515,12 @@ SITSRT_ISA_TEST_CASE(isa, "attention_batch equals per-sequence attention bit for
   };
   // All share n_kv = 2, head_dim = 64, group 2; different lengths, rows and caches.
   const Seq seqs[] = {
-      {{KvType::kF16, KvType::kF16}, {2, 64, 100, 1}, 16},   {{KvType::kInt8, KvType::kInt8}, {2, 64, 2100, 1}, 16},
-      {{KvType::kInt4, KvType::kInt8}, {2, 64, 7, 1}, 16},   {{KvType::kF32, KvType::kInt4}, {2, 64, 30, 5}, 3},
-      {{KvType::kInt8, KvType::kInt4, true, true}, {2, 64, 900, 1}, 16}, {{KvType::kF16, KvType::kF16}, {2, 64, 0, 4}, 0},
+      {{KvType::kF16, KvType::kF16}, {2, 64, 100, 1}, 16},
+      {{KvType::kInt8, KvType::kInt8}, {2, 64, 2100, 1}, 16},
+      {{KvType::kInt4, KvType::kInt8}, {2, 64, 7, 1}, 16},
+      {{KvType::kF32, KvType::kInt4}, {2, 64, 30, 5}, 3},
+      {{KvType::kInt8, KvType::kInt4, true, true}, {2, 64, 900, 1}, 16},
+      {{KvType::kF16, KvType::kF16}, {2, 64, 0, 4}, 0},
   };
   std::vector<Inputs> inputs;
   std::vector<Cache> caches;
@@ -576,4 +592,42 @@ TEST_CASE("rotation lowers the error of quantized K with outlier channels", "[at
   }
   CHECK(rows[0].on < rows[0].off);
   CHECK(rows[1].on < rows[1].off);
+}
+
+// kv_store_batch writes the bytes kv_store writes for each sequence alone (few rows: inline;
+// a prefill-sized batch: split over the pool), and refuses the whole batch when one sequence is bad.
+SITSRT_ISA_TEST_CASE(isa, "kv_store_batch equals per-sequence kv_store", "[attention][paged]", kIsas) {
+  const int threads = GENERATE(1, 3);
+  const std::int64_t rows_each = GENERATE(1, 150);  // 150 x 3 x 128 values: split over the pool
+  CAPTURE(cpu::name(isa), threads, rows_each);
+  const Layout layouts[] = {{KvType::kInt8, KvType::kInt4},
+                            {KvType::kF16, KvType::kF16, true, true},
+                            {KvType::kInt4, KvType::kF32, true, false}};
+  const std::int64_t n_kv = 2, d = 64, width = n_kv * d;
+  test::Rng rng(static_cast<std::uint64_t>(31 + rows_each));
+  std::vector<Cache> one, batch;
+  std::vector<std::vector<float>> k, v;
+  for (const Layout& l : layouts) {
+    const std::uint64_t seed = rng.next();
+    test::Rng a(seed), b(seed);  // the same block tables
+    one.emplace_back(l, n_kv, d, 3 + rows_each, 16, a);
+    batch.emplace_back(l, n_kv, d, 3 + rows_each, 16, b);
+    k.push_back(rng.normals(static_cast<std::size_t>(rows_each * width)));
+    v.push_back(rng.normals(static_cast<std::size_t>(rows_each * width)));
+  }
+  cpu::CpuContext ctx(threads, isa);
+  std::vector<cpu::KvStoreSequence> seqs;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    cpu::kv_store(ctx, one[i].view(), k[i].data(), width, v[i].data(), width, rows_each, n_kv, d, 3);
+    seqs.push_back({batch[i].view(), k[i].data(), width, v[i].data(), width, rows_each, 3});
+  }
+  cpu::kv_store_batch(ctx, seqs, n_kv, d);
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    CHECK(one[i].k == batch[i].k);
+    CHECK(one[i].v == batch[i].v);
+  }
+  seqs[1].pos0 = 100;  // past its capacity: nothing of the batch is written
+  const std::vector<std::byte> before = batch[0].k;
+  CHECK_THROWS_AS(cpu::kv_store_batch(ctx, seqs, n_kv, d), Error);
+  CHECK(batch[0].k == before);
 }

@@ -198,7 +198,7 @@ class PairCursor {
 
 // Sequences planned at once on the stack; longer batches run in groups of this many, each
 // group one dispatch (per-sequence results do not depend on the grouping).
-constexpr std::size_t kMaxBatch = 256;
+constexpr std::size_t kMaxBatch = 1024;
 
 void attend_group(CpuContext& ctx, std::span<const SequencePlan> plans, const AttentionShape& shape) {
   const std::int64_t group = shape.n_heads / shape.n_kv_heads, n_kv = shape.n_kv_heads;

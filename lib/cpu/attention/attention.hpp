@@ -61,12 +61,29 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // even (as fp32_to_fp16); INT8 per (position, head) scale = the f16 value nearest above
 // max|x| / 127, q = round-to-nearest-even(x / scale); INT4 per group of 32 row values,
 // scale >= max|x| / 7, q = round(x / scale) clamped to [-8, 7]. So |dequantized - x| <= scale/2
-// for every value. Rotated sides are rotated first. A decode step's few rows are written by the
+// for every value while max|x| / qmax fits an f16 (below 65504; larger values saturate). Rotated sides are rotated first. A decode step's few rows are written by the
 // calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
 // rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
               std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0);
+
+// One sequence's rows for kv_store_batch (see kv_store).
+struct KvStoreSequence {
+  KvLayerView kv;
+  const float* k = nullptr;
+  std::int64_t ldk = 0;
+  const float* v = nullptr;
+  std::int64_t ldv = 0;
+  std::int64_t rows = 0;
+  std::int64_t pos0 = 0;
+};
+
+// kv_store for every sequence of a batched step: all checks first (nothing is written when one
+// fails), then the rows of all sequences in one split over the pool (inline when few). Each
+// row's bytes are those kv_store writes for it alone.
+void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences, std::int64_t n_kv_heads,
+                    std::int64_t head_dim);
 
 struct AttentionShape {
   std::int64_t n_heads = 0;

@@ -5,6 +5,7 @@
 
 #include "core/half.hpp"
 #include "cpu/attention/attention.hpp"
+#include "cpu/half_generic.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -34,8 +35,15 @@ inline std::uint16_t quantize_span(const float* x, std::int64_t n, float qmax, f
   const std::uint16_t h = f16_at_least(std::min(amax / qmax, 65504.0f));
   const float scale = fp16_to_fp32(h);
   for (std::int64_t i = 0; i < n; ++i) {
-    const float r = std::nearbyint(x[i] / scale);
-    q[i] = static_cast<std::int8_t>(std::clamp(r, qmin, qmax));
+    // Written so a NaN input becomes qmin instead of an undefined conversion (std::clamp keeps
+    // NaN; std::fmax is a libm call in the baseline build).
+    // Round to nearest even by adding and subtracting 1.5 * 2^23 (exact for |v| < 2^22, where
+    // q lives; larger values only get clamped): nearbyintf is a libm call in the baseline build.
+    const float v = x[i] / scale;
+    float r = (v + 12582912.0f) - 12582912.0f;
+    r = r > qmax ? qmax : r;
+    r = r >= qmin ? r : qmin;
+    q[i] = static_cast<std::int8_t>(r);
   }
   return h;
 }
@@ -80,32 +88,39 @@ inline void quantize_row(KvType type, const float* x, std::int64_t n_kv_heads, s
 inline float f16_at(const std::byte* p) noexcept {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
+  return half_to_float_generic(h);
 }
 
 // Elements [e0, e0 + n) of a row of `width` values, as float (dequantized: q * scale, one
-// rounding). The value the SIMD paths compute in registers for the same element.
+// rounding). The value the SIMD paths compute in registers for the same element. One loop per
+// type so the f32/f16/int8 ones vectorise for the baseline target (the generic attend path).
 inline void dequantize_span(KvType type, const std::byte* row, std::int64_t width, std::int64_t head_dim,
                             std::int64_t e0, std::int64_t n, float* dst) noexcept {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t e = e0 + i;
-    switch (type) {
-      case KvType::kF32:
-        std::memcpy(dst + i, row + 4 * e, 4);
-        break;
-      case KvType::kF16:
-        dst[i] = f16_at(row + 2 * e);
-        break;
-      case KvType::kInt8:
-        dst[i] = static_cast<float>(static_cast<std::int8_t>(row[e])) * f16_at(row + width + 2 * (e / head_dim));
-        break;
-      case KvType::kInt4: {
+  switch (type) {
+    case KvType::kF32:
+      std::memcpy(dst, row + 4 * e0, static_cast<std::size_t>(n) * 4);
+      return;
+    case KvType::kF16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, row + 2 * (e0 + i), 2);
+        dst[i] = half_to_float_generic(h);
+      }
+      return;
+    case KvType::kInt8: {  // one head: e0 .. e0 + n - 1 share head e0 / head_dim's scale
+      const float scale = f16_at(row + width + 2 * (e0 / head_dim));
+      const auto* q = reinterpret_cast<const std::int8_t*>(row) + e0;
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(q[i]) * scale;
+      return;
+    }
+    case KvType::kInt4:
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t e = e0 + i;
         const unsigned byte = static_cast<unsigned>(row[e / 2]);
         const int nib = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
         dst[i] = static_cast<float>((nib ^ 8) - 8) * f16_at(row + width / 2 + 2 * (e / 32));
-        break;
       }
-    }
+      return;
   }
 }
 

@@ -1,4 +1,4 @@
-// kv_store: rows written through the block table, converted or quantized (kv_quant.hpp), with
+// kv_store / kv_store_batch: rows written through the block table, converted or quantized (kv_quant.hpp), with
 // the Hadamard rotation of rotated sides; plus the KvLayerView helpers and the argument checks
 // attention shares.
 #include "cpu/attention/kv_store.hpp"
@@ -8,18 +8,23 @@
 #include "cpu/vec_kernels.hpp"
 
 #include <array>
-#include <tuple>
 #include <cstring>
+#include <span>
+#include <tuple>
 
 namespace sitsrt::cpu {
 
 std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head_dim) noexcept {
   const auto width = static_cast<std::size_t>(n_kv_heads * head_dim);
   switch (type) {
-    case KvType::kF32: return width * 4;
-    case KvType::kF16: return width * 2;
-    case KvType::kInt8: return width + static_cast<std::size_t>(n_kv_heads) * 2;
-    case KvType::kInt4: return width % 32 == 0 ? width / 2 + width / 32 * 2 : 0;
+    case KvType::kF32:
+      return width * 4;
+    case KvType::kF16:
+      return width * 2;
+    case KvType::kInt8:
+      return width + static_cast<std::size_t>(n_kv_heads) * 2;
+    case KvType::kInt4:
+      return width % 32 == 0 ? width / 2 + width / 32 * 2 : 0;
   }
   return 0;
 }
@@ -45,14 +50,15 @@ namespace detail {
 void check_cache(const KvLayerView& kv, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0,
                  std::int64_t rows, const char* op) {
   if (kv.k == nullptr || kv.v == nullptr) raise(ErrorCode::kInvalidArgument, "{}: null KV cache", op);
-  for (const auto& [side, type, bytes, rotated] :
-       {std::tuple{"K", kv.k_type, kv.k_row_bytes, kv.k_rotated}, std::tuple{"V", kv.v_type, kv.v_row_bytes, kv.v_rotated}}) {
+  for (const auto& [side, type, bytes, rotated] : {std::tuple{"K", kv.k_type, kv.k_row_bytes, kv.k_rotated},
+                                                   std::tuple{"V", kv.v_type, kv.v_row_bytes, kv.v_rotated}}) {
     const std::size_t need = kv_row_bytes(type, n_kv_heads, head_dim);
     if (need == 0 && n_kv_heads * head_dim > 0) {
       raise(ErrorCode::kUnsupported, "{}: {} cache int4 needs a multiple of 32 values per position, not {}", op, side,
             n_kv_heads * head_dim);
     }
-    if (bytes < need) raise(ErrorCode::kInvalidArgument, "{}: {} row bytes {} below the {} needed", op, side, bytes, need);
+    if (bytes < need)
+      raise(ErrorCode::kInvalidArgument, "{}: {} row bytes {} below the {} needed", op, side, bytes, need);
     if (rotated && (!is_power_of_two(head_dim) || head_dim > kMaxRotatedHeadDim)) {
       raise(ErrorCode::kUnsupported, "{}: a rotated {} cache needs a power-of-two head_dim <= {}, not {}", op, side,
             kMaxRotatedHeadDim, head_dim);
@@ -125,32 +131,50 @@ void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std:
 
 }  // namespace
 
-void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
-              std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0) {
+void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences, std::int64_t n_kv_heads,
+                    std::int64_t head_dim) {
   if (n_kv_heads < 0 || head_dim < 0) {
     raise(ErrorCode::kInvalidArgument, "kv_store: negative shape {} x {}", n_kv_heads, head_dim);
   }
-  detail::check_cache(kv, n_kv_heads, head_dim, pos0, rows, "kv_store");
-  if (rows == 0) return;
+  std::int64_t total = 0;
+  for (const KvStoreSequence& s : sequences) {
+    detail::check_cache(s.kv, n_kv_heads, head_dim, s.pos0, s.rows, "kv_store");
+    total += s.rows;
+  }
+  if (total == 0) return;
   const auto f32_to_f16 = detail::vec_kernels_for(ctx.isa()).f32_to_f16_row;
-  const std::int64_t width = n_kv_heads * head_dim;
-  // A decode step's row or two is stored by the calling thread: a fork-join costs more.
-  constexpr std::int64_t kInlineElements = 1 << 14;
+  // Global rows [begin, end) of the sequences in order; a cursor finds each row's sequence.
   const auto store_rows = [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const std::size_t row = kv.row_index(pos0 + i);
-      store_row(kv.k_type, kv.k_rotated, k + i * ldk, kv.k + row * kv.k_row_bytes, n_kv_heads, head_dim, f32_to_f16);
-      store_row(kv.v_type, kv.v_rotated, v + i * ldv, kv.v + row * kv.v_row_bytes, n_kv_heads, head_dim, f32_to_f16);
+    std::size_t s = 0;
+    std::int64_t base = 0;
+    for (std::int64_t g = begin; g < end; ++g) {
+      while (g >= base + sequences[s].rows) base += sequences[s++].rows;
+      const KvStoreSequence& q = sequences[s];
+      const std::int64_t i = g - base;
+      const std::size_t row = q.kv.row_index(q.pos0 + i);
+      store_row(q.kv.k_type, q.kv.k_rotated, q.k + i * q.ldk, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim,
+                f32_to_f16);
+      store_row(q.kv.v_type, q.kv.v_rotated, q.v + i * q.ldv, q.kv.v + row * q.kv.v_row_bytes, n_kv_heads, head_dim,
+                f32_to_f16);
     }
   };
-  if (rows * width <= kInlineElements) {
-    store_rows(0, rows);
+  // A decode step's row or two per sequence is stored by the calling thread when the batch is
+  // small: a fork-join costs more.
+  constexpr std::int64_t kInlineElements = 1 << 14;
+  if (total * n_kv_heads * head_dim <= kInlineElements) {
+    store_rows(0, total);
     return;
   }
   ctx.pool().run([&](int t, int n) {
-    const Range r = split_range(rows, t, n);
+    const Range r = split_range(total, t, n);
     store_rows(r.begin, r.end);
   });
+}
+
+void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
+              std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0) {
+  const KvStoreSequence one{kv, k, ldk, v, ldv, rows, pos0};
+  kv_store_batch(ctx, std::span<const KvStoreSequence>(&one, 1), n_kv_heads, head_dim);
 }
 
 }  // namespace sitsrt::cpu
