@@ -51,6 +51,9 @@ struct EngineOptions {
   KvCacheType kv_cache_type = KvCacheType::kF16;
   std::optional<KvCacheType> k_cache_type;  // K apart (unset: kv_cache_type)
   std::optional<KvCacheType> v_cache_type;  // V apart
+  // int8/int4 K or V are stored Hadamard-rotated per head when head_dim is a power of two
+  // (lower quantization error; docs/serving.md). Recorded in ModelInfo::kv_cache_type.
+  bool kv_hadamard = true;
   ServingOptions serving;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
   RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints

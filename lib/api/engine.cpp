@@ -76,6 +76,30 @@ ops::KvType kv_type_of(KvCacheType t) {
   return ops::KvType::kF16;
 }
 
+// K and V types from the options; quantized sides are stored Hadamard-rotated when asked and the
+// head size allows (a power of two): rotation spreads outlier channels over the head, lowering
+// the quantization error (docs/serving.md has the measurements).
+KvCacheLayout kv_layout_for(const EngineOptions& o, const ModelSpec& spec) {
+  KvCacheLayout l;
+  l.n_kv_heads = spec.n_head_kv;
+  l.head_dim = spec.head_dim;
+  l.k_type = kv_type_of(o.k_cache_type.value_or(o.kv_cache_type));
+  l.v_type = kv_type_of(o.v_cache_type.value_or(o.kv_cache_type));
+  const bool pow2 = spec.head_dim > 0 && (spec.head_dim & (spec.head_dim - 1)) == 0 && spec.head_dim <= 1024;
+  const auto quantized = [](ops::KvType t) { return t == ops::KvType::kInt8 || t == ops::KvType::kInt4; };
+  l.k_rotated = o.kv_hadamard && pow2 && quantized(l.k_type);
+  l.v_rotated = o.kv_hadamard && pow2 && quantized(l.v_type);
+  return l;
+}
+
+// "f16" when K and V are alike and unrotated; else "k=int8,v=int4" with "+hadamard" per rotated side.
+std::string kv_layout_label(const KvCacheLayout& l) {
+  if (l.k_type == l.v_type && !l.k_rotated && !l.v_rotated) return std::string(ops::name(l.k_type));
+  return fmt::format("k={}{},v={}{}", ops::name(l.k_type), l.k_rotated ? "+hadamard" : "", ops::name(l.v_type),
+                     l.v_rotated ? "+hadamard" : "");
+}
+
+
 // The most prompt bytes one token can stand for, or 0 when there is no such bound. A token is a
 // piece (its text as stored is at least as long as the bytes it covers: byte-level BPE pieces map
 // each byte to 1-2 bytes, SentencePiece pieces spell a space as 3 bytes), one unknown character
@@ -146,7 +170,8 @@ struct Engine::Impl {
             spec.n_ctx_train);
     }
     context_length = requested > 0 ? requested : std::min(spec.n_ctx_train, kDefaultContextCap);
-    const DType kv_type = options.kv_cache_type == KvCacheType::kF32 ? DType::kF32 : DType::kF16;
+    const DType kv_type = options.kv_cache_type == KvCacheType::kF32 ? DType::kF32 : DType::kF16;  // graph costs
+    kv_layout = kv_layout_for(options, spec);
     ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;
@@ -156,7 +181,7 @@ struct Engine::Impl {
     plan.memory = graph::plan_memory(graph, max_tokens, max_tokens);
     const std::optional<WeightFormat> target = parse_weight_format(options.weights);
     check_budget(target ? weight_bytes_after_conversion(graph, *target) : graph.total_weight_bytes(),
-                 ContiguousKvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+                 ContiguousKvCache::bytes_for(spec.n_layer, context_length, kv_layout));
     if (target) {
       stage = fmt::format("converting the weights to {} ({:.1f} MiB)", options.weights,
                           static_cast<double>(weight_bytes_after_conversion(graph, *target)) / (1 << 20));
@@ -168,7 +193,7 @@ struct Engine::Impl {
     plan.backend = backend.get();
     plan.n_layers = spec.n_layer;
     plan.kv_width = spec.n_head_kv * spec.head_dim;
-    plan.kv_type = kv_type;
+    plan.kv_layout = kv_layout;
     plan.context_length = context_length;
     plan.n_vocab = spec.n_vocab;
     plan.step_mutex = &step_mutex;
@@ -186,13 +211,13 @@ struct Engine::Impl {
     bind_report = backend->bind_weights(graph, weight_source(), progress);
     // Resident weights may take a little more than the file (rows padded to cache lines).
     check_budget(backend->memory().weight_bytes,
-                 ContiguousKvCache::bytes_for(spec.n_layer, context_length, spec.n_head_kv * spec.head_dim, kv_type));
+                 ContiguousKvCache::bytes_for(spec.n_layer, context_length, kv_layout));
     stage = fmt::format("allocating the activation arena ({:.1f} MiB)",
                         static_cast<double>(plan.memory.arena_bytes) / (1 << 20));
     backend->prepare(graph, plan.memory, context_length);
     stage = "finishing the load";
     if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
-    fill_info(kv_type);
+    fill_info();
     if (tokenizer) start_serving();
     device_plan = build_single_device_plan(graph, info, options.memory_budget_bytes, backend->memory().weight_bytes);
     fill_digest();
@@ -314,7 +339,7 @@ struct Engine::Impl {
     }
   }
 
-  void fill_info(DType kv_type) {
+  void fill_info() {
     info.path = options.model_path;
     info.architecture = spec.architecture;
     info.name = spec.name;
@@ -341,8 +366,8 @@ struct Engine::Impl {
           used_by_compute[w] ? weight.bytes : weight.bytes / static_cast<std::uint64_t>(weight.dims.back());
     }
     info.context_length = context_length;
-    info.kv_cache_type = std::string(name(kv_type));
-    info.kv_cache_bytes = ContiguousKvCache::bytes_for(spec.n_layer, context_length, plan.kv_width, kv_type);
+    info.kv_cache_type = kv_layout_label(kv_layout);
+    info.kv_cache_bytes = ContiguousKvCache::bytes_for(spec.n_layer, context_length, kv_layout);
     info.activation_bytes = plan.memory.arena_bytes;
     const BackendInfo& device = backend->info();
     info.backend = device.name;
@@ -381,8 +406,10 @@ struct Engine::Impl {
     g.n_layers = spec.n_layer;
     g.n_kv_heads = spec.n_head_kv;
     g.head_dim = spec.head_dim;
-    g.k_type = kv_type_of(options.k_cache_type.value_or(options.kv_cache_type));
-    g.v_type = kv_type_of(options.v_cache_type.value_or(options.kv_cache_type));
+    g.k_type = kv_layout.k_type;
+    g.v_type = kv_layout.v_type;
+    g.k_rotated = kv_layout.k_rotated;
+    g.v_rotated = kv_layout.v_rotated;
     g.block_size = s.kv_block_size;
     if (s.kv_pool_tokens == 0) {
       // Two whole contexts, or what a memory budget leaves after the weights and the
@@ -504,6 +531,7 @@ struct Engine::Impl {
   std::mutex step_mutex;
   std::unique_ptr<StepProfile> profile;  // EngineOptions::profile_ops
   std::unique_ptr<ServingCore> serving;  // null without a tokenizer
+  KvCacheLayout kv_layout;
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
   ModelInfo info;
   DevicePlan device_plan;

@@ -29,12 +29,30 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
   }
   e.int8_activations = d.activations == "int8";
   e.deterministic = d.deterministic;
-  if (d.kv_cache_type == "f32") {
-    e.kv_cache_type = KvCacheType::kF32;
-  } else if (d.kv_cache_type == "f16") {
-    e.kv_cache_type = KvCacheType::kF16;
-  } else {
+  // "f16", or "k=int8+hadamard,v=int4+hadamard" (engine.cpp's kv_layout_label).
+  const auto type_of = [&](std::string_view t) {
+    if (t == "f32") return KvCacheType::kF32;
+    if (t == "f16") return KvCacheType::kF16;
+    if (t == "int8") return KvCacheType::kInt8;
+    if (t == "int4") return KvCacheType::kInt4;
     raise(ErrorCode::kInvalidArgument, "recorded KV cache type '{}' is unknown", d.kv_cache_type);
+  };
+  const std::string_view label = d.kv_cache_type;
+  e.kv_hadamard = false;
+  if (label.starts_with("k=")) {
+    const std::size_t comma = label.find(",v=");
+    if (comma == std::string_view::npos) raise(ErrorCode::kInvalidArgument, "recorded KV cache type '{}' is unknown", label);
+    const auto side = [&](std::string_view s) {
+      const bool rotated = s.ends_with("+hadamard");
+      if (rotated) s.remove_suffix(std::string_view("+hadamard").size());
+      e.kv_hadamard = e.kv_hadamard || rotated;
+      return type_of(s);
+    };
+    e.k_cache_type = side(label.substr(2, comma - 2));
+    e.v_cache_type = side(label.substr(comma + 3));
+    e.kv_cache_type = *e.k_cache_type;
+  } else {
+    e.kv_cache_type = type_of(label);
   }
   e.on_progress = o.on_progress;
   return e;

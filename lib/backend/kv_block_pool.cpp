@@ -231,6 +231,8 @@ ops::KvLayerRef KvBlockPool::layer(std::int64_t index, std::span<const std::int3
   ref.capacity = static_cast<std::int64_t>(table.size()) * geometry_.block_size;
   ref.block_size = geometry_.block_size;
   ref.block_table = table;
+  ref.k_rotated = geometry_.k_rotated;
+  ref.v_rotated = geometry_.v_rotated;
   ref.device = buffer_->device();
   return ref;
 }

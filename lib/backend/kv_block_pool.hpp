@@ -32,6 +32,8 @@ struct KvGeometry {
   ops::KvType k_type = ops::KvType::kF16;
   ops::KvType v_type = ops::KvType::kF16;
   std::int64_t block_size = 16;  // positions per block
+  bool k_rotated = false;        // stored Hadamard-rotated per head (ops::KvLayerRef)
+  bool v_rotated = false;
 
   [[nodiscard]] std::int64_t kv_width() const noexcept { return n_kv_heads * head_dim; }
   // Bytes of one block over all layers, K and V (scales included).

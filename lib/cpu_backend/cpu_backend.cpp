@@ -328,17 +328,13 @@ void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepCon
     case OpKind::kAttention: {
       const ops::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
                                       node.attrs.attn_scale, node.attrs.window};
-      // Each sequence attends over its own cache with its own rows.
-      const auto rows_of = [](ops::TensorRef t, const StepSequence& s) {
-        t.data += static_cast<std::size_t>(s.row_begin * t.ld) * sizeof(float);
-        t.rows = s.n_rows;
-        return t;
-      };
-      const ops::TensorRef q = view(node.inputs[0]), k = view(node.inputs[1]), v = view(node.inputs[2]);
+      // Each sequence attends over its own cache with its own rows, all in one call.
+      attention_sequences_.clear();
       for (const StepSequence& s : step.sequences) {
-        ops::attention(kernels_, rows_of(q, s), rows_of(k, s), rows_of(v, s), s.kv->layer(node.layer), s.pos0, shape,
-                       rows_of(out, s));
+        attention_sequences_.push_back({s.row_begin, s.n_rows, s.pos0, s.kv->layer(node.layer)});
       }
+      ops::attention_batch(kernels_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
+                           attention_sequences_, shape, out);
       return;
     }
     case OpKind::kSwiGlu:

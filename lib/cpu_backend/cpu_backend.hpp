@@ -80,6 +80,7 @@ class CpuBackend final : public Backend {
   std::atomic<std::uint64_t> high_water_{0};
   std::vector<cpu::WeightMatrix> weights_;  // by graph WeightId; norm vectors are 1 x n
   CpuKernels kernels_{ctx_, weights_};
+  std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
   DecodeFusions fusions_;                   // of the prepared graph (none without options_.decode_fusion)
 };
 

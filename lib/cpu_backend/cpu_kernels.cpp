@@ -98,6 +98,22 @@ void CpuKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, con
   cpu::attention(ctx_, f32(q), q.ld, q.rows, pos0, view, cpu_shape, f32(out), out.ld);
 }
 
+void CpuKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
+                                 std::span<const ops::AttentionSequenceRef> sequences,
+                                 const ops::AttentionShape& shape, const ops::TensorRef& out) {
+  // Every sequence's K/V rows stored, then all their (row, kv head) pairs in one dispatch.
+  stores_.clear();
+  attends_.clear();
+  for (const ops::AttentionSequenceRef& s : sequences) {
+    const cpu::KvLayerView view = cpu_view(s.kv);
+    stores_.push_back({view, f32(k) + s.row_begin * k.ld, k.ld, f32(v) + s.row_begin * v.ld, v.ld, s.n_rows, s.pos0});
+    attends_.push_back({f32(q) + s.row_begin * q.ld, q.ld, s.n_rows, s.pos0, view, f32(out) + s.row_begin * out.ld, out.ld});
+  }
+  const cpu::AttentionShape cpu_shape{shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, shape.window};
+  cpu::kv_store_batch(ctx_, stores_, shape.n_kv_heads, shape.head_dim);
+  cpu::attention_batch(ctx_, attends_, cpu_shape);
+}
+
 void CpuKernels::swiglu(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) {
   cpu::swiglu(ctx_, f32(gate), gate.ld, f32(up), up.ld, gate.rows, gate.cols, f32(out), out.ld);
 }

@@ -3,6 +3,7 @@
 // are looked up by id in the backend's bound table (in the layout the backend chose).
 #pragma once
 
+#include "cpu/attention/attention.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul/matmul.hpp"
 #include "ops/op_kernels.hpp"
@@ -23,6 +24,9 @@ class CpuKernels final : public ops::OpKernels {
   void matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) override;
   void rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
             const graph::RopeAttrs& rope, const ops::WeightRef* freq_factors) override;
+  void attention_batch(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
+                       std::span<const ops::AttentionSequenceRef> sequences, const ops::AttentionShape& shape,
+                       const ops::TensorRef& out) override;
   void attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v, const ops::KvLayerRef& kv,
                  std::int64_t pos0, const ops::AttentionShape& shape, const ops::TensorRef& out) override;
   void swiglu(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) override;
@@ -39,6 +43,8 @@ class CpuKernels final : public ops::OpKernels {
 
   cpu::CpuContext& ctx_;
   const std::vector<cpu::WeightMatrix>& weights_;
+  std::vector<cpu::KvStoreSequence> stores_;     // attention_batch's per-step lists, reused
+  std::vector<cpu::AttentionSequence> attends_;
 };
 
 }  // namespace sitsrt

@@ -5,8 +5,10 @@
 
 namespace sitsrt::ops {
 
-void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v, const KvLayerRef& kv,
-               std::int64_t pos0, const AttentionShape& shape, const TensorRef& out) {
+namespace {
+
+void check_attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                     const KvLayerRef& kv, std::int64_t pos0, const AttentionShape& shape, const TensorRef& out) {
   const std::int64_t kv_width = shape.n_kv_heads * shape.head_dim;
   expect_shape(kernels, "attention", "q", q, q.rows, shape.n_heads * shape.head_dim);
   expect_shape(kernels, "attention", "k", k, q.rows, kv_width);
@@ -42,7 +44,37 @@ void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const
     raise(ErrorCode::kInternal, "attention: {} blocks of {} positions do not cover positions 0..{}",
           kv.block_table.size(), kv.block_size, pos0 + q.rows - 1);
   }
+}
+
+TensorRef rows_of(TensorRef t, std::int64_t begin, std::int64_t n) {
+  t.data += row_bytes(t.type, begin * t.ld);
+  t.rows = n;
+  return t;
+}
+
+}  // namespace
+
+void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v, const KvLayerRef& kv,
+               std::int64_t pos0, const AttentionShape& shape, const TensorRef& out) {
+  check_attention(kernels, q, k, v, kv, pos0, shape, out);
   kernels.attention(q, k, v, kv, pos0, shape, out);
+}
+
+void attention_batch(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                     std::span<const AttentionSequenceRef> sequences, const AttentionShape& shape,
+                     const TensorRef& out) {
+  std::int64_t next = 0;
+  for (const AttentionSequenceRef& s : sequences) {
+    if (s.row_begin != next || s.n_rows < 1 || s.row_begin + s.n_rows > q.rows) {
+      raise(ErrorCode::kInternal, "attention: sequence rows {}..{} of a {}-row step out of order", s.row_begin,
+            s.row_begin + s.n_rows - 1, q.rows);
+    }
+    next = s.row_begin + s.n_rows;
+    check_attention(kernels, rows_of(q, s.row_begin, s.n_rows), rows_of(k, s.row_begin, s.n_rows),
+                    rows_of(v, s.row_begin, s.n_rows), s.kv, s.pos0, shape, rows_of(out, s.row_begin, s.n_rows));
+  }
+  if (next != q.rows) raise(ErrorCode::kInternal, "attention: sequences cover {} of the step's {} rows", next, q.rows);
+  kernels.attention_batch(q, k, v, sequences, shape, out);
 }
 
 }  // namespace sitsrt::ops

@@ -21,6 +21,15 @@ struct AttentionShape {
   std::int64_t window = 0;  // > 0: sliding window of that many positions
 };
 
+// One sequence of a batched attention: its rows [row_begin, row_begin + n_rows) of q, k, v and
+// out, at positions pos0.. of its cache layer.
+struct AttentionSequenceRef {
+  std::int64_t row_begin = 0;
+  std::int64_t n_rows = 0;
+  std::int64_t pos0 = 0;
+  KvLayerRef kv;
+};
+
 class OpKernels {
  public:
   virtual ~OpKernels() = default;
@@ -34,6 +43,10 @@ class OpKernels {
   // freq_factors: null, or the per-pair divisors (rot_dims / 2 values)
   virtual void rope(const TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
                     const graph::RopeAttrs& rope, const WeightRef* freq_factors) = 0;
+  // Every sequence of a batched step at once (each as attention() on its rows would do).
+  virtual void attention_batch(const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                               std::span<const AttentionSequenceRef> sequences, const AttentionShape& shape,
+                               const TensorRef& out) = 0;
   virtual void attention(const TensorRef& q, const TensorRef& k, const TensorRef& v, const KvLayerRef& kv,
                          std::int64_t pos0, const AttentionShape& shape, const TensorRef& out) = 0;
   virtual void swiglu(const TensorRef& gate, const TensorRef& up, const TensorRef& out) = 0;

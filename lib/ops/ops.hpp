@@ -25,6 +25,11 @@ void matmul(OpKernels& k, const WeightRef& w, const TensorRef& x, const TensorRe
 // in place; one position per row of x
 void rope(OpKernels& k, const TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
           const graph::RopeAttrs& rope, const WeightRef* freq_factors);
+// attention for every sequence of a batched step (rows stacked in q, k, v and out), checked as
+// attention() checks each, then run as one call
+void attention_batch(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                     std::span<const AttentionSequenceRef> sequences, const AttentionShape& shape,
+                     const TensorRef& out);
 // stores k, v at positions pos0.. then causal attention of q over the cache
 void attention(OpKernels& kernels, const TensorRef& q, const TensorRef& k, const TensorRef& v, const KvLayerRef& kv,
                std::int64_t pos0, const AttentionShape& shape, const TensorRef& out);

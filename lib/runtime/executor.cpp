@@ -116,8 +116,7 @@ std::span<const float> StepRunner::step(std::span<const SequenceWork> work) {
 Session::Session(const ExecutionPlan& plan)
     : plan_(plan),
       runner_(plan),
-      kv_(std::make_unique<ContiguousKvCache>(*plan.backend, plan.n_layers, plan.context_length, plan.kv_width,
-                                              plan.kv_type)) {
+      kv_(std::make_unique<ContiguousKvCache>(*plan.backend, plan.n_layers, plan.context_length, plan.kv_layout)) {
   logits_.resize(static_cast<std::size_t>(plan.n_vocab));
 }
 

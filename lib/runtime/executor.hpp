@@ -26,7 +26,7 @@ struct ExecutionPlan {
   Backend* backend = nullptr;
   std::int64_t n_layers = 0;
   std::int64_t kv_width = 0;
-  DType kv_type = DType::kF16;
+  KvCacheLayout kv_layout;  // of each Session's cache (logits, evaluate)
   std::int64_t context_length = 0;
   std::int64_t n_vocab = 0;
   std::mutex* step_mutex = nullptr;  // one step at a time on the backend (kernels share scratch)

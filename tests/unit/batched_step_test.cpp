@@ -44,7 +44,7 @@ struct Harness {
     plan.backend = &backend;
     plan.n_layers = spec.n_layer;
     plan.kv_width = spec.n_head_kv * spec.head_dim;
-    plan.kv_type = DType::kF32;
+    plan.kv_layout = {spec.n_head_kv, spec.head_dim, ops::KvType::kF32, ops::KvType::kF32};
     plan.context_length = 128;
     plan.n_vocab = spec.n_vocab;
     plan.step_mutex = &step_mutex;
