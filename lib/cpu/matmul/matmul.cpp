@@ -8,6 +8,7 @@
 #include "cpu/matmul/decode_kernel.hpp"
 
 #include <algorithm>
+#include <memory>
 
 namespace sitsrt::cpu {
 namespace {
@@ -80,6 +81,60 @@ void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, 
       }
     }
   });
+}
+
+// Activation rows per pass of the int8 GEMM over a thread's weight chunk: 32 quantized rows of
+// 4096 columns (~20 KiB each with their expanded scales and block lanes) stay in L2 while the
+// chunk's weight rows stream past them.
+constexpr std::int64_t kQgemmBlockM = 32;
+
+// Bytes of one quantized activation row of the int8 GEMM (64-byte multiple), and of the whole
+// shared area: m rows, then their m QuantizedRow descriptors.
+std::size_t qgemm_row_bytes(std::int64_t cols) noexcept {
+  return detail::quantized_row_bytes(cols);
+}
+std::size_t qgemm_shared_bytes(std::int64_t cols, std::int64_t m) noexcept {
+  return static_cast<std::size_t>(m) * (qgemm_row_bytes(cols) + sizeof(detail::QuantizedRow));
+}
+
+// y = x W^T for m > 1 with int8 activations (`kernel.qdot` set): the m rows are quantized once on
+// the calling thread exactly as matvec() quantizes its one row, then the weight rows are claimed in
+// decode chunks and each chunk runs against all m rows, kQgemmBlockM at a time, with the
+// register-blocked kernel or else the decode kernel per row. Every output is bit-identical to
+// matvec() of its row (qdot_kernels.hpp: QgemmFn), so a batch of decode rows gives each sequence
+// what it would get alone, whatever m and thread count.
+void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatrix& w, const float* x,
+           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy) {
+  const std::size_t row_bytes = qgemm_row_bytes(w.cols);
+  std::byte* shared = ctx.shared(qgemm_shared_bytes(w.cols, m));
+  auto* rows = reinterpret_cast<detail::QuantizedRow*>(shared + static_cast<std::size_t>(m) * row_bytes);
+  const detail::QuantizeRowFn quantize = detail::qdot_kernels_for(ctx.isa()).quantize;
+  const detail::QgemmFn gemm_rows = detail::qgemm_kernel_for(ctx.isa(), w.layout);
+  // The Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's decode does not).
+  const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0);
+  for (std::int64_t i = 0; i < m; ++i) {
+    std::byte* buffer = shared + static_cast<std::size_t>(i) * row_bytes;
+    std::construct_at(rows + i, quantize(x + i * ldx, w.cols, buffer));
+    if (lanes) detail::write_block_lanes(w.cols, buffer);
+  }
+  detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
+    const std::byte* first = w.data + static_cast<std::size_t>(begin) * w.row_stride;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kQgemmBlockM) {
+      const std::int64_t mb = std::min(kQgemmBlockM, m - i0);
+      if (gemm_rows != nullptr) {
+        gemm_rows(first, w.row_stride, rows + i0, mb, y + i0 * ldy + begin, ldy, end - begin);
+      } else {
+        for (std::int64_t i = i0; i < i0 + mb; ++i) kernel.qdot(first, w.row_stride, rows[i], y + i * ldy + begin, end - begin);
+      }
+    }
+  });
+}
+
+// The int8 GEMM serves m > 1 wherever decode has an integer kernel for the layout.
+detail::DecodeKernel int8_gemm_kernel(const CpuContext& ctx, const WeightMatrix& w) noexcept {
+  detail::DecodeKernel k = detail::DecodeKernel::for_weight(ctx, w.layout);
+  if (k.qdot == nullptr || w.cols % kQBlock != 0) return {};
+  return k;
 }
 
 }  // namespace
@@ -162,12 +217,15 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
   const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
   if (m == 1) {
     matvec(ctx, w, x, y);
+  } else if (const detail::DecodeKernel k = int8_gemm_kernel(ctx, w); k.qdot != nullptr) {
+    qgemm(ctx, k, w, x, ldx, m, y, ldy);
   } else {
     gemm(ctx, kernels, w, x, ldx, m, y, ldy);
   }
 }
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
+  if (m > 1 && int8_gemm_kernel(ctx, w).qdot != nullptr) return qgemm_shared_bytes(w.cols, m);  // m int8 rows
   if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
   if (m != 1) return 0;
   return detail::decode_input_bytes(ctx, detail::DecodeKernel::for_weight(ctx, w.layout), w.cols);
