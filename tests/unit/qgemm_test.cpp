@@ -2,7 +2,9 @@
 // matmul.cpp's qgemm) on every ISA level: each output bit for bit equal to the decode (m == 1)
 // result of its activation row, whatever m, the companion rows and the thread count (batch
 // invariance), and close to a double reference built from the raw block levels and the quantized
-// activation row (only the kernels' float rounding may differ).
+// activation row (only the kernels' float rounding may differ). Formats without a register-blocked
+// kernel take the int8 GEMM up to kQgemmPerRowMaxM rows (decode batches); beyond, the float GEMM
+// (matmul_test).
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
@@ -29,11 +31,12 @@ namespace {
 
 const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
-// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), and two
-// formats that take the per-row decode kernel inside the GEMM (Q4_1, Q4_K).
+// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), and
+// formats that take the per-row decode kernel inside the GEMM (Q4_1, Q4_K, Q4_KR with VBMI).
 constexpr cpu::WeightLayout kLayouts[] = {cpu::WeightLayout::kQ8_0, cpu::WeightLayout::kQ8_0R,
                                           cpu::WeightLayout::kQ4_0, cpu::WeightLayout::kQ4_0R,
-                                          cpu::WeightLayout::kQ4_1, cpu::WeightLayout::kQ4_K};
+                                          cpu::WeightLayout::kQ4_1, cpu::WeightLayout::kQ4_K,
+                                          cpu::WeightLayout::kQ4_KR};
 
 // rows x cols weights in `layout` (rows of row_bytes + 64 bytes: not the packed stride).
 struct Weights {
@@ -73,10 +76,16 @@ std::vector<float> make_activations(test::Rng& rng, std::int64_t m, std::int64_t
 }
 
 // Whether decode takes an integer kernel for w at ctx's level (the repacked layouts have them only
-// where the resident weights use them: Q8_0R / Q4_0R at avx512vnni); the others stay float, m == 1
-// and m > 1 alike, and are matmul_test's.
+// where the resident weights use them: Q8_0R / Q4_0R at avx512vnni, Q4_KR with VBMI); the others
+// stay float, m == 1 and m > 1 alike, and are matmul_test's.
 bool has_int8_decode(const cpu::CpuContext& ctx, const cpu::WeightMatrix& w) {
   return cpu::matmul_shared_bytes(ctx, w, 1) > 0;
+}
+
+// The largest m the int8 GEMM takes for `layout` at `isa`: any with a register-blocked kernel,
+// decode batches (kQgemmPerRowMaxM) for the formats that run their decode kernel per row.
+std::int64_t int8_max_m(cpu::Isa isa, cpu::WeightLayout layout) {
+  return cpu::detail::qgemm_kernel_for(isa, layout) != nullptr ? 1 << 30 : cpu::detail::kQgemmPerRowMaxM;
 }
 
 cpu::CpuContext int8_context(cpu::Isa isa, int threads) {
@@ -179,7 +188,8 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM rows equal the m == 1 decode bit for bit an
       Weights wts = make_weights(rng, layout, rows, cols);
       const cpu::WeightMatrix w = wts.matrix(layout, rows, cols);
       if (!has_int8_decode(ctx, w)) return;
-      for (const std::int64_t m : {2, 3, 7, 34, 67}) {
+      for (const std::int64_t m : {2, 3, 7, 34, 64, 67}) {
+        if (m > int8_max_m(isa, layout)) continue;
         CAPTURE(rows, cols, m);
         const std::vector<float> x = make_activations(rng, m, cols);
         const std::vector<float> y = run(ctx, w, x.data(), m);
@@ -205,6 +215,7 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM outputs do not depend on m, the companion r
   // The probe row at each position of batches of every size 1..67, with fresh companions, on 1
   // and 2 threads: always the same bits as alone.
   for (const std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 64, 67}) {
+    if (m > int8_max_m(isa, layout)) continue;
     for (const std::int64_t at : {std::int64_t{0}, m / 2, m - 1}) {
       std::vector<float> x = make_activations(rng, m, cols);
       std::copy(probe.begin(), probe.end(), x.begin() + at * cols);

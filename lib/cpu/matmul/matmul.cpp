@@ -130,10 +130,12 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   });
 }
 
-// The int8 GEMM serves m > 1 wherever decode has an integer kernel for the layout.
-detail::DecodeKernel int8_gemm_kernel(const CpuContext& ctx, const WeightMatrix& w) noexcept {
+// The int8 GEMM serves m > 1 wherever decode has an integer kernel for the layout: at every m
+// with a register-blocked kernel, up to kQgemmPerRowMaxM rows (decode batches) without one.
+detail::DecodeKernel int8_gemm_kernel(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
   detail::DecodeKernel k = detail::DecodeKernel::for_weight(ctx, w.layout);
   if (k.qdot == nullptr || w.cols % kQBlock != 0) return {};
+  if (m > detail::kQgemmPerRowMaxM && detail::qgemm_kernel_for(ctx.isa(), w.layout) == nullptr) return {};
   return k;
 }
 
@@ -217,7 +219,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
   const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
   if (m == 1) {
     matvec(ctx, w, x, y);
-  } else if (const detail::DecodeKernel k = int8_gemm_kernel(ctx, w); k.qdot != nullptr) {
+  } else if (const detail::DecodeKernel k = int8_gemm_kernel(ctx, w, m); k.qdot != nullptr) {
     qgemm(ctx, k, w, x, ldx, m, y, ldy);
   } else {
     gemm(ctx, kernels, w, x, ldx, m, y, ldy);
@@ -225,8 +227,16 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 }
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
-  if (m > 1 && int8_gemm_kernel(ctx, w).qdot != nullptr) return qgemm_shared_bytes(w.cols, m);  // m int8 rows
-  if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
+  if (m > 1) {
+    // Any batch of 2..m rows: those the int8 GEMM takes need m (or kQgemmPerRowMaxM) int8 rows,
+    // larger ones at Isa::kAmx the bf16 copy of x.
+    std::size_t bytes = ctx.isa() == Isa::kAmx ? detail::amx_activation_bytes(m, w.cols) : 0;
+    if (int8_gemm_kernel(ctx, w, 2).qdot != nullptr) {
+      const bool any_m = detail::qgemm_kernel_for(ctx.isa(), w.layout) != nullptr;
+      bytes = std::max(bytes, qgemm_shared_bytes(w.cols, any_m ? m : std::min(m, detail::kQgemmPerRowMaxM)));
+    }
+    return bytes;
+  }
   if (m != 1) return 0;
   return detail::decode_input_bytes(ctx, detail::DecodeKernel::for_weight(ctx, w.layout), w.cols);
 }
