@@ -85,6 +85,7 @@ void q8_tile(const std::byte* w, std::size_t row_stride, const QuantizedRow* con
   constexpr int kShift = UnpackQ8_0::kShift;
   std::int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    prefetch_rows<R, 4 * sizeof(BlockQ8_0)>(w, row_stride, static_cast<std::size_t>(b) * sizeof(BlockQ8_0));
     Q8Quad q[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) q[r] = W::quad(w + static_cast<std::size_t>(r) * row_stride, nb, b);
@@ -207,6 +208,8 @@ void q4_tile(const std::byte* w, std::size_t row_stride, const QuantizedRow* con
       neg_offset[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
                                        _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lanes, x[c]->sum + b0), 3));
     }
+    // The decode kernels' weight prefetch (at small m the product streams weights as decode does).
+    prefetch_rows<R, kUnitBlocks * sizeof(BlockQ4_0)>(w, row_stride, static_cast<std::size_t>(b0) * sizeof(BlockQ4_0));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const Q4Unit u = W::unit(w + static_cast<std::size_t>(r) * row_stride, nb, b0, n);
