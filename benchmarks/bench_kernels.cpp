@@ -13,11 +13,15 @@
 //     of the measured FMA peak of that ISA and thread count.
 //   attention decode at --ctx context: contiguous and paged (block 16) caches, F16, INT8 and
 //     INT4 K/V: ms per layer and GB/s of cache bytes read vs the read bandwidth.
+//   --m-sweep 1,2,4,...: per format, microseconds per rows x cols matmul at each m with f32 and
+//     with int8 activations (weights cycling through the copies, from DRAM), beside the weight
+//     floor (matrix bytes / read bandwidth) and the compute roof (2 m rows cols over the FMA peak,
+//     and for int8 over the vpdpbusd peak where the level has it).
 // Every figure is the median of --repeats timed runs after one warm-up run.
 //
 // Usage: bench_kernels [--rows N] [--cols N] [--m N] [--ctx N] [--repeats N] [--ws-mib N]
 //                      [--attention-only 1] [--threads N] [--isa generic|avx2|avx512|avx512vnni|amx]
-//                      [--formats f32,q8_0,...]
+//                      [--formats f32,q8_0,...] [--m-sweep 1,2,4,8]
 #include "core/aligned_buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/memory_bandwidth.hpp"
@@ -57,6 +61,7 @@ struct Options {
   std::vector<cpu::Isa> isas;
   std::vector<cpu::WeightLayout> formats;  // stored formats and the CPU's repacked layouts
   bool attention_only = false;
+  std::vector<std::int64_t> m_sweep;       // empty: no sweep table
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -94,6 +99,22 @@ __attribute__((target("avx512f"))) double fma_loop_avx512(std::int64_t iters) {
   (void)sink;
   return static_cast<double>(iters) * 16 * 16 * 2;  // flops
 }
+// vpdpbusd chains: 64 multiply-adds (128 int ops) per instruction.
+__attribute__((target("avx512f,avx512vnni"))) double dpbusd_loop_avx512(std::int64_t iters) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (std::int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  alignas(64) std::int32_t out[16];
+  _mm512_store_si512(out, s);
+  volatile std::int32_t sink = out[0];
+  (void)sink;
+  return static_cast<double>(iters) * 16 * 64 * 2;  // int ops
+}
 __attribute__((target("avx2,fma"))) double fma_loop_avx2(std::int64_t iters) {
   __m256 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i) * 1e-3f);
@@ -122,6 +143,27 @@ double fma_loop_generic(std::int64_t iters) {
   volatile float sink = acc[0];
   (void)sink;
   return static_cast<double>(iters) * 48 * 2;
+}
+
+// Peak int8 multiply-add ops/s (2 per multiply-add) with vpdpbusd, or 0 below avx512vnni.
+double dpbusd_peak(cpu::CpuContext& ctx) {
+#if defined(__x86_64__)
+  if (ctx.isa() != cpu::Isa::kAvx512Vnni && ctx.isa() != cpu::Isa::kAmx) return 0.0;
+  const std::int64_t iters = 10'000'000;
+  std::vector<double> ops(static_cast<std::size_t>(ctx.threads()));
+  double best = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    ctx.pool().run([&](int t, int) { ops[static_cast<std::size_t>(t)] = dpbusd_loop_avx512(iters); });
+    double total = 0.0;
+    for (double o : ops) total += o;
+    best = std::max(best, total / seconds_since(start));
+  }
+  return best;
+#else
+  (void)ctx;
+  return 0.0;
+#endif
 }
 
 // Peak single-precision FLOP/s of this ISA with the context's threads.
@@ -271,6 +313,37 @@ MatvecTimes time_matvec(cpu::CpuContext& ctx, Matrices& mats, cpu::WeightLayout 
   return t;
 }
 
+// Microseconds per matmul of one copy at batch m (cycling through the copies, so weights come
+// from DRAM as in a model's step).
+double matmul_us(cpu::CpuContext& ctx, Matrices& mats, cpu::WeightLayout layout, const Options& opt, std::int64_t m,
+                 const float* x, float* y) {
+  const cpu::WeightMatrix w0 = mats.at(layout, opt.rows, opt.cols, 0);
+  ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w0, m));
+  ctx.reserve_scratch(cpu::matmul_scratch_floats(w0, m));
+  const double s = median_seconds(opt.repeats, [&] {
+    for (int c = 0; c < mats.copies; ++c) cpu::matmul(ctx, mats.at(layout, opt.rows, opt.cols, c), x, opt.cols, m, y, opt.rows);
+  });
+  return s / mats.copies * 1e6;
+}
+
+void bench_m_sweep(cpu::CpuContext& ctx, cpu::CpuContext& ctx_int8, Matrices& mats, cpu::WeightLayout layout,
+                   const Options& opt, double bw, double fma, double dpbusd, const float* x, float* y) {
+  const double floor_us = static_cast<double>(mats.matrix_bytes) / bw * 1e6;
+  std::printf("  %s %lldx%lld: us per matmul (weights from DRAM); floor %.1f us = %zu weight bytes / read bw\n",
+              std::string(name(layout)).c_str(), static_cast<long long>(opt.rows), static_cast<long long>(opt.cols),
+              floor_us, mats.matrix_bytes);
+  std::printf("  %5s %10s %10s %9s %9s %10s %10s %10s\n", "m", "f32 us", "int8 us", "f32/int8", "floor us", "fma roof",
+              "int8 roof", "int8 GOP/s");
+  for (const std::int64_t m : opt.m_sweep) {
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
+    const double f = matmul_us(ctx, mats, layout, opt, m, x, y);
+    const double q = matmul_us(ctx_int8, mats, layout, opt, m, x, y);
+    std::printf("  %5lld %10.1f %10.1f %9.2f %9.1f %10.1f %10.1f %10.1f\n", static_cast<long long>(m), f, q, f / q,
+                floor_us, flops / fma * 1e6, dpbusd > 0 ? flops / dpbusd * 1e6 : 0.0, flops / q / 1e3);
+    std::fflush(stdout);
+  }
+}
+
 void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<float>& source) {
   cpu::CpuContext ctx(threads, isa);
   cpu::CpuContext ctx_int8(threads, isa, /*int8_activations=*/true);
@@ -286,7 +359,9 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
               "  block per thread with 64 rows in cache (compute cost)\n");
   std::printf("  %-8s %10s %6s %10s %6s %9s %9s %8s %13s %8s\n", "format", "mv GB/s", "of bw", "int8 GB/s", "of bw",
               "ns/blk", "int8 ns", "copies", "gemm GFLOP/s", "of peak");
-  std::vector<float> x(static_cast<std::size_t>(opt.cols * opt.m)), y(static_cast<std::size_t>(opt.rows * opt.m));
+  std::int64_t m_max = opt.m;
+  for (const std::int64_t m : opt.m_sweep) m_max = std::max(m_max, m);
+  std::vector<float> x(static_cast<std::size_t>(opt.cols * m_max)), y(static_cast<std::size_t>(opt.rows * m_max));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (auto& v : x) v = normal(rng);
@@ -317,6 +392,9 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
                   mats.copies, flops / gm / 1e9, 100.0 * flops / gm / peak);
     }
     std::fflush(stdout);
+    if (!opt.m_sweep.empty()) {
+      bench_m_sweep(ctx, ctx_int8, mats, layout, opt, bw, peak, dpbusd_peak(ctx_int8), x.data(), y.data());
+    }
   }
   bench_attention(ctx, opt, bw);
 }
@@ -340,6 +418,7 @@ Options parse(int argc, char** argv) {
       std::printf(
           "usage: bench_kernels [--isa generic,avx2,avx512,avx512vnni] [--formats f16,q8_0,...] [--threads N]\n"
           "                     [--rows R] [--cols C] [--m M] [--ctx N] [--repeats N] [--ws-mib MiB]\n"
+          "                     [--m-sweep 1,2,4,...]\n"
           "Kernel throughput (matvec GB/s from DRAM and ns per block in cache, GEMM GFLOP/s, attention)\n"
           "beside the read bandwidth and FMA peak measured in the same run.\n");
       std::exit(0);
@@ -370,6 +449,8 @@ Options parse(int argc, char** argv) {
           if (cpu::name(isa) == part) opt.isas.push_back(isa);
         }
       }
+    } else if (key == "--m-sweep") {
+      for (const auto part : split_commas(value)) opt.m_sweep.push_back(std::max<std::int64_t>(1, std::atoll(std::string(part).c_str())));
     } else if (key == "--formats") {
       for (const auto part : split_commas(value)) {
         if (const auto t = cpu::weight_layout_from_name(part)) opt.formats.push_back(*t);

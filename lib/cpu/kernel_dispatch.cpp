@@ -48,6 +48,14 @@ const VecKernels& vec_kernels_for(Isa isa) noexcept {
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
   return tables_for(isa).qdot();
 }
+QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  if (isa == Isa::kAvx512Vnni || isa == Isa::kAmx) return qgemm_avx512vnni(layout);
+#endif
+  (void)isa;
+  (void)layout;
+  return nullptr;
+}
 
 #if defined(SITSRT_X86_KERNELS)
 namespace {

@@ -35,7 +35,8 @@ inline std::string random_model(const RandomModelOptions& options, const std::st
 
 // EngineOptions::cpu_isa for tests that hold prefill to float rounding: the best level whose
 // prefill is float (at "amx", the default on CPUs with AMX, prefill rounds its matmul operands to
-// bf16; see cpu/matmul/amx_prefill.hpp). Clamped to the CPU like any level.
+// bf16; see cpu/matmul/amx_prefill.hpp). Clamped to the CPU like any level. Prefill of quantized
+// weights is float only with EngineOptions::int8_activations = false (else the int8 GEMM).
 inline constexpr const char* kFloatPrefillIsa = "avx512vnni";
 
 inline RandomModelOptions tiny_options(DType type) {

@@ -210,12 +210,22 @@ TEST_CASE("resident q4_k weights: repacked where the CPU has the Q4_KR kernel, s
   const bool repacks = ri.int8_activations && (ri.cpu_isa == "avx512vnni" || ri.cpu_isa == "amx") &&
                        cpu::detail::q4_kr_decode_native(cpu::Isa::kAvx512Vnni);
   CHECK((ri.weights_repacked_tensors == 2 * 7 + 1) == repacks);  // 7 per layer + the output head
-  // Q4_KR holds the stored values: prefill (dequantized tiles) is bit-identical.
+  // Q4_KR holds the stored values, but its integer kernel sums the same per-sub-block terms in
+  // another order than Q4_K's, in decode and (int8 GEMM: the decode kernels per row) in prefill.
+  // A last-bit difference can move a later layer's activation across an int8 rounding boundary
+  // (one level: 1/254 of its block's max), so the bounds are the int8-activation ones of
+  // model_reference_test, not float rounding (measured here: decode log-probs 0.02 apart).
   const std::vector<float> a = mapped.logits(kTokens, true), b = resident.logits(kTokens, true);
   REQUIRE(a.size() == b.size());
-  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-  // Decode sums the same per-sub-block terms in another order: log-probs agree to rounding.
-  check_close_decode(mapped, resident, 6, 1e-3f);
+  double scale = 0.0, err = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  INFO("prefill max |error| " << err << ", logit scale " << scale);
+  CHECK(err <= 0.03 * scale);
+  if (!repacks) CHECK(err == 0.0);  // both Q4_K: the same kernels
+  check_close_decode(mapped, resident, 6, repacks ? 0.05f : 1e-6f);
 }
 
 TEST_CASE("weights conversion keeps a lookup-only token embedding as stored", "[engine]") {

@@ -285,7 +285,8 @@ SITSRT_ISA_TEST_CASE(isa, "int8-activation decode matches its integer reference 
   }
 }
 
-TEST_CASE("int8 activations leave float formats and prefill on the float path", "[qdot][matmul]") {
+TEST_CASE("int8 activations leave float formats on the float path; quantized prefill takes the int8 GEMM",
+          "[qdot][matmul]") {
   cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3}) {
     const cpu::WeightMatrix w{cpu::stored_layout(t), nullptr, 4, 64, row_bytes(t, 64)};
@@ -293,9 +294,14 @@ TEST_CASE("int8 activations leave float formats and prefill on the float path", 
   }
   const cpu::WeightMatrix q{cpu::WeightLayout::kQ8_0, nullptr, 4, 64, row_bytes(DType::kQ8_0, 64)};
   CHECK(cpu::matmul_shared_bytes(ctx, q, 1) > 0);
-  CHECK(cpu::matmul_shared_bytes(ctx, q, 5) == 0);
+  CHECK(cpu::matmul_shared_bytes(ctx, q, 5) >= 5 * cpu::detail::quantized_row_bytes(64));  // 5 int8 rows
+  for (DType t : {DType::kF32, DType::kF16}) {
+    const cpu::WeightMatrix w{cpu::stored_layout(t), nullptr, 4, 64, row_bytes(t, 64)};
+    CHECK(cpu::matmul_shared_bytes(ctx, w, 5) == 0);
+  }
   cpu::CpuContext float_ctx(1, cpu::Isa::kGeneric, false);
   CHECK(cpu::matmul_shared_bytes(float_ctx, q, 1) == 0);
+  CHECK(cpu::matmul_shared_bytes(float_ctx, q, 5) == 0);
 }
 
 TEST_CASE("int8-activation decode without reserved shared scratch throws kInternal", "[qdot]") {

@@ -8,6 +8,7 @@
 #include "cpu/matmul/decode_kernel.hpp"
 
 #include <algorithm>
+#include <memory>
 
 namespace sitsrt::cpu {
 namespace {
@@ -80,6 +81,77 @@ void gemm(CpuContext& ctx, const MatmulKernels& kernels, const WeightMatrix& w, 
       }
     }
   });
+}
+
+// Activation rows per pass of the int8 GEMM over a thread's weight chunk: 32 quantized rows of
+// 4096 columns (~20 KiB each with their expanded scales and block lanes) stay in L2 while the
+// chunk's weight rows stream past them.
+constexpr std::int64_t kQgemmBlockM = 32;
+constexpr std::int64_t kQgemmSplitQuantizeM = 16;  // see qgemm()
+
+// Bytes of one quantized activation row of the int8 GEMM (64-byte multiple), and of the whole
+// shared area: m rows, then their m QuantizedRow descriptors.
+std::size_t qgemm_row_bytes(std::int64_t cols) noexcept {
+  return detail::quantized_row_bytes(cols);
+}
+std::size_t qgemm_shared_bytes(std::int64_t cols, std::int64_t m) noexcept {
+  return static_cast<std::size_t>(m) * (qgemm_row_bytes(cols) + sizeof(detail::QuantizedRow));
+}
+
+// y = x W^T for m > 1 with int8 activations (`kernel.qdot` set): the m rows are quantized once
+// exactly as matvec() quantizes its one row, then the weight rows are claimed in
+// decode chunks and each chunk runs against all m rows, kQgemmBlockM at a time, with the
+// register-blocked kernel or else the decode kernel per row. Every output is bit-identical to
+// matvec() of its row (qdot_kernels.hpp: QgemmFn), so a batch of decode rows gives each sequence
+// what it would get alone, whatever m and thread count.
+void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatrix& w, const float* x,
+           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy) {
+  const std::size_t row_bytes = qgemm_row_bytes(w.cols);
+  std::byte* shared = ctx.shared(qgemm_shared_bytes(w.cols, m));
+  auto* rows = reinterpret_cast<detail::QuantizedRow*>(shared + static_cast<std::size_t>(m) * row_bytes);
+  const detail::QuantizeRowFn quantize = detail::qdot_kernels_for(ctx.isa()).quantize;
+  const detail::QgemmFn gemm_rows = detail::qgemm_kernel_for(ctx.isa(), w.layout);
+  // The Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's decode does not).
+  const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0);
+  const auto quantize_rows = [&](Range r) {
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      std::byte* buffer = shared + static_cast<std::size_t>(i) * row_bytes;
+      std::construct_at(rows + i, quantize(x + i * ldx, w.cols, buffer));
+      if (lanes) detail::write_block_lanes(w.cols, buffer);
+    }
+  };
+  // A decode batch is quantized on the calling thread (one dispatch per matmul); from
+  // kQgemmSplitQuantizeM rows the threads share it first: 256 rows of 2816 take ~1 ms on one
+  // thread, 10-20% of the product at 2 threads, against a few microseconds for the extra dispatch.
+  if (m >= kQgemmSplitQuantizeM && ctx.pool().size() > 1) {
+    ctx.pool().run([&](int t, int n) { quantize_rows(split_range(m, t, n)); });
+  } else {
+    quantize_rows({0, m});
+  }
+  detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
+    const std::byte* first = w.data + static_cast<std::size_t>(begin) * w.row_stride;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kQgemmBlockM) {
+      const std::int64_t mb = std::min(kQgemmBlockM, m - i0);
+      if (gemm_rows != nullptr) {
+        gemm_rows(first, w.row_stride, rows + i0, mb, y + i0 * ldy + begin, ldy, end - begin);
+      } else {
+        for (std::int64_t i = i0; i < i0 + mb; ++i) kernel.qdot(first, w.row_stride, rows[i], y + i * ldy + begin, end - begin);
+      }
+    }
+  });
+}
+
+// The int8 GEMM serves m > 1 wherever decode has an integer kernel for the layout: at every m
+// with a register-blocked kernel, up to kQgemmPerRowMaxM rows (decode batches) without one.
+detail::DecodeKernel int8_gemm_kernel(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
+  detail::DecodeKernel k = detail::DecodeKernel::for_weight(ctx, w.layout);
+  if (k.qdot == nullptr || w.cols % kQBlock != 0) return {};
+  // Past 64 rows the per-row path loses to the float GEMM; batch invariance keeps it (a row's
+  // result must not depend on how many rows share its step).
+  if (m > detail::kQgemmPerRowMaxM && !ctx.batch_invariant() && detail::qgemm_kernel_for(ctx.isa(), w.layout) == nullptr) {
+    return {};
+  }
+  return k;
 }
 
 }  // namespace
@@ -160,15 +232,29 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
     return;
   }
   const MatmulKernels& kernels = detail::matmul_kernels_for(ctx.isa());
-  if (m == 1 && !ctx.batch_invariant()) {
+  // int8 rows give the one-row decode's bits at any m; float one-row decode differs from the
+  // GEMM, so batch invariance sends one float row through the GEMM.
+  const detail::DecodeKernel k = int8_gemm_kernel(ctx, w, m);
+  if (m == 1 && (!ctx.batch_invariant() || k.qdot != nullptr)) {
     matvec(ctx, w, x, y);
+  } else if (k.qdot != nullptr) {
+    qgemm(ctx, k, w, x, ldx, m, y, ldy);
   } else {
     gemm(ctx, kernels, w, x, ldx, m, y, ldy);
   }
 }
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
-  if (m > 1 && ctx.isa() == Isa::kAmx) return detail::amx_activation_bytes(m, w.cols);  // bf16 copy of x
+  if (m > 1) {
+    // Any batch of 2..m rows: those the int8 GEMM takes need m (or kQgemmPerRowMaxM) int8 rows,
+    // larger ones at Isa::kAmx the bf16 copy of x.
+    std::size_t bytes = ctx.isa() == Isa::kAmx ? detail::amx_activation_bytes(m, w.cols) : 0;
+    if (int8_gemm_kernel(ctx, w, 2).qdot != nullptr) {
+      const bool any_m = ctx.batch_invariant() || detail::qgemm_kernel_for(ctx.isa(), w.layout) != nullptr;
+      bytes = std::max(bytes, qgemm_shared_bytes(w.cols, any_m ? m : std::min(m, detail::kQgemmPerRowMaxM)));
+    }
+    return bytes;
+  }
   if (m != 1) return 0;
   return detail::decode_input_bytes(ctx, detail::DecodeKernel::for_weight(ctx, w.layout), w.cols);
 }

@@ -10,6 +10,7 @@
 #include "cpu/matmul/kquant_kernels.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/qdot/qdot_prefetch_avx512.hpp"
+#include "cpu/qdot/q8_0_pairs_avx512.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
@@ -24,18 +25,6 @@ inline void prefetch_ahead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
 }
 
-// [f(h0) x8, f(h1) x8] for two fp16 values.
-inline __m512 pair_halves(std::uint32_t h0, std::uint32_t h1) {
-  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | (h1 << 16))));
-  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-}
-
-// Each Unpack*::levels(blocks, b, second) returns the unsigned levels of blocks b and b + 1 as
-// 64 bytes (block b + 1 contributing zeros when !second, so a row's odd last block adds nothing).
-inline __m512i pair_from_halves(__m256i u0, __m256i u1) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
-}
 // Nibbles of two 4-bit blocks: the two 16-byte qs arrays go to 128-bit lanes 0 and 2, are
 // duplicated into lanes 1 and 3, and lanes 1 and 3 shift right by 4: after the mask, lane k of
 // each block holds elements 16k..16k+15. Five vector ops for 64 levels.
@@ -56,17 +45,9 @@ inline std::uint32_t load_qh(const std::uint8_t* qh) {
   return v;
 }
 
-struct UnpackQ8_0 {
-  using Block = BlockQ8_0;
-  static constexpr bool kMin = false;
-  static constexpr int kShift = 4;  // offset 128 = 8 lanes x 16
-  static __m512i levels(const Block* blocks, std::int64_t b, bool second) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qs));
-    const __m256i w1 =
-        second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b + 1].qs)) : _mm256_set1_epi8(-128);
-    return _mm512_xor_si512(pair_from_halves(w0, w1), _mm512_set1_epi8(-128));
-  }
-};
+// Each Unpack*::levels(blocks, b, second) returns the unsigned levels of blocks b and b + 1 as
+// 64 bytes (block b + 1 contributing zeros when !second, so a row's odd last block adds nothing).
+// (UnpackQ8_0: q8_0_pairs_avx512.hpp.)
 template <typename B, bool M>
 struct UnpackQ4 {
   using Block = B;
@@ -85,19 +66,6 @@ struct UnpackQ5 {
     return _mm512_mask_add_epi8(u, static_cast<__mmask64>(qh), u, _mm512_set1_epi8(16));
   }
 };
-
-// The fp16 scales (or mins, at byte `field` of each block) of blocks b..b+3 as two pair
-// vectors: one conversion for four blocks.
-template <typename Block>
-inline void quad_halves(const Block* blocks, std::int64_t b, std::size_t field, __m512& p01, __m512& p23) {
-  const auto* base = reinterpret_cast<const std::byte*>(blocks + b) + field;
-  const std::uint64_t h = std::uint64_t{load_u16(base)} | std::uint64_t{load_u16(base + sizeof(Block))} << 16 |
-                          std::uint64_t{load_u16(base + 2 * sizeof(Block))} << 32 |
-                          std::uint64_t{load_u16(base + 3 * sizeof(Block))} << 48;
-  const __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h))));
-  p01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), f);
-  p23 = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), f);
-}
 
 // Blocks b, b + 1 with their scale pair dw (and min pair mw) already built.
 template <typename U>
@@ -179,26 +147,6 @@ void qdot_avx512vnni(const std::byte* w, std::size_t row_stride, const Quantized
   for (; r < n_rows; ++r) qdot_rows<U, 1>(w + static_cast<std::size_t>(r) * row_stride, row_stride, x, y + r);
 }
 
-// Repacked Q8_0 (cpu/repacked_blocks.hpp): the pairs, offsets, scale products and
-// accumulation order of qdot_rows<UnpackQ8_0>, so the results are bit-identical to the stored
-// layout's; only the loads change. A quad's levels come from two 64-byte loads with no
-// unpacking (already unsigned), and its four scales from one 8-byte load instead of four
-// 2-byte gathers. (Q4_0 and Q4_0R: qdot_q4_avx512vnni.cpp.)
-struct RepackedQ8_0 {
-  static constexpr std::size_t kBlockBytes = sizeof(BlockQ8_0);
-  static constexpr int kLevelBytes = kQBlock;
-  static constexpr int kShift = UnpackQ8_0::kShift;
-  static void quad_levels(const std::byte* quad, __m512i& u01, __m512i& u23) {
-    u01 = _mm512_loadu_si512(quad);
-    u23 = _mm512_loadu_si512(quad + 64);
-  }
-  static __m512i tail_levels(const std::byte* levels, int i, bool second) {
-    const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + kLevelBytes * i));
-    const __m256i u1 = second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + kLevelBytes * (i + 1)))
-                              : _mm256_setzero_si256();
-    return pair_from_halves(u0, u1);
-  }
-};
 template <typename F, int R>
 inline void qdot_repacked_rows(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y) {
   const std::int64_t nb = x.blocks;

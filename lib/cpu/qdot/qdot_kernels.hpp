@@ -68,12 +68,26 @@ void write_block_lanes(std::int64_t cols, std::byte* buffer) noexcept;
 using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                         std::int64_t n_rows);
 
+// m > 1 activation rows (cpu::matmul with int8 activations): y[i * ldy + r] for i < m, r < n_rows,
+// each bit-identical to the QdotFn result of weight row r against x[i] (same float operations in
+// the same order; see qgemm_avx512vnni.cpp), so results depend neither on m nor on the other rows.
+using QgemmFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
+                         std::int64_t ldy, std::int64_t n_rows);
+
 struct QdotKernels {
   QdotFn matvec[kWeightLayoutCount];  // indexed by WeightLayout; nullptr: no integer path for it
   QuantizeRowFn quantize;      // bit-identical to quantize_row_q8_act
 };
 
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept;
+// The register-blocked multi-row kernel of `layout` at `isa` (Q8_0, Q8_0R, Q4_0, Q4_0R with
+// AVX-512 VNNI), or nullptr: matmul then runs the decode kernel once per activation row over
+// the same cache-resident weight rows (also bit-identical to m == 1), but only up to
+// kQgemmPerRowMaxM rows, the largest decode batch of the serving core: beyond that (prefill) the
+// float GEMM is faster than m decode passes (measured ~1.4-1.6x at m = 64 for Q4_1, Q6_K and
+// the AVX2 level, docs/performance.md) and those formats keep it.
+QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept;
+inline constexpr std::int64_t kQgemmPerRowMaxM = 64;
 // True when `isa`'s table has the Q4_KR kernel and the CPU can run it (AVX512_VBMI): only then
 // does Q4_K repack (weight_layout.cpp) and decode take the table's Q4_KR entry.
 bool q4_kr_decode_native(Isa isa) noexcept;
@@ -81,6 +95,7 @@ const QdotKernels& qdot_kernels_generic() noexcept;
 #if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
+QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
 // The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);
