@@ -64,6 +64,9 @@ struct EngineDigest {
   std::int64_t max_batch_tokens = 0;
   std::int64_t context_length = 0;
   bool deterministic = false;
+  // Deterministic with batch invariance (EngineOptions::deterministic_batching): each row's
+  // results independent of its batch mates. Absent (false) in logs written before the serving core.
+  bool batch_invariant = false;
 };
 
 // Reported once per request, before its first token.

@@ -95,6 +95,10 @@ struct EngineOptions {
   // type), never on the thread count or on other requests; "auto" ISA is resolved once and
   // recorded. See docs/audit-log.md.
   bool deterministic = false;
+  // With deterministic: also batch-invariant (a request's bits do not depend on the requests
+  // sharing its batched steps; docs/serving.md). false reproduces engines before the serving
+  // core (replay of their logs sets it from the record).
+  bool deterministic_batching = true;
   // Audit: sinks that receive every request (requests can add their own), anomaly rules applied
   // to every request, and a callback for tripped rules (called on the generating thread).
   std::vector<std::shared_ptr<AuditSink>> audit_sinks;

@@ -131,7 +131,7 @@ BackendOptions backend_options(const EngineOptions& o) {
   b.int8_activations = o.int8_activations;
   b.resident_weights = !o.mmap_weights;
   b.decode_fusion = o.decode_fusion;
-  b.batch_invariant = o.deterministic;
+  b.batch_invariant = o.deterministic && o.deterministic_batching;
   return b;
 }
 
@@ -301,6 +301,7 @@ struct Engine::Impl {
     digest.max_batch_tokens = options.max_batch_tokens;
     digest.context_length = context_length;
     digest.deterministic = options.deterministic;
+    digest.batch_invariant = options.deterministic && options.deterministic_batching;
   }
 
   // From the pinned files (the inodes the weights came from), on first use; a file changed since

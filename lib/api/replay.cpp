@@ -29,6 +29,7 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
   }
   e.int8_activations = d.activations == "int8";
   e.deterministic = d.deterministic;
+  e.deterministic_batching = d.batch_invariant;
   // "f16", or "k=int8+hadamard,v=int4+hadamard" (engine.cpp's kv_layout_label).
   const auto type_of = [&](std::string_view t) {
     if (t == "f32") return KvCacheType::kF32;
@@ -61,7 +62,8 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
 bool same_settings(const EngineDigest& a, const EngineDigest& b) {
   return a.cpu_isa == b.cpu_isa && a.activations == b.activations && a.max_batch_tokens == b.max_batch_tokens &&
          a.context_length == b.context_length && a.kv_cache_type == b.kv_cache_type &&
-         a.weights_conversion == b.weights_conversion && a.weights_placement == b.weights_placement;
+         a.weights_conversion == b.weights_conversion && a.weights_placement == b.weights_placement &&
+         a.deterministic == b.deterministic && a.batch_invariant == b.batch_invariant;
 }
 
 GenerationConfig config_for(const SamplingRecord& s) {

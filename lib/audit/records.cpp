@@ -106,7 +106,7 @@ json request_to_json(const RequestRecord& r) {
         {"placement", e.weights_placement}, {"kv", e.kv_cache_type}, {"isa", e.cpu_isa},
         {"activations", e.activations},
         {"threads", e.threads}, {"max_batch_tokens", e.max_batch_tokens}, {"ctx", e.context_length},
-        {"deterministic", e.deterministic}}},
+        {"deterministic", e.deterministic}, {"batch_invariant", e.batch_invariant}}},
       {"sampling",
        {{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p},
         {"repeat_penalty", s.repeat_penalty}, {"repeat_last_n", s.repeat_last_n}, {"seed", s.seed},
@@ -194,6 +194,7 @@ RequestRecord request_from_json(const json& j) {
   r.engine.max_batch_tokens = field<std::int64_t>(e, "max_batch_tokens");
   r.engine.context_length = field<std::int64_t>(e, "ctx");
   r.engine.deterministic = field<bool>(e, "deterministic");
+  r.engine.batch_invariant = optional_field<bool>(e, "batch_invariant", false);
   const json s = field<json>(j, "sampling");
   r.sampling.temperature = field<float>(s, "temperature");
   r.sampling.top_k = field<std::int32_t>(s, "top_k");

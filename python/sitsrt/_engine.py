@@ -152,7 +152,8 @@ class Engine:
         model: path to a GGUF file or a Hugging Face model directory.
         threads: CPU threads for the model (None: all hardware threads).
         ctx: context window in tokens (None: min(training context, 4096)).
-        kv_dtype: KV cache element type, "f16" or "f32".
+        kv_dtype: KV cache element type: "f32", "f16", "int8" (f16 scale per position and head) or
+            "int4" (f16 scale per 32 values); quantized K/V are stored Hadamard-rotated.
         max_batch_tokens: prompt tokens per forward pass.
         cpu_isa: "auto", "amx", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU;
             "avx512vnni" on a CPU with AMX keeps prefill in float instead of bf16 tiles).
@@ -196,8 +197,8 @@ class Engine:
                  chat_template: str | None = None, activations: str = "int8") -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
-        if kv_dtype not in ("f16", "f32"):
-            raise ValueError(f"kv_dtype: expected 'f16' or 'f32', got {kv_dtype!r}")
+        if kv_dtype not in ("f32", "f16", "int8", "int4"):
+            raise ValueError(f"kv_dtype: expected 'f32', 'f16', 'int8' or 'int4', got {kv_dtype!r}")
         if cpu_isa not in ("auto", "amx", "avx512vnni", "avx512", "avx2", "generic"):
             raise ValueError("cpu_isa: expected 'auto', 'amx', 'avx512vnni', 'avx512', 'avx2' or 'generic', "
                              f"got {cpu_isa!r}")

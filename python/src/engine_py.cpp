@@ -154,7 +154,9 @@ void bind_engine(py::module_& m) {
              o.context_length = ctx;
              if (kv_dtype == "f16") o.kv_cache_type = KvCacheType::kF16;
              else if (kv_dtype == "f32") o.kv_cache_type = KvCacheType::kF32;
-             else throw Error(ErrorCode::kInvalidArgument, "kv_dtype: expected 'f16' or 'f32', got '" + kv_dtype + "'");
+             else if (kv_dtype == "int8") o.kv_cache_type = KvCacheType::kInt8;
+             else if (kv_dtype == "int4") o.kv_cache_type = KvCacheType::kInt4;
+             else throw Error(ErrorCode::kInvalidArgument, "kv_dtype: expected 'f32', 'f16', 'int8' or 'int4', got '" + kv_dtype + "'");
              o.max_batch_tokens = max_batch_tokens;
              o.cpu_isa = std::move(cpu_isa);
              o.memory_budget_bytes = memory_budget_bytes;
@@ -220,6 +222,25 @@ void bind_engine(py::module_& m) {
         d["queued_seconds"] = s.queued_seconds;
         d["in_flight"] = s.in_flight;
         d["peak_in_flight"] = s.peak_in_flight;
+        // The serving scheduler (generate, stream, chat) and its KV block pool.
+        d["waiting"] = s.waiting;
+        d["running"] = s.running;
+        d["preempted"] = s.preempted;
+        d["submitted"] = s.submitted;
+        d["finished"] = s.finished;
+        d["rejected"] = s.rejected;
+        d["preemptions"] = s.preemptions;
+        d["admission_waits"] = s.admission_waits;
+        d["steps"] = s.steps;
+        d["max_step_sequences"] = s.max_step_sequences;
+        d["kv_blocks"] = s.kv_blocks;
+        d["kv_blocks_free"] = s.kv_blocks_free;
+        d["kv_blocks_cached"] = s.kv_blocks_cached;
+        d["prefix_cache_hits"] = s.prefix_cache_hits;
+        d["max_num_seqs"] = s.limits.max_num_seqs;
+        d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
+        d["kv_block_size"] = s.limits.kv_block_size;
+        d["kv_pool_tokens"] = s.limits.kv_pool_tokens;
         return d;
       })
       .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
