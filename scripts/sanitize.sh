@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the unit tests under a sanitizer (CMakePresets.json presets).
 #   scripts/sanitize.sh asan   every unit test under AddressSanitizer + UndefinedBehaviorSanitizer
-#   scripts/sanitize.sh tsan   the tests that run threads (thread pool, threaded kernels, engine
+#   scripts/sanitize.sh tsan   the tests that run threads (thread pool, threaded kernels, the serving
+#                              scheduler with many client threads, engine
 #                              requests in parallel, audit writer thread) under ThreadSanitizer
 # A sanitizer report fails the test that triggered it (halt_on_error / exit codes below).
 set -euo pipefail
@@ -19,7 +20,7 @@ case $mode in
     # Threaded kernels are covered by runtime_fusion_test (fused and plain matmuls on 1-3 threads,
     # several formats); matmul_test and qdot_test repeat the same row split for every format and
     # ISA (~3 min under TSan), so CI leaves them out (add them with SITSRT_TSAN_ALL=1).
-    filter="core_test|runtime_fusion_test|attention_test|engine_test|engine_memory_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
+    filter="core_test|runtime_fusion_test|attention_test|paged_attention_test|engine_test|engine_memory_test|serving_test|kv_block_pool_test|audit_chain_test|audit_anomaly_test|audit_shadow_test"
     [ "${SITSRT_TSAN_ALL:-0}" = 1 ] && filter="$filter|matmul_test|qdot_test"
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
   *)
