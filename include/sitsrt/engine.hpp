@@ -173,8 +173,9 @@ struct EvaluateOptions {
   std::int64_t first_scored = 0;
   // false: prompt steps of up to max_batch_tokens from the first token (the prefill kernels), as
   // logits(tokens, true) runs them. true: the context before first_scored in prompt steps, then
-  // every scored position as its own one-token step: the decode kernels generation uses, where
-  // EngineOptions::int8_activations applies (prefill rows always use float activations).
+  // every scored position as its own one-token step: the decode kernels generation uses.
+  // EngineOptions::int8_activations applies to both: prefill rows of the formats with an int8
+  // GEMM are computed as the int8 decode computes each row.
   bool decode_scored = false;
 };
 // Receives the next-token logits after tokens[position] (n_vocab floats), once per scored

@@ -158,7 +158,9 @@ def test_int8_decode_activations_kld(binary, tmp_path, name):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_prefill_rows_ignore_int8_activations(binary, tmp_path, name):
+def test_prefill_rows_use_int8_activations_closely(binary, tmp_path, name):
+    # Prefill rows run the int8 GEMM (each row as the int8 decode computes it) where a format has
+    # one: Q4_1 and Q4_K up to 64 rows per step, so the context half of a 128-token chunk does.
     model = model_path(name)
     base = tmp_path / "prefill.kld"
     run = ["-m", model, "-c", "128", "--chunks", "2"]
@@ -168,6 +170,6 @@ def test_prefill_rows_ignore_int8_activations(binary, tmp_path, name):
     finally:
         base.unlink(missing_ok=True)
     k = int8["kl_divergence"]
-    # Only the base file's uint16 rounding is left (second order in a ~1e-3 nat step).
-    assert k["kld"]["value"] < 1e-6
-    assert k["same_top"]["value"] == 1.0
+    # The activation rounding shows (far above the base file's own, 1e-8) and stays small.
+    assert 1e-5 < k["kld"]["value"] < 0.01
+    assert k["same_top"]["value"] > 0.9
