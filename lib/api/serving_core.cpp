@@ -4,6 +4,20 @@
 #include "runtime/request_state.hpp"
 
 namespace sitsrt {
+namespace {
+
+// The scheduler keeps the request's config until the request retires, on its own thread and
+// possibly after the caller has its result. Audit sinks and rules run through the caller's
+// RequestAudit (hooks or the consumer), never from this copy: it holds no references to them, so
+// a sink (a Python object, say) is never released on the scheduler thread.
+GenerationConfig scheduled_config(const GenerationConfig& config) {
+  GenerationConfig c = config;
+  c.audit.sinks.clear();
+  c.audit.rules.clear();
+  return c;
+}
+
+}  // namespace
 
 std::uint64_t ServingCore::pool_bytes(const KvGeometry& geometry, const ServingOptions& options) {
   const std::int64_t blocks = (options.kv_pool_tokens + geometry.block_size - 1) / geometry.block_size;
@@ -37,7 +51,7 @@ GenerationResult ServingCore::generate(std::span<const std::int32_t> prompt, con
   state->consumer_answers = true;
   ScheduledRequest request;
   request.prompt.assign(prompt.begin(), prompt.end());
-  request.config = config;
+  request.config = scheduled_config(config);
   scheduler_->submit(std::move(request), state);
   RequestHandle handle(state);  // cancels the request if this thread leaves by an exception
   std::unique_lock lock(state->mutex);
@@ -62,7 +76,7 @@ RequestHandle ServingCore::submit(std::span<const std::int32_t> prompt, const Ge
   state->id = request_id;
   ScheduledRequest request;
   request.prompt.assign(prompt.begin(), prompt.end());
-  request.config = config;
+  request.config = scheduled_config(config);
   request.tenant = std::move(options.tenant);
   request.priority = options.priority;
   request.on_token = std::move(options.on_token);

@@ -156,3 +156,5 @@ def _finish_running_requests() -> None:
                 r._wait_for_change(1.0)
         except BaseException:  # noqa: BLE001 - exiting anyway; never block the exit on one request
             pass
+    # Threads of requests whose handles were dropped before they ended (cancelled there).
+    _sitsrt._finish_abandoned_workers(max(0.0, deadline - time.monotonic()))

@@ -9,7 +9,9 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <cxxabi.h>
@@ -21,6 +23,7 @@
 #include <thread>
 #include <unistd.h>
 #include <variant>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -50,6 +53,58 @@ struct State {
   const int event_fd;
 };
 
+// Workers whose handle went away before their request ended (cancelled, finishing after the
+// token in flight). A destructor must not wait for them: it would have to give up the GIL and
+// take it back, and a thread that takes the GIL back while the interpreter finalizes is ended
+// by pthread_exit, whose unwinding cannot pass a destructor (std::terminate). They are joined
+// once done, by later destructors and by the atexit hook (finish()), which waits for them with
+// the GIL released.
+class AbandonedWorkers {
+ public:
+  void add(std::thread worker, std::shared_ptr<State> state) {
+    std::lock_guard lock(mutex_);
+    workers_.push_back({std::move(worker), std::move(state)});
+  }
+
+  // Joins those that are done (quick: past `done` a worker only returns); true when none is left.
+  bool join_done() {
+    std::lock_guard lock(mutex_);
+    std::erase_if(workers_, [](Entry& e) {
+      if (!e.state->done.load()) return false;
+      e.worker.join();
+      return true;
+    });
+    return workers_.empty();
+  }
+
+  // Waits up to `seconds` for every worker to be done (cancelled requests end after the token in
+  // flight) and joins it; detaches the rest, so that no joinable thread is left when the process
+  // exits. Call without the GIL: a worker may need it to finish a sink call.
+  void finish(double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!join_done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::lock_guard lock(mutex_);
+    for (Entry& e : workers_) e.worker.detach();
+    workers_.clear();
+  }
+
+ private:
+  struct Entry {
+    std::thread worker;
+    std::shared_ptr<State> state;
+  };
+  std::mutex mutex_;
+  std::vector<Entry> workers_;
+};
+
+// Never destroyed: a static's destructor would run at exit with threads possibly still joinable.
+AbandonedWorkers& abandoned_workers() {
+  static auto* workers = new AbandonedWorkers;
+  return *workers;
+}
+
 class Request {
  public:
   Request(std::shared_ptr<const Engine> engine, Prompt prompt, GenerationConfig config)
@@ -76,6 +131,13 @@ class Request {
       } catch (...) {
         error = std::current_exception();
       }
+      // Python objects this thread holds (sinks in the config and prompt, and the engine when
+      // its Python handle is gone) are released before `done`: the atexit hook waits for done,
+      // so no release takes the GIL once the interpreter finalizes (a thread taking it then is
+      // ended by pthread_exit, which cannot unwind through a destructor: std::terminate).
+      config = {};
+      prompt = {};
+      engine.reset();
       {
         std::lock_guard lock(state->mutex);
         state->result.result = std::move(result);
@@ -83,13 +145,10 @@ class Request {
         state->result.finish_reason =
             state->cancelled && state->result.result.finish_reason == FinishReason::kCallback
                 ? "cancelled" : to_string(state->result.result.finish_reason);
-        state->error = error;
+        state->error = std::move(error);
         state->done = true;
       }
       state->signal();
-      // Python sinks held by the config and prompt are dropped here, before the thread ends.
-      config = {};
-      prompt = {};
     });
   }
 
@@ -103,13 +162,12 @@ class Request {
       worker_.detach();
       return;
     }
-    // The worker may need the GIL (a Python audit sink) to finish.
-    if (PyGILState_Check()) {
-      py::gil_scoped_release release;
-      worker_.join();
+    if (state_->done.load()) {
+      worker_.join();  // past `done` the worker only signals and returns: it needs no GIL
     } else {
-      worker_.join();
+      abandoned_workers().add(std::move(worker_), state_);
     }
+    abandoned_workers().join_done();
   }
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
@@ -172,6 +230,10 @@ void bind_request(py::module_& m) {
       .def("drain", &Request::drain)
       .def("take", &Request::take)
       .def("result_now", &Request::result_now);
+  m.def("_finish_abandoned_workers", [](double seconds) { abandoned_workers().finish(seconds); },
+        py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
+        "Waits (at most `seconds`) for the generation threads of dropped, cancelled requests and "
+        "joins them (the atexit hook of sitsrt._request).");
 }
 
 }  // namespace sitsrt::python
