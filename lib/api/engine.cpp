@@ -542,6 +542,25 @@ struct Engine::Impl {
   mutable std::atomic<bool> breaker{false};
   mutable std::atomic<std::uint64_t> requests{0};
   std::string id_prefix = random_id_prefix();
+
+  // What every generation entry point does first: the config validated, the breaker and the
+  // weights checked, a new request id with the engine's and the request's sinks and rules.
+  std::shared_ptr<RequestAudit> open_request(const GenerationConfig& config) const {
+    validate(config);  // before anything is recorded
+    if (breaker.load()) {
+      raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
+    }
+    check_weights();
+    std::vector<std::shared_ptr<AuditSink>> sinks = options.audit_sinks;
+    for (const auto& s : config.audit.sinks) {
+      if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
+      sinks.push_back(s);
+    }
+    std::vector<AnomalyRule> rules = options.anomaly_rules;
+    rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
+    const std::string id = fmt::format("{}-{:06d}", id_prefix, ++requests);
+    return std::make_shared<RequestAudit>(std::move(sinks), std::move(rules), options.on_anomaly, breaker, id);
+  }
 };
 
 const char* to_string(KvCacheType type) noexcept {
@@ -696,7 +715,17 @@ RequestRecord request_record(const Engine& engine, const std::string& id, const 
   return record;
 }
 
+// An audited request's seed is resolved before its begin record, so that the record carries it.
+GenerationConfig audited_config(const RequestAudit& audit, const GenerationConfig& config) {
+  GenerationConfig resolved = config;
+  if (audit.active() && !resolved.seed) {
+    resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
+  return resolved;
+}
+
 }  // namespace
+
 
 RequestHandle Engine::submit(std::string_view prompt, const GenerationConfig& config, SubmitOptions options) const {
   const bool add_bos = config.add_bos.value_or(impl_->tok().vocab().add_bos);
@@ -712,27 +741,12 @@ RequestHandle Engine::submit_tokens(std::span<const std::int32_t> prompt_tokens,
 
 RequestHandle Engine::submit_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
                                      const GenerationConfig& config, SubmitOptions options) const {
-  validate(config);
-  if (impl_->breaker.load()) {
-    raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
-  }
-  impl_->check_weights();
+  const std::shared_ptr<RequestAudit> audit = impl_->open_request(config);
   (void)impl_->tok();
-  std::vector<std::shared_ptr<AuditSink>> sinks = impl_->options.audit_sinks;
-  for (const auto& s : config.audit.sinks) {
-    if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
-    sinks.push_back(s);
-  }
-  std::vector<AnomalyRule> rules = impl_->options.anomaly_rules;
-  rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
-  const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
-  auto audit = std::make_shared<RequestAudit>(std::move(sinks), std::move(rules), impl_->options.on_anomaly,
-                                              impl_->breaker, id);
-  GenerationConfig resolved = config;
+  const GenerationConfig resolved = audited_config(*audit, config);
   RequestHooks hooks;
   if (audit->active()) {
-    if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-    audit->begin(request_record(*this, id, resolved, prompt_text, prompt_tokens));
+    audit->begin(request_record(*this, audit->request_id(), resolved, prompt_text, prompt_tokens));
     // On the scheduler thread, in token order; the end record when the request ends.
     hooks.observe = [audit](const TokenEvent& e) { return audit->on_token(e); };
     hooks.on_end = [audit](GenerationResult& r) { audit->end(r); };
@@ -747,7 +761,7 @@ RequestHandle Engine::submit_request(std::string_view prompt_text, std::span<con
     };
   }
   try {
-    return impl_->serving->submit(prompt_tokens, resolved, std::move(options), std::move(hooks), id);
+    return impl_->serving->submit(prompt_tokens, resolved, std::move(options), std::move(hooks), audit->request_id());
   } catch (const std::exception& e) {
     if (audit->active()) audit->end_with_error(e.what());
     throw;
@@ -757,42 +771,28 @@ RequestHandle Engine::submit_request(std::string_view prompt_text, std::span<con
 GenerationResult Engine::run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
                                      const GenerationConfig& config, const TokenCallback& on_token,
                                      const ChatInput* chat) const {
-  validate(config);  // before anything is recorded
-  if (impl_->breaker.load()) {
-    raise(ErrorCode::kRejected, "the engine's circuit breaker is open (an anomaly rule tripped); reset it first");
-  }
-  impl_->check_weights();
-  std::vector<std::shared_ptr<AuditSink>> sinks = impl_->options.audit_sinks;
-  for (const auto& s : config.audit.sinks) {
-    if (!s) raise(ErrorCode::kInvalidArgument, "audit.sinks holds a null sink");
-    sinks.push_back(s);
-  }
-  std::vector<AnomalyRule> rules = impl_->options.anomaly_rules;
-  rules.insert(rules.end(), config.audit.rules.begin(), config.audit.rules.end());
-  const std::string id = fmt::format("{}-{:06d}", impl_->id_prefix, ++impl_->requests);
-  RequestAudit audit(std::move(sinks), std::move(rules), impl_->options.on_anomaly, impl_->breaker, id);
-  if (!audit.active()) return impl_->generate(prompt_tokens, config, on_token, id);
-  // The seed is resolved here so that the begin record carries it.
-  GenerationConfig resolved = config;
-  if (!resolved.seed) resolved.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  const std::shared_ptr<RequestAudit> audit = impl_->open_request(config);
+  const std::string& id = audit->request_id();
+  if (!audit->active()) return impl_->generate(prompt_tokens, config, on_token, id);
+  const GenerationConfig resolved = audited_config(*audit, config);
   RequestRecord record = request_record(*this, id, resolved, prompt_text, prompt_tokens);
   if (chat != nullptr) {
     record.chat_messages_json = chat->messages_json;
     record.chat_template_sha256 = chat->template_sha256;
     record.chat_add_generation_prompt = chat->add_generation_prompt;
   }
-  audit.begin(record);
+  audit->begin(record);
   const TokenCallback hooked = [&](const TokenEvent& e) {
-    const bool audit_keep = audit.on_token(e);
+    const bool audit_keep = audit->on_token(e);
     const bool caller_keep = on_token ? on_token(e) : true;
     return audit_keep && caller_keep;
   };
   try {
     GenerationResult result = impl_->generate(prompt_tokens, resolved, hooked, id);
-    audit.end(result);
+    audit->end(result);
     return result;
   } catch (const std::exception& e) {
-    audit.end_with_error(e.what());
+    audit->end_with_error(e.what());
     throw;
   }
 }
