@@ -167,6 +167,7 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
                                 {"single_stream_decode_tokens_per_s", single_tps},
                                 {"max_num_seqs", q.limits.max_num_seqs},
                                 {"max_num_batched_tokens", q.limits.max_num_batched_tokens},
+                                {"serving", serving_json(q)},
                                 {"levels", levels_json}};
     fmt::print("{}\n", doc.dump(2));
     return 0;
@@ -175,6 +176,7 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
              info.cpu_isa, info.k_cache_type, info.v_cache_type, kv_bytes_per_token);
   fmt::print("requests     prompt {} + generate {} tokens each, all arriving together; max_num_seqs {}, "
              "max_num_batched_tokens {}\n", n_prompt, n_gen, q.limits.max_num_seqs, q.limits.max_num_batched_tokens);
+  fmt::print("{}\n", serving_text(q));
   if (floor1 > 0) {
     fmt::print("floor        {:.2f} GB/s read -> {:.1f} tok/s for one stream; c streams share each pass over the "
                "weights: c x that\n", bandwidth / 1e9, floor1);

@@ -28,6 +28,8 @@ int run_command(int argc, char** argv) {
       {"echo", 0, "", "print the prompt (with --chat: the rendered prompt) before the generated text", ""},
       {"json", 0, "", "one JSON object per generated token, then a summary object", ""},
       {"quiet", 'q', "", "no timing summary on stderr", ""},
+      {"stats", 0, "", "after the summary, the serving core's limits and counters on stderr (--json: always "
+                       "in the summary object)", ""},
   };
   specs.insert(specs.end(), output_specs.begin(), output_specs.end());
   const std::vector<OptionSpec> audit_specs = audit_option_specs();
@@ -87,6 +89,7 @@ int run_command(int argc, char** argv) {
         {"tokens", result.tokens},
         {"seed", result.seed},
         {"weights", weights_json(engine.model_info())},
+        {"serving", serving_json(engine.queue_stats())},
         {"timings", {{"prompt_tokens", t.prompt_tokens}, {"generated_tokens", t.generated_tokens},
                      {"prefill_seconds", t.prefill_seconds}, {"decode_seconds", t.decode_seconds},
                      {"prefill_tokens_per_s", t.prefill_tokens_per_second()},
@@ -101,6 +104,7 @@ int run_command(int argc, char** argv) {
                  t.prompt_tokens, t.prefill_tokens_per_second(), t.generated_tokens, t.decode_tokens_per_second(),
                  to_string(result.finish_reason), result.seed);
     }
+    if (args.has("stats")) fmt::print(stderr, "[{}]\n", serving_text(engine.queue_stats()));
   }
   return 0;
 }

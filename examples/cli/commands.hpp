@@ -45,6 +45,10 @@ OptionSpec weights_option_spec();
 nlohmann::json weights_json(const ModelInfo& info);
 std::string weights_text(const ModelInfo& info);
 
+// The serving core's limits (as resolved at load) and counters, from Engine::queue_stats().
+nlohmann::json serving_json(const RequestQueueStats& stats);
+std::string serving_text(const RequestQueueStats& stats);
+
 // The bytes of a regular file ('-': standard input) of at most max_bytes; throws UsageError
 // naming `what` and the path otherwise (missing, a directory or device, unreadable, too large).
 std::string read_text_file(const std::string& path, std::string_view what, std::uintmax_t max_bytes = 1u << 30);

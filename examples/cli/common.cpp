@@ -192,6 +192,40 @@ std::string weights_text(const ModelInfo& info) {
   return text + "; " + placement;
 }
 
+nlohmann::json serving_json(const RequestQueueStats& q) {
+  const ServingOptions& l = q.limits;
+  return {{"limits",
+           {{"max_num_seqs", l.max_num_seqs}, {"max_num_batched_tokens", l.max_num_batched_tokens},
+            {"kv_block_size", l.kv_block_size}, {"kv_pool_tokens", l.kv_pool_tokens},
+            {"kv_block_bytes", q.kv_block_bytes}, {"preemption", l.preempt_by_swap ? "swap" : "recompute"},
+            {"prefix_caching", l.prefix_caching}, {"tenant_max_kv_blocks", l.tenant_max_kv_blocks},
+            {"tenant_max_seqs", l.tenant_max_seqs}, {"reject_over_quota", l.reject_over_quota}}},
+          {"submitted", q.submitted}, {"finished", q.finished}, {"rejected", q.rejected},
+          {"waiting", q.waiting}, {"running", q.running}, {"preemptions", q.preemptions},
+          {"admission_waits", q.admission_waits}, {"steps", q.steps}, {"step_tokens", q.step_tokens},
+          {"max_step_sequences", q.max_step_sequences}, {"kv_blocks", q.kv_blocks},
+          {"kv_blocks_free", q.kv_blocks_free}, {"kv_blocks_cached", q.kv_blocks_cached},
+          {"prefix_cache_hits", q.prefix_cache_hits}, {"prefix_cache_misses", q.prefix_cache_misses},
+          {"kv_copies", q.kv_copies}};
+}
+
+std::string serving_text(const RequestQueueStats& q) {
+  const ServingOptions& l = q.limits;
+  const auto limit = [](std::int64_t v) { return v > 0 ? std::to_string(v) : std::string("unlimited"); };
+  const std::string quotas =
+      l.tenant_max_seqs <= 0 && l.tenant_max_kv_blocks <= 0
+          ? "none"
+          : fmt::format("seqs {}, KV blocks {}{}", limit(l.tenant_max_seqs), limit(l.tenant_max_kv_blocks),
+                        l.reject_over_quota ? " (over quota: rejected)" : " (over quota: wait)");
+  return fmt::format(
+      "serving: max_num_seqs {}, max_num_batched_tokens {}, KV pool {} blocks x {} positions ({:.1f} MiB), "
+      "preemption {}, prefix cache {}, tenant quotas {} | {} steps, {} prefix-cache hits, {} preemptions",
+      l.max_num_seqs, l.max_num_batched_tokens, q.kv_blocks, l.kv_block_size,
+      static_cast<double>(q.kv_blocks) * static_cast<double>(q.kv_block_bytes) / (1 << 20),
+      l.preempt_by_swap ? "swap" : "recompute", l.prefix_caching ? "on" : "off", quotas, q.steps,
+      q.prefix_cache_hits, q.preemptions);
+}
+
 std::string read_text_file(const std::string& path, std::string_view what, std::uintmax_t max_bytes) {
   std::string text;
   if (path == "-") {

@@ -96,6 +96,15 @@ check "run: same seed, same output" bash -c "diff <(grep -v summary '$work/run.j
 "$cli" bench -m "$model" -p 16 -n 8 -r 1 --json >"$work/bench.json" 2>/dev/null
 check "bench --json" json_check "$work/bench.json" \
   "all(doc[k] > 0 for k in ['prefill_tokens_per_s','decode_tokens_per_s','weight_bytes_per_token','peak_rss_bytes','read_bandwidth_bytes_per_s'])"
+"$cli" bench -m "$model" --concurrency 1,2,4 -p 16 -n 8 --json >"$work/bench-serving.json" 2>/dev/null
+check "bench --concurrency --json: a level per concurrency and the serving limits" json_check "$work/bench-serving.json" \
+  "[l['concurrency'] for l in doc['levels']] == [1, 2, 4] and all(l['aggregate_decode_tokens_per_s'] > 0 and l['generated_tokens'] == 8 * l['concurrency'] for l in doc['levels']) and doc['serving']['limits']['max_num_seqs'] == 4 and doc['serving']['finished'] >= 7"
+"$cli" run -m "$model" -p "hello world" -n 6 --ignore-eos --k-type int8 --v-type int4 --max-num-seqs 3 --kv-block-size 8 --json >"$work/run-kv.jsonl" 2>/dev/null
+check "run --k-type/--v-type and serving limits reach the summary's serving object" json_check "$work/run-kv.jsonl" \
+  "(lambda s: s['limits']['max_num_seqs'] == 3 and s['limits']['kv_block_size'] == 8 and s['finished'] == 1 and s['kv_blocks_free'] == s['kv_blocks'])(lines[-1]['serving'])"
+check "run --stats prints the serving limits on stderr" bash -c "'$cli' run -m '$model' -p hi -n 2 --stats 2>&1 >/dev/null | grep -q 'serving: max_num_seqs 16, .*tenant quotas none'"
+check "run --tenant-max-seqs shows in --stats" bash -c "'$cli' run -m '$model' -p hi -n 2 --tenant-max-seqs 2 --stats 2>&1 >/dev/null | grep -q 'tenant quotas seqs 2, KV blocks unlimited (over quota: wait)'"
+check "run --kv-type rejects an unknown type" bash -c "out=\$('$cli' run -m '$model' -p hi --kv-type int3 2>&1); test \$? -eq 2 && grep -q 'kv-type must be f32, f16, int8 or int4' <<<\"\$out\""
 "$cli" bench -m "$model" -p 16 -n 8 -r 2 --no-bandwidth --profile --json >"$work/bench-profile.json" 2>/dev/null
 # 2 reps x 7 decode steps (8 tokens, the last needs no forward pass); per step 2 layers x 7 matmul
 # nodes (q, k, v, attn_out, gate, up, down; fused ones counted per node) and the head once.
