@@ -86,8 +86,8 @@ double value_error(KvType t, const std::byte* row, std::int64_t width, std::int6
       return std::ldexp(std::fabs(x), -11) + 0x1p-25;
     case KvType::kInt8:
       return 0.5 * f16_value(row + width + 2 * (e / d)) * (1 + 0x1p-20);
-    case KvType::kInt4:
-      return 0.5 * f16_value(row + width / 2 + 2 * (e / 32)) * (1 + 0x1p-20);
+    case KvType::kInt4:  // the scale is signed
+      return 0.5 * std::fabs(f16_value(row + width / 2 + 2 * (e / 32))) * (1 + 0x1p-20);
   }
   return 0.0;
 }
@@ -241,8 +241,8 @@ std::vector<float> run_attention(cpu::Isa isa, int threads, const Inputs& in, Ca
 // off by <= gamma(log2 d + 1) * sum|q| / sqrt(d), which moves a score by that times sum_e |k_e|;
 // the rotated-back output adds gamma(log2 d + 1) * sum_e |o_e| / sqrt(d) and spreads the
 // rotated-domain tolerances as sum_e tol_e / sqrt(d).
-// Loose: quantization moves each stored value by at most err = scale / 2 (INT8/INT4 with the
-// layout's f16 scale; F16 2^-11 |x|), so a score by at most delta_t = scale_q * sum_e |q_e| err_e
+// Loose: quantization moves each stored value by at most err = |scale| / 2 (INT8/INT4 with the
+// layout's f16 scale, signed for INT4; F16 2^-11 |x|), so a score by at most delta_t = scale_q * sum_e |q_e| err_e
 // (in the rotated domain when K is rotated: q . k = Hq . Hk). With delta = max_t delta_t, every
 // softmax weight moves by a factor within [e^-2delta, e^2delta], so per value channel
 //   |o_quant - o| <= (e^{2 delta} - 1) sum_t p_t |v^_t| + sum_t p_t err_v(t)
@@ -447,7 +447,7 @@ TEST_CASE("rotation needs a power-of-two head_dim; int4 needs widths in groups o
 }
 
 // kv_store's quantized rows against a scalar quantizer written from the layout's description,
-// through a random block table, and the error property |dequantized - x| <= scale / 2.
+// through a random block table, and the error property |dequantized - x| <= |scale| / 2.
 SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar reference does", "[attention][paged]",
                      kIsas) {
   const KvType type = GENERATE(KvType::kInt8, KvType::kInt4, KvType::kF16);
@@ -461,9 +461,11 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar refe
   cpu::CpuContext ctx(2, isa);
   cpu::kv_store(ctx, cache.view(), x.data(), width, x.data(), width, rows, n_kv, d, pos0);
   // Scalar reference: per span (a head for int8, 32 values for int4) the smallest f16 scale >=
-  // amax / qmax, q = nearest-even(x / scale).
-  const std::int64_t span = type == KvType::kInt8 ? d : 32;
-  const float qmax = type == KvType::kInt8 ? 127.0f : 7.0f;
+  // amax / 127 (int8); for int4, with M the larger of the largest positive value and the largest
+  // magnitude of a negative one and m the other, the smallest f16 >= max(M / 8, m / 7), negative
+  // when M is the positive side. q = nearest-even(x / scale) clamped to the levels.
+  const bool int4 = type == KvType::kInt4;
+  const std::int64_t span = int4 ? 32 : d;
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::byte* row = cache.k_row(pos0 + r);
     REQUIRE(std::memcmp(row, cache.v_row(pos0 + r), cache.kb - 8) == 0);
@@ -477,12 +479,18 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar refe
       continue;
     }
     for (std::int64_t j = 0; j < width / span; ++j) {
-      float amax = 0.0f;
-      for (std::int64_t e = 0; e < span; ++e) amax = std::max(amax, std::fabs(xr[j * span + e]));
+      float pos = 0.0f, neg = 0.0f;
+      for (std::int64_t e = 0; e < span; ++e) {
+        pos = std::max(pos, xr[j * span + e]);
+        neg = std::max(neg, -xr[j * span + e]);
+      }
+      const float amax = std::max(pos, neg);
+      const float magnitude = int4 ? std::max(amax / 8.0f, std::min(pos, neg) / 7.0f) : amax / 127.0f;
       std::uint16_t want = 0;
       if (amax > 0.0f) {
-        want = fp32_to_fp16(amax / qmax);
-        if (fp16_to_fp32(want) < amax / qmax) ++want;
+        want = fp32_to_fp16(magnitude);
+        if (fp16_to_fp32(want) < magnitude) ++want;
+        if (int4 && pos >= neg) want |= 0x8000u;
       }
       const std::byte* scale_at = row + (type == KvType::kInt8 ? width : width / 2) + 2 * j;
       std::uint16_t got;
@@ -490,11 +498,15 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar refe
       REQUIRE(got == want);
       const float scale = fp16_to_fp32(want);
       for (std::int64_t e = j * span; e < (j + 1) * span; ++e) {
-        const int q = scale > 0.0f ? static_cast<int>(std::nearbyint(xr[e] / scale)) : 0;
+        const int q = scale != 0.0f ? std::clamp(static_cast<int>(std::nearbyint(xr[e] / scale)), int4 ? -8 : -127,
+                                                 int4 ? 7 : 127)
+                                    : 0;
         const double stored = stored_value(type, row, width, d, e);
         CAPTURE(r, e, xr[e], scale, q, stored);
         REQUIRE(stored == static_cast<double>(static_cast<float>(q) * scale));
-        REQUIRE(std::fabs(stored - xr[e]) <= 0.5 * scale * (1 + 0x1p-20));
+        REQUIRE(std::fabs(stored - xr[e]) <= 0.5 * std::fabs(scale) * (1 + 0x1p-20));
+        // The wider side's end is -8 when that side sets the step.
+        if (int4 && amax > 0.0f && amax / 8.0f >= std::min(pos, neg) / 7.0f && std::fabs(xr[e]) == amax) REQUIRE(q == -8);
       }
     }
   }
