@@ -25,7 +25,8 @@ enum class RequestStatus {
 SITSRT_API const char* to_string(RequestStatus status) noexcept;
 
 struct SubmitOptions {
-  // Quotas (ServingOptions::tenant_*) are per tenant id; "" is a tenant like any other.
+  // Quotas (ServingOptions::tenant_*) are per tenant id; "" is a tenant like any other. Empty
+  // here: the config's audit.metadata.tenant (generate() and chat() always use that one).
   std::string tenant;
   // Higher first, for admission and against preemption; equal priorities run in arrival order.
   int priority = 0;

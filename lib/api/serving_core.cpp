@@ -52,6 +52,7 @@ GenerationResult ServingCore::generate(std::span<const std::int32_t> prompt, con
   ScheduledRequest request;
   request.prompt.assign(prompt.begin(), prompt.end());
   request.config = scheduled_config(config);
+  request.tenant = config.audit.metadata.tenant;
   scheduler_->submit(std::move(request), state);
   RequestHandle handle(state);  // cancels the request if this thread leaves by an exception
   std::unique_lock lock(state->mutex);
@@ -77,7 +78,7 @@ RequestHandle ServingCore::submit(std::span<const std::int32_t> prompt, const Ge
   ScheduledRequest request;
   request.prompt.assign(prompt.begin(), prompt.end());
   request.config = scheduled_config(config);
-  request.tenant = std::move(options.tenant);
+  request.tenant = options.tenant.empty() ? config.audit.metadata.tenant : std::move(options.tenant);
   request.priority = options.priority;
   request.on_token = std::move(options.on_token);
   request.observe = std::move(hooks.observe);

@@ -119,8 +119,13 @@ class Engine:
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
                  audit_key: str | bytes | None = None, weights: str = "as-stored", mmap_weights: bool = False,
                  devices: str | Sequence[str] | None = None, chat_template: str | None = None,
-                 activations: str = "int8") -> None:
-        """threads None: all cores; ctx None: min(training context, 4096); kv_dtype "f16"|"f32";
+                 activations: str = "int8", k_dtype: str | None = None, v_dtype: str | None = None,
+                 kv_hadamard: bool = True, max_num_seqs: int = 16, max_num_batched_tokens: int | None = None,
+                 kv_block_size: int = 16, kv_pool_tokens: int | None = None, preemption: str = "recompute",
+                 prefix_caching: bool = True, tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0,
+                 reject_over_quota: bool = False) -> None:
+        """threads None: all cores; ctx None: min(training context, 4096); kv_dtype / k_dtype / v_dtype
+        "f32"|"f16"|"int8"|"int4"; serving limits (max_num_seqs, ..., tenant quotas) as EngineOptions::serving;
         weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output
         head kept 16-bit), "fp8-all", "q4g128" (ValueError otherwise);
         audit: sink(s) for every request (a path, an object with on_request_begin/on_token/
@@ -129,7 +134,8 @@ class Engine:
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  repeat_last_n: int = 64, seed: int | None = None, stop: str | Sequence[str] | None = None,
                  logprobs: int = 5, add_bos: bool | None = None, stop_at_eos: bool = True, audit: Any = None,
-                 audit_key: str | bytes | None = None, audit_level: str = "tokens") -> Result:
+                 audit_key: str | bytes | None = None, audit_level: str = "tokens",
+                 tenant: str = "", user: str = "") -> Result:
         """Generates a continuation of `prompt` (text, or token ids without an added BOS).
 
         temperature 0 is greedy; top_k 0, top_p 1 and min_p 0 turn those filters off; logprobs

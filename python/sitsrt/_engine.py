@@ -154,6 +154,20 @@ class Engine:
         ctx: context window in tokens (None: min(training context, 4096)).
         kv_dtype: KV cache element type: "f32", "f16", "int8" (f16 scale per position and head) or
             "int4" (f16 scale per 32 values); quantized K/V are stored Hadamard-rotated.
+        k_dtype, v_dtype: the keys' and the values' element types apart (None: kv_dtype).
+        kv_hadamard: rotate int8/int4 K and V per head before quantizing (lower error; default).
+        max_num_seqs: requests in the scheduler's running batch.
+        max_num_batched_tokens: tokens per batched step, decode rows plus prompt chunks (None:
+            max_batch_tokens).
+        kv_block_size: positions per KV cache block.
+        kv_pool_tokens: positions the KV block pool holds over all requests (None: 2 x ctx).
+        preemption: when KV blocks run out, "recompute" a preempted request's cache or "swap" its
+            blocks to host memory; either way it resumes with identical tokens.
+        prefix_caching: share full prompt blocks between requests with the same prefix.
+        tenant_max_seqs, tenant_max_kv_blocks: per-tenant quotas (0: none); the tenant is the
+            request's `tenant=` (its audit metadata).
+        reject_over_quota: a request over its tenant's quota fails (sitsrt.RejectedError) instead
+            of waiting.
         max_batch_tokens: prompt tokens per forward pass.
         cpu_isa: "auto", "amx", "avx512vnni", "avx512", "avx2" or "generic" (clamped to the CPU;
             "avx512vnni" on a CPU with AMX keeps prefill in float instead of bf16 tiles).
@@ -194,11 +208,32 @@ class Engine:
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
                  audit_key: str | bytes | None = None, weights: str = "as-stored",
                  mmap_weights: bool = False, devices: str | Sequence[str] | None = None,
-                 chat_template: str | None = None, activations: str = "int8") -> None:
+                 chat_template: str | None = None, activations: str = "int8", k_dtype: str | None = None,
+                 v_dtype: str | None = None, kv_hadamard: bool = True, max_num_seqs: int = 16,
+                 max_num_batched_tokens: int | None = None, kv_block_size: int = 16,
+                 kv_pool_tokens: int | None = None, preemption: str = "recompute", prefix_caching: bool = True,
+                 tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0, reject_over_quota: bool = False) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
-        if kv_dtype not in ("f32", "f16", "int8", "int4"):
-            raise ValueError(f"kv_dtype: expected 'f32', 'f16', 'int8' or 'int4', got {kv_dtype!r}")
+        for name, value in (("kv_dtype", kv_dtype), ("k_dtype", k_dtype), ("v_dtype", v_dtype)):
+            if value is None and name != "kv_dtype":
+                continue
+            if value not in ("f32", "f16", "int8", "int4"):
+                raise ValueError(f"{name}: expected 'f32', 'f16', 'int8' or 'int4', got {value!r}")
+        if preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption: expected 'recompute' or 'swap', got {preemption!r}")
+        serving = {
+            "max_num_seqs": _int("max_num_seqs", max_num_seqs, 1, 4096),
+            "max_num_batched_tokens": 0 if max_num_batched_tokens is None else _int(
+                "max_num_batched_tokens", max_num_batched_tokens, 1, 2**20),
+            "kv_block_size": _int("kv_block_size", kv_block_size, 1, 4096),
+            "kv_pool_tokens": 0 if kv_pool_tokens is None else _int("kv_pool_tokens", kv_pool_tokens, 1, 2**30),
+            "preempt_by_swap": preemption == "swap",
+            "prefix_caching": _bool("prefix_caching", prefix_caching),
+            "tenant_max_seqs": _int("tenant_max_seqs", tenant_max_seqs, 0, 2**31 - 1),
+            "tenant_max_kv_blocks": _int("tenant_max_kv_blocks", tenant_max_kv_blocks, 0, 2**40),
+            "reject_over_quota": _bool("reject_over_quota", reject_over_quota),
+        }
         if cpu_isa not in ("auto", "amx", "avx512vnni", "avx512", "avx2", "generic"):
             raise ValueError("cpu_isa: expected 'auto', 'amx', 'avx512vnni', 'avx512', 'avx2' or 'generic', "
                              f"got {cpu_isa!r}")
@@ -223,7 +258,11 @@ class Engine:
             mmap_weights=_bool("mmap_weights", mmap_weights),
             chat_template=_chat_template_source(chat_template),
             int8_activations=activations == "int8",
-            device=device)
+            device=device,
+            k_dtype=k_dtype,
+            v_dtype=v_dtype,
+            kv_hadamard=_bool("kv_hadamard", kv_hadamard),
+            serving=serving)
 
     @property
     def _engine(self) -> _sitsrt.Engine:
@@ -253,7 +292,8 @@ class Engine:
                 min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                 seed: int | None = None, stop: str | Sequence[str] | None = None, logprobs: int = 5,
                 add_bos: bool | None = None, stop_at_eos: bool = True, audit: Any = None,
-                audit_key: str | bytes | None = None, audit_level: str = "tokens") -> tuple:
+                audit_key: str | bytes | None = None, audit_level: str = "tokens", tenant: str = "",
+                user: str = "") -> tuple:
         c = _sitsrt.GenerationConfig()
         c.max_new_tokens = _int("max_tokens", max_tokens, 0, 2**31 - 1)
         c.temperature = _float("temperature", temperature, 0.0, 1e6)
@@ -278,6 +318,8 @@ class Engine:
         if audit_level not in ("off", "tokens", "topk", "full"):
             raise ValueError(f"audit_level: expected 'off', 'tokens', 'topk' or 'full', got {audit_level!r}")
         c.audit_level = audit_level
+        # The tenant id is recorded in the audit records and is the scheduler's quota tenant.
+        c.set_metadata(_text("tenant", tenant), _text("user", user), [])
         sinks = _sinks(audit, audit_key)
         for s in sinks:
             c.add_audit_sink(s)

@@ -137,6 +137,39 @@ void bind_types(py::module_& m) {
       });
 }
 
+namespace {
+
+KvCacheType kv_cache_type_from(const char* what, const std::string& name) {
+  if (name == "f16") return KvCacheType::kF16;
+  if (name == "f32") return KvCacheType::kF32;
+  if (name == "int8") return KvCacheType::kInt8;
+  if (name == "int4") return KvCacheType::kInt4;
+  throw Error(ErrorCode::kInvalidArgument,
+              std::string(what) + ": expected 'f32', 'f16', 'int8' or 'int4', got '" + name + "'");
+}
+
+// The scheduler's limits from a dict of ServingOptions field names (sitsrt/_engine.py checks the
+// types and ranges; an unknown key here is a programming error of that layer).
+ServingOptions serving_options_from(const py::dict& d) {
+  ServingOptions s;
+  for (const auto& [key, value] : d) {
+    const std::string k = py::cast<std::string>(key);
+    if (k == "max_num_seqs") s.max_num_seqs = py::cast<std::int64_t>(value);
+    else if (k == "max_num_batched_tokens") s.max_num_batched_tokens = py::cast<std::int64_t>(value);
+    else if (k == "kv_block_size") s.kv_block_size = py::cast<std::int64_t>(value);
+    else if (k == "kv_pool_tokens") s.kv_pool_tokens = py::cast<std::int64_t>(value);
+    else if (k == "preempt_by_swap") s.preempt_by_swap = py::cast<bool>(value);
+    else if (k == "prefix_caching") s.prefix_caching = py::cast<bool>(value);
+    else if (k == "tenant_max_kv_blocks") s.tenant_max_kv_blocks = py::cast<std::int64_t>(value);
+    else if (k == "tenant_max_seqs") s.tenant_max_seqs = py::cast<std::int64_t>(value);
+    else if (k == "reject_over_quota") s.reject_over_quota = py::cast<bool>(value);
+    else throw Error(ErrorCode::kInvalidArgument, "serving: unknown option '" + k + "'");
+  }
+  return s;
+}
+
+}  // namespace
+
 void bind_engine(py::module_& m) {
   m.def("available_backends", [] {
     std::vector<std::pair<std::string, std::string>> out;
@@ -147,16 +180,18 @@ void bind_engine(py::module_& m) {
       .def(py::init([](std::string model, int threads, std::int64_t ctx, const std::string& kv_dtype,
                        std::int64_t max_batch_tokens, std::string cpu_isa, std::uint64_t memory_budget_bytes,
                        bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
-                       bool mmap_weights, std::string chat_template, bool int8_activations, std::string device) {
+                       bool mmap_weights, std::string chat_template, bool int8_activations, std::string device,
+                       const std::optional<std::string>& k_dtype, const std::optional<std::string>& v_dtype,
+                       bool kv_hadamard, const py::dict& serving) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
              o.context_length = ctx;
-             if (kv_dtype == "f16") o.kv_cache_type = KvCacheType::kF16;
-             else if (kv_dtype == "f32") o.kv_cache_type = KvCacheType::kF32;
-             else if (kv_dtype == "int8") o.kv_cache_type = KvCacheType::kInt8;
-             else if (kv_dtype == "int4") o.kv_cache_type = KvCacheType::kInt4;
-             else throw Error(ErrorCode::kInvalidArgument, "kv_dtype: expected 'f32', 'f16', 'int8' or 'int4', got '" + kv_dtype + "'");
+             o.kv_cache_type = kv_cache_type_from("kv_dtype", kv_dtype);
+             if (k_dtype) o.k_cache_type = kv_cache_type_from("k_dtype", *k_dtype);
+             if (v_dtype) o.v_cache_type = kv_cache_type_from("v_dtype", *v_dtype);
+             o.kv_hadamard = kv_hadamard;
+             o.serving = serving_options_from(serving);
              o.max_batch_tokens = max_batch_tokens;
              o.cpu_isa = std::move(cpu_isa);
              o.memory_budget_bytes = memory_budget_bytes;
@@ -173,7 +208,8 @@ void bind_engine(py::module_& m) {
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
            py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "", py::arg("int8_activations") = true,
-           py::arg("device") = "cpu")
+           py::arg("device") = "cpu", py::arg("k_dtype") = py::none(), py::arg("v_dtype") = py::none(),
+           py::arg("kv_hadamard") = true, py::arg("serving") = py::dict())
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
       .def("apply_chat_template", [](const Engine& e, const ChatPrompt& chat) {
         std::string text;
@@ -241,6 +277,15 @@ void bind_engine(py::module_& m) {
         d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
         d["kv_block_size"] = s.limits.kv_block_size;
         d["kv_pool_tokens"] = s.limits.kv_pool_tokens;
+        d["kv_block_bytes"] = s.kv_block_bytes;
+        d["preemption"] = s.limits.preempt_by_swap ? "swap" : "recompute";
+        d["prefix_caching"] = s.limits.prefix_caching;
+        d["tenant_max_seqs"] = s.limits.tenant_max_seqs;
+        d["tenant_max_kv_blocks"] = s.limits.tenant_max_kv_blocks;
+        d["reject_over_quota"] = s.limits.reject_over_quota;
+        d["prefix_cache_misses"] = s.prefix_cache_misses;
+        d["kv_copies"] = s.kv_copies;
+        d["step_tokens"] = s.step_tokens;
         return d;
       })
       .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
@@ -253,6 +298,8 @@ void bind_engine(py::module_& m) {
         d["n_head_kv"] = i.n_head_kv; d["head_dim"] = i.head_dim; d["n_ff"] = i.n_ff; d["n_ctx_train"] = i.n_ctx_train;
         d["n_params"] = i.n_params; d["weight_bytes"] = i.weight_bytes; d["context_length"] = i.context_length;
         d["kv_cache_type"] = i.kv_cache_type; d["kv_cache_bytes"] = i.kv_cache_bytes;
+        d["k_cache_type"] = i.k_cache_type; d["v_cache_type"] = i.v_cache_type;
+        d["kv_pool_bytes"] = i.kv_pool_bytes; d["kv_pool_tokens"] = i.kv_pool_tokens;
         d["activation_bytes"] = i.activation_bytes; d["threads"] = i.threads; d["cpu_isa"] = i.cpu_isa;
         d["backend"] = i.backend; d["device"] = i.device; d["device_description"] = i.device_description;
         d["decode_fusion"] = i.decode_fusion;
