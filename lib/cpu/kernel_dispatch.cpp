@@ -51,6 +51,7 @@ const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
 QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept {
 #if defined(SITSRT_X86_KERNELS)
   if (isa == Isa::kAvx512Vnni || isa == Isa::kAmx) return qgemm_avx512vnni(layout);
+  if (isa == Isa::kAvx2) return qgemm_avx2(layout);
 #endif
   (void)isa;
   (void)layout;

@@ -31,12 +31,13 @@ namespace {
 
 const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
-// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), and
-// formats that take the per-row decode kernel inside the GEMM (Q4_1, Q4_K, Q4_KR with VBMI).
-constexpr cpu::WeightLayout kLayouts[] = {cpu::WeightLayout::kQ8_0, cpu::WeightLayout::kQ8_0R,
-                                          cpu::WeightLayout::kQ4_0, cpu::WeightLayout::kQ4_0R,
-                                          cpu::WeightLayout::kQ4_1, cpu::WeightLayout::kQ4_K,
-                                          cpu::WeightLayout::kQ4_KR};
+// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), Q4_1 and
+// Q5_0/Q5_1 (register-blocked at avx2), and formats that take the per-row decode kernel inside
+// the GEMM (Q4_K, Q4_KR with VBMI; Q4_1, Q5 at avx512vnni).
+constexpr cpu::WeightLayout kLayouts[] = {
+    cpu::WeightLayout::kQ8_0,  cpu::WeightLayout::kQ8_0R, cpu::WeightLayout::kQ4_0,
+    cpu::WeightLayout::kQ4_0R, cpu::WeightLayout::kQ4_1,  cpu::WeightLayout::kQ5_0,
+    cpu::WeightLayout::kQ5_1,  cpu::WeightLayout::kQ4_K,  cpu::WeightLayout::kQ4_KR};
 
 // rows x cols weights in `layout` (rows of row_bytes + 64 bytes: not the packed stride).
 struct Weights {
@@ -188,7 +189,9 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM rows equal the m == 1 decode bit for bit an
       Weights wts = make_weights(rng, layout, rows, cols);
       const cpu::WeightMatrix w = wts.matrix(layout, rows, cols);
       if (!has_int8_decode(ctx, w)) return;
-      for (const std::int64_t m : {2, 3, 7, 34, 64, 67}) {
+      // m: every remainder of the 2 x 3 (avx2) and 2 x 4 / 4 x 4 (avx512vnni) tiles, around the
+      // 32-row passes of matmul's qgemm and kQgemmPerRowMaxM.
+      for (const std::int64_t m : {2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 34, 63, 64, 65, 67, 100}) {
         if (m > int8_max_m(isa, layout)) continue;
         CAPTURE(rows, cols, m);
         const std::vector<float> x = make_activations(rng, m, cols);
@@ -214,7 +217,7 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM outputs do not depend on m, the companion r
   const std::vector<float> alone = run(one, w, probe.data(), 1);
   // The probe row at each position of batches of every size 1..67, with fresh companions, on 1
   // and 2 threads: always the same bits as alone.
-  for (const std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 64, 67}) {
+  for (const std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 63, 64, 65, 67, 100}) {
     if (m > int8_max_m(isa, layout)) continue;
     for (const std::int64_t at : {std::int64_t{0}, m / 2, m - 1}) {
       std::vector<float> x = make_activations(rng, m, cols);

@@ -111,8 +111,10 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   auto* rows = reinterpret_cast<detail::QuantizedRow*>(shared + static_cast<std::size_t>(m) * row_bytes);
   const detail::QuantizeRowFn quantize = detail::qdot_kernels_for(ctx.isa()).quantize;
   const detail::QgemmFn gemm_rows = detail::qgemm_kernel_for(ctx.isa(), w.layout);
-  // The Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's decode does not).
-  const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0);
+  // The AVX-512 VNNI Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's
+  // decode does not; nor does the AVX2 GEMM).
+  const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0 &&
+                                      (ctx.isa() == Isa::kAvx512Vnni || ctx.isa() == Isa::kAmx));
   const auto quantize_rows = [&](Range r) {
     for (std::int64_t i = r.begin; i < r.end; ++i) {
       std::byte* buffer = shared + static_cast<std::size_t>(i) * row_bytes;

@@ -81,9 +81,9 @@ struct QdotKernels {
 
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept;
 // The register-blocked multi-row kernel of `layout` at `isa` (Q8_0, Q8_0R, Q4_0, Q4_0R with
-// AVX-512 VNNI), or nullptr: matmul then runs the decode kernel once per activation row over
-// the same cache-resident weight rows (also bit-identical to m == 1), but only up to
-// kQgemmPerRowMaxM rows, the largest decode batch of the serving core: beyond that (prefill) the
+// AVX-512 VNNI; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 with AVX2), or nullptr: matmul then runs the decode
+// kernel once per activation row over the same cache-resident weight rows (also bit-identical to
+// m == 1), but only up to kQgemmPerRowMaxM rows, the largest decode batch of the serving core: beyond that (prefill) the
 // float GEMM is faster than m decode passes (measured ~1.4-1.6x at m = 64 for Q4_1, Q6_K and
 // the AVX2 level, docs/performance.md) and those formats keep it.
 QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept;
@@ -96,6 +96,7 @@ const QdotKernels& qdot_kernels_generic() noexcept;
 const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
+QgemmFn qgemm_avx2(WeightLayout layout) noexcept;        // qgemm_avx2.cpp
 // The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);
