@@ -31,13 +31,13 @@ namespace {
 
 const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
-// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), Q4_1 and
-// Q5_0/Q5_1 (register-blocked at avx2), and formats that take the per-row decode kernel inside
-// the GEMM (Q4_K, Q4_KR with VBMI; Q4_1, Q5 at avx512vnni).
+// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K, Q6_K (register-blocked at avx2), and formats that take the per-row decode
+// kernel inside the GEMM (Q4_KR with VBMI; Q4_1, Q5, the K-quants at avx512vnni).
 constexpr cpu::WeightLayout kLayouts[] = {
-    cpu::WeightLayout::kQ8_0,  cpu::WeightLayout::kQ8_0R, cpu::WeightLayout::kQ4_0,
-    cpu::WeightLayout::kQ4_0R, cpu::WeightLayout::kQ4_1,  cpu::WeightLayout::kQ5_0,
-    cpu::WeightLayout::kQ5_1,  cpu::WeightLayout::kQ4_K,  cpu::WeightLayout::kQ4_KR};
+    cpu::WeightLayout::kQ8_0,  cpu::WeightLayout::kQ8_0R, cpu::WeightLayout::kQ4_0, cpu::WeightLayout::kQ4_0R,
+    cpu::WeightLayout::kQ4_1,  cpu::WeightLayout::kQ5_0,  cpu::WeightLayout::kQ5_1, cpu::WeightLayout::kQ4_K,
+    cpu::WeightLayout::kQ4_KR, cpu::WeightLayout::kQ5_K,  cpu::WeightLayout::kQ6_K};
 
 // rows x cols weights in `layout` (rows of row_bytes + 64 bytes: not the packed stride).
 struct Weights {

@@ -9,8 +9,11 @@
 
 #include "cpu/simd_intrinsics.hpp"
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace sitsrt::cpu::detail {
 namespace {
@@ -73,6 +76,32 @@ inline __m256i unsigned_lanes(__m256i u, __m256i x) {
 // The float step of one block: acc += float(lanes) * fl(d_w d_x).
 inline __m256 scaled_add(__m256i lanes, __m256 dw, __m256 dx, __m256 acc) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(dw, dx), acc);
+}
+
+// ---- The int8 GEMM's tiling (qgemm_avx2.cpp, matmul_kquant_avx2.cpp) ----
+
+// R weight rows (from w, row_stride apart) against C activation rows x[0 .. C): y[c * ldy + r].
+using QgemmTileFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, float* y,
+                             std::int64_t ldy);
+
+// A QgemmFn over Tile<R, C>::run (R <= kR, C <= kC): weight rows by kR, activation rows by kC,
+// the last tiles narrower (every (row, activation) result is the same whatever tile it is in).
+// For each weight-row tile all m activation rows run while its kR rows stay in L1.
+template <template <int, int> class Tile, int kR, int kC>
+void qgemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
+                 std::int64_t ldy, std::int64_t n_rows) {
+  static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<QgemmTileFn, kR * kC>{&Tile<I / kC + 1, I % kC + 1>::run...};
+  }
+  (std::make_integer_sequence<int, kR * kC>{});
+  for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
+    const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
+    const std::byte* wr = w + static_cast<std::size_t>(r0) * row_stride;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kC) {
+      const int nc = m - i0 < kC ? static_cast<int>(m - i0) : kC;
+      kTiles[static_cast<std::size_t>((nr - 1) * kC + (nc - 1))](wr, row_stride, x + i0, y + i0 * ldy + r0, ldy);
+    }
+  }
 }
 
 }  // namespace

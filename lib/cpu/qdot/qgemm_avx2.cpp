@@ -12,15 +12,14 @@
 // differs. Hence y[i][r] is bit-identical to the m == 1 result for row i, whatever m, whichever
 // rows share the call and however rows are split over threads.
 #include "core/quant_blocks.hpp"
+#include "cpu/matmul/kquant_kernels.hpp"
 #include "cpu/qdot/qdot_blocks_avx2.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 
 namespace sitsrt::cpu::detail {
 namespace {
@@ -151,32 +150,15 @@ void tile(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, flo
   }
 }
 
-using TileFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, float* y, std::int64_t ldy);
-
-// The tile of r <= kR weight rows and c <= kC activation rows (the last tiles narrower).
-template <typename F, int kR, int kC>
-TileFn pick(int r, int c) {
-  static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
-    return std::array<TileFn, kR * kC>{tile<F, I / kC + 1, I % kC + 1>...};
-  }
-  (std::make_integer_sequence<int, kR * kC>{});
-  return kTiles[static_cast<std::size_t>((r - 1) * kC + (c - 1))];
-}
-
-// Weight rows by kR, activation rows by kC: for each weight-row tile all m activation rows run
-// while its kR rows stay in L1 (every (row, activation) result is the same whatever tile it is in).
-template <typename F, int kR, int kC>
-void qgemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
-                 std::int64_t ldy, std::int64_t n_rows) {
-  for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
-    const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
-    const std::byte* wr = w + static_cast<std::size_t>(r0) * row_stride;
-    for (std::int64_t i0 = 0; i0 < m; i0 += kC) {
-      const int nc = m - i0 < kC ? static_cast<int>(m - i0) : kC;
-      pick<F, kR, kC>(nr, nc)(wr, row_stride, x + i0, y + i0 * ldy + r0, ldy);
+template <typename F>
+struct Tiles {
+  template <int R, int C>
+  struct Of {
+    static void run(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, float* y, std::int64_t ldy) {
+      tile<F, R, C>(w, row_stride, x, y, ldy);
     }
-  }
-}
+  };
+};
 
 // 2 weight rows x 3 activation rows: 12 accumulators, the rest of the 16 ymm registers for the
 // unpacked weights. Measured on Zen 3 (L2-resident weights, 1 thread, per (row, activation) block
@@ -189,15 +171,19 @@ constexpr int kTileRows = 2, kTileActivations = 3;
 QgemmFn qgemm_avx2(WeightLayout layout) noexcept {
   switch (layout) {
     case WeightLayout::kQ8_0:
-      return qgemm_tiles<GemmQ8_0, kTileRows, kTileActivations>;
+      return qgemm_tiles<Tiles<GemmQ8_0>::Of, kTileRows, kTileActivations>;
     case WeightLayout::kQ4_0:
-      return qgemm_tiles<GemmQ4_0, kTileRows, kTileActivations>;
+      return qgemm_tiles<Tiles<GemmQ4_0>::Of, kTileRows, kTileActivations>;
     case WeightLayout::kQ4_1:
-      return qgemm_tiles<GemmQ4_1, kTileRows, kTileActivations>;
+      return qgemm_tiles<Tiles<GemmQ4_1>::Of, kTileRows, kTileActivations>;
     case WeightLayout::kQ5_0:
-      return qgemm_tiles<GemmQ5_0, kTileRows, kTileActivations>;
+      return qgemm_tiles<Tiles<GemmQ5_0>::Of, kTileRows, kTileActivations>;
     case WeightLayout::kQ5_1:
-      return qgemm_tiles<GemmQ5_1, kTileRows, kTileActivations>;
+      return qgemm_tiles<Tiles<GemmQ5_1>::Of, kTileRows, kTileActivations>;
+    case WeightLayout::kQ4_K:
+    case WeightLayout::kQ5_K:
+    case WeightLayout::kQ6_K:
+      return qgemm_kquant_avx2(stored_type(layout));  // matmul_kquant_avx2.cpp, beside their decode
     default:
       return nullptr;
   }
