@@ -2,6 +2,7 @@
 // Q4_1, Q5_0 and Q5_1 weights: each weight block is loaded and unpacked (nibbles, abs, fp16
 // scales) once for a tile of activation rows, and each activation block loaded once for a tile of
 // weight rows, instead of both once per (row, activation) pair as m calls of the decode kernel do.
+// Q4_K, Q5_K and Q6_K have theirs beside their decode kernels (matmul_kquant_avx2.cpp).
 //
 // Batch invariance: every (weight row r, activation row i) output is computed with exactly the
 // operations of the decode kernel qdot_avx2<D> (qdot_avx2.cpp) for that pair, taken from the same
