@@ -4,6 +4,8 @@
 #include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/vec_kernels.hpp"
 
+#include <limits>
+
 #if defined(SITSRT_X86_KERNELS)
 #include <cpuid.h>
 #endif
@@ -51,10 +53,21 @@ const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
 QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept {
 #if defined(SITSRT_X86_KERNELS)
   if (isa == Isa::kAvx512Vnni || isa == Isa::kAmx) return qgemm_avx512vnni(layout);
+  if (isa == Isa::kAvx2) return qgemm_avx2(layout);
 #endif
   (void)isa;
   (void)layout;
   return nullptr;
+}
+std::int64_t qgemm_max_m(Isa isa, WeightLayout layout) noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  if ((isa == Isa::kAvx512Vnni || isa == Isa::kAmx) && qgemm_avx512vnni(layout) != nullptr) {
+    return std::numeric_limits<std::int64_t>::max();
+  }
+#endif
+  (void)isa;
+  (void)layout;
+  return kQgemmPerRowMaxM;
 }
 
 #if defined(SITSRT_X86_KERNELS)

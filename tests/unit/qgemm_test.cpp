@@ -2,9 +2,9 @@
 // matmul.cpp's qgemm) on every ISA level: each output bit for bit equal to the decode (m == 1)
 // result of its activation row, whatever m, the companion rows and the thread count (batch
 // invariance), and close to a double reference built from the raw block levels and the quantized
-// activation row (only the kernels' float rounding may differ). Formats without a register-blocked
-// kernel take the int8 GEMM up to kQgemmPerRowMaxM rows (decode batches); beyond, the float GEMM
-// (matmul_test).
+// activation row (only the kernels' float rounding may differ). Outside batch-invariant mode the
+// int8 GEMM takes up to qgemm_max_m rows (any m with the AVX-512 VNNI kernels, decode batches
+// otherwise); beyond, the float GEMM (matmul_test). Batch-invariant mode takes it at every m.
 #include "core/dtype.hpp"
 #include "core/half.hpp"
 #include "core/quant_blocks.hpp"
@@ -31,12 +31,13 @@ namespace {
 
 const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
-// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), and
-// formats that take the per-row decode kernel inside the GEMM (Q4_1, Q4_K, Q4_KR with VBMI).
-constexpr cpu::WeightLayout kLayouts[] = {cpu::WeightLayout::kQ8_0, cpu::WeightLayout::kQ8_0R,
-                                          cpu::WeightLayout::kQ4_0, cpu::WeightLayout::kQ4_0R,
-                                          cpu::WeightLayout::kQ4_1, cpu::WeightLayout::kQ4_K,
-                                          cpu::WeightLayout::kQ4_KR};
+// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K, Q6_K (register-blocked at avx2), and formats that take the per-row decode
+// kernel inside the GEMM (Q4_KR with VBMI; Q4_1, Q5, the K-quants at avx512vnni).
+constexpr cpu::WeightLayout kLayouts[] = {
+    cpu::WeightLayout::kQ8_0,  cpu::WeightLayout::kQ8_0R, cpu::WeightLayout::kQ4_0, cpu::WeightLayout::kQ4_0R,
+    cpu::WeightLayout::kQ4_1,  cpu::WeightLayout::kQ5_0,  cpu::WeightLayout::kQ5_1, cpu::WeightLayout::kQ4_K,
+    cpu::WeightLayout::kQ4_KR, cpu::WeightLayout::kQ5_K,  cpu::WeightLayout::kQ6_K};
 
 // rows x cols weights in `layout` (rows of row_bytes + 64 bytes: not the packed stride).
 struct Weights {
@@ -82,15 +83,15 @@ bool has_int8_decode(const cpu::CpuContext& ctx, const cpu::WeightMatrix& w) {
   return cpu::matmul_shared_bytes(ctx, w, 1) > 0;
 }
 
-// The largest m the int8 GEMM takes for `layout` at `isa`: any with a register-blocked kernel,
-// decode batches (kQgemmPerRowMaxM) for the formats that run their decode kernel per row.
-std::int64_t int8_max_m(cpu::Isa isa, cpu::WeightLayout layout) {
-  return cpu::detail::qgemm_kernel_for(isa, layout) != nullptr ? 1 << 30 : cpu::detail::kQgemmPerRowMaxM;
+// The largest m the int8 GEMM takes for `layout` in ctx.
+std::int64_t int8_max_m(const cpu::CpuContext& ctx, cpu::WeightLayout layout) {
+  return ctx.batch_invariant() ? std::int64_t{1} << 30 : cpu::detail::qgemm_max_m(ctx.isa(), layout);
 }
 
-cpu::CpuContext int8_context(cpu::Isa isa, int threads) {
+cpu::CpuContext int8_context(cpu::Isa isa, int threads, bool batch_invariant = false) {
   cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
   REQUIRE(ctx.isa() == isa);
+  ctx.set_batch_invariant(batch_invariant);
   return ctx;
 }
 
@@ -188,8 +189,10 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM rows equal the m == 1 decode bit for bit an
       Weights wts = make_weights(rng, layout, rows, cols);
       const cpu::WeightMatrix w = wts.matrix(layout, rows, cols);
       if (!has_int8_decode(ctx, w)) return;
-      for (const std::int64_t m : {2, 3, 7, 34, 64, 67}) {
-        if (m > int8_max_m(isa, layout)) continue;
+      // m: every remainder of the 2 x 3 (avx2) and 2 x 4 / 4 x 4 (avx512vnni) tiles, around the
+      // 32-row passes of matmul's qgemm and kQgemmPerRowMaxM.
+      for (const std::int64_t m : {2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 34, 63, 64, 65, 67, 100}) {
+        if (m > int8_max_m(ctx, layout)) continue;
         CAPTURE(rows, cols, m);
         const std::vector<float> x = make_activations(rng, m, cols);
         const std::vector<float> y = run(ctx, w, x.data(), m);
@@ -203,8 +206,10 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM rows equal the m == 1 decode bit for bit an
 SITSRT_ISA_TEST_CASE(isa, "int8 GEMM outputs do not depend on m, the companion rows or the thread count",
                      "[qdot][qgemm][matmul]", kIsas) {
   const cpu::WeightLayout layout = GENERATE(from_range(std::begin(kLayouts), std::end(kLayouts)));
-  CAPTURE(cpu::name(layout), cpu::name(isa));
-  cpu::CpuContext one = int8_context(isa, 1), two = int8_context(isa, 2);
+  // Batch-invariant mode: every m takes the int8 GEMM (past qgemm_max_m too).
+  const bool invariant = GENERATE(false, true);
+  CAPTURE(cpu::name(layout), cpu::name(isa), invariant);
+  cpu::CpuContext one = int8_context(isa, 1, invariant), two = int8_context(isa, 2, invariant);
   test::Rng rng(static_cast<std::uint64_t>(static_cast<int>(layout) * 977 + 5));
   const std::int64_t rows = 83, cols = 1280;  // 40 blocks: 2.5 Q4 units, 10 Q8 quads
   Weights wts = make_weights(rng, layout, rows, cols);
@@ -214,8 +219,8 @@ SITSRT_ISA_TEST_CASE(isa, "int8 GEMM outputs do not depend on m, the companion r
   const std::vector<float> alone = run(one, w, probe.data(), 1);
   // The probe row at each position of batches of every size 1..67, with fresh companions, on 1
   // and 2 threads: always the same bits as alone.
-  for (const std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 64, 67}) {
-    if (m > int8_max_m(isa, layout)) continue;
+  for (const std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 63, 64, 65, 67, 100}) {
+    if (m > int8_max_m(one, layout)) continue;
     for (const std::int64_t at : {std::int64_t{0}, m / 2, m - 1}) {
       std::vector<float> x = make_activations(rng, m, cols);
       std::copy(probe.begin(), probe.end(), x.begin() + at * cols);

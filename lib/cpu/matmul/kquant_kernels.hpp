@@ -23,5 +23,10 @@ struct QuantizedRow;
 template <DType kType>
 void qdot_kquant_avx2(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                       std::int64_t n_rows);
+// Their int8 GEMM (m > 1 rows, QgemmFn of qdot_kernels.hpp) for Q4_K, Q5_K and Q6_K, else nullptr;
+// qgemm_avx2 lists it.
+using QgemmFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
+                         std::int64_t ldy, std::int64_t n_rows);
+QgemmFn qgemm_kquant_avx2(DType type) noexcept;
 
 }  // namespace sitsrt::cpu::detail

@@ -111,8 +111,10 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   auto* rows = reinterpret_cast<detail::QuantizedRow*>(shared + static_cast<std::size_t>(m) * row_bytes);
   const detail::QuantizeRowFn quantize = detail::qdot_kernels_for(ctx.isa()).quantize;
   const detail::QgemmFn gemm_rows = detail::qgemm_kernel_for(ctx.isa(), w.layout);
-  // The Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's decode does not).
-  const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0);
+  // The AVX-512 VNNI Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's
+  // decode does not; nor does the AVX2 GEMM).
+  const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0 &&
+                                      (ctx.isa() == Isa::kAvx512Vnni || ctx.isa() == Isa::kAmx));
   const auto quantize_rows = [&](Range r) {
     for (std::int64_t i = r.begin; i < r.end; ++i) {
       std::byte* buffer = shared + static_cast<std::size_t>(i) * row_bytes;
@@ -141,16 +143,14 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   });
 }
 
-// The int8 GEMM serves m > 1 wherever decode has an integer kernel for the layout: at every m
-// with a register-blocked kernel, up to kQgemmPerRowMaxM rows (decode batches) without one.
+// The int8 GEMM serves m > 1 wherever decode has an integer kernel for the layout, up to
+// qgemm_max_m rows (every m with the AVX-512 VNNI kernels, decode batches otherwise).
 detail::DecodeKernel int8_gemm_kernel(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
   detail::DecodeKernel k = detail::DecodeKernel::for_weight(ctx, w.layout);
   if (k.qdot == nullptr || w.cols % kQBlock != 0) return {};
-  // Past 64 rows the per-row path loses to the float GEMM; batch invariance keeps it (a row's
-  // result must not depend on how many rows share its step).
-  if (m > detail::kQgemmPerRowMaxM && !ctx.batch_invariant() && detail::qgemm_kernel_for(ctx.isa(), w.layout) == nullptr) {
-    return {};
-  }
+  // Past it the float GEMM is faster; batch invariance keeps the int8 GEMM (a row's result must
+  // not depend on how many rows share its step).
+  if (m > detail::qgemm_max_m(ctx.isa(), w.layout) && !ctx.batch_invariant()) return {};
   return k;
 }
 
@@ -246,12 +246,12 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
 
 std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
   if (m > 1) {
-    // Any batch of 2..m rows: those the int8 GEMM takes need m (or kQgemmPerRowMaxM) int8 rows,
+    // Any batch of 2..m rows: those the int8 GEMM takes need m (or qgemm_max_m) int8 rows,
     // larger ones at Isa::kAmx the bf16 copy of x.
     std::size_t bytes = ctx.isa() == Isa::kAmx ? detail::amx_activation_bytes(m, w.cols) : 0;
     if (int8_gemm_kernel(ctx, w, 2).qdot != nullptr) {
-      const bool any_m = ctx.batch_invariant() || detail::qgemm_kernel_for(ctx.isa(), w.layout) != nullptr;
-      bytes = std::max(bytes, qgemm_shared_bytes(w.cols, any_m ? m : std::min(m, detail::kQgemmPerRowMaxM)));
+      const std::int64_t rows = ctx.batch_invariant() ? m : std::min(m, detail::qgemm_max_m(ctx.isa(), w.layout));
+      bytes = std::max(bytes, qgemm_shared_bytes(w.cols, rows));
     }
     return bytes;
   }

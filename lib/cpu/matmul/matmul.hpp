@@ -44,7 +44,7 @@ std::size_t matmul_scratch_floats(const WeightMatrix& w, std::int64_t m) noexcep
 // batch size in this context: the int8-quantized input row when the context uses int8
 // activations and the format has an integer-dot kernel at its ISA level (decode, m == 1); for
 // m > 1, enough for every batch of 2..m rows: the int8 GEMM's m quantized rows (at most
-// kQgemmPerRowMaxM for formats without a register-blocked kernel) and/or the bf16 copy of x at
+// qgemm_max_m outside batch-invariant mode) and/or the bf16 copy of x at
 // Isa::kAmx; else 0.
 // With int8 activations, decode of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 computes
 // sum_b fl(d_w d_x) * int_dot_b [+ m_w fl(d_x sum q)] (see cpu/qdot/qdot_kernels.hpp): the error

@@ -6,6 +6,7 @@
 // bit: multiply, then subtract, each rounded (no FMA). Listed by the AVX2 and AVX-512 tables.
 #include "core/kquant_blocks.hpp"
 #include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/qdot/qdot_blocks_avx2.hpp"  // prefetch_ahead, hsum, the int8 GEMM's tiling
 #include "cpu/qdot/qdot_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
@@ -14,18 +15,6 @@
 
 namespace sitsrt::cpu::detail {
 namespace {
-
-constexpr int kPrefetchBytes = 1536;  // as matmul_avx2.cpp
-inline void prefetch_ahead(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float half_at(const std::uint16_t& h) {
   std::uint16_t v;
@@ -262,12 +251,27 @@ inline __m256i dot_lanes_unsigned(__m256i u, const std::int8_t* q) {  // u <= 15
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
+// Q4_K / Q5_K levels of sub-blocks 2 p (u0) and 2 p + 1 (u1); qh: the Q5_K block's high bits.
+template <bool kFifthBit, typename Block>
+inline void k4_levels(const Block& blk, __m256i qh, int p, __m256i& u0, __m256i& u1) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = load32(blk.qs + 32 * p);
+  u0 = _mm256_and_si256(v, low4);
+  u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  if constexpr (kFifthBit) {  // bit 2p / 2p + 1 of qh[l] -> 16
+    const __m256i bit0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * p)));
+    const __m256i bit1 = _mm256_set1_epi8(static_cast<char>(2 << (2 * p)));
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    u0 = _mm256_or_si256(u0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit0), bit0), sixteen));
+    u1 = _mm256_or_si256(u1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), sixteen));
+  }
+}
+
 // Q4_K / Q5_K: sub-block s is activation block 8 B + s; mins use ds of the 8 blocks as one
 // vector. Q5_K levels (<= 31) still keep vpmaddubsw's int16 pair sums below 2 * 31 * 127.
 template <bool kFifthBit, typename Block>
 void qdot_k4(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   const std::int64_t nb = x.blocks / 8;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const auto* blocks = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
@@ -280,15 +284,8 @@ void qdot_k4(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, 
       if constexpr (kFifthBit) qh = load32(blk.qh);
 #pragma GCC unroll 4
       for (int p = 0; p < 4; ++p) {
-        const __m256i v = load32(blk.qs + 32 * p);
-        __m256i u0 = _mm256_and_si256(v, low4), u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        if constexpr (kFifthBit) {  // bit 2p / 2p + 1 of qh[l] -> 16
-          const __m256i bit0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * p)));
-          const __m256i bit1 = _mm256_set1_epi8(static_cast<char>(2 << (2 * p)));
-          const __m256i sixteen = _mm256_set1_epi8(16);
-          u0 = _mm256_or_si256(u0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit0), bit0), sixteen));
-          u1 = _mm256_or_si256(u1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), sixteen));
-        }
+        __m256i u0, u1;
+        k4_levels<kFifthBit>(blk, qh, p, u0, u1);
         const std::int64_t b0 = 8 * B + 2 * p;
         const __m256i lanes0 = dot_lanes_unsigned(u0, x.qs + 32 * b0);
         const __m256i lanes1 = dot_lanes_unsigned(u1, x.qs + 32 * b0 + 32);
@@ -375,6 +372,26 @@ void qdot_iq4_nl(const std::byte* w, std::size_t row_stride, const QuantizedRow&
   }
 }
 
+// fl(d * scale) of Q6_K sub-blocks 8 h .. 8 h + 7, one vector per half h.
+inline void q6_k_scales(const BlockQ6_K& blk, __m256 (&dl)[2]) {
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+  const __m256 d = _mm256_set1_ps(half_at(blk.d));
+  dl[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+  dl[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+}
+// The signed levels of activation block 4 h + j of the super-block.
+inline __m256i q6_k_levels(const BlockQ6_K& blk, int h, int j) {
+  const __m256i ql = load32(blk.ql + 64 * h + 32 * (j & 1)), qh = load32(blk.qh + 32 * h);
+  const __m256i low = _mm256_and_si256(j < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+  const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
+  return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+}
+// Lanes 0-3: the scale of sub-block 2 j of half dl, lanes 4-7: of 2 j + 1.
+inline __m256 q6_k_pair_scales(__m256 dl, int j) {
+  return _mm256_permutevar8x32_ps(
+      dl, _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1));
+}
+
 // Q6_K: signed levels u - 32 in [-32, 31]; as Q8_0 in qdot_avx2.cpp, |w| against sign(w) q keeps
 // the int16 pair sums within 2 * 32 * 127. Lanes 0-3 of a block are its first 16 elements
 // (scale 2 k), lanes 4-7 the second 16 (scale 2 k + 1).
@@ -386,23 +403,15 @@ void qdot_q6_k(const std::byte* w, std::size_t row_stride, const QuantizedRow& x
     for (std::int64_t B = 0; B < nb; ++B) {
       prefetch_ahead(blocks + B);
       const BlockQ6_K& blk = blocks[B];
-      // fl(d * scale) of sub-blocks 8 h .. 8 h + 7, one vector per half.
-      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
-      const __m256 d = _mm256_set1_ps(half_at(blk.d));
-      const __m256 dl[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))),
-                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))))};
+      __m256 dl[2];
+      q6_k_scales(blk, dl);
       for (int h = 0; h < 2; ++h) {
-        const __m256i ql[2] = {load32(blk.ql + 64 * h), load32(blk.ql + 64 * h + 32)};
-        const __m256i qh = load32(blk.qh + 32 * h);
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-          const __m256i low = _mm256_and_si256(j < 2 ? ql[j & 1] : _mm256_srli_epi16(ql[j & 1], 4), _mm256_set1_epi8(0x0F));
-          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(3));
-          const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+          const __m256i wv = q6_k_levels(blk, h, j);
           const std::int64_t b = 8 * B + 4 * h + j;
           const __m256i lanes = dot_lanes_signed(wv, x.qs + 32 * b);
-          const __m256i pick = _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1);
-          const __m256 scales = _mm256_permutevar8x32_ps(dl[h], pick);
+          const __m256 scales = q6_k_pair_scales(dl[h], j);
           __m256& acc = j % 2 == 0 ? acc0 : acc1;
           acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(scales, _mm256_load_ps(x.d8 + 8 * b)), acc);
         }
@@ -428,6 +437,126 @@ template <>
 struct Avx2Format<DType::kQ6_K> : Q6K {};
 template <>
 struct Avx2Format<DType::kQ8_K> : Q8K {};
+
+// ---- Int8 GEMM (m > 1 activation rows, QgemmFn of qdot_kernels.hpp) ----
+// R weight rows x C activation rows. Per (row, activation) pair exactly the float operations of
+// qdot_k4 / qdot_q6_k (the same scale products from the same dl / ml, the FMA sequence into the
+// same accumulators, the same reduction), so each output is bit-identical to the decode kernel's;
+// the levels and scales are unpacked once per weight row for the C activation rows.
+template <bool kFifthBit, typename Block>
+struct K4Tile {
+  template <int R, int C>
+  struct Of {
+    static void run(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, float* y, std::int64_t ldy) {
+      const std::int64_t nb = x[0].blocks / 8;
+      const Block* rows[R];
+      __m256 acc0[R][C], acc1[R][C], accm[R][C];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        rows[r] = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(r) * row_stride);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) acc0[r][c] = acc1[r][c] = accm[r][c] = _mm256_setzero_ps();
+      }
+      for (std::int64_t B = 0; B < nb; ++B) {
+        alignas(32) float dl[R][8], ml[R][8];
+        __m256i qh[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          prefetch_ahead(rows[r] + B);
+          const Block& blk = rows[r][B];
+          scales_k4(blk.scales, half_at(blk.d), half_at(blk.dmin), dl[r], ml[r]);
+          qh[r] = _mm256_setzero_si256();
+          if constexpr (kFifthBit) qh[r] = load32(blk.qh);
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+          __m256i u0[R], u1[R];
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) k4_levels<kFifthBit>(rows[r][B], qh[r], p, u0[r], u1[r]);
+          const std::int64_t b0 = 8 * B + 2 * p;
+#pragma GCC unroll 4
+          for (int c = 0; c < C; ++c) {
+            const __m256 d0 = _mm256_load_ps(x[c].d8 + 8 * b0), d1 = _mm256_load_ps(x[c].d8 + 8 * b0 + 8);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+              const __m256i lanes0 = dot_lanes_unsigned(u0[r], x[c].qs + 32 * b0);
+              const __m256i lanes1 = dot_lanes_unsigned(u1[r], x[c].qs + 32 * b0 + 32);
+              acc0[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes0),
+                                           _mm256_mul_ps(_mm256_broadcast_ss(dl[r] + 2 * p), d0), acc0[r][c]);
+              acc1[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes1),
+                                           _mm256_mul_ps(_mm256_broadcast_ss(dl[r] + 2 * p + 1), d1), acc1[r][c]);
+            }
+          }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          const __m256 ds = _mm256_loadu_ps(x[c].ds + 8 * B);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) accm[r][c] = _mm256_fmadd_ps(_mm256_load_ps(ml[r]), ds, accm[r][c]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum(_mm256_add_ps(acc0[r][c], acc1[r][c])) - hsum(accm[r][c]);
+      }
+    }
+  };
+};
+
+template <int R, int C>
+struct Q6KTile {
+  static void run(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, float* y, std::int64_t ldy) {
+    const std::int64_t nb = x[0].blocks / 8;
+    const BlockQ6_K* rows[R];
+    __m256 acc[2][R][C];  // qdot_q6_k's acc0 (even j) and acc1 (odd j)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      rows[r] = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(r) * row_stride);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[0][r][c] = acc[1][r][c] = _mm256_setzero_ps();
+    }
+    for (std::int64_t B = 0; B < nb; ++B) {
+      __m256 dl[R][2];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        prefetch_ahead(rows[r] + B);
+        q6_k_scales(rows[r][B], dl[r]);
+      }
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const std::int64_t b = 8 * B + 4 * h + j;
+          __m256i wv[R], abs_w[R];
+          __m256 scales[R];
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            wv[r] = q6_k_levels(rows[r][B], h, j);
+            abs_w[r] = _mm256_sign_epi8(wv[r], wv[r]);
+            scales[r] = q6_k_pair_scales(dl[r][h], j);
+          }
+#pragma GCC unroll 4
+          for (int c = 0; c < C; ++c) {
+            const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x[c].qs + 32 * b));
+            const __m256 d8 = _mm256_load_ps(x[c].d8 + 8 * b);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {  // dot_lanes_signed with |w| hoisted
+              const __m256i lanes =
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w[r], _mm256_sign_epi8(xq, wv[r])), _mm256_set1_epi16(1));
+              acc[j % 2][r][c] =
+                  _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(scales[r], d8), acc[j % 2][r][c]);
+            }
+          }
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = hsum(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
+    }
+  }
+};
 
 }  // namespace
 
@@ -480,5 +609,19 @@ SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ6_K);
 SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kQ8_K);
 SITSRT_INSTANTIATE_KQUANT_AVX2(DType::kIQ4_NL);
 #undef SITSRT_INSTANTIATE_KQUANT_AVX2
+
+QgemmFn qgemm_kquant_avx2(DType type) noexcept {
+  // 2 weight rows x 2 activation rows (Q4_K / Q5_K: 12 accumulators) and 2 x 3 (Q6_K: 12).
+  switch (type) {
+    case DType::kQ4_K:
+      return qgemm_tiles<K4Tile<false, BlockQ4_K>::Of, 2, 2>;
+    case DType::kQ5_K:
+      return qgemm_tiles<K4Tile<true, BlockQ5_K>::Of, 2, 2>;
+    case DType::kQ6_K:
+      return qgemm_tiles<Q6KTile, 2, 3>;
+    default:
+      return nullptr;
+  }
+}
 
 }  // namespace sitsrt::cpu::detail

@@ -6,6 +6,7 @@
 // their offset is cancelled exactly by starting the int32 lanes at -offset * sum(q) / 8.
 #include "core/quant_blocks.hpp"
 #include "cpu/matmul/kquant_kernels.hpp"
+#include "cpu/qdot/qdot_blocks_avx2.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
@@ -15,39 +16,6 @@
 namespace sitsrt::cpu::detail {
 namespace {
 
-constexpr int kPrefetchBytes = 1536;  // as in matmul_avx2.cpp
-inline void prefetch_ahead(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-}
-
-inline float half_at(const void* p) {
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
-  return _cvtsh_ss(v);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i nibbles(const std::uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
-                          _mm256_set1_epi8(0x0F));
-}
-
-// 0xFF in byte j where bit j of bits is set, else 0.
-inline __m256i bytes_from_bits(std::uint32_t bits) {
-  const __m256i shuffle = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                           3, 3, 3, 3, 3, 3, 3);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuffle);
-  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);  // all bits but bit (j mod 8)
-  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, bit), _mm256_set1_epi64x(-1));
-}
-
 // Each format: the block's int32 dot lanes (summing to the exact integer dot with the offset
 // removed).
 struct DotQ8_0 {
@@ -55,20 +23,14 @@ struct DotQ8_0 {
   static constexpr bool kMin = false;
   static __m256i dot(const Block& b, const std::int8_t* q, const std::int32_t*) {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    return q8_lanes(w, _mm256_sign_epi8(w, w), _mm256_load_si256(reinterpret_cast<const __m256i*>(q)));
   }
 };
 template <typename U, int kShift>
 inline __m256i dot_unsigned(__m256i u, const std::int8_t* q, const std::int32_t* neg_sum8) {
   const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
-  __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
-  if constexpr (!U::kMin) {
-    lanes = _mm256_add_epi32(
-        lanes, _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(neg_sum8)), kShift));
-  }
-  return lanes;
+  if constexpr (U::kMin) return unsigned_lanes(u, x);
+  return unsigned_lanes(u, x, _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(neg_sum8)), kShift));
 }
 template <typename B, bool M>
 struct DotQ4 {
@@ -83,18 +45,14 @@ struct DotQ5 {
   using Block = B;
   static constexpr bool kMin = M;
   static __m256i dot(const Block& b, const std::int8_t* q, const std::int32_t* s8) {
-    std::uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    const __m256i u = _mm256_or_si256(nibbles(b.qs), _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(16)));
-    return dot_unsigned<DotQ5, 1>(u, q, s8);  // offset 16 = 8 lanes x 2
+    return dot_unsigned<DotQ5, 1>(q5_levels(b.qs, b.qh), q, s8);  // offset 16 = 8 lanes x 2
   }
 };
 
 template <typename D>
 inline void block_dot(const typename D::Block& blk, std::int64_t b, const QuantizedRow& x, __m256& acc) {
   const __m256i lanes = D::dot(blk, x.qs + 32 * b, x.neg_sum8 + 8 * b);
-  const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(half_at(&blk.d)), _mm256_load_ps(x.d8 + 8 * b));
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scale, acc);
+  acc = scaled_add(lanes, _mm256_set1_ps(half_at(&blk.d)), _mm256_load_ps(x.d8 + 8 * b), acc);
   if constexpr (D::kMin) acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(&blk.m)), _mm256_load_ps(x.ds8 + 8 * b), acc);
 }
 

@@ -81,12 +81,17 @@ struct QdotKernels {
 
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept;
 // The register-blocked multi-row kernel of `layout` at `isa` (Q8_0, Q8_0R, Q4_0, Q4_0R with
-// AVX-512 VNNI), or nullptr: matmul then runs the decode kernel once per activation row over
-// the same cache-resident weight rows (also bit-identical to m == 1), but only up to
-// kQgemmPerRowMaxM rows, the largest decode batch of the serving core: beyond that (prefill) the
-// float GEMM is faster than m decode passes (measured ~1.4-1.6x at m = 64 for Q4_1, Q6_K and
-// the AVX2 level, docs/performance.md) and those formats keep it.
+// AVX-512 VNNI; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K with AVX2), or nullptr: matmul then
+// runs the decode kernel once per activation row over the same cache-resident weight rows (also
+// bit-identical to m == 1).
 QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept;
+// The largest m the int8 GEMM takes outside batch-invariant mode (which sends it every m): any
+// with an AVX-512 VNNI kernel; else kQgemmPerRowMaxM, the largest decode batch of the serving
+// core. Beyond that (prefill) the float GEMM is faster: than m decode passes (~1.4-1.6x at m = 64
+// for Q4_1, Q6_K and the AVX2 level) and than the AVX2 kernels, which without vpdpbusd spend as
+// many vector operations per block pair as the float GEMM's FMAs (Zen 3: float 1.0-1.4x faster at
+// m = 128-256 for Q4_0/Q4_1, docs/performance.md).
+std::int64_t qgemm_max_m(Isa isa, WeightLayout layout) noexcept;
 inline constexpr std::int64_t kQgemmPerRowMaxM = 64;
 // True when `isa`'s table has the Q4_KR kernel and the CPU can run it (AVX512_VBMI): only then
 // does Q4_K repack (weight_layout.cpp) and decode take the table's Q4_KR entry.
@@ -96,6 +101,7 @@ const QdotKernels& qdot_kernels_generic() noexcept;
 const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
+QgemmFn qgemm_avx2(WeightLayout layout) noexcept;        // qgemm_avx2.cpp
 // The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);

@@ -1,0 +1,108 @@
+// Block helpers shared by the AVX2 integer-dot kernels: the decode kernels (qdot_avx2.cpp) and the
+// multi-row GEMM (qgemm_avx2.cpp) must run the very same operations for batch invariance, so both
+// take them from here. Include only from AVX2 files (internal linkage: no ODR clash with the other
+// ISA files).
+#pragma once
+
+#include "core/quant_blocks.hpp"
+#include "cpu/qdot/qdot_kernels.hpp"
+
+#include "cpu/simd_intrinsics.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+constexpr int kPrefetchBytes = 1536;  // as in matmul_avx2.cpp
+inline void prefetch_ahead(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
+inline float half_at(const void* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return _cvtsh_ss(v);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i nibbles(const std::uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+                          _mm256_set1_epi8(0x0F));
+}
+
+// 0xFF in byte j where bit j of bits is set, else 0.
+inline __m256i bytes_from_bits(std::uint32_t bits) {
+  const __m256i shuffle =
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuffle);
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);  // all bits but bit (j mod 8)
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, bit), _mm256_set1_epi64x(-1));
+}
+
+// Q5 levels: the low nibbles with bit 4 from qh.
+inline __m256i q5_levels(const std::uint8_t* qs, const std::uint8_t* qh) {
+  std::uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  return _mm256_or_si256(nibbles(qs), _mm256_and_si256(bytes_from_bits(bits), _mm256_set1_epi8(16)));
+}
+
+// The int32 lanes of a Q8_0 block's dot with activation levels x: the weight's sign moved onto x
+// (|w| <= 128, |x| <= 127: the int16 pair sums stay below 2^15).
+inline __m256i q8_lanes(__m256i w, __m256i abs_w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+// Those of unsigned levels u (< 32) with x; `offset` (the lanes' share of -offset * sum(x), or 0)
+// added after.
+inline __m256i unsigned_lanes(__m256i u, __m256i x, __m256i offset) {
+  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)), offset);
+}
+inline __m256i unsigned_lanes(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// The float step of one block: acc += float(lanes) * fl(d_w d_x).
+inline __m256 scaled_add(__m256i lanes, __m256 dw, __m256 dx, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(dw, dx), acc);
+}
+
+// ---- The int8 GEMM's tiling (qgemm_avx2.cpp, matmul_kquant_avx2.cpp) ----
+
+// R weight rows (from w, row_stride apart) against C activation rows x[0 .. C): y[c * ldy + r].
+using QgemmTileFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, float* y,
+                             std::int64_t ldy);
+
+// A QgemmFn over Tile<R, C>::run (R <= kR, C <= kC): weight rows by kR, activation rows by kC,
+// the last tiles narrower (every (row, activation) result is the same whatever tile it is in).
+// For each weight-row tile all m activation rows run while its kR rows stay in L1.
+template <template <int, int> class Tile, int kR, int kC>
+void qgemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
+                 std::int64_t ldy, std::int64_t n_rows) {
+  static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<QgemmTileFn, kR * kC>{&Tile<I / kC + 1, I % kC + 1>::run...};
+  }
+  (std::make_integer_sequence<int, kR * kC>{});
+  for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
+    const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
+    const std::byte* wr = w + static_cast<std::size_t>(r0) * row_stride;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kC) {
+      const int nc = m - i0 < kC ? static_cast<int>(m - i0) : kC;
+      kTiles[static_cast<std::size_t>((nr - 1) * kC + (nc - 1))](wr, row_stride, x + i0, y + i0 * ldy + r0, ldy);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sitsrt::cpu::detail
