@@ -37,6 +37,8 @@ int bench_command(int argc, char** argv) {
       {"profile", 0, "", "time every graph node and print where decode and prefill steps spend it", ""},
       {"concurrency", 0, "LIST", "serving benchmark: streams per level, e.g. 1,4,16,64 (prompt 128 and generate "
                                  "128 tokens each unless -p/-n say otherwise)", ""},
+      {"prefix-cache", 0, "", "keep prefix caching on: repetitions (and later --concurrency levels) then reuse the "
+                              "cached blocks of the same prompts, so prefill and TTFT measure the cache", ""},
       {"json", 0, "", "machine-readable output", ""},
   };
   specs.insert(specs.end(), more.begin(), more.end());
@@ -55,6 +57,9 @@ int bench_command(int argc, char** argv) {
   EngineOptions options = engine_options_from(args);
   if (options.context_length == 0) options.context_length = n_prompt + n_gen + 1;
   options.profile_ops = args.has("profile");
+  // Every repetition and level sends the same prompts: with prefix caching all but the first
+  // would skip their full prompt blocks and prefill would measure the cache, not the model.
+  if (!args.has("prefix-cache")) options.serving.prefix_caching = false;
   if (concurrency) {
     const std::vector<int> levels = parse_concurrency(*concurrency);
     const int most = *std::max_element(levels.begin(), levels.end());

@@ -98,7 +98,7 @@ check "bench --json" json_check "$work/bench.json" \
   "all(doc[k] > 0 for k in ['prefill_tokens_per_s','decode_tokens_per_s','weight_bytes_per_token','peak_rss_bytes','read_bandwidth_bytes_per_s'])"
 "$cli" bench -m "$model" --concurrency 1,2,4 -p 16 -n 8 --json >"$work/bench-serving.json" 2>/dev/null
 check "bench --concurrency --json: a level per concurrency and the serving limits" json_check "$work/bench-serving.json" \
-  "[l['concurrency'] for l in doc['levels']] == [1, 2, 4] and all(l['aggregate_decode_tokens_per_s'] > 0 and l['generated_tokens'] == 8 * l['concurrency'] for l in doc['levels']) and doc['serving']['limits']['max_num_seqs'] == 4 and doc['serving']['finished'] >= 7"
+  "[l['concurrency'] for l in doc['levels']] == [1, 2, 4] and all(l['aggregate_decode_tokens_per_s'] > 0 and l['generated_tokens'] == 8 * l['concurrency'] for l in doc['levels']) and doc['serving']['limits']['max_num_seqs'] == 4 and doc['serving']['finished'] >= 7 and not doc['serving']['limits']['prefix_caching'] and doc['serving']['prefix_cache_hits'] == 0"
 "$cli" run -m "$model" -p "hello world" -n 6 --ignore-eos --k-type int8 --v-type int4 --max-num-seqs 3 --kv-block-size 8 --json >"$work/run-kv.jsonl" 2>/dev/null
 check "run --k-type/--v-type and serving limits reach the summary's serving object" json_check "$work/run-kv.jsonl" \
   "(lambda s: s['limits']['max_num_seqs'] == 3 and s['limits']['kv_block_size'] == 8 and s['finished'] == 1 and s['kv_blocks_free'] == s['kv_blocks'])(lines[-1]['serving'])"
