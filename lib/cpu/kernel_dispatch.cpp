@@ -53,7 +53,9 @@ const QdotKernels& qdot_kernels_for(Isa isa) noexcept {
 QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept {
 #if defined(SITSRT_X86_KERNELS)
   if (isa == Isa::kAvx512Vnni || isa == Isa::kAmx) return qgemm_avx512vnni(layout);
-  if (isa == Isa::kAvx2) return qgemm_avx2(layout);
+  // The plain AVX-512 level decodes with the AVX2 integer kernels (its qdot table above), so the
+  // AVX2 GEMM is bit-identical to its m == 1 decode too.
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return qgemm_avx2(layout);
 #endif
   (void)isa;
   (void)layout;
