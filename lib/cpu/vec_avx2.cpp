@@ -4,6 +4,7 @@
 #include "cpu/attend_rows.hpp"
 #include "cpu/vec_kernels.hpp"
 
+#include "cpu/hsum_avx2.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <algorithm>
@@ -22,13 +23,6 @@ inline __m256i lanes_below(std::int64_t c, std::int64_t d) {
   std::int64_t left = d - c;
   left = left < 0 ? 0 : left > 8 ? 8 : left;
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kWindow + 8 - left));
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 inline float hmax(__m256 v) {

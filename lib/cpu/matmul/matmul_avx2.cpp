@@ -6,6 +6,7 @@
 #include "cpu/matmul/kquant_kernels.hpp"
 #include "cpu/matmul/matmul_kernels.hpp"
 
+#include "cpu/hsum_avx2.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <cstring>
@@ -21,13 +22,6 @@ inline __m256 broadcast_half(std::uint16_t h) {
 constexpr int kPrefetchBytes = 1536;
 inline void prefetch_ahead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // Lane mask for the first n (< 8) floats: a sliding window over -1,..,-1,0,..,0.

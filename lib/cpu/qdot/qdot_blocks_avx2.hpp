@@ -7,6 +7,7 @@
 #include "core/quant_blocks.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
 
+#include "cpu/hsum_avx2.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <array>
@@ -27,13 +28,6 @@ inline float half_at(const void* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);
   return _cvtsh_ss(v);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 inline __m256i nibbles(const std::uint8_t* qs) {
