@@ -39,6 +39,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"v-type", 0, "TYPE", "element type of cached values alone (f32, f16, int8, int4)", "--kv-type"},
       {"no-kv-hadamard", 0, "", "store int8/int4 K and V without the Hadamard rotation (higher quantization "
                                 "error; for comparison)", ""},
+      {"no-kv-centering", 0, "", "store int8/int4 K without subtracting the per-layer mean key measured at load "
+                                 "(higher quantization error; for comparison)", ""},
       {"max-num-seqs", 0, "N", "requests the scheduler runs in one batch", "16"},
       {"max-num-batched-tokens", 0, "N", "tokens per batched step (decode rows + prompt chunks)", "--batch"},
       {"kv-block-size", 0, "N", "positions per KV cache block", "16"},
@@ -116,6 +118,7 @@ EngineOptions engine_options_from(const Args& args) {
   if (const auto k = args.get("k-type")) o.k_cache_type = kv_type("k-type", *k);
   if (const auto v = args.get("v-type")) o.v_cache_type = kv_type("v-type", *v);
   o.kv_hadamard = !args.has("no-kv-hadamard");
+  o.kv_k_centering = !args.has("no-kv-centering");
   o.serving.max_num_seqs = args.get_int("max-num-seqs", 16, 1, 4096);
   o.serving.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 0, 1, 65536);
   if (o.serving.max_num_batched_tokens > o.max_batch_tokens) {

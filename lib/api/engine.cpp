@@ -13,6 +13,7 @@
 #include "runtime/backend_registry.hpp"
 #include "runtime/executor.hpp"
 #include "api/chat_template_internal.hpp"
+#include "api/kv_centering.hpp"
 #include "api/model_pins.hpp"
 #include "api/plan_builder.hpp"
 #include "api/request_audit.hpp"
@@ -92,11 +93,13 @@ KvCacheLayout kv_layout_for(const EngineOptions& o, const ModelSpec& spec) {
   return l;
 }
 
-// "f16" when K and V are alike and unrotated; else "k=int8,v=int4" with "+hadamard" per rotated side.
+// "f16" when K and V are alike, unrotated and uncentered; else "k=int8,v=int4" with "+hadamard"
+// per rotated side and "+centered" for centered K.
 std::string kv_layout_label(const KvCacheLayout& l) {
-  if (l.k_type == l.v_type && !l.k_rotated && !l.v_rotated) return std::string(ops::name(l.k_type));
-  return fmt::format("k={}{},v={}{}", ops::name(l.k_type), l.k_rotated ? "+hadamard" : "", ops::name(l.v_type),
-                     l.v_rotated ? "+hadamard" : "");
+  const bool centered = !l.k_offsets.empty();
+  if (l.k_type == l.v_type && !l.k_rotated && !l.v_rotated && !centered) return std::string(ops::name(l.k_type));
+  return fmt::format("k={}{}{},v={}{}", ops::name(l.k_type), l.k_rotated ? "+hadamard" : "",
+                     centered ? "+centered" : "", ops::name(l.v_type), l.v_rotated ? "+hadamard" : "");
 }
 
 
@@ -215,6 +218,11 @@ struct Engine::Impl {
     stage = fmt::format("allocating the activation arena ({:.1f} MiB)",
                         static_cast<double>(plan.memory.arena_bytes) / (1 << 20));
     backend->prepare(graph, plan.memory, context_length);
+    if (tokenizer && options.kv_k_centering &&
+        (kv_layout.k_type == ops::KvType::kInt8 || kv_layout.k_type == ops::KvType::kInt4)) {
+      stage = "measuring the K centering offsets";
+      center_keys();
+    }
     stage = "finishing the load";
     if (options.mmap_weights) prefault();  // resident weights were all touched by the copy
     fill_info();
@@ -398,6 +406,19 @@ struct Engine::Impl {
     }
   }
 
+  // Measures K centering offsets on the built-in text (kv_centering.hpp) and puts them in the
+  // layout every cache of this engine is made from.
+  void center_keys() {
+    std::vector<std::int32_t> tokens = tokenizer->encode(kv_centering_text(), true);
+    tokens.resize(std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(context_length)));
+    if (tokens.size() < 2) return;  // nothing to measure on: the keys stay as they are
+    const bool neox = options.rope_style == RopeStyleOption::kAuto ? spec.rope_neox
+                                                                   : options.rope_style == RopeStyleOption::kNeox;
+    k_offsets = measure_k_offsets(plan, tokens, kv_centering_mask(spec, neox, context_length));
+    kv_layout.k_offsets = k_offsets;
+    plan.kv_layout = kv_layout;
+  }
+
   // The KV block pool and the scheduler (generate, chat, submit), sized from ServingOptions.
   void start_serving() {
     ServingOptions s = options.serving;
@@ -411,6 +432,7 @@ struct Engine::Impl {
     g.v_type = kv_layout.v_type;
     g.k_rotated = kv_layout.k_rotated;
     g.v_rotated = kv_layout.v_rotated;
+    g.k_offsets = kv_layout.k_offsets;
     g.block_size = s.kv_block_size;
     if (s.kv_pool_tokens == 0) {
       // Two whole contexts, or what a memory budget leaves after the weights and the
@@ -533,6 +555,7 @@ struct Engine::Impl {
   std::unique_ptr<StepProfile> profile;  // EngineOptions::profile_ops
   std::unique_ptr<ServingCore> serving;  // null without a tokenizer
   KvCacheLayout kv_layout;
+  std::vector<float> k_offsets;  // kv_layout.k_offsets' storage (empty: K not centered)
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
   ModelInfo info;
   DevicePlan device_plan;

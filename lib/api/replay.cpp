@@ -30,7 +30,7 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
   e.int8_activations = d.activations == "int8";
   e.deterministic = d.deterministic;
   e.deterministic_batching = d.batch_invariant;
-  // "f16", or "k=int8+hadamard,v=int4+hadamard" (engine.cpp's kv_layout_label).
+  // "f16", or "k=int8+hadamard+centered,v=int4+hadamard" (engine.cpp's kv_layout_label).
   const auto type_of = [&](std::string_view t) {
     if (t == "f32") return KvCacheType::kF32;
     if (t == "f16") return KvCacheType::kF16;
@@ -40,10 +40,15 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
   };
   const std::string_view label = d.kv_cache_type;
   e.kv_hadamard = false;
+  e.kv_k_centering = false;  // recorded only when on
   if (label.starts_with("k=")) {
     const std::size_t comma = label.find(",v=");
     if (comma == std::string_view::npos) raise(ErrorCode::kInvalidArgument, "recorded KV cache type '{}' is unknown", label);
     const auto side = [&](std::string_view s) {
+      if (s.ends_with("+centered")) {
+        s.remove_suffix(std::string_view("+centered").size());
+        e.kv_k_centering = true;
+      }
       const bool rotated = s.ends_with("+hadamard");
       if (rotated) s.remove_suffix(std::string_view("+hadamard").size());
       e.kv_hadamard = e.kv_hadamard || rotated;

@@ -34,6 +34,7 @@ struct KvGeometry {
   std::int64_t block_size = 16;  // positions per block
   bool k_rotated = false;        // stored Hadamard-rotated per head (ops::KvLayerRef)
   bool v_rotated = false;
+  std::span<const float> k_offsets;  // n_layers x kv_width K centering offsets, empty: none (KvCacheLayout)
 
   [[nodiscard]] std::int64_t kv_width() const noexcept { return n_kv_heads * head_dim; }
   // Bytes of one block over all layers, K and V (scales included).

@@ -64,6 +64,7 @@ ops::KvLayerRef ContiguousKvCache::layer(std::int64_t index) const noexcept {
   ref.device = buffer_->device();
   ref.k_rotated = layout_.k_rotated;
   ref.v_rotated = layout_.v_rotated;
+  if (!layout_.k_offsets.empty()) ref.k_offset = layout_.k_offsets.data() + index * ref.kv_width;
   return ref;
 }
 

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace sitsrt {
 
@@ -30,8 +31,8 @@ class KvCache {
   std::int64_t size_ = 0;
 };
 
-// What one cached position holds: its heads, the element type of K and of V, and whether
-// each side is stored Hadamard-rotated (ops::KvLayerRef).
+// What one cached position holds: its heads, the element type of K and of V, whether each side
+// is stored Hadamard-rotated, and the K centering offsets (ops::KvLayerRef).
 struct KvCacheLayout {
   std::int64_t n_kv_heads = 0;
   std::int64_t head_dim = 0;
@@ -39,6 +40,9 @@ struct KvCacheLayout {
   ops::KvType v_type = ops::KvType::kF16;
   bool k_rotated = false;
   bool v_rotated = false;
+  // n_layers x (n_kv_heads * head_dim) floats subtracted from K rows before storing (layer l's
+  // at l * kv_width); empty: none. Not owned: the engine keeps them for its life.
+  std::span<const float> k_offsets;
 };
 
 class ContiguousKvCache final : public KvCache {
@@ -52,6 +56,8 @@ class ContiguousKvCache final : public KvCache {
   [[nodiscard]] ops::KvLayerRef layer(std::int64_t index) const noexcept override;
   [[nodiscard]] std::int64_t capacity() const noexcept override { return capacity_; }
   [[nodiscard]] std::size_t bytes() const noexcept override { return buffer_->size(); }
+  // The one buffer holding every layer: layer l's K rows start at offset layer(l).k - layer(0).k.
+  [[nodiscard]] const BackendBuffer& buffer() const noexcept { return *buffer_; }
 
   static std::size_t bytes_for(std::int64_t n_layers, std::int64_t capacity, const KvCacheLayout& layout);
   static std::size_t bytes_for(std::int64_t n_layers, std::int64_t capacity, std::int64_t kv_width, DType type);

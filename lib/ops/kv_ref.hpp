@@ -48,6 +48,12 @@ struct KvLayerRef {
   // output rotated back for V); the values written and read stay those of the projections.
   bool k_rotated = false;
   bool v_rotated = false;
+  // kv_width floats subtracted from every K row before it is rotated and quantized (host
+  // memory; null: none). Attention needs no correction: q.(k - c) = q.k - q.c shifts every
+  // score of a query by the same amount, which softmax ignores (no logit softcapping here).
+  // Centering removes the large per-channel means K projections carry, so int8/int4 scales
+  // fit the varying part (docs/serving.md).
+  const float* k_offset = nullptr;
 
   // True when the blocks are the storage in order (a contiguous cache, or a paged one whose
   // table is 0, 1, 2, ...): position p is then at k + p * k_row_bytes.

@@ -120,7 +120,8 @@ class Engine:
                  audit_key: str | bytes | None = None, weights: str = "as-stored", mmap_weights: bool = False,
                  devices: str | Sequence[str] | None = None, chat_template: str | None = None,
                  activations: str = "int8", k_dtype: str | None = None, v_dtype: str | None = None,
-                 kv_hadamard: bool = True, max_num_seqs: int = 16, max_num_batched_tokens: int | None = None,
+                 kv_hadamard: bool = True, kv_centering: bool = True, max_num_seqs: int = 16,
+                 max_num_batched_tokens: int | None = None,
                  kv_block_size: int = 16, kv_pool_tokens: int | None = None, preemption: str = "recompute",
                  prefix_caching: bool = True, tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0,
                  reject_over_quota: bool = False) -> None:

@@ -156,6 +156,8 @@ class Engine:
             "int4" (f16 scale per 32 values); quantized K/V are stored Hadamard-rotated.
         k_dtype, v_dtype: the keys' and the values' element types apart (None: kv_dtype).
         kv_hadamard: rotate int8/int4 K and V per head before quantizing (lower error; default).
+        kv_centering: store int8/int4 K minus the per-layer mean key measured at load (lower
+            error; default; softmax cancels the shift).
         max_num_seqs: requests in the scheduler's running batch.
         max_num_batched_tokens: tokens per batched step, decode rows plus prompt chunks (None:
             max_batch_tokens).
@@ -209,7 +211,8 @@ class Engine:
                  audit_key: str | bytes | None = None, weights: str = "as-stored",
                  mmap_weights: bool = False, devices: str | Sequence[str] | None = None,
                  chat_template: str | None = None, activations: str = "int8", k_dtype: str | None = None,
-                 v_dtype: str | None = None, kv_hadamard: bool = True, max_num_seqs: int = 16,
+                 v_dtype: str | None = None, kv_hadamard: bool = True, kv_centering: bool = True,
+                 max_num_seqs: int = 16,
                  max_num_batched_tokens: int | None = None, kv_block_size: int = 16,
                  kv_pool_tokens: int | None = None, preemption: str = "recompute", prefix_caching: bool = True,
                  tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0, reject_over_quota: bool = False) -> None:
@@ -262,6 +265,7 @@ class Engine:
             k_dtype=k_dtype,
             v_dtype=v_dtype,
             kv_hadamard=_bool("kv_hadamard", kv_hadamard),
+            kv_k_centering=_bool("kv_centering", kv_centering),
             serving=serving)
 
     @property

@@ -31,8 +31,10 @@ def test_k_and_v_types_apart(model_path):
     a = base.generate("Once upon a time", max_tokens=8, temperature=0, stop_at_eos=False)
     b = mixed.generate("Once upon a time", max_tokens=8, temperature=0, stop_at_eos=False)
     assert a.tokens[:2] == b.tokens[:2]
-    assert mixed.info["kv_cache_type"] == "k=int8+hadamard,v=int4+hadamard"
-    plain = sitsrt.Engine(model_path, threads=1, kv_dtype="int8", kv_hadamard=False)
+    assert mixed.info["kv_cache_type"] == "k=int8+hadamard+centered,v=int4+hadamard"
+    uncentered = sitsrt.Engine(model_path, threads=1, k_dtype="int8", v_dtype="int4", kv_centering=False)
+    assert uncentered.info["kv_cache_type"] == "k=int8+hadamard,v=int4+hadamard"
+    plain = sitsrt.Engine(model_path, threads=1, kv_dtype="int8", kv_hadamard=False, kv_centering=False)
     assert plain.info["kv_cache_type"] == "int8"
 
 
@@ -48,6 +50,7 @@ def test_k_and_v_types_apart(model_path):
     ({"prefix_caching": "yes"}, TypeError),
     ({"reject_over_quota": 1}, TypeError),
     ({"kv_hadamard": None}, TypeError),
+    ({"kv_centering": None}, TypeError),
 ])
 def test_bad_serving_options_are_refused(model_path, kwargs, error):
     with pytest.raises(error):

@@ -316,6 +316,18 @@ assert 0 <= k['kld']['value'] < 1e-6 and k['kld_quantiles']['max'] < 1e-5, k['kl
 assert k['same_top']['value'] == 1.0 and k['rms_p_diff']['value'] < 1e-5
 assert abs(k['ppl']['value'] / k['ppl_base']['value'] - 1) < 1e-5 and abs(k['ppl']['value'] - doc['ppl']) < 1e-9
 "
+  for centering in on off; do
+    flag=(); [ "$centering" = off ] && flag=(--no-kv-centering)
+    "$cli" perplexity -t 2 -m "$stories" --activations f32 --kv-type int4 "${flag[@]}" --kl-divergence \
+      --kl-divergence-base "$work/base.kld" --json >"$work/int4-$centering.json" 2>/dev/null
+  done
+  check "perplexity --kv-type int4: K centered unless --no-kv-centering, both scored against the base" python3 -c "
+import json
+on, off = (json.load(open('$work/int4-%s.json' % c)) for c in ('on', 'off'))
+assert on['engine']['kv_cache_type'] == 'k=int4+hadamard+centered,v=int4+hadamard', on['engine']
+assert off['engine']['kv_cache_type'] == 'k=int4+hadamard,v=int4+hadamard', off['engine']
+for d in (on, off): assert 0 < d['kl_divergence']['kld']['value'] < 1, d['kl_divergence']['kld']
+"
   if [ -f "$shared/models/stories260K-Q8_0.gguf" ]; then
     "$cli" perplexity -t 2 -m "$shared/models/stories260K-Q8_0.gguf" --kl-divergence --kl-divergence-base "$work/base.kld" \
       -f "$text" >"$work/q8.txt" 2>/dev/null

@@ -43,6 +43,10 @@ struct KvLayerView {
   std::span<const std::int32_t> block_table;
   bool k_rotated = false;
   bool v_rotated = false;
+  // n_kv_heads * head_dim floats kv_store subtracts from every K row before rotating and
+  // quantizing (null: none); attention reads the centered rows as they are (every score of a
+  // query shifts by q.offset, which softmax cancels).
+  const float* k_offset = nullptr;
 
   // Byte offset of position p's K row (the same for V with v_row_bytes).
   [[nodiscard]] std::size_t row_index(std::int64_t p) const noexcept {
@@ -61,8 +65,9 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // even (as fp32_to_fp16); INT8 per (position, head) scale = the f16 value nearest above
 // max|x| / 127, q = round-to-nearest-even(x / scale); INT4 per group of 32 row values,
 // scale >= max|x| / 7, q = round(x / scale) clamped to [-8, 7]. So |dequantized - x| <= scale/2
-// for every value while max|x| / qmax fits an f16 (below 65504; larger values saturate). Rotated sides are rotated first. A decode step's few rows are written by the
-// calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
+// for every value while max|x| / qmax fits an f16 (below 65504; larger values saturate). K rows
+// first have kv.k_offset subtracted (when set); rotated sides are then rotated. A decode step's
+// few rows are written by the calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
 // rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
