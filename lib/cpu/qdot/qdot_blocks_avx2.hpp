@@ -79,8 +79,8 @@ using QgemmTileFn = void (*)(const std::byte* w, std::size_t row_stride, const Q
                              std::int64_t ldy);
 
 // A QgemmFn over Tile<R, C>::run (R <= kR, C <= kC): weight rows by kR, activation rows by kC,
-// the last tiles narrower (every (row, activation) result is the same whatever tile it is in).
-// For each weight-row tile all m activation rows run while its kR rows stay in L1.
+// the last tiles narrower (every (row, activation) result is the same whatever tile it is in),
+// in panels of weight rows (qgemm_panel_rows): each activation tile runs over a panel's rows.
 template <template <int, int> class Tile, int kR, int kC>
 void qgemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
                  std::int64_t ldy, std::int64_t n_rows) {
@@ -88,12 +88,16 @@ void qgemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow*
     return std::array<QgemmTileFn, kR * kC>{&Tile<I / kC + 1, I % kC + 1>::run...};
   }
   (std::make_integer_sequence<int, kR * kC>{});
-  for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
-    const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
-    const std::byte* wr = w + static_cast<std::size_t>(r0) * row_stride;
+  const std::int64_t panel = qgemm_panel_rows(row_stride, kR);  // activation tiles inner, panels outer
+  for (std::int64_t p0 = 0; p0 < n_rows; p0 += panel) {
+    const std::int64_t p1 = n_rows - p0 < panel ? n_rows : p0 + panel;
     for (std::int64_t i0 = 0; i0 < m; i0 += kC) {
       const int nc = m - i0 < kC ? static_cast<int>(m - i0) : kC;
-      kTiles[static_cast<std::size_t>((nr - 1) * kC + (nc - 1))](wr, row_stride, x + i0, y + i0 * ldy + r0, ldy);
+      for (std::int64_t r0 = p0; r0 < p1; r0 += kR) {
+        const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
+        kTiles[static_cast<std::size_t>((nr - 1) * kC + (nc - 1))](w + static_cast<std::size_t>(r0) * row_stride,
+                                                                   row_stride, x + i0, y + i0 * ldy + r0, ldy);
+      }
     }
   }
 }

@@ -74,6 +74,18 @@ using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const Quanti
 using QgemmFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
                          std::int64_t ldy, std::int64_t n_rows);
 
+// Weight rows of one panel of a QgemmFn's tiling (a multiple of the tile's tile_rows, at least
+// one tile): the kernels run every activation tile over a panel's weight rows before the next
+// panel, so the panel (~256 KiB) stays in L2 while one activation tile (a few rows of codes and
+// scales) stays in L1. Ordering weight-row tiles outermost instead re-reads every activation row
+// from L2 or beyond for each pair of weight rows, which bounds a 16-row decode step by cache
+// bandwidth (docs/performance.md). Only the order of the tiles changes, never their contents.
+inline std::int64_t qgemm_panel_rows(std::size_t row_stride, int tile_rows) noexcept {
+  constexpr std::size_t kPanelBytes = std::size_t{256} << 10;
+  const auto rows = static_cast<std::int64_t>(kPanelBytes / (row_stride > 0 ? row_stride : 1));
+  return rows < tile_rows ? tile_rows : rows / tile_rows * tile_rows;
+}
+
 struct QdotKernels {
   QdotFn matvec[kWeightLayoutCount];  // indexed by WeightLayout; nullptr: no integer path for it
   QuantizeRowFn quantize;      // bit-identical to quantize_row_q8_act

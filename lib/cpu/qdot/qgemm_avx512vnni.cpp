@@ -254,19 +254,22 @@ using TileFn = void (*)(const std::byte* w, std::size_t row_stride, const Quanti
                         std::int64_t ldy);
 
 // Weight rows by kR, activation rows by kC (the last tiles narrower: every (row, activation)
-// result is the same whatever tile it falls in). For each weight-row tile all m activation rows
-// run while its kR rows stay in L1.
+// result is the same whatever tile it falls in), in panels of weight rows (qgemm_panel_rows):
+// each activation tile runs over the panel's rows (from L2) while it stays in L1.
 template <typename W, int kR, int kC, TileFn (*Pick)(int r, int c)>
 void qgemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
                  std::int64_t ldy, std::int64_t n_rows) {
   const QuantizedRow* rows[kC];
-  for (std::int64_t r0 = 0; r0 < n_rows; r0 += kR) {
-    const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
-    const std::byte* wr = w + static_cast<std::size_t>(r0) * row_stride;
+  const std::int64_t panel = qgemm_panel_rows(row_stride, kR);
+  for (std::int64_t p0 = 0; p0 < n_rows; p0 += panel) {
+    const std::int64_t p1 = n_rows - p0 < panel ? n_rows : p0 + panel;
     for (std::int64_t i0 = 0; i0 < m; i0 += kC) {
       const int nc = m - i0 < kC ? static_cast<int>(m - i0) : kC;
       for (int c = 0; c < nc; ++c) rows[c] = x + i0 + c;
-      Pick(nr, nc)(wr, row_stride, rows, y + i0 * ldy + r0, ldy);
+      for (std::int64_t r0 = p0; r0 < p1; r0 += kR) {
+        const int nr = n_rows - r0 < kR ? static_cast<int>(n_rows - r0) : kR;
+        Pick(nr, nc)(w + static_cast<std::size_t>(r0) * row_stride, row_stride, rows, y + i0 * ldy + r0, ldy);
+      }
     }
   }
 }
