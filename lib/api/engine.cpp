@@ -410,7 +410,7 @@ struct Engine::Impl {
   // layout every cache of this engine is made from.
   void center_keys() {
     std::vector<std::int32_t> tokens = tokenizer->encode(kv_centering_text(), true);
-    tokens.resize(std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(context_length)));
+    tokens.resize(std::min<std::size_t>({tokens.size(), kKvCenteringTokens, static_cast<std::size_t>(context_length)}));
     if (tokens.size() < 2) return;  // nothing to measure on: the keys stay as they are
     const bool neox = options.rope_style == RopeStyleOption::kAuto ? spec.rope_neox
                                                                    : options.rope_style == RopeStyleOption::kNeox;

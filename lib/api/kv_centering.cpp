@@ -21,15 +21,7 @@ std::string_view kv_centering_text() noexcept {
          "At nine the team met in the small room with the broken heater. Jonas had found a mistake in the way "
          "the samples were counted; some villages had been entered twice. \"If we fix that,\" he said, \"the "
          "trend goes the other way.\" They spent an hour checking each table, then wrote a short note to the "
-         "director explaining what had changed and what it meant for the budget.\n\n"
-         "In the afternoon it rained. Children ran home from school holding their bags over their heads, and "
-         "the shops along the main street turned on their lights early. A library volunteer read a story about "
-         "a fox who learned to count the stars, while parents waited by the door with umbrellas.\n\n"
-         "Cooking dinner, Maria listened to the radio: a scientist explained how bees find their way back to "
-         "the hive, using the sun as a compass and remembering the shapes of trees and hills. Later a farmer "
-         "talked about the price of wheat, the dry summer, and the new machines that measure water in the soil. "
-         "When the news was over she wrote a letter to her brother, who lived by the sea and fixed boats for a "
-         "living, and asked whether he would visit in the autumn.";
+         "director explaining what had changed and what it meant for the budget.";
 }
 
 std::vector<bool> kv_centering_mask(const ModelSpec& spec, bool neox, std::int64_t context_length) {

@@ -16,6 +16,7 @@
 #include "model/model_spec.hpp"
 #include "runtime/executor.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -23,8 +24,12 @@
 
 namespace sitsrt {
 
-// The English text whose keys the offsets are measured on (a few hundred tokens of ordinary prose).
+// The English text whose keys the offsets are measured on (ordinary prose, ~165 tokens with
+// SmolLM2's or Gemma 3's tokenizer), and how many of its tokens the engine runs: the large
+// channel means are the same in every token, so 128 positions estimate them as well as 320 did
+// (int4 K+V KLD, docs/performance.md) at 40% of the load-time prefill.
 [[nodiscard]] std::string_view kv_centering_text() noexcept;
+inline constexpr std::size_t kKvCenteringTokens = 128;
 
 // Per layer and K channel (n_layer x n_head_kv * head_dim, head-major as K rows): whether that
 // channel may be centered for a context of `context_length` positions (see above). `neox`: the
