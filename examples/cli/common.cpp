@@ -39,8 +39,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"v-type", 0, "TYPE", "element type of cached values alone (f32, f16, int8, int4)", "--kv-type"},
       {"no-kv-hadamard", 0, "", "store int8/int4 K and V without the Hadamard rotation (higher quantization "
                                 "error; for comparison)", ""},
-      {"no-kv-centering", 0, "", "store int8/int4 K without subtracting the per-layer mean key measured at load "
-                                 "(higher quantization error; for comparison)", ""},
+      {"no-kv-centering", 0, "", "store int8/int4 K without the per-layer mean key and channel scales measured "
+                                 "at load (higher quantization error; for comparison)", ""},
       {"max-num-seqs", 0, "N", "requests the scheduler runs in one batch", "16"},
       {"max-num-batched-tokens", 0, "N", "tokens per batched step (decode rows + prompt chunks)", "--batch"},
       {"kv-block-size", 0, "N", "positions per KV cache block", "16"},

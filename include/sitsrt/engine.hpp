@@ -54,10 +54,11 @@ struct EngineOptions {
   // int8/int4 K or V are stored Hadamard-rotated per head when head_dim is a power of two
   // (lower quantization error; docs/serving.md). Recorded in ModelInfo::kv_cache_type.
   bool kv_hadamard = true;
-  // int8/int4 K rows are stored minus a per-layer mean key measured at load on a built-in text
-  // (softmax cancels the shift; the quantization scales then fit what varies between keys;
-  // channels that rope turns over the context are left alone). Needs the tokenizer; recorded in
-  // ModelInfo::kv_cache_type as "+centered". docs/serving.md has the measurements.
+  // int8/int4 K rows are stored minus a per-layer mean key and divided by per-channel scales,
+  // both measured at load on a built-in text (softmax cancels the shift, q takes the scales;
+  // the quantization scales then fit what varies between keys; channels that rope turns over
+  // the context keep their mean). Needs the tokenizer; recorded in ModelInfo::kv_cache_type as
+  // "+centered". docs/serving.md has the measurements.
   bool kv_k_centering = true;
   ServingOptions serving;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)

@@ -406,16 +406,20 @@ struct Engine::Impl {
     }
   }
 
-  // Measures K centering offsets on the built-in text (kv_centering.hpp) and puts them in the
-  // layout every cache of this engine is made from.
+  // Measures the K centering offsets and channel scales on the built-in text (kv_centering.hpp)
+  // and puts them in the layout every cache of this engine is made from.
   void center_keys() {
     std::vector<std::int32_t> tokens = tokenizer->encode(kv_centering_text(), true);
     tokens.resize(std::min<std::size_t>({tokens.size(), kKvCenteringTokens, static_cast<std::size_t>(context_length)}));
     if (tokens.size() < 2) return;  // nothing to measure on: the keys stay as they are
     const bool neox = options.rope_style == RopeStyleOption::kAuto ? spec.rope_neox
                                                                    : options.rope_style == RopeStyleOption::kNeox;
-    k_offsets = measure_k_offsets(plan, tokens, kv_centering_mask(spec, neox, context_length));
+    KCentering measured =
+        measure_k_centering(plan, tokens, kv_centering_mask(spec, neox, context_length), kv_rope_mates(spec, neox));
+    k_offsets = std::move(measured.offsets);
+    k_scales = std::move(measured.scales);
     kv_layout.k_offsets = k_offsets;
+    kv_layout.k_scales = k_scales;
     plan.kv_layout = kv_layout;
   }
 
@@ -433,6 +437,7 @@ struct Engine::Impl {
     g.k_rotated = kv_layout.k_rotated;
     g.v_rotated = kv_layout.v_rotated;
     g.k_offsets = kv_layout.k_offsets;
+    g.k_scales = kv_layout.k_scales;
     g.block_size = s.kv_block_size;
     if (s.kv_pool_tokens == 0) {
       // Two whole contexts, or what a memory budget leaves after the weights and the
@@ -556,6 +561,7 @@ struct Engine::Impl {
   std::unique_ptr<ServingCore> serving;  // null without a tokenizer
   KvCacheLayout kv_layout;
   std::vector<float> k_offsets;  // kv_layout.k_offsets' storage (empty: K not centered)
+  std::vector<float> k_scales;   // kv_layout.k_scales' storage
   mutable SessionPool<Session> sessions{[this] { return std::make_unique<Session>(plan); }};
   ModelInfo info;
   DevicePlan device_plan;

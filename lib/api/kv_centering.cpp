@@ -47,16 +47,31 @@ std::vector<bool> kv_centering_mask(const ModelSpec& spec, bool neox, std::int64
   return mask;
 }
 
-std::vector<float> measure_k_offsets(const ExecutionPlan& plan, std::span<const std::int32_t> tokens,
-                                     const std::vector<bool>& mask) {
+std::vector<std::int32_t> kv_rope_mates(const ModelSpec& spec, bool neox) {
+  const std::int64_t d = spec.head_dim;
+  const std::int64_t rot = spec.rope_dims > 0 ? std::min(spec.rope_dims, d) : d;
+  std::vector<std::int32_t> mates(static_cast<std::size_t>(spec.n_head_kv * d));
+  for (std::int64_t h = 0; h < spec.n_head_kv; ++h) {
+    for (std::int64_t j = 0; j < d; ++j) {
+      std::int64_t mate = j;
+      if (j < rot) mate = neox ? (j < rot / 2 ? j + rot / 2 : j - rot / 2) : (j ^ 1);
+      mates[static_cast<std::size_t>(h * d + j)] = static_cast<std::int32_t>(h * d + mate);
+    }
+  }
+  return mates;
+}
+
+KCentering measure_k_centering(const ExecutionPlan& plan, std::span<const std::int32_t> tokens,
+                               const std::vector<bool>& mask, std::span<const std::int32_t> mates) {
   const auto n = static_cast<std::int64_t>(tokens.size());
   const std::int64_t width = plan.kv_width;
   if (n < 2 || n > plan.context_length) {
     raise(ErrorCode::kInvalidArgument, "K centering: {} calibration tokens (2 .. {} needed)", n, plan.context_length);
   }
-  if (mask.size() != static_cast<std::size_t>(plan.n_layers * width)) {
-    raise(ErrorCode::kInternal, "K centering: mask of {} channels for {} layers x {}", mask.size(), plan.n_layers,
-          width);
+  if (mask.size() != static_cast<std::size_t>(plan.n_layers * width) ||
+      mates.size() != static_cast<std::size_t>(width)) {
+    raise(ErrorCode::kInternal, "K centering: mask of {} and mates of {} channels for {} layers x {}", mask.size(),
+          mates.size(), plan.n_layers, width);
   }
   KvCacheLayout layout = plan.kv_layout;  // the same heads, stored exactly
   layout.k_type = ops::KvType::kF32;
@@ -64,6 +79,7 @@ std::vector<float> measure_k_offsets(const ExecutionPlan& plan, std::span<const 
   layout.k_rotated = false;
   layout.v_rotated = false;
   layout.k_offsets = {};
+  layout.k_scales = {};
   ContiguousKvCache cache(*plan.backend, plan.n_layers, n, layout);
   StepRunner runner(plan);
   for (std::int64_t begin = 0; begin < n; begin += plan.memory.max_tokens) {
@@ -72,21 +88,41 @@ std::vector<float> measure_k_offsets(const ExecutionPlan& plan, std::span<const 
                             0};
     (void)runner.step({&work, 1});
   }
-  std::vector<float> offsets(mask.size(), 0.0f);
+  const auto to_f16_value = [](double x) { return fp16_to_fp32(fp32_to_fp16(static_cast<float>(x))); };
+  KCentering out{std::vector<float>(mask.size(), 0.0f), std::vector<float>(mask.size(), 1.0f)};
   std::vector<float> keys(static_cast<std::size_t>(n * width));
+  std::vector<double> square(static_cast<std::size_t>(width));
   const std::byte* first = cache.layer(0).k;
   for (std::int64_t l = 0; l < plan.n_layers; ++l) {
     const auto offset = static_cast<std::size_t>(cache.layer(l).k - first);
     plan.backend->read(cache.buffer(), offset, std::as_writable_bytes(std::span(keys)));
+    float* offsets = out.offsets.data() + l * width;
     for (std::int64_t c = 0; c < width; ++c) {
-      const std::size_t at = static_cast<std::size_t>(l * width + c);
-      if (!mask[at]) continue;
       double sum = 0.0;
       for (std::int64_t p = 1; p < n; ++p) sum += keys[static_cast<std::size_t>(p * width + c)];
-      offsets[at] = fp16_to_fp32(fp32_to_fp16(static_cast<float>(sum / static_cast<double>(n - 1))));
+      if (mask[static_cast<std::size_t>(l * width + c)]) offsets[c] = to_f16_value(sum / static_cast<double>(n - 1));
+      double sq = 0.0;
+      for (std::int64_t p = 1; p < n; ++p) {
+        const double x = static_cast<double>(keys[static_cast<std::size_t>(p * width + c)]) - offsets[c];
+        sq += x * x;
+      }
+      square[static_cast<std::size_t>(c)] = sq / static_cast<double>(n - 1);
+    }
+    std::vector<double> pair(static_cast<std::size_t>(width));
+    double mean = 0.0;
+    for (std::int64_t c = 0; c < width; ++c) {
+      const double r = std::sqrt(0.5 * (square[static_cast<std::size_t>(c)] +
+                                        square[static_cast<std::size_t>(mates[static_cast<std::size_t>(c)])]));
+      pair[static_cast<std::size_t>(c)] = r;
+      mean += r / static_cast<double>(width);
+    }
+    if (!(mean > 0.0)) continue;  // keys all equal: nothing to even out
+    for (std::int64_t c = 0; c < width; ++c) {
+      out.scales[static_cast<std::size_t>(l * width + c)] =
+          to_f16_value(std::cbrt(std::max(pair[static_cast<std::size_t>(c)], 1e-3 * mean) / mean));
     }
   }
-  return offsets;
+  return out;
 }
 
 }  // namespace sitsrt

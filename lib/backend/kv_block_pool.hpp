@@ -35,6 +35,7 @@ struct KvGeometry {
   bool k_rotated = false;        // stored Hadamard-rotated per head (ops::KvLayerRef)
   bool v_rotated = false;
   std::span<const float> k_offsets;  // n_layers x kv_width K centering offsets, empty: none (KvCacheLayout)
+  std::span<const float> k_scales;   // n_layers x kv_width K channel scales, empty: none
 
   [[nodiscard]] std::int64_t kv_width() const noexcept { return n_kv_heads * head_dim; }
   // Bytes of one block over all layers, K and V (scales included).

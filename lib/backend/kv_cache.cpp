@@ -65,6 +65,7 @@ ops::KvLayerRef ContiguousKvCache::layer(std::int64_t index) const noexcept {
   ref.k_rotated = layout_.k_rotated;
   ref.v_rotated = layout_.v_rotated;
   if (!layout_.k_offsets.empty()) ref.k_offset = layout_.k_offsets.data() + index * ref.kv_width;
+  if (!layout_.k_scales.empty()) ref.k_scale = layout_.k_scales.data() + index * ref.kv_width;
   return ref;
 }
 

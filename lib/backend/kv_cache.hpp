@@ -43,6 +43,7 @@ struct KvCacheLayout {
   // n_layers x (n_kv_heads * head_dim) floats subtracted from K rows before storing (layer l's
   // at l * kv_width); empty: none. Not owned: the engine keeps them for its life.
   std::span<const float> k_offsets;
+  std::span<const float> k_scales;  // n_layers x kv_width K channel scales (ops::KvLayerRef::k_scale); empty: none
 };
 
 class ContiguousKvCache final : public KvCache {

@@ -43,7 +43,7 @@ cpu::KvType cpu_kv_type(ops::KvType type) {
 cpu::KvLayerView cpu_view(const ops::KvLayerRef& kv) {
   return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,        kv.v,
           kv.k_row_bytes,         kv.v_row_bytes,         kv.capacity, kv.block_size,
-          kv.block_table,         kv.k_rotated,           kv.v_rotated, kv.k_offset};
+          kv.block_table,         kv.k_rotated,           kv.v_rotated, kv.k_offset, kv.k_scale};
 }
 
 }  // namespace

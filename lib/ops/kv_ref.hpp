@@ -54,6 +54,10 @@ struct KvLayerRef {
   // Centering removes the large per-channel means K projections carry, so int8/int4 scales
   // fit the varying part (docs/serving.md).
   const float* k_offset = nullptr;
+  // kv_width positive floats the centered K row is divided by before rotating (null: none);
+  // attention multiplies q by them, so q.k' = (q s).((k - c) / s) = q.(k - c). Scales that even
+  // out the channels' magnitudes keep a few large channels from setting every group's scale.
+  const float* k_scale = nullptr;
 
   // True when the blocks are the storage in order (a contiguous cache, or a paged one whose
   // table is 0, 1, 2, ...): position p is then at k + p * k_row_bytes.

@@ -156,8 +156,8 @@ class Engine:
             "int4" (f16 scale per 32 values); quantized K/V are stored Hadamard-rotated.
         k_dtype, v_dtype: the keys' and the values' element types apart (None: kv_dtype).
         kv_hadamard: rotate int8/int4 K and V per head before quantizing (lower error; default).
-        kv_centering: store int8/int4 K minus the per-layer mean key measured at load (lower
-            error; default; softmax cancels the shift).
+        kv_centering: store int8/int4 K minus the per-layer mean key and divided by channel
+            scales, both measured at load (lower error; default; exact for attention).
         max_num_seqs: requests in the scheduler's running batch.
         max_num_batched_tokens: tokens per batched step, decode rows plus prompt chunks (None:
             max_batch_tokens).

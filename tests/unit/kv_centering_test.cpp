@@ -1,8 +1,9 @@
-// K centering (api/kv_centering.hpp): kv_store subtracts the offsets from K rows before
-// rotating and quantizing; attention over centered keys equals attention over the originals
-// (softmax cancels the per-query shift) and has a smaller quantization error when keys carry
-// large channel means; the rope rule that decides which channels are centered; the offsets
-// measured by a run of the model; and the engine recording "+centered" in its KV layout.
+// K centering (api/kv_centering.hpp): kv_store subtracts the offsets from K rows and divides
+// by the channel scales before rotating and quantizing; attention over such keys equals
+// attention over the originals (softmax cancels the per-query shift, q is multiplied by the
+// scales) and has a smaller quantization error when keys carry large channel means; the rope
+// rule that decides which channels are centered and the rope pairs that share a scale; the
+// offsets and scales measured by a run of the model; and the engine recording "+centered".
 #include "api/kv_centering.hpp"
 #include "backend/kv_cache.hpp"
 #include "core/half.hpp"
@@ -56,7 +57,7 @@ struct Inputs {
 struct Cache {
   std::vector<std::byte> k, v;
   cpu::KvLayerView view;
-  Cache(KvType k_type, bool rotated, const float* offset) {
+  Cache(KvType k_type, bool rotated, const float* offset, const float* scale = nullptr) {
     const std::size_t kb = cpu::kv_row_bytes(k_type, kKvHeads, kDim),
                       vb = cpu::kv_row_bytes(KvType::kF32, kKvHeads, kDim);
     k.assign(kb * kPositions, std::byte{0xFF});
@@ -64,6 +65,7 @@ struct Cache {
     view = cpu::contiguous_kv(k_type, KvType::kF32, k.data(), v.data(), kb, vb, kPositions);
     view.k_rotated = rotated;
     view.k_offset = offset;
+    view.k_scale = scale;
   }
 };
 
@@ -141,6 +143,23 @@ TEST_CASE("centered f32 K rows hold k - offset and attention is unchanged", "[kv
   const std::vector<double> ref = reference(in);
   CHECK(relative_rms(a, ref) < 1e-5);
   CHECK(relative_rms(b, ref) < 1e-5);
+
+  // Channel scales too: rows hold (k - offset) / scale, q is scaled instead, with and without
+  // the rotation.
+  test::Rng rng(7);
+  std::vector<float> scale(static_cast<std::size_t>(kWidth));
+  for (float& s : scale) s = rng.uniform(0.25f, 4.0f);
+  for (bool rotated : {false, true}) {
+    Cache scaled(KvType::kF32, rotated, in.mean.data(), scale.data());
+    const std::vector<float> c = attend(in, scaled);
+    if (!rotated) {
+      float stored;
+      std::memcpy(&stored, scaled.k.data() + (5 * kWidth + 3) * 4, 4);
+      CHECK(stored == (in.k[static_cast<std::size_t>(5 * kWidth + 3)] - in.mean[3]) / scale[3]);
+    }
+    CAPTURE(rotated);
+    CHECK(relative_rms(c, ref) < 1e-5);
+  }
 }
 
 TEST_CASE("centering lowers the error of int8 and int4 K with large channel means", "[kv][centering]") {
@@ -197,7 +216,18 @@ TEST_CASE("the rope rule centers the channels that turn by at most pi/3 over the
   for (bool c : kv_centering_mask(spec, false, 1)) CHECK(c);
 }
 
-TEST_CASE("measured offsets are the masked mean keys after position 0, rounded to f16", "[kv][centering]") {
+TEST_CASE("rope mates pair channels as the rope style does; unrotated channels are their own", "[kv][centering]") {
+  ModelSpec spec;
+  spec.n_head_kv = 2;
+  spec.head_dim = 8;
+  spec.rope_dims = 6;
+  const std::vector<std::int32_t> normal = kv_rope_mates(spec, false), neox = kv_rope_mates(spec, true);
+  CHECK(normal == std::vector<std::int32_t>{1, 0, 3, 2, 5, 4, 6, 7, 9, 8, 11, 10, 13, 12, 14, 15});
+  CHECK(neox == std::vector<std::int32_t>{3, 4, 5, 0, 1, 2, 6, 7, 11, 12, 13, 8, 9, 10, 14, 15});
+}
+
+TEST_CASE("measured offsets and scales: masked mean keys after position 0, cube roots of pair rms, f16",
+          "[kv][centering]") {
   RandomModelOptions mo = test::tiny_options(DType::kF32);
   const gguf::File file = gguf::File::open(test::random_model(mo, "kv-centering"));
   const ModelSpec spec = read_model_spec(file);
@@ -225,8 +255,11 @@ TEST_CASE("measured offsets are the masked mean keys after position 0, rounded t
   for (auto& t : tokens) t = rng.uniform_int(0, static_cast<int>(spec.n_vocab) - 1);
   std::vector<bool> mask(static_cast<std::size_t>(plan.n_layers * plan.kv_width));
   for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = i % 3 != 0;
-  const std::vector<float> offsets = measure_k_offsets(plan, tokens, mask);
+  const std::vector<std::int32_t> mates = kv_rope_mates(spec, spec.rope_neox);
+  const KCentering measured = measure_k_centering(plan, tokens, mask, mates);
+  const std::vector<float>& offsets = measured.offsets;
   REQUIRE(offsets.size() == mask.size());
+  REQUIRE(measured.scales.size() == mask.size());
 
   // Reference keys: the tokens one decode step at a time into a float cache.
   KvCacheLayout f32{spec.n_head_kv, spec.head_dim, ops::KvType::kF32, ops::KvType::kF32};
@@ -239,6 +272,29 @@ TEST_CASE("measured offsets are the masked mean keys after position 0, rounded t
   const auto w = static_cast<std::size_t>(plan.kv_width);
   for (std::int64_t l = 0; l < plan.n_layers; ++l) {
     const auto* keys = reinterpret_cast<const float*>(cache.layer(l).k);
+    // Scales from the measured offsets (the f16 values the rows are centered with).
+    std::vector<double> rms(w), pair(w);
+    double mean = 0.0;
+    for (std::size_t c = 0; c < w; ++c) {
+      double sq = 0.0;
+      for (std::size_t p = 1; p < tokens.size(); ++p) {
+        const double x = keys[p * w + c] - offsets[static_cast<std::size_t>(l) * w + c];
+        sq += x * x;
+      }
+      rms[c] = sq / static_cast<double>(tokens.size() - 1);
+    }
+    for (std::size_t c = 0; c < w; ++c) {
+      pair[c] = std::sqrt((rms[c] + rms[static_cast<std::size_t>(mates[c])]) / 2);
+      mean += pair[c] / static_cast<double>(w);
+    }
+    for (std::size_t c = 0; c < w; ++c) {
+      const float s = measured.scales[static_cast<std::size_t>(l) * w + c];
+      const double want = std::cbrt(std::max(pair[c], 1e-3 * mean) / mean);
+      CAPTURE(l, c);
+      CHECK(s == measured.scales[static_cast<std::size_t>(l) * w + static_cast<std::size_t>(mates[c])]);
+      CHECK(fp16_to_fp32(fp32_to_fp16(s)) == s);
+      CHECK(std::fabs(s - want) <= std::ldexp(want, -10) + 1e-3 * want);
+    }
     for (std::size_t c = 0; c < w; ++c) {
       const std::size_t at = static_cast<std::size_t>(l) * w + c;
       const float got = offsets[at];
@@ -254,7 +310,7 @@ TEST_CASE("measured offsets are the masked mean keys after position 0, rounded t
       CHECK(std::fabs(got - want) <= std::ldexp(std::fabs(want), -10) + 1e-4);
     }
   }
-  CHECK_THROWS_AS(measure_k_offsets(plan, std::span(tokens).first(1), mask), Error);
+  CHECK_THROWS_AS(measure_k_centering(plan, std::span(tokens).first(1), mask, mates), Error);
 }
 
 TEST_CASE("engines center int8/int4 K by default, record it, and stay deterministic", "[kv][centering]") {

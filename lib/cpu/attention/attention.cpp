@@ -135,9 +135,16 @@ struct SequencePlan {
     float* q_rotated = extra + kRowAddressFloats;
     detail::AttendArgs args{};
     args.q = seq->q + i * seq->ldq + g * group * d;
-    if (seq->kv.k_rotated) {  // q . (H k) = (H q) . (H k) for the orthonormal H
+    if (seq->kv.k_rotated || seq->kv.k_scale != nullptr) {
       std::memcpy(q_rotated, args.q, static_cast<std::size_t>(group * d) * sizeof(float));
-      for (std::int64_t h = 0; h < group; ++h) detail::hadamard_normalized(q_rotated + h * d, d);
+      if (const float* s = seq->kv.k_scale; s != nullptr) {  // q . k = (q s) . (k / s)
+        for (std::int64_t h = 0; h < group; ++h) {
+          for (std::int64_t e = 0; e < d; ++e) q_rotated[h * d + e] *= s[g * d + e];
+        }
+      }
+      if (seq->kv.k_rotated) {  // q . (H k) = (H q) . (H k) for the orthonormal H
+        for (std::int64_t h = 0; h < group; ++h) detail::hadamard_normalized(q_rotated + h * d, d);
+      }
       args.q = q_rotated;
     }
     args.n = std::min(kAttendChunk, seq->pos0 + i + 1 - begin);

@@ -47,6 +47,10 @@ struct KvLayerView {
   // quantizing (null: none); attention reads the centered rows as they are (every score of a
   // query shifts by q.offset, which softmax cancels).
   const float* k_offset = nullptr;
+  // n_kv_heads * head_dim positive floats kv_store divides the (centered) K row by before
+  // rotating (null: none); attention multiplies each query head by its KV head's scales first,
+  // so scores are those of the unscaled keys.
+  const float* k_scale = nullptr;
 
   // Byte offset of position p's K row (the same for V with v_row_bytes).
   [[nodiscard]] std::size_t row_index(std::int64_t p) const noexcept {
@@ -66,7 +70,8 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // max|x| / 127, q = round-to-nearest-even(x / scale); INT4 per group of 32 row values,
 // scale >= max|x| / 7, q = round(x / scale) clamped to [-8, 7]. So |dequantized - x| <= scale/2
 // for every value while max|x| / qmax fits an f16 (below 65504; larger values saturate). K rows
-// first have kv.k_offset subtracted (when set); rotated sides are then rotated. A decode step's
+// first have kv.k_offset subtracted and are divided by kv.k_scale (each when set); rotated
+// sides are then rotated. A decode step's
 // few rows are written by the calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
 // rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.

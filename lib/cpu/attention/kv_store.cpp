@@ -154,10 +154,13 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
       const std::int64_t i = g - base;
       const std::size_t row = q.kv.row_index(q.pos0 + i);
       const float* k_src = q.k + i * q.ldk;
-      if (q.kv.k_offset != nullptr) {  // centered K: the row minus the offsets, then as any row
+      if (q.kv.k_offset != nullptr || q.kv.k_scale != nullptr) {  // (k - offset) / scale, then as any row
         thread_local std::vector<float> centered;
         centered.resize(static_cast<std::size_t>(n_kv_heads * head_dim));
-        for (std::size_t e = 0; e < centered.size(); ++e) centered[e] = k_src[e] - q.kv.k_offset[e];
+        for (std::size_t e = 0; e < centered.size(); ++e) {
+          const float x = q.kv.k_offset != nullptr ? k_src[e] - q.kv.k_offset[e] : k_src[e];
+          centered[e] = q.kv.k_scale != nullptr ? x / q.kv.k_scale[e] : x;
+        }
         k_src = centered.data();
       }
       store_row(q.kv.k_type, q.kv.k_rotated, k_src, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim, f32_to_f16);
