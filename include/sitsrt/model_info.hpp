@@ -23,7 +23,7 @@ struct ModelInfo {
   std::uint64_t weight_bytes = 0;     // bytes of all weights the graph reads
   std::uint64_t weight_bytes_per_token = 0;  // weight bytes one decode step reads (one embedding row)
   std::int64_t context_length = 0;    // resolved context window of this engine
-  std::string kv_cache_type;          // "f32" / "f16"
+  std::string kv_cache_type;          // "f16", or e.g. "k=int4+hadamard+centered,v=int4+hadamard"
   std::uint64_t kv_cache_bytes = 0;   // per request at full context (logits / evaluate sessions)
   std::string k_cache_type;           // of the serving KV block pool: "f32", "f16", "int8", "int4"
   std::string v_cache_type;

@@ -32,7 +32,7 @@ class KvCache {
 };
 
 // What one cached position holds: its heads, the element type of K and of V, whether each side
-// is stored Hadamard-rotated, and the K centering offsets (ops::KvLayerRef).
+// is stored Hadamard-rotated, and the K centering offsets and channel scales (ops::KvLayerRef).
 struct KvCacheLayout {
   std::int64_t n_kv_heads = 0;
   std::int64_t head_dim = 0;

@@ -71,8 +71,8 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // scale >= max|x| / 7, q = round(x / scale) clamped to [-8, 7]. So |dequantized - x| <= scale/2
 // for every value while max|x| / qmax fits an f16 (below 65504; larger values saturate). K rows
 // first have kv.k_offset subtracted and are divided by kv.k_scale (each when set); rotated
-// sides are then rotated. A decode step's
-// few rows are written by the calling thread, more are split over the pool. Throws kInvalidArgument past capacity, for a
+// sides are then rotated. A decode step's few rows are written by the calling thread, more are
+// split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
 // rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
