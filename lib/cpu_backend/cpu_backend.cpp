@@ -1,12 +1,12 @@
 #include "cpu_backend/cpu_backend.hpp"
 
 #include "backend/kv_cache.hpp"
+#include "backend/node_dispatch.hpp"
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
 #include "cpu/attention/attention.hpp"
 #include "cpu/matmul/matvec_group.hpp"
 #include "cpu/weight_layout.hpp"
-#include "ops/ops.hpp"
 
 #include <unistd.h>
 
@@ -80,7 +80,9 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 
 namespace {
 
-std::int64_t weight_rows(const graph::Weight& w) { return w.dims.size() > 1 ? w.dims[1] : 1; }
+std::int64_t weight_rows(const graph::Weight& w) {
+  return w.dims.size() > 1 ? w.dims[1] : 1;
+}
 
 // Weights some MatMul node reads (by WeightId); the others (norms, a lookup-only embedding) are
 // never repacked.
@@ -166,7 +168,7 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
       const auto& value = graph.values()[static_cast<std::size_t>(node.output)];
       const std::int64_t rows = value.rows == graph::RowSpace::kTokens ? plan.max_tokens : plan.max_outputs;
       scratch = std::max(scratch, cpu::matmul_scratch_floats(w, rows));
-      shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, 1));  // decode steps
+      shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, 1));     // decode steps
       shared = std::max(shared, cpu::matmul_shared_bytes(ctx_, w, rows));  // prefill (AMX: bf16 x)
     } else if (node.op == graph::OpKind::kAttention) {
       const cpu::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
@@ -199,7 +201,8 @@ bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const S
   switch (fusion.kind) {
     case FusionKind::kMatvecs: {
       std::array<cpu::MatvecTarget, 8> targets{};
-      for (std::size_t k = 0; k < fusion.nodes.size(); ++k) targets[k] = {&weight(k), data(nodes[fusion.nodes[k]].output)};
+      for (std::size_t k = 0; k < fusion.nodes.size(); ++k)
+        targets[k] = {&weight(k), data(nodes[fusion.nodes[k]].output)};
       cpu::matvec_group(ctx_, {targets.data(), fusion.nodes.size()}, x);
       return true;
     }
@@ -225,8 +228,8 @@ std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::stri
     allocated_.fetch_sub(bytes);
     const std::uint64_t used = weight_bytes_ + now - bytes;
     raise(ErrorCode::kOutOfMemory,
-          "cpu: {} needs {} bytes but only {} of the {}-byte budget are free ({} bytes of weights, {} of buffers)", what,
-          bytes, budget - std::min(budget, used), budget, weight_bytes_, now - bytes);
+          "cpu: {} needs {} bytes but only {} of the {}-byte budget are free ({} bytes of weights, {} of buffers)",
+          what, bytes, budget - std::min(budget, used), budget, weight_bytes_, now - bytes);
   }
   std::uint64_t high = high_water_.load();
   while (now > high && !high_water_.compare_exchange_weak(high, now)) {
@@ -239,7 +242,9 @@ std::unique_ptr<BackendBuffer> CpuBackend::allocate(std::size_t bytes, std::stri
   }
 }
 
-void CpuBackend::release(std::size_t bytes) noexcept { allocated_.fetch_sub(bytes); }
+void CpuBackend::release(std::size_t bytes) noexcept {
+  allocated_.fetch_sub(bytes);
+}
 
 MemoryUsage CpuBackend::memory() const {
   return {weight_bytes_, allocated_.load(), high_water_.load(), options_.budget_bytes};
@@ -248,7 +253,8 @@ MemoryUsage CpuBackend::memory() const {
 const std::byte* CpuBackend::checked_range(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes,
                                            const char* what) const {
   const auto* own = dynamic_cast<const CpuBuffer*>(&buffer);
-  if (own == nullptr || own->owner() != this) raise(ErrorCode::kInternal, "cpu backend: {} of another backend's buffer", what);
+  if (own == nullptr || own->owner() != this)
+    raise(ErrorCode::kInternal, "cpu backend: {} of another backend's buffer", what);
   if (offset > buffer.size() || bytes > buffer.size() - offset) {
     raise(ErrorCode::kInternal, "cpu backend: {} of bytes [{}, {}) from a {}-byte buffer", what, offset, offset + bytes,
           buffer.size());
@@ -278,76 +284,8 @@ std::span<const std::byte> CpuBackend::host_view(const BackendBuffer& buffer, st
 }
 
 void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
-  using graph::OpKind;
   if (run_fused(graph, index, step)) return;
-  const graph::Node& node = graph.nodes()[index];
-  const Device device = info_.device;
-  const auto view = [&](graph::ValueId id) {
-    const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];
-    const std::int64_t rows = v.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
-    std::byte* data = step.arena->data() + step.plan->offsets[static_cast<std::size_t>(id)];
-    return ops::TensorRef{data, DType::kF32, rows, v.width, v.width, device};
-  };
-  const auto weight = [&](std::size_t i) {
-    const graph::WeightId id = node.weights[i];
-    const graph::Weight& w = graph.weights()[static_cast<std::size_t>(id)];
-    return ops::WeightRef{static_cast<std::int32_t>(id), w.type, w.dims.size() > 1 ? w.dims[1] : 1, w.dims[0], device};
-  };
-  const ops::TensorRef out = view(node.output);
-  switch (node.op) {
-    case OpKind::kEmbed:
-      ops::embed(kernels_, weight(0), step.token_ids, out);
-      return;
-    case OpKind::kRmsNorm:
-      ops::rms_norm(kernels_, view(node.inputs[0]), weight(0), node.attrs.eps, out);
-      return;
-    case OpKind::kMatMul:
-      ops::matmul(kernels_, weight(0), view(node.inputs[0]), out);
-      return;
-    case OpKind::kHeadRmsNorm:
-      ops::head_rms_norm(kernels_, view(node.inputs[0]), node.attrs.n_heads, weight(0), node.attrs.eps, out);
-      return;
-    case OpKind::kRope: {
-      const ops::WeightRef factors = node.weights.empty() ? ops::WeightRef{} : weight(0);
-      ops::rope(kernels_, out, node.attrs.n_heads, step.positions, node.attrs.rope,
-                node.weights.empty() ? nullptr : &factors);
-      return;
-    }
-    case OpKind::kGeGlu:
-      ops::geglu_tanh(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
-      return;
-    case OpKind::kAddBias:
-      ops::add_bias(kernels_, view(node.inputs[0]), weight(0), out);
-      return;
-    case OpKind::kScale:
-      ops::scale(kernels_, view(node.inputs[0]), node.attrs.scalar, out);
-      return;
-    case OpKind::kSoftCap:
-      ops::soft_cap(kernels_, view(node.inputs[0]), node.attrs.scalar, out);
-      return;
-    case OpKind::kAttention: {
-      const ops::AttentionShape shape{node.attrs.n_heads, node.attrs.n_kv_heads, node.attrs.head_dim,
-                                      node.attrs.attn_scale, node.attrs.window};
-      // Each sequence attends over its own cache with its own rows, all in one call.
-      attention_sequences_.clear();
-      for (const StepSequence& s : step.sequences) {
-        attention_sequences_.push_back({s.row_begin, s.n_rows, s.pos0, s.kv->layer(node.layer)});
-      }
-      ops::attention_batch(kernels_, view(node.inputs[0]), view(node.inputs[1]), view(node.inputs[2]),
-                           attention_sequences_, shape, out);
-      return;
-    }
-    case OpKind::kSwiGlu:
-      ops::swiglu(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
-      return;
-    case OpKind::kAdd:
-      ops::add(kernels_, view(node.inputs[0]), view(node.inputs[1]), out);
-      return;
-    case OpKind::kGatherRows:
-      ops::gather_rows(kernels_, view(node.inputs[0]), step.output_rows, out);
-      return;
-  }
-  raise(ErrorCode::kInternal, "cpu backend: unknown op kind {}", static_cast<int>(node.op));
+  run_node_through_kernels(kernels_, graph, index, step, attention_sequences_);
 }
 
 }  // namespace sitsrt
