@@ -2,6 +2,9 @@
 
 #include "core/check.hpp"
 #include "cpu_backend/cpu_backend.hpp"
+#if defined(SITSRT_HAVE_CUDA_BACKEND)
+#include "cuda_backend/cuda_backend_factory.hpp"
+#endif
 
 #include <charconv>
 
@@ -10,6 +13,9 @@ namespace {
 
 constexpr RegisteredBackend kBackends[] = {
     {"cpu", "host CPU: AVX2 / AVX-512 / AMX kernels, resident or mmapped weights"},
+#if defined(SITSRT_HAVE_CUDA_BACKEND)
+    {"cuda", "NVIDIA GPU (cuda:N): weights uploaded in their stored formats, paged quantized KV on the device"},
+#endif
 };
 
 std::string registered_names() {
@@ -47,6 +53,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     cpu.batch_invariant = options.batch_invariant;
     return std::make_unique<CpuBackend>(cpu);
   }
+#if defined(SITSRT_HAVE_CUDA_BACKEND)
+  if (kind == "cuda") return cuda::make_cuda_backend({index, options.budget_bytes});
+#endif
   raise(ErrorCode::kUnsupported, "device '{}': this build has no '{}' backend (registered backends: {})", device, kind,
         registered_names());
 }

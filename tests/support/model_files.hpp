@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
 #include <initializer_list>
@@ -63,7 +64,12 @@ inline std::uint64_t file_tensor_bytes(const std::string& path) {
   return bytes;
 }
 
-inline std::string shared_path(const std::string& relative) { return std::string(SITSRT_SHARED_DIR) + "/" + relative; }
+// The shared folder: $SITSRT_SHARED_DIR when set (a test bundle run on another machine,
+// benchmarks/gpu/device_check.sh), else the one beside the checkout this build was made from.
+inline std::string shared_path(const std::string& relative) {
+  const char* env = std::getenv("SITSRT_SHARED_DIR");
+  return std::string(env != nullptr && *env != '\0' ? env : SITSRT_SHARED_DIR) + "/" + relative;
+}
 
 // Why a case needing these shared files cannot run: the first absent one; empty when all exist.
 inline std::string missing_shared(std::initializer_list<std::string> relative) {

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The CUDA backend's device check: one command for a machine with one GPU (an H200 here), the
+# CUDA toolkit (compute-sanitizer, cuBLASLt) and none of our packages. Run it from the repository
+# root with the bundle scripts/cuda-bundle.sh builds on a development machine (build/cuda-bundle,
+# carried with the working tree; its binaries run through the bundle's own loader and libraries).
+#   1. every [cuda] test: cuda_formats_test, cuda_backend_test, cuda_backend_model_test
+#   2. compute-sanitizer --tool memcheck on the kernel tests
+#   3. bench_cuda: read bandwidth and a cuBLASLt BF16 GEMM as ceilings, every decode kernel on
+#      Llama-3-8B layer shapes at batch 1 and 16 (GB/s, % of bandwidth), a prefill shape (TFLOP/s)
+#   4. end to end: a Llama-3-8B-shaped random model (make-model on the device) in FP8 and in
+#      INT4 g128, decode tok/s at batch 1 and 16 (sitsrt bench --device cuda)
+# Logs and JSON go to $OUT (the device tool's output folder) or /tmp/sitsrt-device-check; the
+# summary table comes last. Exits 1 when a test or memcheck failed, 2 without a bundle.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bundle="$PWD/${SITSRT_CUDA_BUNDLE:-build/cuda-bundle}"
+out=${OUT:-/tmp/sitsrt-device-check}
+work=${SITSRT_DEVICE_WORK:-/tmp/sitsrt-device-work}
+mkdir -p "$out" "$work"
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+loader="$bundle/lib/ld-linux-x86-64.so.2"
+libs="$bundle/lib:$cuda_home/lib64:$cuda_home/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+export SITSRT_SHARED_DIR="$bundle/shared"
+run() { "$loader" --library-path "$libs" "$@"; }
+[ -x "$loader" ] || { echo "device_check: no bundle at $bundle (scripts/cuda-bundle.sh builds it)" >&2; exit 2; }
+
+start=$SECONDS
+status=0
+summary=("| step | result | seconds | detail |" "|---|---|---|---|")
+note() { summary+=("| $1 | $2 | $3 | $4 |"); echo "== $1: $2 ($3 s) $4"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
+
+# 1. The tests. A binary that skipped everything (exit 77) saw no device: a failure here.
+for t in cuda_formats_test cuda_backend_test cuda_backend_model_test; do
+  t0=$SECONDS
+  run "$bundle/bin/$t" >"$out/$t.log" 2>&1
+  rc=$?
+  counts=$(grep -E "^(test cases|All tests passed)" "$out/$t.log" | tail -n 1)
+  skips=$(grep -c "^SKIPPED" "$out/$t.log")
+  if [ $rc -eq 0 ]; then result=passed; else result="FAILED (exit $rc)"; status=1; fi
+  note "test $t" "$result" $((SECONDS - t0)) "$counts; $skips skipped"
+done
+
+if grep -q "^SKIPPED: \[cuda\] no CUDA device" "$out/cuda_backend_test.log"; then
+  echo "device_check: the tests see no CUDA device ($(grep -m1 '^SKIPPED' "$out/cuda_backend_test.log")); stopping" >&2
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.md"
+  exit 1
+fi
+
+# 2. memcheck on the kernel tests (the model test's attention case included).
+sanitizer="$cuda_home/bin/compute-sanitizer"
+t0=$SECONDS
+"$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 "$loader" --library-path "$libs" \
+  "$bundle/bin/cuda_backend_test" >"$out/memcheck_kernels.log" 2>&1
+rc1=$?
+"$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 "$loader" --library-path "$libs" \
+  "$bundle/bin/cuda_backend_model_test" "cuda paged attention*" >"$out/memcheck_attention.log" 2>&1
+rc2=$?
+errors=$(grep -h "ERROR SUMMARY" "$out/memcheck_kernels.log" "$out/memcheck_attention.log" | tr '\n' ' ')
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then result=clean; else result="FAILED (exit $rc1 / $rc2)"; status=1; fi
+note "memcheck" "$result" $((SECONDS - t0)) "$errors"
+
+# 3. Kernels against the ceilings.
+t0=$SECONDS
+run "$bundle/bin/bench_cuda" >"$out/bench_cuda.md" 2>&1
+rc=$?
+note "bench_cuda" "$([ $rc -eq 0 ] && echo done || echo "FAILED (exit $rc)")" $((SECONDS - t0)) \
+  "$(grep '^ceilings' "$out/bench_cuda.md")"
+
+# 4. End to end on the 8B shape, one format at a time (the files are 8.5 and 4.3 GB).
+for format in fp8 q4g128; do
+  t0=$SECONDS
+  model="$work/llama3-8b-shape-$format.gguf"
+  run "$bundle/bin/sitsrt" make-model -o "$model" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336 \
+    --vocab 128256 --ctx 1024 --type "$format" -t "$(nproc)" >"$out/make_model_$format.log" 2>&1
+  made=$((SECONDS - t0))
+  for batch in 1 16; do
+    t1=$SECONDS
+    if [ $batch -eq 1 ]; then
+      run "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 -r 1 --no-bandwidth --json \
+        >"$out/e2e_${format}_b1.json" 2>"$out/e2e_${format}_b1.log"
+      rc=$?
+      rate=$(grep -o '"decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b1.json" | awk '{print $2}')
+    else
+      run "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 --concurrency 16 --json \
+        >"$out/e2e_${format}_b16.json" 2>"$out/e2e_${format}_b16.log"
+      rc=$?
+      rate=$(grep -o '"aggregate_decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b16.json" | head -n 1 | awk '{print $2}')
+    fi
+    note "e2e 8B-shape $format batch $batch" "$([ $rc -eq 0 ] && echo "${rate:-?} tok/s" || echo "FAILED (exit $rc)")" \
+      $((SECONDS - t1)) "make-model ${made} s"
+  done
+  rm -f "$model"
+done
+
+echo
+echo "device check: $((SECONDS - start)) s on $(head -n 1 "$out/gpu.txt")"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.md"
+echo
+cat "$out/bench_cuda.md"
+exit $status

@@ -1,0 +1,210 @@
+#include "cuda_backend/cuda_backend.hpp"
+
+#include "backend/node_dispatch.hpp"
+#include "core/check.hpp"
+#include "cuda_backend/cuda_check.hpp"
+
+#include <chrono>
+
+namespace sitsrt::cuda {
+namespace {
+
+constexpr std::size_t kStagingBytes = 8u << 20;
+constexpr std::size_t kWeightAlignment = 256;
+
+class CudaBuffer final : public BackendBuffer {
+ public:
+  CudaBuffer(DeviceAllocator& allocator, const CudaBackend& owner, Device device, std::size_t bytes,
+             std::string_view what)
+      : allocator_(allocator), owner_(owner), device_(device), bytes_(bytes), data_(allocator.allocate(bytes, what)) {}
+  ~CudaBuffer() override { allocator_.deallocate(data_, bytes_); }
+  std::byte* data() noexcept override { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept override { return bytes_; }
+  [[nodiscard]] Device device() const noexcept override { return device_; }
+  [[nodiscard]] const CudaBackend* owner() const noexcept { return &owner_; }
+
+ private:
+  DeviceAllocator& allocator_;
+  const CudaBackend& owner_;
+  Device device_;
+  std::size_t bytes_;
+  std::byte* data_;
+};
+
+std::int64_t weight_rows(const graph::Weight& w) {
+  return w.dims.size() > 1 ? w.dims[1] : 1;
+}
+
+// What each weight is used as: decoded by the matmul / embedding kernels, or read as f32 values
+// (norms, biases, rope frequency factors), which the host also needs for the rope factors.
+struct WeightUses {
+  std::vector<bool> decoded;
+  std::vector<bool> rope_factors;
+};
+
+WeightUses weight_uses(const graph::Graph& graph) {
+  WeightUses uses{std::vector<bool>(graph.weights().size(), false), std::vector<bool>(graph.weights().size(), false)};
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.weights.empty()) continue;
+    const auto id = static_cast<std::size_t>(node.weights[0]);
+    if (node.op == graph::OpKind::kMatMul || node.op == graph::OpKind::kEmbed) uses.decoded[id] = true;
+    if (node.op == graph::OpKind::kRope) uses.rope_factors[id] = true;
+  }
+  return uses;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options)
+    : context_(options.device), allocator_(context_, options.budget_bytes) {
+  info_.name = "cuda";
+  info_.device = {DeviceKind::kCuda, options.device};
+  info_.description = context_.name() + " (sm_" + std::to_string(context_.compute_capability()) + ")";
+  info_.multiprocessors = context_.multiprocessors();
+  info_.memory_bytes = context_.total_memory();
+  staging_ = std::make_unique<StagingRing>(context_, allocator_, kStagingBytes);
+  kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_);
+}
+
+CudaBackend::~CudaBackend() {
+  kernels_.reset();
+  staging_.reset();
+  if (weights_memory_ != nullptr) allocator_.deallocate(weights_memory_, weights_bytes_);
+}
+
+WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source,
+                                           const std::function<void(double)>& progress) {
+  context_.make_current();
+  const auto start = std::chrono::steady_clock::now();
+  const WeightUses uses = weight_uses(graph);
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
+  for (std::size_t id = 0; id < graph.weights().size(); ++id) {
+    const graph::Weight& w = graph.weights()[id];
+    if (uses.decoded[id] && !kernel_supports(w.type)) {
+      raise(ErrorCode::kUnsupported,
+            "cuda: weight '{}' is {}, which the CUDA kernels do not decode yet (they take f32, f16, bf16, q8_0, "
+            "q4_0, q4_1, fp8_e4m3, q4_g128; convert with --weights q8_0 or run it on the cpu)",
+            w.name, name(w.type));
+    }
+    if (!uses.decoded[id] && w.type != DType::kF32) {
+      raise(ErrorCode::kUnsupported, "cuda: weight '{}' is {}, the CUDA kernels read it as f32", w.name, name(w.type));
+    }
+    offsets.push_back(total);
+    total += (row_bytes(w.type, w.dims[0]) * static_cast<std::size_t>(weight_rows(w)) + kWeightAlignment - 1) /
+             kWeightAlignment * kWeightAlignment;
+  }
+  if (weights_memory_ != nullptr) allocator_.deallocate(weights_memory_, weights_bytes_);
+  weights_memory_ = nullptr;
+  weights_.clear();
+  weights_memory_ = allocator_.allocate(std::max<std::size_t>(total, 1), "model weights");
+  weights_bytes_ = std::max<std::size_t>(total, 1);
+  WeightBindReport report;
+  for (std::size_t id = 0; id < graph.weights().size(); ++id) {
+    const graph::Weight& w = graph.weights()[id];
+    const std::span<const std::byte> bytes = source.data(w);
+    const std::size_t stride = row_bytes(w.type, w.dims[0]);
+    const std::size_t need = stride * static_cast<std::size_t>(weight_rows(w));
+    if (bytes.size() < need)
+      raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes, expected {}", w.name, bytes.size(), need);
+    std::byte* dst = weights_memory_ + offsets[id];
+    SITSRT_CUDA_CHECK(cudaMemcpy(dst, bytes.data(), need, cudaMemcpyHostToDevice));
+    DeviceWeight dw{reinterpret_cast<const std::uint8_t*>(dst), w.type, weight_rows(w), w.dims[0],
+                    static_cast<std::int64_t>(stride),          {}};
+    if (uses.rope_factors[id]) {
+      const auto* values = reinterpret_cast<const float*>(bytes.data());
+      dw.host_copy.assign(values, values + need / sizeof(float));
+    }
+    weights_.push_back(std::move(dw));
+    source.release(w);
+    if (progress) progress(total ? static_cast<double>(offsets[id] + need) / static_cast<double>(total) : 1.0);
+  }
+  report.bytes = total;
+  report.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan&, std::int64_t) {
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.op != graph::OpKind::kAttention) continue;
+    if (node.attrs.head_dim > kMaxHeadDim) {
+      raise(ErrorCode::kUnsupported, "cuda: attention with head_dim {} (layer {}); the kernels take up to {}",
+            node.attrs.head_dim, node.layer, kMaxHeadDim);
+    }
+  }
+}
+
+std::unique_ptr<BackendBuffer> CudaBackend::allocate(std::size_t bytes, std::string_view what) {
+  return std::make_unique<CudaBuffer>(allocator_, *this, info_.device, bytes, what);
+}
+
+std::byte* CudaBackend::checked_range(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes,
+                                      const char* what) const {
+  const auto* own = dynamic_cast<const CudaBuffer*>(&buffer);
+  if (own == nullptr || own->owner() != this)
+    raise(ErrorCode::kInternal, "cuda backend: {} of another backend's buffer", what);
+  if (offset > buffer.size() || bytes > buffer.size() - offset) {
+    raise(ErrorCode::kInternal, "cuda backend: {} of bytes [{}, {}) from a {}-byte buffer", what, offset,
+          offset + bytes, buffer.size());
+  }
+  return const_cast<BackendBuffer&>(buffer).data() + offset;
+}
+
+void CudaBackend::read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) {
+  const std::byte* src = checked_range(buffer, offset, dst.size(), "read");
+  if (dst.empty()) return;
+  context_.make_current();
+  SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, dst.size(), cudaMemcpyDeviceToHost, context_.stream()));
+  context_.synchronize();
+}
+
+void CudaBackend::write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) {
+  std::byte* dst = checked_range(buffer, offset, src.size(), "write");
+  if (src.empty()) return;
+  context_.make_current();
+  SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size(), cudaMemcpyHostToDevice, context_.stream()));
+  context_.synchronize();  // the caller may free src on return
+}
+
+void CudaBackend::copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
+                       std::size_t bytes) {
+  const std::byte* from = checked_range(src, src_offset, bytes, "copy");
+  std::byte* to = checked_range(dst, dst_offset, bytes, "copy");
+  if (bytes == 0) return;
+  context_.make_current();
+  SITSRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, context_.stream()));
+}
+
+void CudaBackend::synchronize() {
+  context_.synchronize();
+}
+
+MemoryUsage CudaBackend::memory() const {
+  const std::uint64_t live = allocator_.live_bytes();
+  const std::uint64_t weights = weights_memory_ != nullptr ? DeviceAllocator::rounded(weights_bytes_) : 0;
+  return {weights_bytes_, live - std::min(live, weights), allocator_.high_water_bytes(), allocator_.budget()};
+}
+
+void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
+  context_.make_current();
+  for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
+}
+
+void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  context_.make_current();
+  run_node(graph, index, step);
+}
+
+void CudaBackend::run_node(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  run_node_through_kernels(*kernels_, graph, index, step, attention_sequences_);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+int cuda_device_count(std::string* why) noexcept {
+  return device_count(why);
+}
+
+}  // namespace sitsrt::cuda

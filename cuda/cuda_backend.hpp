@@ -1,0 +1,58 @@
+// The CUDA backend: weights uploaded once in their stored formats into one device allocation,
+// activations, KV blocks and scratch from the budgeted caching allocator, every kernel and copy
+// ordered on the context's one stream. Nodes run one by one through ops:: (the same validation
+// as the CPU backend) into CudaKernels. Made through cuda_backend_factory.hpp.
+#pragma once
+
+#include "backend/backend.hpp"
+#include "cuda_backend/cuda_backend_factory.hpp"
+#include "cuda_backend/cuda_context.hpp"
+#include "cuda_backend/cuda_kernels.hpp"
+#include "cuda_backend/device_allocator.hpp"
+#include "cuda_backend/staging_ring.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace sitsrt::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  [[nodiscard]] const BackendInfo& info() const noexcept override { return info_; }
+  WeightBindReport bind_weights(const graph::Graph& graph, const graph::WeightSource& source,
+                                const std::function<void(double)>& progress) override;
+  void prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t kv_capacity) override;
+  [[nodiscard]] std::unique_ptr<BackendBuffer> allocate(std::size_t bytes, std::string_view what) override;
+  void run(const graph::Graph& graph, std::size_t index, const StepContext& step) override;
+  void compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) override;
+  void read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) override;
+  void write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) override;
+  void copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
+            std::size_t bytes) override;
+  [[nodiscard]] std::span<const std::byte> host_view(const BackendBuffer&, std::size_t, std::size_t) override {
+    return {};  // device memory: callers read()
+  }
+  void synchronize() override;
+  [[nodiscard]] MemoryUsage memory() const override;
+
+ private:
+  // Device bytes [offset, offset + bytes) of one of this backend's buffers; kInternal otherwise.
+  [[nodiscard]] std::byte* checked_range(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes,
+                                         const char* what) const;
+  void run_node(const graph::Graph& graph, std::size_t index, const StepContext& step);
+
+  CudaContext context_;
+  DeviceAllocator allocator_;
+  BackendInfo info_;
+  std::byte* weights_memory_ = nullptr;
+  std::size_t weights_bytes_ = 0;
+  std::vector<DeviceWeight> weights_;
+  std::unique_ptr<StagingRing> staging_;
+  std::unique_ptr<CudaKernels> kernels_;
+  std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
+};
+
+}  // namespace sitsrt::cuda

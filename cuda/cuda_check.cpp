@@ -1,0 +1,29 @@
+#include "cuda_backend/cuda_check.hpp"
+
+#include "core/check.hpp"
+
+namespace sitsrt::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  // Clears the sticky last error of a failed launch so later calls report their own status.
+  static_cast<void>(cudaGetLastError());
+  ErrorCode code = ErrorCode::kInternal;
+  switch (status) {
+    case cudaErrorMemoryAllocation:
+      code = ErrorCode::kOutOfMemory;
+      break;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+      code = ErrorCode::kUnsupported;
+      break;
+    default:
+      break;
+  }
+  raise(code, "cuda: {} failed: {} ({}) at {}:{}", call, cudaGetErrorName(status), cudaGetErrorString(status), file,
+        line);
+}
+
+}  // namespace sitsrt::cuda

@@ -1,0 +1,275 @@
+#include "cuda_backend/cuda_kernels.hpp"
+
+#include "core/check.hpp"
+#include "cpu/elementwise/rope.hpp"
+#include "cuda_backend/cuda_check.hpp"
+
+#include <cstring>
+
+namespace sitsrt::cuda {
+namespace {
+
+float* f32(const ops::TensorRef& t) {
+  return reinterpret_cast<float*>(t.data);
+}
+
+template <typename T>
+std::span<const std::byte> bytes_of(std::span<const T> values) {
+  return std::as_bytes(values);
+}
+
+std::size_t align16(std::size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+bool power_of_two(std::int64_t n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+}  // namespace
+
+CudaKernels::CudaKernels(const CudaContext& context, DeviceAllocator& allocator, StagingRing& staging,
+                         const std::vector<DeviceWeight>& weights)
+    : context_(context), allocator_(allocator), staging_(staging), weights_(weights) {}
+
+CudaKernels::~CudaKernels() {
+  for (auto& [host, constant] : constants_) {
+    allocator_.deallocate(constant.device, constant.values.size() * sizeof(float));
+  }
+}
+
+const DeviceWeight& CudaKernels::weight(const ops::WeightRef& w) const {
+  if (static_cast<std::size_t>(w.id) >= weights_.size()) {
+    raise(ErrorCode::kInternal, "cuda kernels: weight #{} is not bound ({} are)", w.id, weights_.size());
+  }
+  return weights_[static_cast<std::size_t>(w.id)];
+}
+
+const float* CudaKernels::device_floats(const float* host, std::int64_t n) {
+  if (host == nullptr) return nullptr;
+  Constant& c = constants_[host];
+  const auto count = static_cast<std::size_t>(n);
+  if (c.device != nullptr && c.values.size() == count &&
+      std::memcmp(c.values.data(), host, count * sizeof(float)) == 0) {
+    return reinterpret_cast<const float*>(c.device);
+  }
+  if (c.device != nullptr) {
+    context_.synchronize();  // queued kernels may still read the old copy
+    allocator_.deallocate(c.device, c.values.size() * sizeof(float));
+    c.device = nullptr;
+  }
+  c.values.assign(host, host + count);
+  c.device = allocator_.allocate(count * sizeof(float), "K centering constants");
+  SITSRT_CUDA_CHECK(
+      cudaMemcpyAsync(c.device, c.values.data(), count * sizeof(float), cudaMemcpyHostToDevice, context_.stream()));
+  return reinterpret_cast<const float*>(c.device);
+}
+
+void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) {
+  const DeviceWeight& w = weight(table);
+  for (const std::int32_t id : ids) {
+    if (id < 0 || id >= w.rows)
+      raise(ErrorCode::kInvalidArgument, "embed: token id {} outside the vocabulary of {}", id, w.rows);
+  }
+  const auto* device_ids = reinterpret_cast<const std::int32_t*>(staging_.upload(bytes_of(ids)));
+  launch_embed(w.format, w.data, w.row_bytes, w.cols, device_ids, static_cast<std::int64_t>(ids.size()), f32(out),
+               out.ld, context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("embed kernel");
+}
+
+void CudaKernels::rms_norm(const ops::TensorRef& x, const ops::WeightRef& w, float eps, const ops::TensorRef& y) {
+  launch_rms_norm(f32(x), x.ld, x.rows, x.cols, reinterpret_cast<const float*>(weight(w).data), eps, f32(y), y.ld,
+                  context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("rms_norm kernel");
+}
+
+void CudaKernels::head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, const ops::WeightRef& w, float eps,
+                                const ops::TensorRef& y) {
+  const std::int64_t head_dim = w.cols;
+  const auto* norm = reinterpret_cast<const float*>(weight(w).data);
+  if (x.ld == x.cols && y.ld == y.cols) {  // contiguous rows: one launch over rows * n_heads slices
+    launch_rms_norm(f32(x), head_dim, x.rows * n_heads, head_dim, norm, eps, f32(y), head_dim, context_.stream());
+  } else {
+    for (std::int64_t r = 0; r < x.rows; ++r) {
+      launch_rms_norm(f32(x) + r * x.ld, head_dim, n_heads, head_dim, norm, eps, f32(y) + r * y.ld, head_dim,
+                      context_.stream());
+    }
+  }
+  SITSRT_CUDA_CHECK_LAUNCH("head_rms_norm kernel");
+}
+
+void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) {
+  const DeviceWeight& dw = weight(w);
+  launch_matmul(dw.format, dw.data, dw.row_bytes, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld,
+                context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("matmul kernel");
+}
+
+void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
+                       const graph::RopeAttrs& r, const ops::WeightRef* freq_factors) {
+  if (r.head_dim <= 0 || r.rot_dims < 0 || r.rot_dims > r.head_dim || r.rot_dims % 2 != 0) {
+    raise(ErrorCode::kInvalidArgument, "rope: bad shape head_dim={} rot_dims={}", r.head_dim, r.rot_dims);
+  }
+  if (!(r.freq_base > 0.0f)) raise(ErrorCode::kInvalidArgument, "rope: freq_base {} <= 0", r.freq_base);
+  if (r.scaling == graph::RopeScaling::kYarn && !(r.original_context > 0.0f && r.freq_scale > 0.0f)) {
+    raise(ErrorCode::kInvalidArgument, "rope: YaRN needs original_context > 0 and freq_scale > 0");
+  }
+  // The CPU's frequency math (double), so both backends rotate by the same angles.
+  const float* factors = nullptr;
+  if (freq_factors != nullptr) {
+    const DeviceWeight& f = weight(*freq_factors);
+    if (static_cast<std::int64_t>(f.host_copy.size()) < r.rot_dims / 2) {
+      raise(ErrorCode::kInternal, "rope: frequency factors #{} hold {} values, {} needed", freq_factors->id,
+            f.host_copy.size(), r.rot_dims / 2);
+    }
+    factors = f.host_copy.data();
+  }
+  cpu::RopeParams params{r.head_dim,   r.rot_dims, r.freq_base,
+                         r.freq_scale, factors,    r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+  if (r.scaling == graph::RopeScaling::kYarn) {
+    params.yarn = {true, r.original_context, r.yarn_beta_fast, r.yarn_beta_slow, r.yarn_attn_factor};
+  } else if (r.scaling == graph::RopeScaling::kLlama3) {
+    params.llama3 = {true, r.llama3_factor, r.llama3_low_freq_factor, r.llama3_high_freq_factor, r.original_context};
+  }
+  std::vector<double> inv_freq(static_cast<std::size_t>(r.rot_dims / 2));
+  double mscale = 1.0;
+  cpu::rope_inverse_frequencies(params, inv_freq.data(), &mscale);
+  if (inv_freq.empty() || x.rows == 0) return;
+  // One slot for both (see StagingRing): the positions, then the frequencies 8-aligned.
+  const std::size_t positions_bytes = align16(positions.size_bytes());
+  const StagingRing::Slot slot = staging_.reserve(positions_bytes + inv_freq.size() * sizeof(double));
+  std::memcpy(slot.host, positions.data(), positions.size_bytes());
+  std::memcpy(slot.host + positions_bytes, inv_freq.data(), inv_freq.size() * sizeof(double));
+  staging_.commit(slot);
+  const auto* device_positions = reinterpret_cast<const std::int32_t*>(slot.device);
+  const auto* device_freq = reinterpret_cast<const double*>(slot.device + positions_bytes);
+  launch_rope(f32(x), x.ld, x.rows, n_heads, r.head_dim, r.rot_dims, r.neox, device_positions, device_freq, mscale,
+              context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("rope kernel");
+}
+
+void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
+                                  std::span<const ops::AttentionSequenceRef> sequences,
+                                  const ops::AttentionShape& shape, const ops::TensorRef& out) {
+  const std::int64_t width = shape.n_kv_heads * shape.head_dim;
+  if (shape.head_dim > kMaxHeadDim) {
+    raise(ErrorCode::kUnsupported, "cuda attention: head_dim {} is above the {} the kernels take", shape.head_dim,
+          kMaxHeadDim);
+  }
+  if (width * static_cast<std::int64_t>(sizeof(float)) > 48 * 1024) {
+    raise(ErrorCode::kUnsupported, "cuda attention: {} KV heads of {} are wider than the kernels take",
+          shape.n_kv_heads, shape.head_dim);
+  }
+  // One blob: the descriptors, the sequence of every row, the block tables they point into.
+  const std::size_t n_seq = sequences.size();
+  const std::size_t desc_bytes = align16(n_seq * sizeof(AttentionSequenceDesc));
+  const std::size_t rows_bytes = align16(static_cast<std::size_t>(q.rows) * sizeof(std::int32_t));
+  std::size_t table_entries = 0;
+  for (const ops::AttentionSequenceRef& s : sequences) {
+    const bool rotated = s.kv.k_rotated || s.kv.v_rotated;
+    if (rotated && !power_of_two(shape.head_dim)) {
+      raise(ErrorCode::kUnsupported, "cuda attention: a rotated cache needs a power-of-two head_dim, not {}",
+            shape.head_dim);
+    }
+    table_entries += s.kv.block_table.size();
+  }
+  const StagingRing::Slot slot = staging_.reserve(desc_bytes + rows_bytes + table_entries * sizeof(std::int32_t));
+  blob_.assign(slot.bytes, std::byte{0});
+  auto* descs = reinterpret_cast<AttentionSequenceDesc*>(blob_.data());
+  auto* row_sequence = reinterpret_cast<std::int32_t*>(blob_.data() + desc_bytes);
+  std::size_t table_at = desc_bytes + rows_bytes;
+  for (std::size_t i = 0; i < n_seq; ++i) {
+    const ops::AttentionSequenceRef& s = sequences[i];
+    const ops::KvLayerRef& kv = s.kv;
+    AttentionSequenceDesc& d = descs[i];
+    d.k = reinterpret_cast<std::uint8_t*>(kv.k);
+    d.v = reinterpret_cast<std::uint8_t*>(kv.v);
+    d.k_row_bytes = static_cast<std::int64_t>(kv.k_row_bytes);
+    d.v_row_bytes = static_cast<std::int64_t>(kv.v_row_bytes);
+    d.block_table = reinterpret_cast<const std::int32_t*>(slot.device + table_at);
+    d.k_offset = device_floats(kv.k_offset, width);
+    d.k_scale = device_floats(kv.k_scale, width);
+    d.block_size = kv.block_size;
+    d.row_begin = s.row_begin;
+    d.n_rows = s.n_rows;
+    d.pos0 = s.pos0;
+    d.k_type = static_cast<int>(kv.k_type);
+    d.v_type = static_cast<int>(kv.v_type);
+    d.k_rotated = kv.k_rotated ? 1 : 0;
+    d.v_rotated = kv.v_rotated ? 1 : 0;
+    std::memcpy(blob_.data() + table_at, kv.block_table.data(), kv.block_table.size_bytes());
+    table_at += kv.block_table.size_bytes();
+    for (std::int64_t r = 0; r < s.n_rows; ++r) row_sequence[s.row_begin + r] = static_cast<std::int32_t>(i);
+  }
+  std::memcpy(slot.host, blob_.data(), slot.bytes);
+  staging_.commit(slot);
+
+  AttentionLaunch a;
+  a.q = f32(q);
+  a.ldq = q.ld;
+  a.k = f32(k);
+  a.ldk = k.ld;
+  a.v = f32(v);
+  a.ldv = v.ld;
+  a.out = f32(out);
+  a.ldo = out.ld;
+  a.n_rows = q.rows;
+  a.n_heads = shape.n_heads;
+  a.n_kv_heads = shape.n_kv_heads;
+  a.head_dim = shape.head_dim;
+  a.scale = shape.scale;
+  a.window = shape.window;
+  a.sequences = reinterpret_cast<const AttentionSequenceDesc*>(slot.device);
+  a.row_sequence = reinterpret_cast<const std::int32_t*>(slot.device + desc_bytes);
+  launch_attention(a, context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
+}
+
+void CudaKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
+                            const ops::KvLayerRef& kv, std::int64_t pos0, const ops::AttentionShape& shape,
+                            const ops::TensorRef& out) {
+  const ops::AttentionSequenceRef one{0, q.rows, pos0, kv};
+  attention_batch(q, k, v, {&one, 1}, shape, out);
+}
+
+void CudaKernels::elementwise(Elementwise op, const ops::TensorRef& a, const float* b, std::int64_t ldb, float scalar,
+                              const ops::TensorRef& out) {
+  launch_elementwise(op, f32(a), a.ld, b, ldb, scalar, a.rows, a.cols, f32(out), out.ld, context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("elementwise kernel");
+}
+
+void CudaKernels::swiglu(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) {
+  elementwise(Elementwise::kSwiGlu, gate, f32(up), up.ld, 0.0f, out);
+}
+
+void CudaKernels::geglu_tanh(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) {
+  elementwise(Elementwise::kGeGluTanh, gate, f32(up), up.ld, 0.0f, out);
+}
+
+void CudaKernels::add_bias(const ops::TensorRef& x, const ops::WeightRef& bias, const ops::TensorRef& out) {
+  elementwise(Elementwise::kAddBias, x, reinterpret_cast<const float*>(weight(bias).data), 0, 0.0f, out);
+}
+
+void CudaKernels::scale(const ops::TensorRef& x, float factor, const ops::TensorRef& out) {
+  elementwise(Elementwise::kScale, x, nullptr, 0, factor, out);
+}
+
+void CudaKernels::soft_cap(const ops::TensorRef& x, float cap, const ops::TensorRef& out) {
+  elementwise(Elementwise::kSoftCap, x, nullptr, 0, cap, out);
+}
+
+void CudaKernels::add(const ops::TensorRef& a, const ops::TensorRef& b, const ops::TensorRef& out) {
+  elementwise(Elementwise::kAdd, a, f32(b), b.ld, 0.0f, out);
+}
+
+void CudaKernels::gather_rows(const ops::TensorRef& x, std::span<const std::int32_t> rows, const ops::TensorRef& out) {
+  if (out.rows == 0) return;
+  const std::byte* x_end = x.data + static_cast<std::size_t>(x.rows * x.ld) * sizeof(float);
+  const std::byte* out_end = out.data + static_cast<std::size_t>(out.rows * out.ld) * sizeof(float);
+  const bool overlap = out.data < x_end && x.data < out_end;
+  const auto* device_rows = reinterpret_cast<const std::int32_t*>(staging_.upload(bytes_of(rows)));
+  launch_gather_rows(f32(x), x.ld, device_rows, out.rows, x.cols, f32(out), out.ld, overlap, context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("gather_rows kernel");
+}
+
+}  // namespace sitsrt::cuda

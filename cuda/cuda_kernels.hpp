@@ -1,0 +1,80 @@
+// The CUDA backend's OpKernels: each op's neutral views turned into device pointers and the
+// kernels of kernels/launch.hpp queued on the context's stream. Host-side inputs (token ids,
+// positions, output rows, block tables, rope frequencies) go up through the staging ring; the
+// K centering offsets and channel scales, constant for an engine's life, are copied once per
+// host array and kept.
+#pragma once
+
+#include "cuda_backend/cuda_context.hpp"
+#include "cuda_backend/device_allocator.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/staging_ring.hpp"
+#include "ops/op_kernels.hpp"
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace sitsrt::cuda {
+
+// A weight as bound in device memory, in its stored format (rows of row_bytes).
+struct DeviceWeight {
+  const std::uint8_t* data = nullptr;
+  DType format = DType::kF32;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t row_bytes = 0;
+  std::vector<float> host_copy;  // f32 vectors the host needs (rope frequency factors)
+};
+
+class CudaKernels final : public ops::OpKernels {
+ public:
+  CudaKernels(const CudaContext& context, DeviceAllocator& allocator, StagingRing& staging,
+              const std::vector<DeviceWeight>& weights);
+  ~CudaKernels() override;
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+
+  [[nodiscard]] Device device() const noexcept override { return {DeviceKind::kCuda, context_.device()}; }
+  void embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) override;
+  void rms_norm(const ops::TensorRef& x, const ops::WeightRef& weight, float eps, const ops::TensorRef& y) override;
+  void head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, const ops::WeightRef& weight, float eps,
+                     const ops::TensorRef& y) override;
+  void matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) override;
+  void rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
+            const graph::RopeAttrs& rope, const ops::WeightRef* freq_factors) override;
+  void attention_batch(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
+                       std::span<const ops::AttentionSequenceRef> sequences, const ops::AttentionShape& shape,
+                       const ops::TensorRef& out) override;
+  void attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v, const ops::KvLayerRef& kv,
+                 std::int64_t pos0, const ops::AttentionShape& shape, const ops::TensorRef& out) override;
+  void swiglu(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) override;
+  void geglu_tanh(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) override;
+  void add_bias(const ops::TensorRef& x, const ops::WeightRef& bias, const ops::TensorRef& out) override;
+  void scale(const ops::TensorRef& x, float factor, const ops::TensorRef& out) override;
+  void soft_cap(const ops::TensorRef& x, float cap, const ops::TensorRef& out) override;
+  void add(const ops::TensorRef& a, const ops::TensorRef& b, const ops::TensorRef& out) override;
+  void gather_rows(const ops::TensorRef& x, std::span<const std::int32_t> rows, const ops::TensorRef& out) override;
+
+ private:
+  [[nodiscard]] const DeviceWeight& weight(const ops::WeightRef& w) const;
+  // The device copy of `n` floats the host keeps at `host` (null for null); copied on first use
+  // and again when the values change.
+  [[nodiscard]] const float* device_floats(const float* host, std::int64_t n);
+  void elementwise(Elementwise op, const ops::TensorRef& a, const float* b, std::int64_t ldb, float scalar,
+                   const ops::TensorRef& out);
+
+  const CudaContext& context_;
+  DeviceAllocator& allocator_;
+  StagingRing& staging_;
+  const std::vector<DeviceWeight>& weights_;
+  struct Constant {
+    std::vector<float> values;
+    std::byte* device = nullptr;
+  };
+  std::unordered_map<const float*, Constant> constants_;
+  std::vector<std::byte> blob_;  // attention's descriptors, row map and block tables, reused
+};
+
+}  // namespace sitsrt::cuda

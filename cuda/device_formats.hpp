@@ -1,0 +1,297 @@
+// Format decode, quantization and scale math shared by the CUDA kernels and the host: every
+// function is __host__ __device__ under nvcc and plain inline C++ otherwise, so the CPU test
+// suite (tests/unit/cuda_formats_test.cpp) checks them against lib/core's reference encoders
+// and the CPU KV quantizers without a GPU. Layouts are those of core/quant_blocks.hpp (weights)
+// and ops::KvType (cached K/V rows); this header repeats the byte offsets because device code
+// reads raw bytes, and the tests pin them to the structs.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define SITSRT_HD __host__ __device__ inline
+#else
+#define SITSRT_HD inline
+#endif
+
+namespace sitsrt::cuda {
+
+SITSRT_HD std::uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+SITSRT_HD float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// Little-endian loads from byte addresses of any alignment (blocks are 18, 20, 34 bytes long).
+SITSRT_HD std::uint16_t load_u16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | p[1] << 8);
+}
+SITSRT_HD std::uint32_t load_u32(const std::uint8_t* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+// IEEE binary16 -> float, exact (subnormals, infinities and NaN included).
+SITSRT_HD float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | mantissa << 13);
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
+    const float m = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return sign != 0 ? -m : m;
+  }
+  return bits_float(sign | (exponent + 112) << 23 | mantissa << 13);
+}
+
+// float -> binary16, round to nearest even (as core/half.hpp's fp32_to_fp16); overflow gives
+// infinity, NaN stays a quiet NaN.
+SITSRT_HD std::uint16_t float_to_half(float f) {
+  const std::uint32_t x = float_bits(f);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) {  // infinity or NaN
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
+  }
+  if (ax >= 0x47800000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65536: infinity
+  const std::uint32_t e = ax >> 23;
+  if (e < 113) {  // below 2^-14: a subnormal half, q = value / 2^-24 = m * 2^(e - 126)
+    const std::uint32_t shift = 126 - e;
+    if (e == 0 || shift > 24) return sign;  // below half the smallest subnormal (or a float subnormal)
+    const std::uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    std::uint32_t q = m >> shift;
+    const std::uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u) != 0)) ++q;
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  std::uint32_t h = (e - 112) << 10 | ((ax >> 13) & 0x3ffu);
+  const std::uint32_t rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0)) ++h;  // a carry into the exponent is right
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+SITSRT_HD float bf16_to_float(std::uint16_t b) {
+  return bits_float(static_cast<std::uint32_t>(b) << 16);
+}
+
+// OCP FP8 E4M3FN: bias 7, no infinities, 0x7f / 0xff NaN, largest finite 448.
+SITSRT_HD float fp8_e4m3_to_float(std::uint8_t code) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;
+  const std::uint32_t exponent = (code >> 3) & 0xfu, mantissa = code & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) return bits_float(0x7fc00000u | sign);
+  if (exponent == 0) {  // subnormal: mantissa * 2^-9
+    const float m = static_cast<float>(mantissa) * 0.001953125f;
+    return sign != 0 ? -m : m;
+  }
+  return bits_float(sign | (exponent + 120) << 23 | mantissa << 20);
+}
+
+// ---- weight formats -----------------------------------------------------------------------
+// Byte layout of one block (core/quant_blocks.hpp): elements per block and bytes per block.
+template <DType F>
+struct WeightFormat;
+template <>
+struct WeightFormat<DType::kF32> {
+  static constexpr int kElements = 1, kBytes = 4;
+};
+template <>
+struct WeightFormat<DType::kF16> {
+  static constexpr int kElements = 1, kBytes = 2;
+};
+template <>
+struct WeightFormat<DType::kBF16> {
+  static constexpr int kElements = 1, kBytes = 2;
+};
+template <>
+struct WeightFormat<DType::kQ8_0> {  // f16 d, 32 x int8
+  static constexpr int kElements = 32, kBytes = 34;
+};
+template <>
+struct WeightFormat<DType::kQ4_0> {  // f16 d, 16 bytes of nibbles (offset 8)
+  static constexpr int kElements = 32, kBytes = 18;
+};
+template <>
+struct WeightFormat<DType::kQ4_1> {  // f16 d, f16 m, 16 bytes of nibbles
+  static constexpr int kElements = 32, kBytes = 20;
+};
+template <>
+struct WeightFormat<DType::kFP8_E4M3> {  // f32 d, 64 x e4m3
+  static constexpr int kElements = 64, kBytes = 68;
+};
+template <>
+struct WeightFormat<DType::kQ4_G128> {  // f16 d, zero nibble, reserved, 64 bytes of nibbles
+  static constexpr int kElements = 128, kBytes = 68;
+};
+
+// The value of element e of a row in format F: the float the CPU reference dequantize_row gives
+// (one float multiply of the scale by the integer level; Q4_1 one multiply and one add).
+template <DType F>
+SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
+  if constexpr (F == DType::kF32) {
+    return bits_float(load_u32(row + 4 * e));
+  } else if constexpr (F == DType::kF16) {
+    return half_to_float(load_u16(row + 2 * e));
+  } else if constexpr (F == DType::kBF16) {
+    return bf16_to_float(load_u16(row + 2 * e));
+  } else {
+    constexpr int kN = WeightFormat<F>::kElements;
+    const std::uint8_t* block = row + (e / kN) * WeightFormat<F>::kBytes;
+    const int j = static_cast<int>(e % kN);
+    if constexpr (F == DType::kQ8_0) {
+      return half_to_float(load_u16(block)) * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
+    } else if constexpr (F == DType::kQ4_0) {
+      const int q = j < 16 ? (block[2 + j] & 15) : (block[2 + j - 16] >> 4);
+      return half_to_float(load_u16(block)) * static_cast<float>(q - 8);
+    } else if constexpr (F == DType::kQ4_1) {
+      const int q = j < 16 ? (block[4 + j] & 15) : (block[4 + j - 16] >> 4);
+      return half_to_float(load_u16(block)) * static_cast<float>(q) + half_to_float(load_u16(block + 2));
+    } else if constexpr (F == DType::kFP8_E4M3) {
+      return bits_float(load_u32(block)) * fp8_e4m3_to_float(block[4 + j]);
+    } else if constexpr (F == DType::kQ4_G128) {
+      const int sub = j / 32, jj = j % 32;
+      const std::uint8_t byte = block[4 + 16 * sub + (jj % 16)];
+      const int q = jj < 16 ? (byte & 15) : (byte >> 4);
+      return half_to_float(load_u16(block)) * static_cast<float>(q - (block[2] & 15));
+    }
+  }
+}
+
+// Elements [e0, e0 + 8) of a row (e0 % 8 == 0, so they share one block): out[i] as
+// decode_element(row, e0 + i), with the block's scale read once.
+template <DType F>
+SITSRT_HD void decode8(const std::uint8_t* row, std::int64_t e0, float* out) {
+  if constexpr (WeightFormat<F>::kElements == 1) {
+    for (int i = 0; i < 8; ++i) out[i] = decode_element<F>(row, e0 + i);
+  } else {
+    constexpr int kN = WeightFormat<F>::kElements;
+    const std::uint8_t* block = row + (e0 / kN) * WeightFormat<F>::kBytes;
+    const int j = static_cast<int>(e0 % kN);
+    if constexpr (F == DType::kQ8_0) {
+      const float d = half_to_float(load_u16(block));
+      for (int i = 0; i < 8; ++i) out[i] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j + i]));
+    } else if constexpr (F == DType::kQ4_0 || F == DType::kQ4_1) {
+      constexpr int kQs = F == DType::kQ4_0 ? 2 : 4;
+      const float d = half_to_float(load_u16(block));
+      const bool high = j >= 16;
+      const std::uint8_t* qs = block + kQs + (high ? j - 16 : j);
+      for (int i = 0; i < 8; ++i) {
+        const int q = high ? qs[i] >> 4 : qs[i] & 15;
+        if constexpr (F == DType::kQ4_0) {
+          out[i] = d * static_cast<float>(q - 8);
+        } else {
+          out[i] = d * static_cast<float>(q) + half_to_float(load_u16(block + 2));
+        }
+      }
+    } else if constexpr (F == DType::kFP8_E4M3) {
+      const float d = bits_float(load_u32(block));
+      for (int i = 0; i < 8; ++i) out[i] = d * fp8_e4m3_to_float(block[4 + j + i]);
+    } else if constexpr (F == DType::kQ4_G128) {
+      const float d = half_to_float(load_u16(block));
+      const int zero = block[2] & 15, sub = j / 32, jj = j % 32;
+      const std::uint8_t* qs = block + 4 + 16 * sub + (jj % 16);
+      for (int i = 0; i < 8; ++i) out[i] = d * static_cast<float>((jj < 16 ? qs[i] & 15 : qs[i] >> 4) - zero);
+    }
+  }
+}
+
+// ---- cached K/V rows (ops::KvType layouts) -------------------------------------------------
+
+// Round to nearest even for |v| < 2^22 (larger values are clamped by the callers), written as
+// the CPU quantizers write it so both give the same integers: adding and subtracting 1.5 * 2^23.
+SITSRT_HD float round_even(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);  // the same integer wherever it matters (|v| < 2^22), and for NaN / infinities
+#else
+  return (v + 12582912.0f) - 12582912.0f;
+#endif
+}
+
+// The smallest positive f16 not below x (0 < x < 65504): a scale taken this way keeps every
+// |x| / scale within the integer range.
+SITSRT_HD std::uint16_t f16_at_least(float x) {
+  std::uint16_t h = float_to_half(x);
+  if (half_to_float(h) < x) ++h;  // positive halves are ordered like their bit patterns
+  return h;
+}
+
+// INT8 rows: one f16 scale per head from the head's max |x|; 0 for a head of zeros (or NaN).
+SITSRT_HD std::uint16_t int8_scale(float amax) {
+  if (!(amax > 0.0f)) return 0;
+  const float s = amax / 127.0f;
+  return f16_at_least(s < 65504.0f ? s : 65504.0f);
+}
+
+// INT4 groups of 32: the side of larger magnitude maps onto -1 .. -8 and the other onto
+// +1 .. +7 (the CPU's quantize_span_int4); `pos` is the largest positive value, `neg` the
+// largest magnitude of a negative one. 0 for a group of zeros (or NaN).
+SITSRT_HD std::uint16_t int4_scale(float pos, float neg) {
+  const bool positive_wider = pos >= neg;
+  const float wide = positive_wider ? pos : neg, narrow = positive_wider ? neg : pos;
+  if (!(wide > 0.0f)) return 0;
+  float magnitude = wide / 8.0f > narrow / 7.0f ? wide / 8.0f : narrow / 7.0f;
+  magnitude = magnitude < 65504.0f ? magnitude : 65504.0f;
+  return static_cast<std::uint16_t>(f16_at_least(magnitude) | (positive_wider ? 0x8000u : 0u));
+}
+
+// The level of x under scale code h: round_even(x / scale) clamped to [qmin, qmax]; a NaN gives
+// qmin, as on the CPU. A zero scale (a group of zeros) gives 0.
+SITSRT_HD int quantize_level(float x, std::uint16_t h, float qmin, float qmax) {
+  if (h == 0) return 0;
+  float r = round_even(x / half_to_float(h));
+  r = r > qmax ? qmax : r;
+  r = r >= qmin ? r : qmin;
+  return static_cast<int>(r);
+}
+
+// Bytes of one cached row of kv_width values (ops::kv_row_bytes): f32, f16, int8 + f16 per
+// head, int4 + f16 per 32 values.
+SITSRT_HD std::int64_t kv_row_bytes(int type, std::int64_t kv_width, std::int64_t head_dim) {
+  switch (type) {
+    case 0:
+      return 4 * kv_width;
+    case 1:
+      return 2 * kv_width;
+    case 2:
+      return kv_width + 2 * (kv_width / head_dim);
+    default:
+      return kv_width / 2 + 2 * (kv_width / 32);
+  }
+}
+
+// Element e of a cached row (ops::KvType code `type`: 0 f32, 1 f16, 2 int8, 3 int4) of
+// kv_width values with heads of head_dim.
+SITSRT_HD float kv_element(int type, const std::uint8_t* row, std::int64_t kv_width, std::int64_t head_dim,
+                           std::int64_t e) {
+  switch (type) {
+    case 0:
+      return bits_float(load_u32(row + 4 * e));
+    case 1:
+      return half_to_float(load_u16(row + 2 * e));
+    case 2:
+      return static_cast<float>(static_cast<std::int8_t>(row[e])) *
+             half_to_float(load_u16(row + kv_width + 2 * (e / head_dim)));
+    default: {
+      const int nibble = (e & 1) != 0 ? row[e / 2] >> 4 : row[e / 2] & 15;
+      const int q = nibble >= 8 ? nibble - 16 : nibble;
+      return static_cast<float>(q) * half_to_float(load_u16(row + kv_width / 2 + 2 * (e / 32)));
+    }
+  }
+}
+
+}  // namespace sitsrt::cuda

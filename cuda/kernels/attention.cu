@@ -1,0 +1,218 @@
+// Paged attention over quantized K/V rows (ops::KvType layouts, the same bytes the CPU backend
+// writes): a store kernel writes the step's new rows through each sequence's block table
+// (centering, channel scales, Hadamard rotation and int8/int4 quantization as
+// device_formats.hpp computes them), then one block per (row, query head) attends over the
+// row's positions in chunks of 256 with a running max (online softmax), dequantizing K and V
+// element by element from the cache. Not yet split over the sequence (flash-decoding) or shared
+// across the heads of a GQA group: one block reads its KV head's rows on its own.
+#include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+
+#include <cmath>
+
+namespace sitsrt::cuda {
+namespace {
+
+constexpr int kStoreThreads = 256;
+constexpr int kAttendThreads = 128;
+constexpr int kChunk = 256;
+constexpr int kDimsPerThread = static_cast<int>(kMaxHeadDim / kAttendThreads);
+
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ inline std::int64_t physical_row(const AttentionSequenceDesc& s, std::int64_t pos) {
+  const std::int64_t b = pos / s.block_size;
+  return static_cast<std::int64_t>(s.block_table[b]) * s.block_size + (pos - b * s.block_size);
+}
+
+// The normalised Walsh-Hadamard transform of each head of `width` values in shared memory (the
+// CPU's hadamard_normalized: butterflies a + b, a - b by doubling length, then 1 / sqrt(n)).
+__device__ void hadamard_heads(float* buf, std::int64_t width, std::int64_t head_dim) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t len = 1; len < head_dim; len *= 2) {
+    for (std::int64_t t = threadIdx.x; t < width / 2; t += blockDim.x) {
+      const std::int64_t h = t / half, i = t % half;
+      const std::int64_t j = h * head_dim + (i / len) * 2 * len + (i % len);
+      const float a = buf[j], b = buf[j + len];
+      buf[j] = a + b;
+      buf[j + len] = a - b;
+    }
+    __syncthreads();
+  }
+  const float s = 1.0f / sqrtf(static_cast<float>(head_dim));
+  for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) buf[e] *= s;
+  __syncthreads();
+}
+
+__device__ inline void store_u16(std::uint8_t* p, std::uint16_t v) {
+  p[0] = static_cast<std::uint8_t>(v & 0xffu);
+  p[1] = static_cast<std::uint8_t>(v >> 8);
+}
+
+// One row of `width` values from shared memory into `type`'s layout at dst.
+__device__ void store_row(int type, const float* buf, std::uint8_t* dst, std::int64_t width, std::int64_t head_dim) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  switch (type) {
+    case 0:
+      for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) reinterpret_cast<float*>(dst)[e] = buf[e];
+      return;
+    case 1:
+      for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+        reinterpret_cast<std::uint16_t*>(dst)[e] = float_to_half(buf[e]);
+      }
+      return;
+    case 2:  // a warp per head: its max |x|, the f16 scale, the levels
+      for (std::int64_t g = warp; g < width / head_dim; g += warps) {
+        float amax = 0.0f;
+        for (std::int64_t d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(buf[g * head_dim + d]));
+        amax = warp_max(amax);
+        const std::uint16_t h = int8_scale(amax);
+        for (std::int64_t d = lane; d < head_dim; d += 32) {
+          const int q = quantize_level(buf[g * head_dim + d], h, -127.0f, 127.0f);
+          dst[g * head_dim + d] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+        }
+        if (lane == 0) store_u16(dst + width + 2 * g, h);
+      }
+      return;
+    default:  // int4: a warp per group of 32, a lane per value, neighbours packed into one byte
+      for (std::int64_t g = warp; g < width / 32; g += warps) {
+        const float x = buf[32 * g + lane];
+        const float pos = warp_max(fmaxf(x, 0.0f)), neg = warp_max(fmaxf(-x, 0.0f));
+        const std::uint16_t h = int4_scale(pos, neg);
+        const int q = quantize_level(x, h, -8.0f, 7.0f);
+        const int next = __shfl_down_sync(0xffffffffu, q, 1);
+        if (lane % 2 == 0) dst[16 * g + lane / 2] = static_cast<std::uint8_t>((q & 15) | (next & 15) << 4);
+        if (lane == 0) store_u16(dst + width / 2 + 2 * g, h);
+      }
+      return;
+  }
+}
+
+__global__ void kv_store_kernel(AttentionLaunch a) {
+  extern __shared__ float buf[];
+  const std::int64_t r = blockIdx.x;
+  const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
+  const std::int64_t width = a.n_kv_heads * a.head_dim;
+  const std::int64_t phys = physical_row(s, s.pos0 + (r - s.row_begin));
+  for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+    float x = a.k[r * a.ldk + e];
+    if (s.k_offset != nullptr) x -= s.k_offset[e];
+    if (s.k_scale != nullptr) x = x / s.k_scale[e];
+    buf[e] = x;
+  }
+  __syncthreads();
+  if (s.k_rotated != 0) hadamard_heads(buf, width, a.head_dim);
+  store_row(s.k_type, buf, s.k + phys * s.k_row_bytes, width, a.head_dim);
+  __syncthreads();
+  for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) buf[e] = a.v[r * a.ldv + e];
+  __syncthreads();
+  if (s.v_rotated != 0) hadamard_heads(buf, width, a.head_dim);
+  store_row(s.v_type, buf, s.v + phys * s.v_row_bytes, width, a.head_dim);
+}
+
+__global__ void attention_kernel(AttentionLaunch a) {
+  __shared__ float q[kMaxHeadDim];
+  __shared__ float weights[kChunk];
+  __shared__ float reduced[2];
+  const std::int64_t r = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
+  const std::int64_t hd = a.head_dim, width = a.n_kv_heads * hd;
+  const std::int64_t g = h / (a.n_heads / a.n_kv_heads);
+  const std::int64_t pos = s.pos0 + (r - s.row_begin);
+  const std::int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+
+  for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    const float x = a.q[r * a.ldq + h * hd + d];
+    q[d] = s.k_scale != nullptr ? x * s.k_scale[g * hd + d] : x;  // q . k = (q s) . (k / s)
+  }
+  __syncthreads();
+  if (s.k_rotated != 0) hadamard_heads(q, hd, hd);
+
+  float m = -INFINITY, l = 0.0f;
+  float acc[kDimsPerThread];
+#pragma unroll
+  for (int j = 0; j < kDimsPerThread; ++j) acc[j] = 0.0f;
+  for (std::int64_t c = lo; c <= pos; c += kChunk) {
+    const int n = static_cast<int>(pos - c + 1 < kChunk ? pos - c + 1 : kChunk);
+    for (int i = warp; i < n; i += warps) {
+      const std::uint8_t* krow = s.k + physical_row(s, c + i) * s.k_row_bytes;
+      float dot = 0.0f;
+      for (std::int64_t d = lane; d < hd; d += 32)
+        dot = fmaf(q[d], kv_element(s.k_type, krow, width, hd, g * hd + d), dot);
+      dot = warp_sum(dot);
+      if (lane == 0) weights[i] = dot * a.scale;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      float cmax = -INFINITY;
+      for (int i = lane; i < n; i += 32) cmax = fmaxf(cmax, weights[i]);
+      cmax = warp_max(cmax);
+      if (lane == 0) reduced[0] = cmax;
+    }
+    __syncthreads();
+    const float new_m = fmaxf(m, reduced[0]);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) weights[i] = expf(weights[i] - new_m);
+    __syncthreads();
+    if (warp == 0) {
+      float sum = 0.0f;
+      for (int i = lane; i < n; i += 32) sum += weights[i];
+      sum = warp_sum(sum);
+      if (lane == 0) reduced[1] = sum;
+    }
+    __syncthreads();
+    const float correction = expf(m - new_m);  // 0 on the first chunk (m = -inf)
+    l = l * correction + reduced[1];
+#pragma unroll
+    for (int j = 0; j < kDimsPerThread; ++j) acc[j] *= correction;
+    for (int i = 0; i < n; ++i) {
+      const std::uint8_t* vrow = s.v + physical_row(s, c + i) * s.v_row_bytes;
+      const float w = weights[i];
+#pragma unroll
+      for (int j = 0; j < kDimsPerThread; ++j) {
+        const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+        if (d < hd) acc[j] = fmaf(w, kv_element(s.v_type, vrow, width, hd, g * hd + d), acc[j]);
+      }
+    }
+    m = new_m;
+    __syncthreads();  // before the next chunk overwrites the weights
+  }
+
+  float* out = a.out + r * a.ldo + h * hd;
+  if (s.v_rotated == 0) {
+#pragma unroll
+    for (int j = 0; j < kDimsPerThread; ++j) {
+      const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+      if (d < hd) out[d] = acc[j] / l;
+    }
+    return;
+  }
+  // Rotated V: the sum is of rotated rows; rotating it back gives the output (H H = I).
+#pragma unroll
+  for (int j = 0; j < kDimsPerThread; ++j) {
+    const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+    if (d < hd) q[d] = acc[j] / l;
+  }
+  __syncthreads();
+  hadamard_heads(q, hd, hd);
+  for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) out[d] = q[d];
+}
+
+}  // namespace
+
+void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
+  if (a.n_rows <= 0) return;
+  const std::size_t shared = static_cast<std::size_t>(a.n_kv_heads * a.head_dim) * sizeof(float);
+  kv_store_kernel<<<static_cast<unsigned>(a.n_rows), kStoreThreads, shared, stream>>>(a);
+  const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
+  attention_kernel<<<grid, kAttendThreads, 0, stream>>>(a);
+}
+
+}  // namespace sitsrt::cuda

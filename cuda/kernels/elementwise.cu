@@ -1,0 +1,146 @@
+// Row-wise and element-wise kernels: RMSNorm, RoPE, SwiGLU / GeGLU, add, bias, scale, soft cap
+// and the output-row gather. The math follows the CPU kernels' formulas (lib/cpu/elementwise):
+// RMSNorm's scale in double from a float sum of squares, rope angles and their cos/sin in
+// double rounded once, the activations with expf / tanhf.
+#include "cuda_backend/kernels/launch.hpp"
+
+namespace sitsrt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, std::int64_t ldx, std::int64_t n,
+                                const float* __restrict__ weight, float eps, float* __restrict__ y, std::int64_t ldy) {
+  __shared__ float partial[kThreads / 32];
+  const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+  float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
+  float sum = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < n; c += blockDim.x) sum = fmaf(xr[c], xr[c], sum);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    if (threadIdx.x == 0) partial[0] = s;
+  }
+  __syncthreads();
+  const auto scale = static_cast<float>(1.0 / sqrt(static_cast<double>(partial[0]) / static_cast<double>(n) + eps));
+  // y may alias x: every thread reads its own elements before writing them.
+  for (std::int64_t c = threadIdx.x; c < n; c += blockDim.x) yr[c] = xr[c] * scale * weight[c];
+}
+
+// One block per row; threads over (head, pair).
+__global__ void rope_kernel(float* __restrict__ x, std::int64_t ldx, std::int64_t n_heads, std::int64_t head_dim,
+                            std::int64_t rot_dims, bool neox, const std::int32_t* __restrict__ positions,
+                            const double* __restrict__ inv_freq, double mscale) {
+  const std::int64_t half = rot_dims / 2;
+  float* row = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+  const double pos = static_cast<double>(positions[blockIdx.x]);
+  for (std::int64_t t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+    const std::int64_t h = t / half, j = t % half;
+    const double angle = pos * inv_freq[j];
+    const auto cs = static_cast<float>(cos(angle) * mscale), sn = static_cast<float>(sin(angle) * mscale);
+    float* head = row + h * head_dim;
+    float* a = neox ? head + j : head + 2 * j;
+    float* b = neox ? head + j + half : head + 2 * j + 1;
+    const float x0 = *a, x1 = *b;
+    *a = x0 * cs - x1 * sn;
+    *b = x0 * sn + x1 * cs;
+  }
+}
+
+__device__ inline float apply(Elementwise op, float a, float b, float scalar) {
+  switch (op) {
+    case Elementwise::kSwiGlu:
+      return a * b / (1.0f + expf(-a));
+    case Elementwise::kGeGluTanh: {
+      constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;
+      return a * b / (1.0f + expf(-kTwoSqrt2OverPi * (a + 0.044715f * a * a * a)));
+    }
+    case Elementwise::kAdd:
+    case Elementwise::kAddBias:
+      return a + b;
+    case Elementwise::kScale:
+      return a * scalar;
+    case Elementwise::kSoftCap:
+      return scalar * tanhf(a / scalar);
+  }
+  return a;
+}
+
+__global__ void elementwise_kernel(Elementwise op, const float* __restrict__ a, std::int64_t lda,
+                                   const float* __restrict__ b, std::int64_t ldb, float scalar, std::int64_t cols,
+                                   float* out, std::int64_t ldo) {
+  const std::int64_t r = blockIdx.y;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const float bv = b == nullptr ? 0.0f : (op == Elementwise::kAddBias ? b[c] : b[r * ldb + c]);
+  out[r * ldo + c] = apply(op, a[r * lda + c], bv, scalar);
+}
+
+__global__ void gather_rows_kernel(const float* x, std::int64_t ldx, const std::int32_t* __restrict__ rows,
+                                   std::int64_t cols, float* out, std::int64_t ldo) {
+  const float* src = x + static_cast<std::int64_t>(rows[blockIdx.x]) * ldx;
+  float* dst = out + static_cast<std::int64_t>(blockIdx.x) * ldo;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// Overlapping input and output: one block copies the rows in order (rows increase and output
+// row r never lies past input row rows[r], so no row is overwritten before it is read).
+__global__ void gather_rows_in_order_kernel(const float* x, std::int64_t ldx, const std::int32_t* __restrict__ rows,
+                                            std::int64_t n_rows, std::int64_t cols, float* out, std::int64_t ldo) {
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    const float* src = x + static_cast<std::int64_t>(rows[r]) * ldx;
+    float* dst = out + r * ldo;
+    for (std::int64_t c0 = 0; c0 < cols; c0 += blockDim.x) {
+      const std::int64_t c = c0 + threadIdx.x;
+      const float v = c < cols ? src[c] : 0.0f;
+      __syncthreads();  // every thread has read this stretch before any writes it
+      if (c < cols && dst != src) dst[c] = v;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
+                     float eps, float* y, std::int64_t ldy, cudaStream_t stream) {
+  if (rows <= 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, ldx, n, weight, eps, y, ldy);
+}
+
+void launch_rope(float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n_heads, std::int64_t head_dim,
+                 std::int64_t rot_dims, bool neox, const std::int32_t* positions, const double* inv_freq, double mscale,
+                 cudaStream_t stream) {
+  if (rows <= 0 || rot_dims <= 0 || n_heads <= 0) return;
+  rope_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, ldx, n_heads, head_dim, rot_dims, neox,
+                                                                    positions, inv_freq, mscale);
+}
+
+void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                        float scalar, std::int64_t rows, std::int64_t cols, float* out, std::int64_t ldo,
+                        cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  constexpr std::int64_t kMaxGridRows = 65535;  // gridDim.y's limit
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kMaxGridRows) {
+    const std::int64_t n = rows - r0 < kMaxGridRows ? rows - r0 : kMaxGridRows;
+    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
+    const float* br = b == nullptr || op == Elementwise::kAddBias ? b : b + r0 * ldb;
+    elementwise_kernel<<<grid, kThreads, 0, stream>>>(op, a + r0 * lda, lda, br, ldb, scalar, cols, out + r0 * ldo,
+                                                      ldo);
+  }
+}
+
+void launch_gather_rows(const float* x, std::int64_t ldx, const std::int32_t* rows, std::int64_t n_rows,
+                        std::int64_t cols, float* out, std::int64_t ldo, bool in_place, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  if (in_place) {
+    gather_rows_in_order_kernel<<<1, kThreads, 0, stream>>>(x, ldx, rows, n_rows, cols, out, ldo);
+  } else {
+    gather_rows_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, ldx, rows, cols, out, ldo);
+  }
+}
+
+}  // namespace sitsrt::cuda

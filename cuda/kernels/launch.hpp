@@ -1,0 +1,94 @@
+// Host entry points of the CUDA kernels: free functions on device pointers and dimensions, each
+// enqueuing its kernels on `stream` (kernels/*.cu). No model, graph or backend types; the
+// backend (cuda_kernels.cpp) maps op views onto these. Launch errors are thrown as sitsrt::Error
+// (cuda_check.hpp) by the callers' check after each launch.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace sitsrt::cuda {
+
+// The weight formats the matmul and embedding kernels decode (device_formats.hpp).
+[[nodiscard]] bool kernel_supports(DType format) noexcept;
+
+// y[m x n] = x[m x k] * W^T, W's row i (k elements of `format`, row_bytes apart) the weights of
+// output i. Rows of x are taken 8 at a time: each weight row is read once per 8 rows.
+void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
+                   const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
+
+// out row r = table row ids[r] decoded to float (cols elements).
+void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
+                  const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, per row of n (slices of n when rows count heads).
+void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
+                     float eps, float* y, std::int64_t ldy, cudaStream_t stream);
+
+// Rotates dims [0, rot_dims) of every head of every row in place: pair j of a head (normal:
+// (2j, 2j+1), neox: (j, j + rot_dims/2)) by angle positions[row] * inv_freq[j] (double),
+// cos/sin scaled by mscale and rounded to float once (as the CPU rope).
+void launch_rope(float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n_heads, std::int64_t head_dim,
+                 std::int64_t rot_dims, bool neox, const std::int32_t* positions, const double* inv_freq, double mscale,
+                 cudaStream_t stream);
+
+enum class Elementwise : int { kSwiGlu, kGeGluTanh, kAdd, kAddBias, kScale, kSoftCap };
+// out = f(a, b) element by element over rows x cols: swiglu / geglu_tanh (a gate, b up), add,
+// add_bias (b one row, broadcast), scale and soft_cap (b unused, `scalar` the factor or cap).
+void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                        float scalar, std::int64_t rows, std::int64_t cols, float* out, std::int64_t ldo,
+                        cudaStream_t stream);
+
+// out row r = x row rows[r] (increasing); `in_place` when out and x overlap (copied in order).
+void launch_gather_rows(const float* x, std::int64_t ldx, const std::int32_t* rows, std::int64_t n_rows,
+                        std::int64_t cols, float* out, std::int64_t ldo, bool in_place, cudaStream_t stream);
+
+// One sequence of a batched attention, in device memory (the backend uploads an array of these).
+struct AttentionSequenceDesc {
+  std::uint8_t* k = nullptr;  // the layer's K rows (physical row i at k + i * k_row_bytes)
+  std::uint8_t* v = nullptr;
+  std::int64_t k_row_bytes = 0;
+  std::int64_t v_row_bytes = 0;
+  const std::int32_t* block_table = nullptr;
+  const float* k_offset = nullptr;  // kv_width values or null
+  const float* k_scale = nullptr;   // kv_width values or null
+  std::int64_t block_size = 0;
+  std::int64_t row_begin = 0;
+  std::int64_t n_rows = 0;
+  std::int64_t pos0 = 0;
+  int k_type = 1;  // ops::KvType codes: 0 f32, 1 f16, 2 int8, 3 int4
+  int v_type = 1;
+  int k_rotated = 0;
+  int v_rotated = 0;
+};
+
+struct AttentionLaunch {
+  const float* q = nullptr;
+  std::int64_t ldq = 0;
+  const float* k = nullptr;  // the step's new K rows (stored first)
+  std::int64_t ldk = 0;
+  const float* v = nullptr;
+  std::int64_t ldv = 0;
+  float* out = nullptr;
+  std::int64_t ldo = 0;
+  std::int64_t n_rows = 0;  // rows of q, k, v, out
+  std::int64_t n_heads = 0;
+  std::int64_t n_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  float scale = 0.0f;
+  std::int64_t window = 0;
+  const AttentionSequenceDesc* sequences = nullptr;  // device
+  const std::int32_t* row_sequence = nullptr;        // device: the sequence of each row
+};
+
+// Largest head_dim the attention kernels take.
+inline constexpr std::int64_t kMaxHeadDim = 512;
+
+// Stores every row's K and V (centered, scaled, rotated and quantized as each side asks), then
+// attends each row over its sequence's positions 0 .. its own (or the window's last ones).
+void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+
+}  // namespace sitsrt::cuda

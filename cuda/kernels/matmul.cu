@@ -1,0 +1,178 @@
+// Dequantizing matmul and embedding kernels for every weight format of device_formats.hpp.
+// Decode shapes (1-16 rows) are memory-bound: one warp per output, lanes striding the weight row
+// 8 elements at a time, each decoded once in registers and multiplied into up to 8 input rows.
+// Larger steps run the same kernel per tile of 8 rows (correct, not yet the tensor-core GEMM of
+// prefill).
+#include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+
+namespace sitsrt::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxTileRows = 8;
+
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One warp per output column j of y: y[r][j] = sum_e x[r][e] * W[j][e] for the tile's rows.
+template <DType F, int kRows>
+__global__ void matmul_rows_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int64_t n,
+                                   std::int64_t k, const float* __restrict__ x, std::int64_t ldx, float* __restrict__ y,
+                                   std::int64_t ldy) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (j >= n) return;
+  const std::uint8_t* row = w + j * row_bytes;
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  const std::int64_t chunks = k / 8;
+  for (std::int64_t c = lane; c < chunks; c += 32) {
+    float wv[8];
+    decode8<F>(row, 8 * c, wv);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float* xr = x + r * ldx + 8 * c;
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s = fmaf(wv[i], xr[i], s);
+      acc[r] += s;
+    }
+  }
+  for (std::int64_t e = chunks * 8 + lane; e < k; e += 32) {  // a tail of float formats (k % 8 != 0)
+    const float wv = decode_element<F>(row, e);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = fmaf(wv, x[r * ldx + e], acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float s = warp_sum(acc[r]);
+    if (lane == 0) y[r * ldy + j] = s;
+  }
+}
+
+template <DType F>
+__global__ void embed_kernel(const std::uint8_t* __restrict__ table, std::int64_t row_bytes, std::int64_t cols,
+                             const std::int32_t* __restrict__ ids, float* __restrict__ out, std::int64_t ldo) {
+  const std::uint8_t* row = table + static_cast<std::int64_t>(ids[blockIdx.x]) * row_bytes;
+  float* dst = out + static_cast<std::int64_t>(blockIdx.x) * ldo;
+  for (std::int64_t e = threadIdx.x; e < cols; e += blockDim.x) dst[e] = decode_element<F>(row, e);
+}
+
+template <DType F, int kRows>
+void launch_tile(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
+                 std::int64_t ldx, float* y, std::int64_t ldy, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  matmul_rows_kernel<F, kRows><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(w, row_bytes, n, k, x, ldx, y, ldy);
+}
+
+template <DType F>
+void launch_matmul_format(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
+                          std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
+  for (std::int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
+    const std::int64_t rows = m - r0 < kMaxTileRows ? m - r0 : kMaxTileRows;
+    const float* xt = x + r0 * ldx;
+    float* yt = y + r0 * ldy;
+    switch (rows) {
+      case 1:
+        launch_tile<F, 1>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      case 2:
+        launch_tile<F, 2>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      case 3:
+        launch_tile<F, 3>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      case 4:
+        launch_tile<F, 4>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      case 5:
+        launch_tile<F, 5>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      case 6:
+        launch_tile<F, 6>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      case 7:
+        launch_tile<F, 7>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+      default:
+        launch_tile<F, 8>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+        break;
+    }
+  }
+}
+
+template <DType F>
+void launch_embed_format(const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols, const std::int32_t* ids,
+                         std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream) {
+  embed_kernel<F><<<static_cast<unsigned>(rows), 256, 0, stream>>>(table, row_bytes, cols, ids, out, ldo);
+}
+
+// Calls fn.template operator()<F>() for a supported format; false otherwise.
+template <typename Fn>
+bool dispatch_format(DType format, Fn&& fn) {
+  switch (format) {
+    case DType::kF32:
+      fn.template operator()<DType::kF32>();
+      return true;
+    case DType::kF16:
+      fn.template operator()<DType::kF16>();
+      return true;
+    case DType::kBF16:
+      fn.template operator()<DType::kBF16>();
+      return true;
+    case DType::kQ8_0:
+      fn.template operator()<DType::kQ8_0>();
+      return true;
+    case DType::kQ4_0:
+      fn.template operator()<DType::kQ4_0>();
+      return true;
+    case DType::kQ4_1:
+      fn.template operator()<DType::kQ4_1>();
+      return true;
+    case DType::kFP8_E4M3:
+      fn.template operator()<DType::kFP8_E4M3>();
+      return true;
+    case DType::kQ4_G128:
+      fn.template operator()<DType::kQ4_G128>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool kernel_supports(DType format) noexcept {
+  switch (format) {  // the formats dispatch_format knows
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kFP8_E4M3:
+    case DType::kQ4_G128:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
+                   const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return;
+  dispatch_format(format, [&]<DType F>() { launch_matmul_format<F>(w, row_bytes, n, k, x, ldx, m, y, ldy, stream); });
+}
+
+void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
+                  const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream) {
+  if (rows <= 0) return;
+  dispatch_format(format,
+                  [&]<DType F>() { launch_embed_format<F>(table, row_bytes, cols, ids, rows, out, ldo, stream); });
+}
+
+}  // namespace sitsrt::cuda

@@ -1,0 +1,311 @@
+// The CUDA backend's paged quantized KV attention against the CPU kernels (the stored cache bytes
+// equal, the outputs within float summation error), its allocator's budget, and whole models on
+// the CUDA backend against the CPU backend. Skips visibly without a CUDA device.
+#include "cpu/attention/attention.hpp"
+#include "cpu/cpu_context.hpp"
+#include "cuda_backend/cuda_backend_factory.hpp"
+#include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+#include "support/cuda_device.hpp"
+#include "support/model_files.hpp"
+#include "support/random.hpp"
+#include "support/skip.hpp"
+
+#include <sitsrt/engine.hpp>
+
+#include <cuda_runtime_api.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+struct DeviceBytes {
+  explicit DeviceBytes(std::size_t n) : size(n) { SITSRT_CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(n, 1))); }
+  ~DeviceBytes() { static_cast<void>(cudaFree(ptr)); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  void upload(const void* host) const { SITSRT_CUDA_CHECK(cudaMemcpy(ptr, host, size, cudaMemcpyHostToDevice)); }
+  void poison() const { SITSRT_CUDA_CHECK(cudaMemset(ptr, 0xff, size)); }
+  template <typename T>
+  [[nodiscard]] std::vector<T> download() const {
+    SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> host(size / sizeof(T));
+    SITSRT_CUDA_CHECK(cudaMemcpy(host.data(), ptr, size, cudaMemcpyDeviceToHost));
+    return host;
+  }
+  template <typename T>
+  [[nodiscard]] T* as() const noexcept {
+    return static_cast<T*>(ptr);
+  }
+  void* ptr = nullptr;
+  std::size_t size = 0;
+};
+
+struct AttentionCase {
+  cpu::KvType k_type, v_type;
+  bool rotated;
+  bool centered;
+  std::int64_t window;
+};
+
+// Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions) over random
+// block tables of one pool; history positions stored by the CPU into both pools first.
+void check_attention(const AttentionCase& c, std::uint64_t seed) {
+  test::Rng rng(seed);
+  const std::int64_t n_heads = 4, n_kv = 2, hd = 64, width = n_kv * hd, block = 16, blocks_per_seq = 4;
+  const std::int64_t pool_blocks = 3 * blocks_per_seq + 2;
+  const std::size_t k_row = cpu::kv_row_bytes(c.k_type, n_kv, hd), v_row = cpu::kv_row_bytes(c.v_type, n_kv, hd);
+  std::vector<std::byte> k_pool(k_row * pool_blocks * block), v_pool(v_row * pool_blocks * block);
+  std::vector<std::int32_t> physical(static_cast<std::size_t>(pool_blocks));
+  std::iota(physical.begin(), physical.end(), 0);
+  for (std::size_t i = physical.size() - 1; i > 0; --i) std::swap(physical[i], physical[rng.next() % (i + 1)]);
+  std::vector<float> offsets = rng.normals(static_cast<std::size_t>(width), 2.0f),
+                     scales(static_cast<std::size_t>(width));
+  for (float& s : scales) s = rng.uniform(0.5f, 2.0f);
+
+  struct Seq {
+    std::int64_t pos0, rows;
+    std::vector<std::int32_t> table;
+  };
+  std::vector<Seq> seqs = {{37, 1, {}}, {0, 9, {}}, {20, 3, {}}};
+  cpu::CpuContext ctx(1, cpu::Isa::kGeneric);
+  const cpu::AttentionShape shape{n_heads, n_kv, hd, 1.0f / 8.0f, c.window};
+  ctx.reserve_scratch(cpu::attention_scratch_floats(blocks_per_seq * block, shape));
+  std::vector<cpu::KvLayerView> views;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    seqs[s].table.assign(physical.begin() + static_cast<std::ptrdiff_t>(s * blocks_per_seq),
+                         physical.begin() + static_cast<std::ptrdiff_t>((s + 1) * blocks_per_seq));
+    cpu::KvLayerView view{c.k_type,
+                          c.v_type,
+                          k_pool.data(),
+                          v_pool.data(),
+                          k_row,
+                          v_row,
+                          blocks_per_seq * block,
+                          block,
+                          seqs[s].table,
+                          c.rotated,
+                          c.rotated,
+                          c.centered ? offsets.data() : nullptr,
+                          c.centered ? scales.data() : nullptr};
+    views.push_back(view);
+    if (seqs[s].pos0 > 0) {  // the history
+      const std::vector<float> k = rng.normals(static_cast<std::size_t>(seqs[s].pos0 * width));
+      const std::vector<float> v = rng.normals(static_cast<std::size_t>(seqs[s].pos0 * width));
+      cpu::kv_store(ctx, view, k.data(), width, v.data(), width, seqs[s].pos0, n_kv, hd, 0);
+    }
+  }
+  DeviceBytes dk(k_pool.size()), dv(v_pool.size());
+  dk.upload(k_pool.data());
+  dv.upload(v_pool.data());
+
+  const std::int64_t rows = 13, ldq = n_heads * hd + 4, ldkv = width + 8;
+  std::vector<float> q(static_cast<std::size_t>(rows * ldq)), k(static_cast<std::size_t>(rows * ldkv)), v(k.size());
+  for (float& x : q) x = rng.normal();
+  for (float& x : k) x = rng.normal() + 1.5f;
+  for (float& x : v) x = rng.normal();
+  std::vector<float> out(static_cast<std::size_t>(rows * ldq), 0.0f);
+
+  std::vector<cpu::KvStoreSequence> stores;
+  std::vector<cpu::AttentionSequence> attends;
+  std::vector<cuda::AttentionSequenceDesc> descs;
+  std::vector<std::int32_t> row_sequence;
+  DeviceBytes tables(seqs.size() * blocks_per_seq * sizeof(std::int32_t)), dofs(width * 4), dsc(width * 4);
+  std::vector<std::int32_t> all_tables;
+  dofs.upload(offsets.data());
+  dsc.upload(scales.data());
+  std::int64_t row = 0;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    stores.push_back({views[s], k.data() + row * ldkv, ldkv, v.data() + row * ldkv, ldkv, seqs[s].rows, seqs[s].pos0});
+    attends.push_back({q.data() + row * ldq, ldq, seqs[s].rows, seqs[s].pos0, views[s], out.data() + row * ldq, ldq});
+    cuda::AttentionSequenceDesc d;
+    d.k = dk.as<std::uint8_t>();
+    d.v = dv.as<std::uint8_t>();
+    d.k_row_bytes = static_cast<std::int64_t>(k_row);
+    d.v_row_bytes = static_cast<std::int64_t>(v_row);
+    d.block_table = tables.as<std::int32_t>() + s * blocks_per_seq;
+    d.k_offset = c.centered ? dofs.as<float>() : nullptr;
+    d.k_scale = c.centered ? dsc.as<float>() : nullptr;
+    d.block_size = block;
+    d.row_begin = row;
+    d.n_rows = seqs[s].rows;
+    d.pos0 = seqs[s].pos0;
+    d.k_type = static_cast<int>(c.k_type);
+    d.v_type = static_cast<int>(c.v_type);
+    d.k_rotated = d.v_rotated = c.rotated ? 1 : 0;
+    descs.push_back(d);
+    all_tables.insert(all_tables.end(), seqs[s].table.begin(), seqs[s].table.end());
+    for (std::int64_t r = 0; r < seqs[s].rows; ++r) row_sequence.push_back(static_cast<std::int32_t>(s));
+    row += seqs[s].rows;
+  }
+  tables.upload(all_tables.data());
+  DeviceBytes ddesc(descs.size() * sizeof(cuda::AttentionSequenceDesc)), drows(row_sequence.size() * 4);
+  ddesc.upload(descs.data());
+  drows.upload(row_sequence.data());
+  DeviceBytes dq(q.size() * 4), dkn(k.size() * 4), dvn(v.size() * 4), dout(out.size() * 4);
+  dq.upload(q.data());
+  dkn.upload(k.data());
+  dvn.upload(v.data());
+  dout.poison();
+
+  cpu::kv_store_batch(ctx, stores, n_kv, hd);
+  cpu::attention_batch(ctx, attends, shape);
+
+  cuda::AttentionLaunch a;
+  a.q = dq.as<float>();
+  a.ldq = ldq;
+  a.k = dkn.as<float>();
+  a.ldk = ldkv;
+  a.v = dvn.as<float>();
+  a.ldv = ldkv;
+  a.out = dout.as<float>();
+  a.ldo = ldq;
+  a.n_rows = rows;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv;
+  a.head_dim = hd;
+  a.scale = shape.scale;
+  a.window = c.window;
+  a.sequences = ddesc.as<cuda::AttentionSequenceDesc>();
+  a.row_sequence = drows.as<std::int32_t>();
+  cuda::launch_attention(a, nullptr);
+  SITSRT_CUDA_CHECK(cudaGetLastError());
+
+  INFO("k " << static_cast<int>(c.k_type) << " v " << static_cast<int>(c.v_type) << " rotated " << c.rotated
+            << " centered " << c.centered << " window " << c.window);
+  // The stored rows: the same bytes as the CPU's (same quantizer, same rotation butterflies).
+  REQUIRE(dk.download<std::byte>() == k_pool);
+  REQUIRE(dv.download<std::byte>() == v_pool);
+  const std::vector<float> got = dout.download<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t e = 0; e < n_heads * hd; ++e) {
+      const auto i = static_cast<std::size_t>(r * ldq + e);
+      INFO("row " << r << " element " << e);
+      REQUIRE(std::fabs(got[i] - out[i]) <= 5e-5f * (1.0f + std::fabs(out[i])));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, every K/V type", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  std::uint64_t seed = 200;
+  const cpu::KvType types[] = {cpu::KvType::kF32, cpu::KvType::kF16, cpu::KvType::kInt8, cpu::KvType::kInt4};
+  for (const cpu::KvType kt : types) {
+    for (const cpu::KvType vt : types) {
+      for (const bool rotated : {false, true}) {
+        check_attention({kt, vt, rotated, false, 0}, ++seed);
+        check_attention({kt, vt, rotated, true, 8}, ++seed);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda allocator refuses what passes its budget and reuses freed blocks", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::unique_ptr<Backend> backend = cuda::make_cuda_backend({0, 16u << 20});
+  auto a = backend->allocate(6u << 20, "first");
+  auto b = backend->allocate(6u << 20, "second");
+  try {
+    auto c = backend->allocate(6u << 20, "third");
+    FAIL("the third 6 MiB buffer fit a 16 MiB budget");
+  } catch (const Error& e) {
+    REQUIRE(e.code() == ErrorCode::kOutOfMemory);
+    REQUIRE_THAT(e.what(), Catch::Contains("third") && Catch::Contains("budget"));
+  }
+  const std::uint64_t high = backend->memory().high_water_bytes;
+  b.reset();
+  auto c = backend->allocate(6u << 20, "reused");  // the cached block comes back
+  REQUIRE(backend->memory().high_water_bytes == high);
+  std::vector<std::byte> host(1000), back(1000);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::byte>(i * 7);
+  backend->write(*c, 4096, host);
+  backend->read(*c, 4096, back);
+  REQUIRE(back == host);
+  REQUIRE_THROWS_AS(backend->read(*c, (6u << 20) - 10, back), Error);
+}
+
+namespace {
+
+struct Run {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> logits;
+};
+
+Run run_model(const std::string& path, const std::string& device, KvCacheType kv, const std::string& weights,
+              int n_tokens) {
+  EngineOptions o;
+  o.model_path = path;
+  o.device = device;
+  o.threads = 2;
+  o.kv_cache_type = kv;
+  o.weights = weights;
+  o.int8_activations = false;  // float activations on both: the CUDA kernels are float
+  o.context_length = 256;
+  Engine engine(o);
+  GenerationConfig config;
+  config.temperature = 0.0f;
+  config.max_new_tokens = n_tokens;
+  const GenerationResult result = engine.generate("Once upon a time", config);
+  Run run{result.tokens, {}};
+  run.logits = engine.logits(result.prompt_tokens, true);
+  return run;
+}
+
+void check_same_run(const std::string& path, KvCacheType kv, const std::string& weights, int n_tokens,
+                    double logit_tolerance) {
+  const Run cpu = run_model(path, "cpu", kv, weights, n_tokens);
+  const Run gpu = run_model(path, "cuda", kv, weights, n_tokens);
+  INFO(path << " weights " << weights);
+  REQUIRE(gpu.tokens == cpu.tokens);
+  REQUIRE(gpu.logits.size() == cpu.logits.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < cpu.logits.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(gpu.logits[i]) - cpu.logits[i]));
+  }
+  REQUIRE(worst <= logit_tolerance);
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on stories260K, every stored format",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  SITSRT_REQUIRE_SHARED("models/stories260K.gguf");
+  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF32, "as-stored", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "as-stored", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K-F16.gguf"), KvCacheType::kF16, "as-stored", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K-Q8_0.gguf"), KvCacheType::kInt8, "as-stored", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K-Q4_0.gguf"), KvCacheType::kInt4, "as-stored", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "fp8", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "q4g128", 48, 1e-3);
+}
+
+TEST_CASE("cuda backend reproduces the cpu backend on random models of every architecture", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "gemma3"}) {
+    RandomModelOptions o = test::tiny_options(DType::kQ8_0);
+    o.architecture = arch;
+    const std::string path = test::random_model(o, std::string("cuda-") + arch);
+    check_same_run(path, KvCacheType::kF16, "as-stored", 24, 2e-3);
+  }
+}
+
+TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real models", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::string smol = std::string(SITSRT_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string gemma = std::string(SITSRT_SOURCE_DIR) + "/build/models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(smol) || !std::filesystem::exists(gemma)) {
+    SITSRT_SKIP("[cuda] the real models are absent (scripts/fetch-models.sh build/models)");
+  }
+  check_same_run(smol, KvCacheType::kF16, "as-stored", 32, 2e-2);
+  check_same_run(gemma, KvCacheType::kF16, "q8", 32, 2e-2);  // Q4_K is not decoded on the GPU yet
+}

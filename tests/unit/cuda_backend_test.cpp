@@ -1,0 +1,245 @@
+// The CUDA backend on a GPU: every kernel against the CPU reference of the same op on fresh
+// random data (output buffers poisoned with NaN before each run), the paged quantized KV store
+// byte for byte against the CPU's, and whole models against the CPU backend. Every case skips
+// visibly ("SKIPPED: [cuda] ...") where no CUDA device is usable, as on CI and development
+// machines; benchmarks/gpu/device_check.sh runs them on a GPU.
+#include "core/quant_blocks.hpp"
+#include "cpu/attention/attention.hpp"
+#include "cpu/cpu_context.hpp"
+#include "cpu/elementwise/elementwise.hpp"
+#include "cpu/elementwise/norm.hpp"
+#include "cpu/elementwise/rope.hpp"
+#include "cuda_backend/cuda_backend_factory.hpp"
+#include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+#include "model/random_model.hpp"
+#include "support/cuda_device.hpp"
+#include "support/model_files.hpp"
+#include "support/random.hpp"
+#include "support/skip.hpp"
+
+#include <sitsrt/engine.hpp>
+
+#include <cuda_runtime_api.h>
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+// Device memory for a test: filled from the host, or poisoned with NaN (0xff bytes).
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t n) : n_(n) {
+    SITSRT_CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { static_cast<void>(cudaFree(ptr_)); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  void poison() { SITSRT_CUDA_CHECK(cudaMemset(ptr_, 0xff, n_ * sizeof(T))); }
+  void upload(const std::vector<T>& host) {
+    SITSRT_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  [[nodiscard]] std::vector<T> download() const {
+    SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    SITSRT_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  [[nodiscard]] T* get() const noexcept { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// |got - want| <= abs + rel * scale per element, with the index of the first miss.
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double abs_tol,
+                 const std::vector<double>& scale, double rel_tol, const char* what) {
+  REQUIRE(got.size() >= want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double bound = abs_tol + rel_tol * scale[i];
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= bound)) {
+      FAIL(what << ": element " << i << " is " << got[i] << ", expected " << want[i] << " within " << bound);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda matmul of every format equals the double reference of its decoded weights", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(101);
+  for (const DType format : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                             DType::kFP8_E4M3, DType::kQ4_G128}) {
+    const bool floats = traits(format).block_size == 1;
+    for (const std::int64_t k : floats ? std::vector<std::int64_t>{256, 70} : std::vector<std::int64_t>{256, 384}) {
+      const std::int64_t n = 67;
+      const std::size_t stride = row_bytes(format, k);
+      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+      std::vector<float> decoded(static_cast<std::size_t>(n * k));
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f);
+        quantize_row(format, row.data(), w.data() + j * stride, k);
+        dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
+      }
+      DeviceArray<std::uint8_t> dw(w);
+      for (const std::int64_t m : {1, 2, 5, 8, 11, 16}) {
+        const std::int64_t ldx = k + 3, ldy = n + 5;
+        std::vector<float> x(static_cast<std::size_t>(m * ldx));
+        for (float& v : x) v = rng.normal();
+        DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
+        cuda::launch_matmul(format, dw.get(), static_cast<std::int64_t>(stride), n, k, dx.get(), ldx, m, dy.get(), ldy,
+                            nullptr);
+        SITSRT_CUDA_CHECK(cudaGetLastError());
+        const std::vector<float> y = dy.download();
+        std::vector<float> got;
+        std::vector<double> want, scale;
+        for (std::int64_t r = 0; r < m; ++r) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            double sum = 0, magnitude = 0;
+            for (std::int64_t e = 0; e < k; ++e) {
+              const double p = static_cast<double>(decoded[static_cast<std::size_t>(j * k + e)]) *
+                               x[static_cast<std::size_t>(r * ldx + e)];
+              sum += p;
+              magnitude += std::fabs(p);
+            }
+            got.push_back(y[static_cast<std::size_t>(r * ldy + j)]);
+            want.push_back(sum);
+            scale.push_back(magnitude);
+          }
+        }
+        INFO(name(format) << " m=" << m << " k=" << k);
+        check_close(got, want, 1e-6, scale, 2e-6, "matmul");
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda embedding rows equal dequantize_row exactly", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(102);
+  for (const DType format : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kFP8_E4M3, DType::kQ4_G128}) {
+    const std::int64_t vocab = 50, cols = 256;
+    const std::size_t stride = row_bytes(format, cols);
+    std::vector<std::uint8_t> table(stride * vocab);
+    for (std::int64_t t = 0; t < vocab; ++t) {
+      const std::vector<float> row = rng.normals(static_cast<std::size_t>(cols));
+      quantize_row(format, row.data(), table.data() + t * stride, cols);
+    }
+    const std::vector<std::int32_t> ids = {3, 49, 0, 17, 17, 8};
+    DeviceArray<std::uint8_t> dt(table);
+    DeviceArray<std::int32_t> di(ids);
+    DeviceArray<float> out(ids.size() * (cols + 1));
+    cuda::launch_embed(format, dt.get(), static_cast<std::int64_t>(stride), cols, di.get(),
+                       static_cast<std::int64_t>(ids.size()), out.get(), cols + 1, nullptr);
+    const std::vector<float> got = out.download();
+    std::vector<float> want(static_cast<std::size_t>(cols));
+    for (std::size_t r = 0; r < ids.size(); ++r) {
+      dequantize_row(format, table.data() + ids[r] * stride, want.data(), cols);
+      INFO(name(format) << " row " << r);
+      REQUIRE(std::memcmp(got.data() + r * (cols + 1), want.data(), cols * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("cuda rms_norm, rope and the elementwise ops match the CPU kernels", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(103);
+  cpu::CpuContext ctx(1, cpu::Isa::kGeneric);
+  const std::int64_t rows = 5, cols = 384, ld = 390;
+  std::vector<float> a(static_cast<std::size_t>(rows * ld)), b(a.size()), w = rng.normals(cols);
+  for (float& v : a) v = rng.normal() * 2.0f;
+  for (float& v : b) v = rng.normal();
+  DeviceArray<float> da(a), db(b), dw(w), dout(a.size());
+
+  SECTION("rms_norm") {
+    cuda::launch_rms_norm(da.get(), ld, rows, cols, dw.get(), 1e-5f, dout.get(), ld, nullptr);
+    const std::vector<float> got = dout.download();
+    std::vector<float> want(a.size());
+    cpu::rms_norm(ctx, a.data(), ld, rows, cols, w.data(), 1e-5f, want.data(), ld);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const auto i = static_cast<std::size_t>(r * ld + c);
+        REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * (1.0f + std::fabs(want[i])));
+      }
+    }
+  }
+  SECTION("rope: normal and neox, partial rotation, YaRN") {
+    for (const bool neox : {false, true}) {
+      for (const bool yarn : {false, true}) {
+        const std::int64_t n_heads = 6, head_dim = 64, rot = 48;
+        cpu::RopeParams p{head_dim, rot,
+                          10000.0f, yarn ? 0.25f : 1.0f,
+                          nullptr,  neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+        if (yarn) p.yarn = {true, 512.0, 32.0, 1.0, 1.0};
+        std::vector<double> inv(rot / 2);
+        double mscale = 1;
+        cpu::rope_inverse_frequencies(p, inv.data(), &mscale);
+        const std::vector<std::int32_t> positions = {0, 7, 4095, 12, 100000};
+        std::vector<float> x(static_cast<std::size_t>(rows * ld));
+        for (float& v : x) v = rng.normal();
+        DeviceArray<float> dx(x);
+        DeviceArray<std::int32_t> dp(positions);
+        DeviceArray<double> df(inv);
+        cuda::launch_rope(dx.get(), ld, rows, n_heads, head_dim, rot, neox, dp.get(), df.get(), mscale, nullptr);
+        const std::vector<float> got = dx.download();
+        cpu::rope(ctx, x.data(), ld, rows, n_heads, positions.data(), p);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          INFO("neox " << neox << " yarn " << yarn << " element " << i);
+          REQUIRE(std::fabs(got[i] - x[i]) <= 2e-6f * (1.0f + std::fabs(x[i])));
+        }
+      }
+    }
+  }
+  SECTION("swiglu, geglu_tanh, add, add_bias, scale, soft_cap") {
+    std::vector<float> want(a.size());
+    const auto run = [&](cuda::Elementwise op, float scalar, const float* bias) {
+      dout.poison();
+      cuda::launch_elementwise(op, da.get(), ld, bias != nullptr ? dw.get() : db.get(), ld, scalar, rows, cols,
+                               dout.get(), ld, nullptr);
+      return dout.download();
+    };
+    const auto compare = [&](const std::vector<float>& got, const char* what) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const auto i = static_cast<std::size_t>(r * ld + c);
+          INFO(what << " element " << i);
+          REQUIRE(std::fabs(got[i] - want[i]) <= 4e-6f * (1.0f + std::fabs(want[i])));
+        }
+      }
+    };
+    cpu::swiglu(ctx, a.data(), ld, b.data(), ld, rows, cols, want.data(), ld);
+    compare(run(cuda::Elementwise::kSwiGlu, 0, nullptr), "swiglu");
+    cpu::geglu_tanh(ctx, a.data(), ld, b.data(), ld, rows, cols, want.data(), ld);
+    compare(run(cuda::Elementwise::kGeGluTanh, 0, nullptr), "geglu_tanh");
+    cpu::add(ctx, a.data(), ld, b.data(), ld, rows, cols, want.data(), ld);
+    compare(run(cuda::Elementwise::kAdd, 0, nullptr), "add");
+    cpu::add_bias(ctx, a.data(), ld, w.data(), rows, cols, want.data(), ld);
+    compare(run(cuda::Elementwise::kAddBias, 0, w.data()), "add_bias");
+    cpu::scale(ctx, a.data(), ld, 0.37f, rows, cols, want.data(), ld);
+    compare(run(cuda::Elementwise::kScale, 0.37f, nullptr), "scale");
+    cpu::soft_cap(ctx, a.data(), ld, 1.5f, rows, cols, want.data(), ld);
+    compare(run(cuda::Elementwise::kSoftCap, 1.5f, nullptr), "soft_cap");
+  }
+  SECTION("gather_rows, apart and in place") {
+    const std::vector<std::int32_t> pick = {1, 2, 4};
+    DeviceArray<std::int32_t> dp(pick);
+    cuda::launch_gather_rows(da.get(), ld, dp.get(), 3, cols, dout.get(), ld, false, nullptr);
+    const std::vector<float> apart = dout.download();
+    cuda::launch_gather_rows(da.get(), ld, dp.get(), 3, cols, da.get(), ld, true, nullptr);
+    const std::vector<float> in_place = da.download();
+    for (std::size_t r = 0; r < pick.size(); ++r) {
+      REQUIRE(std::memcmp(apart.data() + r * ld, a.data() + pick[r] * ld, cols * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(in_place.data() + r * ld, a.data() + pick[r] * ld, cols * sizeof(float)) == 0);
+    }
+  }
+}

@@ -1,0 +1,163 @@
+// The CUDA kernels' format decode, quantization and scale math (cuda/device_formats.hpp, plain
+// C++ here) against lib/core's reference encoders and decoders and the CPU KV quantizers: every
+// function a kernel uses to read a weight or write and read a cached row, checked without a GPU.
+#include "core/half.hpp"
+#include "core/quant_blocks.hpp"
+#include "cpu/attention/kv_quant.hpp"
+#include "cuda_backend/device_formats.hpp"
+#include "support/random.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace sitsrt;
+
+namespace {
+
+bool same_bits(float a, float b) {
+  std::uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y || (std::isnan(a) && std::isnan(b));
+}
+
+}  // namespace
+
+TEST_CASE("cuda formats: f16, bf16 and fp8 decode as the core reference, bit for bit", "[cuda-formats]") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const auto code = static_cast<std::uint16_t>(h);
+    INFO("f16 code " << h);
+    REQUIRE(same_bits(cuda::half_to_float(code), fp16_to_fp32(code)));
+    REQUIRE(same_bits(cuda::bf16_to_float(code), bf16_to_fp32(code)));
+  }
+  for (int c = 0; c < 256; ++c) {
+    INFO("fp8 code " << c);
+    REQUIRE(same_bits(cuda::fp8_e4m3_to_float(static_cast<std::uint8_t>(c)),
+                      fp8_e4m3_to_fp32(static_cast<std::uint8_t>(c))));
+  }
+}
+
+TEST_CASE("cuda formats: float to f16 rounds as the core reference over every 61st bit pattern", "[cuda-formats]") {
+  std::uint64_t checked = 0;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 61) {
+    const auto bits = static_cast<std::uint32_t>(u);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    const std::uint16_t got = cuda::float_to_half(f), want = fp32_to_fp16(f);
+    if (std::isnan(f)) {
+      REQUIRE((got & 0x7c00u) == 0x7c00u);
+      REQUIRE((got & 0x3ffu) != 0);
+    } else if (got != want) {
+      FAIL("float bits " << bits << ": got f16 " << got << ", core gives " << want);
+    }
+    ++checked;
+  }
+  // The edges: ties at the subnormal boundary, the largest half, overflow.
+  for (const float f : {65504.0f, 65519.99f, 65520.0f, 6.0975552e-05f, 6.1035156e-05f, 2.9802322e-08f, 5.9604645e-08f,
+                        -0.0f, 1e-10f, 3.0e-08f}) {
+    INFO("value " << f);
+    REQUIRE(cuda::float_to_half(f) == fp32_to_fp16(f));
+  }
+  REQUIRE(checked > 70000000);
+}
+
+namespace {
+
+template <DType F>
+void check_format(std::int64_t n, std::uint64_t seed) {
+  test::Rng rng(seed);
+  std::vector<float> values = rng.normals(static_cast<std::size_t>(n), 0.7f);
+  std::vector<std::uint8_t> row(row_bytes(F, n));
+  quantize_row(F, values.data(), row.data(), n);
+  std::vector<float> reference(static_cast<std::size_t>(n));
+  dequantize_row(F, row.data(), reference.data(), n);
+  for (std::int64_t e = 0; e < n; ++e) {
+    INFO(name(F) << " element " << e);
+    REQUIRE(same_bits(cuda::decode_element<F>(row.data(), e), reference[static_cast<std::size_t>(e)]));
+  }
+  for (std::int64_t e0 = 0; e0 + 8 <= n; e0 += 8) {
+    float out[8];
+    cuda::decode8<F>(row.data(), e0, out);
+    for (int i = 0; i < 8; ++i) {
+      INFO(name(F) << " decode8 at " << e0 << " + " << i);
+      REQUIRE(same_bits(out[i], reference[static_cast<std::size_t>(e0 + i)]));
+    }
+  }
+  REQUIRE(static_cast<int>(traits(F).block_size) == cuda::WeightFormat<F>::kElements);
+  REQUIRE(static_cast<int>(traits(F).block_bytes) == cuda::WeightFormat<F>::kBytes);
+}
+
+}  // namespace
+
+TEST_CASE("cuda formats: weight rows decode as dequantize_row, element by element and 8 at a time", "[cuda-formats]") {
+  check_format<DType::kF32>(264, 1);
+  check_format<DType::kF16>(264, 2);
+  check_format<DType::kBF16>(264, 3);
+  check_format<DType::kQ8_0>(256, 4);
+  check_format<DType::kQ4_0>(256, 5);
+  check_format<DType::kQ4_1>(256, 6);
+  check_format<DType::kFP8_E4M3>(256, 7);
+  check_format<DType::kQ4_G128>(384, 8);
+}
+
+TEST_CASE("cuda formats: KV int8 and int4 scales and levels equal the CPU quantizers'", "[cuda-formats]") {
+  test::Rng rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    // Mixed magnitudes, one-sided groups, tiny and huge values, zeros.
+    const float magnitude = std::pow(10.0f, rng.uniform(-6.0f, 6.0f));
+    std::vector<float> x = rng.normals(64, magnitude);
+    if (trial % 7 == 0)
+      for (float& v : x) v = std::fabs(v);
+    if (trial % 11 == 0)
+      for (float& v : x) v = -std::fabs(v);
+    if (trial % 13 == 0) std::fill(x.begin(), x.end(), 0.0f);
+    if (trial % 17 == 0) x[5] = 1e6f;
+
+    std::int8_t q[64];
+    const std::uint16_t h8 = cpu::detail::quantize_span(x.data(), 64, 127.0f, -127.0f, q);
+    float amax = 0.0f;
+    for (const float v : x) amax = std::max(amax, std::fabs(v));
+    INFO("trial " << trial);
+    REQUIRE(cuda::int8_scale(amax) == h8);
+    for (int i = 0; i < 64; ++i)
+      REQUIRE(cuda::quantize_level(x[static_cast<std::size_t>(i)], h8, -127.0f, 127.0f) == q[i]);
+
+    for (int g = 0; g < 2; ++g) {
+      const float* group = x.data() + 32 * g;
+      const std::uint16_t h4 = cpu::detail::quantize_span_int4(group, q);
+      float pos = 0.0f, neg = 0.0f;
+      for (int i = 0; i < 32; ++i) {
+        pos = std::max(pos, group[i]);
+        neg = std::max(neg, -group[i]);
+      }
+      REQUIRE(cuda::int4_scale(pos, neg) == h4);
+      for (int i = 0; i < 32; ++i) REQUIRE(cuda::quantize_level(group[i], h4, -8.0f, 7.0f) == q[i]);
+    }
+  }
+}
+
+TEST_CASE("cuda formats: cached rows read back as the CPU dequantizes them", "[cuda-formats]") {
+  test::Rng rng(12);
+  const std::int64_t n_kv_heads = 2, head_dim = 64, width = n_kv_heads * head_dim;
+  const std::vector<float> x = rng.normals(static_cast<std::size_t>(width), 1.3f);
+  for (const cpu::KvType type : {cpu::KvType::kF32, cpu::KvType::kF16, cpu::KvType::kInt8, cpu::KvType::kInt4}) {
+    const std::size_t bytes = cpu::kv_row_bytes(type, n_kv_heads, head_dim);
+    REQUIRE(static_cast<std::int64_t>(bytes) == cuda::kv_row_bytes(static_cast<int>(type), width, head_dim));
+    std::vector<std::byte> row(bytes);
+    cpu::detail::quantize_row(type, x.data(), n_kv_heads, head_dim, row.data());
+    std::vector<float> reference(static_cast<std::size_t>(width));
+    for (std::int64_t h = 0; h < n_kv_heads; ++h) {
+      cpu::detail::dequantize_span(type, row.data(), width, head_dim, h * head_dim, head_dim,
+                                   reference.data() + h * head_dim);
+    }
+    for (std::int64_t e = 0; e < width; ++e) {
+      INFO("type " << static_cast<int>(type) << " element " << e);
+      REQUIRE(same_bits(cuda::kv_element(static_cast<int>(type), reinterpret_cast<const std::uint8_t*>(row.data()),
+                                         width, head_dim, e),
+                        reference[static_cast<std::size_t>(e)]));
+    }
+  }
+}
