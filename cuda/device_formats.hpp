@@ -39,6 +39,23 @@ SITSRT_HD float bits_float(std::uint32_t u) {
 #endif
 }
 
+// Products and sums rounded on their own, never fused into an fma: nvcc contracts a * b + c by
+// default, the host build (ISO C++) does not, and these keep both decoders bit-identical.
+SITSRT_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+SITSRT_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
 // Little-endian loads from byte addresses of any alignment (blocks are 18, 20, 34 bytes long).
 SITSRT_HD std::uint16_t load_u16(const std::uint8_t* p) {
   return static_cast<std::uint16_t>(p[0] | p[1] << 8);
@@ -131,6 +148,14 @@ struct WeightFormat<DType::kQ4_1> {  // f16 d, f16 m, 16 bytes of nibbles
   static constexpr int kElements = 32, kBytes = 20;
 };
 template <>
+struct WeightFormat<DType::kQ5_0> {  // f16 d, 32 fifth bits (u32), 16 bytes of nibbles (offset 16)
+  static constexpr int kElements = 32, kBytes = 22;
+};
+template <>
+struct WeightFormat<DType::kQ5_1> {  // f16 d, f16 m, 32 fifth bits, 16 bytes of nibbles
+  static constexpr int kElements = 32, kBytes = 24;
+};
+template <>
 struct WeightFormat<DType::kFP8_E4M3> {  // f32 d, 64 x e4m3
   static constexpr int kElements = 64, kBytes = 68;
 };
@@ -138,9 +163,33 @@ template <>
 struct WeightFormat<DType::kQ4_G128> {  // f16 d, zero nibble, reserved, 64 bytes of nibbles
   static constexpr int kElements = 128, kBytes = 68;
 };
+// K-quants: 256-element super-blocks (core/kquant_blocks.hpp).
+template <>
+struct WeightFormat<DType::kQ4_K> {  // f16 d, f16 dmin, 12 bytes of 6-bit (scale, min), 128 bytes of nibbles
+  static constexpr int kElements = 256, kBytes = 144;
+};
+template <>
+struct WeightFormat<DType::kQ5_K> {  // as Q4_K, then 32 bytes of fifth bits before the nibbles
+  static constexpr int kElements = 256, kBytes = 176;
+};
+template <>
+struct WeightFormat<DType::kQ6_K> {  // 128 bytes of low nibbles, 64 of high pairs, 16 int8 scales, f16 d
+  static constexpr int kElements = 256, kBytes = 210;
+};
 
-// The value of element e of a row in format F: the float the CPU reference dequantize_row gives
-// (one float multiply of the scale by the integer level; Q4_1 one multiply and one add).
+// Q4_K / Q5_K: sub-block s's 6-bit scale and min from the 12 packed bytes.
+SITSRT_HD void unpack_scale_min_k4(const std::uint8_t* packed, int s, int* scale, int* min) {
+  if (s < 4) {
+    *scale = packed[s] & 63;
+    *min = packed[s + 4] & 63;
+  } else {
+    *scale = (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4);
+    *min = (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
+  }
+}
+
+// The value of element e of a row in format F: the float the CPU reference dequantize_row gives,
+// bit for bit (its products and sums in the same order, each rounded on its own).
 template <DType F>
 SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
   if constexpr (F == DType::kF32) {
@@ -160,7 +209,14 @@ SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
       return half_to_float(load_u16(block)) * static_cast<float>(q - 8);
     } else if constexpr (F == DType::kQ4_1) {
       const int q = j < 16 ? (block[4 + j] & 15) : (block[4 + j - 16] >> 4);
-      return half_to_float(load_u16(block)) * static_cast<float>(q) + half_to_float(load_u16(block + 2));
+      return add_rn(mul_rn(half_to_float(load_u16(block)), static_cast<float>(q)), half_to_float(load_u16(block + 2)));
+    } else if constexpr (F == DType::kQ5_0 || F == DType::kQ5_1) {
+      constexpr int kQh = F == DType::kQ5_0 ? 2 : 4;  // the fifth bits, then the nibbles
+      const int low = j < 16 ? (block[kQh + 4 + j] & 15) : (block[kQh + 4 + j - 16] >> 4);
+      const int q = low | static_cast<int>((load_u32(block + kQh) >> j) & 1u) << 4;
+      const float d = half_to_float(load_u16(block));
+      if constexpr (F == DType::kQ5_0) return d * static_cast<float>(q - 16);
+      return add_rn(mul_rn(d, static_cast<float>(q)), half_to_float(load_u16(block + 2)));
     } else if constexpr (F == DType::kFP8_E4M3) {
       return bits_float(load_u32(block)) * fp8_e4m3_to_float(block[4 + j]);
     } else if constexpr (F == DType::kQ4_G128) {
@@ -168,6 +224,27 @@ SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
       const std::uint8_t byte = block[4 + 16 * sub + (jj % 16)];
       const int q = jj < 16 ? (byte & 15) : (byte >> 4);
       return half_to_float(load_u16(block)) * static_cast<float>(q - (block[2] & 15));
+    } else if constexpr (F == DType::kQ4_K || F == DType::kQ5_K) {
+      // x = (d * scale) * q - (dmin * min); q's low nibble at byte 32 (j / 64) + j % 32 of the
+      // nibbles (high half for the odd 32-element sub-block), Q5_K's fifth bit at bit s of qh[j % 32].
+      const int s = j / 32, l = j % 32;
+      int scale = 0, min = 0;
+      unpack_scale_min_k4(block + 4, s, &scale, &min);
+      const std::uint8_t* qs = block + (F == DType::kQ4_K ? 16 : 48);
+      int q = (qs[32 * (j / 64) + l] >> (4 * (s % 2))) & 15;
+      if constexpr (F == DType::kQ5_K) q |= ((block[16 + l] >> s) & 1) << 4;
+      const float dl = mul_rn(half_to_float(load_u16(block)), static_cast<float>(scale));
+      const float ml = mul_rn(half_to_float(load_u16(block + 2)), static_cast<float>(min));
+      return mul_rn(dl, static_cast<float>(q)) - ml;
+    } else if constexpr (F == DType::kQ6_K) {
+      // Element 128 h + 32 k + l: low nibble (k / 2) of ql[64 h + 32 (k % 2) + l], high two bits
+      // at 2 k of qh[32 h + l]; x = (d * scale[j / 16]) * (q - 32).
+      const int h = j / 128, k = (j % 128) / 32, l = j % 32;
+      const int low = (block[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+      const int high = (block[128 + 32 * h + l] >> (2 * k)) & 3;
+      const float dl = mul_rn(half_to_float(load_u16(block + 208)),
+                              static_cast<float>(static_cast<std::int8_t>(block[192 + j / 16])));
+      return mul_rn(dl, static_cast<float>((low | high << 4) - 32));
     }
   }
 }
@@ -176,7 +253,8 @@ SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
 // decode_element(row, e0 + i), with the block's scale read once.
 template <DType F>
 SITSRT_HD void decode8(const std::uint8_t* row, std::int64_t e0, float* out) {
-  if constexpr (WeightFormat<F>::kElements == 1) {
+  if constexpr (WeightFormat<F>::kElements == 1 || WeightFormat<F>::kElements == 256 || F == DType::kQ5_0 ||
+                F == DType::kQ5_1) {
     for (int i = 0; i < 8; ++i) out[i] = decode_element<F>(row, e0 + i);
   } else {
     constexpr int kN = WeightFormat<F>::kElements;
@@ -195,7 +273,7 @@ SITSRT_HD void decode8(const std::uint8_t* row, std::int64_t e0, float* out) {
         if constexpr (F == DType::kQ4_0) {
           out[i] = d * static_cast<float>(q - 8);
         } else {
-          out[i] = d * static_cast<float>(q) + half_to_float(load_u16(block + 2));
+          out[i] = add_rn(mul_rn(d, static_cast<float>(q)), half_to_float(load_u16(block + 2)));
         }
       }
     } else if constexpr (F == DType::kFP8_E4M3) {

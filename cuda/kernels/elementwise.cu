@@ -45,8 +45,9 @@ __global__ void rope_kernel(float* __restrict__ x, std::int64_t ldx, std::int64_
     float* a = neox ? head + j : head + 2 * j;
     float* b = neox ? head + j + half : head + 2 * j + 1;
     const float x0 = *a, x1 = *b;
-    *a = x0 * cs - x1 * sn;
-    *b = x0 * sn + x1 * cs;
+    // Each product rounded on its own, as the CPU's (nvcc would fuse one into an fma).
+    *a = __fmul_rn(x0, cs) - __fmul_rn(x1, sn);
+    *b = __fmul_rn(x0, sn) + __fmul_rn(x1, cs);
   }
 }
 

@@ -133,11 +133,26 @@ bool dispatch_format(DType format, Fn&& fn) {
     case DType::kQ4_1:
       fn.template operator()<DType::kQ4_1>();
       return true;
+    case DType::kQ5_0:
+      fn.template operator()<DType::kQ5_0>();
+      return true;
+    case DType::kQ5_1:
+      fn.template operator()<DType::kQ5_1>();
+      return true;
     case DType::kFP8_E4M3:
       fn.template operator()<DType::kFP8_E4M3>();
       return true;
     case DType::kQ4_G128:
       fn.template operator()<DType::kQ4_G128>();
+      return true;
+    case DType::kQ4_K:
+      fn.template operator()<DType::kQ4_K>();
+      return true;
+    case DType::kQ5_K:
+      fn.template operator()<DType::kQ5_K>();
+      return true;
+    case DType::kQ6_K:
+      fn.template operator()<DType::kQ6_K>();
       return true;
     default:
       return false;
@@ -156,6 +171,11 @@ bool kernel_supports(DType format) noexcept {
     case DType::kQ4_1:
     case DType::kFP8_E4M3:
     case DType::kQ4_G128:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
       return true;
     default:
       return false;

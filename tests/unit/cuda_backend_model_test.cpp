@@ -307,5 +307,6 @@ TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real m
     SITSRT_SKIP("[cuda] the real models are absent (scripts/fetch-models.sh build/models)");
   }
   check_same_run(smol, KvCacheType::kF16, "as-stored", 32, 2e-2);
-  check_same_run(gemma, KvCacheType::kF16, "q8", 32, 2e-2);  // Q4_K is not decoded on the GPU yet
+  check_same_run(gemma, KvCacheType::kF16, "as-stored", 32, 2e-2);  // Q4_K, Q5_0, Q6_K, Q8_0 tensors
+  check_same_run(gemma, KvCacheType::kInt8, "q8", 32, 2e-2);
 }

@@ -78,10 +78,13 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
 TEST_CASE("cuda matmul of every format equals the double reference of its decoded weights", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(101);
-  for (const DType format : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                             DType::kFP8_E4M3, DType::kQ4_G128}) {
+  for (const DType format :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+        DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const bool floats = traits(format).block_size == 1;
-    for (const std::int64_t k : floats ? std::vector<std::int64_t>{256, 70} : std::vector<std::int64_t>{256, 384}) {
+    const std::int64_t block = traits(format).block_size;
+    for (const std::int64_t k :
+         floats ? std::vector<std::int64_t>{256, 70} : std::vector<std::int64_t>{2 * block, 3 * block}) {
       const std::int64_t n = 67;
       const std::size_t stride = row_bytes(format, k);
       std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
@@ -127,8 +130,9 @@ TEST_CASE("cuda matmul of every format equals the double reference of its decode
 TEST_CASE("cuda embedding rows equal dequantize_row exactly", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(102);
-  for (const DType format : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kFP8_E4M3, DType::kQ4_G128}) {
-    const std::int64_t vocab = 50, cols = 256;
+  for (const DType format : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                             DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ6_K}) {
+    const std::int64_t vocab = 50, cols = 512;
     const std::size_t stride = row_bytes(format, cols);
     std::vector<std::uint8_t> table(stride * vocab);
     for (std::int64_t t = 0; t < vocab; ++t) {

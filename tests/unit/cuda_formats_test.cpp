@@ -99,8 +99,13 @@ TEST_CASE("cuda formats: weight rows decode as dequantize_row, element by elemen
   check_format<DType::kQ8_0>(256, 4);
   check_format<DType::kQ4_0>(256, 5);
   check_format<DType::kQ4_1>(256, 6);
+  check_format<DType::kQ5_0>(256, 12);
+  check_format<DType::kQ5_1>(256, 13);
   check_format<DType::kFP8_E4M3>(256, 7);
   check_format<DType::kQ4_G128>(384, 8);
+  check_format<DType::kQ4_K>(512, 9);
+  check_format<DType::kQ5_K>(512, 10);
+  check_format<DType::kQ6_K>(512, 11);
 }
 
 TEST_CASE("cuda formats: KV int8 and int4 scales and levels equal the CPU quantizers'", "[cuda-formats]") {
