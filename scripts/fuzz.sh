@@ -7,7 +7,7 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
-targets=(gguf safetensors tokenizer bpe audit_verify audit_reader hf_config kld_base chat_template)
+targets=(gguf safetensors tokenizer bpe audit_verify audit_reader hf_config kld_base chat_template openai_request)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${targets[@]}"
   exit 0
@@ -53,6 +53,10 @@ from hf_checkpoints import VARIANTS, config_for
 for v in VARIANTS:
     open('$corpus/' + v + '.json', 'w').write(json.dumps(config_for(v, 'bf16')))
 " 2>/dev/null || true ;;
+    openai_request)  # first byte: bit 0 = chat; bodies of both endpoints
+      printf '\x00{"model":"m","prompt":"Once","max_tokens":5,"stop":["a"],"logprobs":2,"stream":true,"stream_options":{"include_usage":true}}' >"$corpus/completion"
+      printf '\x00{"model":"m","prompt":[1,2,3],"seed":7,"temperature":0.5,"top_p":0.9}' >"$corpus/tokens"
+      printf '\x01{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi \xff"}]}],"logprobs":true,"top_logprobs":3}' >"$corpus/chat" ;;
     chat_template)  # the public templates of tests/data
       cp -n tests/data/chat_templates/*.jinja "$corpus"/ ;;
     audit_verify)  # first byte: 0 plain SHA-256 chain, 1 HMAC under the target's fixed key

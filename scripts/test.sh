@@ -4,7 +4,8 @@
 # Python tests (pytest, with the in-tree module; one of them builds a wheel with pip), and the
 # NumPy references of every architecture against `sitsrt logits`, of the real models
 # (SmolLM2-135M-Instruct, Gemma 3 270M) against greedy generation, and Python's jinja2 against
-# `sitsrt template` over every chat template (tests/reference).
+# `sitsrt template` over every chat template (tests/reference), and `sitsrt serve` through the openai
+# client (tests/server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -12,8 +13,8 @@ jobs=$(nproc)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
-"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2" 2>/dev/null ||
-  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2
+"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2, openai" 2>/dev/null ||
+  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2 openai
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" -DSITSRT_BUILD_TESTS=ON \
   -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"
@@ -32,3 +33,5 @@ cmake --build build/examples-installed
 tests/cli/cli_test.sh build/bin/sitsrt build/examples-installed
 PYTHONPATH="$PWD/build/python" "$py" -m pytest -q -p no:cacheprovider python/tests
 SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" "$py" -m pytest -q -rs -p no:cacheprovider tests/reference
+# sitsrt serve over HTTP: the openai client, malformed requests, concurrency, signals.
+SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" "$py" -m pytest -q -rs -p no:cacheprovider tests/server

@@ -23,6 +23,7 @@ int tokenize_command(int argc, char** argv);
 int perplexity_command(int argc, char** argv);
 int template_command(int argc, char** argv);
 int chat_command(int argc, char** argv);
+int serve_command(int argc, char** argv);
 
 // Sampling options (run, chat) and the GenerationConfig they give.
 std::vector<OptionSpec> sampling_option_specs();

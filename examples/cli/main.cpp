@@ -20,6 +20,7 @@ constexpr const char* kUsage = R"(usage: sitsrt <command> [options]
 commands:
   run         generate text from a prompt (streams text, or one JSON object per token with --json; --chat)
   chat        talk with a chat model, turn by turn, through its chat template
+  serve       serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, logprobs)
   info        print a model's (GGUF file or HF directory) metadata, tensor table, parameter count and bytes by type
   graph       print the computation graph and activation memory plan, or --plan the device plan
   bench       measure prefill and decode tokens/s against the memory-bandwidth floor
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "run") return sitsrt::cli::run_command(argc, argv);
     if (command == "chat") return sitsrt::cli::chat_command(argc, argv);
+    if (command == "serve") return sitsrt::cli::serve_command(argc, argv);
     if (command == "info") return sitsrt::cli::info_command(argc, argv);
     if (command == "graph") return sitsrt::cli::graph_command(argc, argv);
     if (command == "bench") return sitsrt::cli::bench_command(argc, argv);

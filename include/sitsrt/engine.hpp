@@ -247,6 +247,10 @@ class SITSRT_API Engine {
                                      SubmitOptions options = {}) const;
   [[nodiscard]] RequestHandle submit_tokens(std::span<const std::int32_t> prompt_tokens,
                                             const GenerationConfig& config = {}, SubmitOptions options = {}) const;
+  // chat() through the scheduler: the messages rendered and tokenized as chat() does (the audit
+  // record carries the same chat fields), then queued as submit() queues a prompt.
+  [[nodiscard]] RequestHandle submit_chat(std::span<const ChatMessage> messages, const GenerationConfig& config = {},
+                                          SubmitOptions options = {}, const ChatTemplateOptions& template_options = {}) const;
 
   // Next-token logits after each of `tokens` (all_positions) or after the last one only.
   // Row-major [positions x vocab].
@@ -290,11 +294,15 @@ class SITSRT_API Engine {
 
  private:
   struct ChatInput;
+  // The messages rendered and tokenized as chat() feeds them, with their audit fields.
+  [[nodiscard]] ChatInput prepare_chat(std::span<const ChatMessage> messages, const ChatTemplateOptions& options,
+                                       const GenerationConfig& config) const;
   GenerationResult run_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
                                const GenerationConfig& config, const TokenCallback& on_token,
                                const ChatInput* chat = nullptr) const;
   RequestHandle submit_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
-                               const GenerationConfig& config, SubmitOptions options) const;
+                               const GenerationConfig& config, SubmitOptions options,
+                               const ChatInput* chat = nullptr) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -655,6 +655,8 @@ GenerationResult Engine::generate_from_tokens(std::span<const std::int32_t> prom
 }
 
 struct Engine::ChatInput {
+  std::string rendered;  // the prompt text
+  std::vector<std::int32_t> tokens;
   std::string messages_json;
   std::string template_sha256;
   bool add_generation_prompt = false;
@@ -712,17 +714,23 @@ std::vector<std::int32_t> Engine::chat_tokens(std::span<const ChatMessage> messa
   return encode_chat(impl_->tok(), apply_chat_template(messages, options), std::nullopt);
 }
 
-GenerationResult Engine::chat(std::span<const ChatMessage> messages, const GenerationConfig& config,
-                              const TokenCallback& on_token, const ChatTemplateOptions& options) const {
+Engine::ChatInput Engine::prepare_chat(std::span<const ChatMessage> messages, const ChatTemplateOptions& options,
+                                       const GenerationConfig& config) const {
   const ChatTemplate& chat_template = impl_->chat_template();
-  const std::string rendered = chat_template.render(messages, options);
-  impl_->check_prompt_bytes(rendered);
-  const std::vector<std::int32_t> tokens = encode_chat(impl_->tok(), rendered, config.add_bos);
   ChatInput input;
+  input.rendered = chat_template.render(messages, options);
+  impl_->check_prompt_bytes(input.rendered);
+  input.tokens = encode_chat(impl_->tok(), input.rendered, config.add_bos);
   input.messages_json = messages_json(messages);
   input.template_sha256 = audit::sha256_hex(chat_template.source());
   input.add_generation_prompt = options.add_generation_prompt;
-  return run_request(rendered, tokens, config, on_token, &input);
+  return input;
+}
+
+GenerationResult Engine::chat(std::span<const ChatMessage> messages, const GenerationConfig& config,
+                              const TokenCallback& on_token, const ChatTemplateOptions& options) const {
+  const ChatInput input = prepare_chat(messages, options, config);
+  return run_request(input.rendered, input.tokens, config, on_token, &input);
 }
 
 namespace {
@@ -768,14 +776,27 @@ RequestHandle Engine::submit_tokens(std::span<const std::int32_t> prompt_tokens,
   return submit_request({}, prompt_tokens, config, std::move(options));
 }
 
+RequestHandle Engine::submit_chat(std::span<const ChatMessage> messages, const GenerationConfig& config,
+                                  SubmitOptions options, const ChatTemplateOptions& template_options) const {
+  const ChatInput input = prepare_chat(messages, template_options, config);
+  return submit_request(input.rendered, input.tokens, config, std::move(options), &input);
+}
+
 RequestHandle Engine::submit_request(std::string_view prompt_text, std::span<const std::int32_t> prompt_tokens,
-                                     const GenerationConfig& config, SubmitOptions options) const {
+                                     const GenerationConfig& config, SubmitOptions options,
+                                     const ChatInput* chat) const {
   const std::shared_ptr<RequestAudit> audit = impl_->open_request(config);
   (void)impl_->tok();
   const GenerationConfig resolved = audited_config(*audit, config);
   RequestHooks hooks;
   if (audit->active()) {
-    audit->begin(request_record(*this, audit->request_id(), resolved, prompt_text, prompt_tokens));
+    RequestRecord record = request_record(*this, audit->request_id(), resolved, prompt_text, prompt_tokens);
+    if (chat != nullptr) {
+      record.chat_messages_json = chat->messages_json;
+      record.chat_template_sha256 = chat->template_sha256;
+      record.chat_add_generation_prompt = chat->add_generation_prompt;
+    }
+    audit->begin(record);
     // On the scheduler thread, in token order; the end record when the request ends.
     hooks.observe = [audit](const TokenEvent& e) { return audit->on_token(e); };
     hooks.on_end = [audit](GenerationResult& r) { audit->end(r); };

@@ -59,6 +59,14 @@ check "info table" bash -c "'$cli' info '$model' | grep -q 'blk.1.ffn_down.weigh
 "$cli" graph -m "$model" --json >"$work/graph.json" 2>/dev/null
 check "graph --json" json_check "$work/graph.json" "len(doc['nodes']) == 1 + 15 * 2 + 3 and doc['memory_plan']['arena_bytes'] > 0"
 check "graph table" bash -c "'$cli' graph -m '$model' | grep -q 'attention'"
+check "serve --help names the endpoints" bash -c "'$cli' serve --help | grep -q '/v1/chat/completions'"
+check "serve --port 70000 is a usage error (exit 2)" bash -c "'$cli' serve -m '$model' --port 70000 2>/dev/null; test \$? -eq 2"
+check "serve --api-key-file of a missing file is a usage error naming it" bash -c \
+  "'$cli' serve -m '$model' --api-key-file '$work/no-keys' 2>'$work/e'; test \$? -eq 2 && grep -q 'no-keys' '$work/e'"
+check "serve on a port in use fails naming it (exit 1)" bash -c \
+  "python3 -c 'import socket,subprocess,sys; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); \
+     r=subprocess.run([sys.argv[1],\"serve\",\"-m\",sys.argv[2],\"--port\",str(s.getsockname()[1])],capture_output=True,text=True); \
+     sys.exit(0 if r.returncode==1 and \"cannot listen\" in r.stderr else 1)' '$cli' '$model'"
 "$cli" graph -m "$model" --plan --json -t 2 >"$work/plan.json" 2>/dev/null
 check "graph --plan --json" json_check "$work/plan.json" "doc['devices'][0]['name'] == 'cpu0' and doc['devices'][0]['weight_bytes'] > 0 and doc['stages'][0]['output_head'] and '2 threads' in doc['devices'][0]['detail']"
 check "graph --plan table" bash -c "'$cli' graph -m '$model' --plan | grep -q 'cpu0'"

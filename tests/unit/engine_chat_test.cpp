@@ -50,8 +50,9 @@ TEST_CASE("chat renders the template, feeds its ids and records the conversation
   REQUIRE(engine.chat_template() != nullptr);
   const std::vector<ChatMessage> messages = {{"user", "hello there", {}}};
   const std::string rendered = engine.apply_chat_template(messages, true);
-  CHECK(rendered == "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n"
-                    "<|im_start|>assistant\n");
+  CHECK(rendered ==
+        "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n"
+        "<|im_start|>assistant\n");
   CHECK(engine.apply_chat_template(messages, false).find("assistant") == std::string::npos);
   const std::vector<std::int32_t> ids = engine.chat_tokens(messages);
   // The random model's vocabulary has no <|im_start|> token, so it is text here: the ids are
@@ -75,6 +76,26 @@ TEST_CASE("chat renders the template, feeds its ids and records the conversation
   CHECK(logged == nlohmann::json::parse(R"([{"role": "user", "content": "hello there"}])"));
   CHECK(record.input_sha256 != recorder->requests[1].input_sha256);  // the rendering's hash, not the empty text's
   CHECK(recorder->requests[1].chat_messages_json.empty());
+}
+
+TEST_CASE("submit_chat queues chat()'s tokens and records the same chat fields", "[engine][chat]") {
+  auto recorder = std::make_shared<Recorder>();
+  const Engine engine(chat_engine(recorder));
+  const std::vector<ChatMessage> messages = {{"system", "Be brief.", {}}, {"user", "hello there", {}}};
+  GenerationConfig config;
+  config.temperature = 0.0f;
+  config.max_new_tokens = 6;
+  const GenerationResult chat = engine.chat(messages, config);
+  RequestHandle handle = engine.submit_chat(messages, config);
+  const GenerationResult queued = handle.wait();
+  CHECK(queued.prompt_tokens == engine.chat_tokens(messages));
+  CHECK(queued.tokens == chat.tokens);
+  CHECK(queued.text == chat.text);
+  REQUIRE(recorder->requests.size() == 2);
+  CHECK(recorder->requests[1].chat_messages_json == recorder->requests[0].chat_messages_json);
+  CHECK(recorder->requests[1].chat_template_sha256 == recorder->requests[0].chat_template_sha256);
+  CHECK(recorder->requests[1].input_sha256 == recorder->requests[0].input_sha256);
+  CHECK(recorder->requests[1].chat_add_generation_prompt);
 }
 
 TEST_CASE("chat passes extra fields and non-text content through to the template", "[engine][chat]") {

@@ -1,0 +1,318 @@
+"""`sitsrt serve` over HTTP on a loopback port: the official openai client for completions and chat
+(streamed and not, logprobs), greedy output against `sitsrt run`, logprobs against the audit log,
+32 concurrent clients, malformed requests (4xx with an OpenAI error object), API keys, limits,
+client disconnects and SIGTERM mid-stream.
+
+Needs SITSRT_BIN (the CLI) and SITSRT_MODELS_DIR (SmolLM2-135M-Instruct, fetched by
+scripts/fetch-models.sh); cases needing a model that is absent skip with the reason."""
+
+import http.client
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+BIN = os.environ.get("SITSRT_BIN", "build/bin/sitsrt")
+MODELS = pathlib.Path(os.environ.get("SITSRT_MODELS_DIR", "build/models"))
+SHARED = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "models"
+SMOL = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+STORIES = SHARED / "stories260K.gguf"
+
+
+class Server:
+    """A `sitsrt serve` process on a free port; stop() sends SIGTERM and waits."""
+
+    def __init__(self, model, *extra, tmp=None):
+        if not pathlib.Path(model).exists():
+            pytest.skip(f"{model} is absent (scripts/fetch-models.sh build/models)")
+        self.proc = subprocess.Popen([BIN, "serve", "-m", str(model), "--port", "0", "-t", "2", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"sitsrt serve did not start: {line!r} {self.proc.stderr.read()}")
+        self.url = line.split()[2]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self.model = line.split("'")[1]
+
+    def client(self, key="none"):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+    def raw(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        return response.status, data, dict(response.getheaders())
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "audit.jsonl"
+    server = Server(SMOL, "--audit-log", str(log))
+    server.audit_log = log
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def stories():
+    server = Server(STORIES, "--deterministic", "--max-concurrent-requests", "64")
+    yield server
+    server.stop()
+
+
+def run_cli(*args):
+    return subprocess.run([BIN, "run", "-t", "2", "-q", "--temp", "0", *args], capture_output=True, text=True,
+                          check=True).stdout.removesuffix("\n")  # the CLI ends its output with a newline
+
+
+def test_models_and_health(smol):
+    models = smol.client().models.list()
+    assert [m.id for m in models.data] == [smol.model] == ["SmolLM2-135M-Instruct.Q4_1"]
+    status, body, _ = smol.raw("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+def test_completion_greedy_equals_sitsrt_run(smol):
+    result = smol.client().completions.create(model=smol.model, prompt="Once upon a time", max_tokens=24,
+                                              temperature=0)
+    assert result.object == "text_completion" and len(result.choices) == 1
+    assert result.choices[0].text == run_cli("-m", str(SMOL), "-p", "Once upon a time", "-n", "24")
+    assert result.choices[0].finish_reason == "length"
+    assert result.usage.completion_tokens == 24 and result.usage.total_tokens == result.usage.prompt_tokens + 24
+
+
+def test_chat_greedy_equals_sitsrt_run_chat(smol):
+    question = "What is the capital of France?"
+    result = smol.client().chat.completions.create(model=smol.model, temperature=0, max_tokens=40,
+                                                   messages=[{"role": "user", "content": question}])
+    message = result.choices[0].message
+    assert message.role == "assistant"
+    assert message.content == run_cli("-m", str(SMOL), "--chat", "-p", question, "-n", "40")
+
+
+def test_chat_stream_equals_the_whole_answer_and_reports_usage(smol):
+    client = smol.client()
+    messages = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Name three colours."}]
+    whole = client.chat.completions.create(model=smol.model, messages=messages, temperature=0, max_tokens=30)
+    chunks = list(client.chat.completions.create(model=smol.model, messages=messages, temperature=0, max_tokens=30,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_completion_stream_with_logprobs(smol):
+    chunks = list(smol.client().completions.create(model=smol.model, prompt="The sky is", max_tokens=8,
+                                                   temperature=0, logprobs=3, stream=True))
+    pieces = [c.choices[0] for c in chunks if c.choices and c.choices[0].logprobs]
+    assert len(pieces) == 8
+    for p in pieces:
+        assert len(p.logprobs.tokens) == 1 and len(p.logprobs.top_logprobs[0]) <= 3
+        # greedy: the token taken is the most likely one
+        assert abs(p.logprobs.token_logprobs[0] - max(p.logprobs.top_logprobs[0].values())) < 1e-6
+
+
+def audit_tokens(log, audit_id):
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in records if r.get("type") == "token" and r.get("req") == audit_id]
+
+
+def test_chat_logprobs_equal_the_audit_log(smol):
+    raw = smol.client().chat.completions.with_raw_response.create(
+        model=smol.model, temperature=0, max_tokens=12, logprobs=True, top_logprobs=2,
+        messages=[{"role": "user", "content": "Say hello."}])
+    audit_id = raw.headers["x-sitsrt-audit-id"]
+    result = raw.parse()
+    content = result.choices[0].logprobs.content
+    assert len(content) == result.usage.completion_tokens
+    for entry in content:
+        assert len(entry.top_logprobs) == 2 and bytes(entry.bytes).decode("utf-8", "replace") == entry.token
+    deadline = time.time() + 10
+    while time.time() < deadline:  # the writer thread flushes the log shortly after
+        tokens = audit_tokens(smol.audit_log, audit_id)
+        if len(tokens) == len(content):
+            break
+        time.sleep(0.1)
+    assert [round(t["lp"], 5) for t in tokens] == [round(e.logprob, 5) for e in content]
+
+
+def test_32_clients_20_requests_each_get_their_own_tokens(stories):
+    prompts = [f"Once upon a time there was a {w}" for w in ("cat", "dog", "girl", "boy", "bird", "tree", "king", "fish")]
+    expected = {p: stories.client().completions.create(model=stories.model, prompt=p, max_tokens=8,
+                                                       temperature=0).choices[0].text for p in prompts}
+    failures = []
+
+    def client_thread(k):
+        client = stories.client()
+        for i in range(20):
+            p = prompts[(k + i) % len(prompts)]
+            try:
+                stream = (k + i) % 3 == 0
+                if stream:
+                    text = "".join(c.choices[0].text for c in client.completions.create(
+                        model=stories.model, prompt=p, max_tokens=8, temperature=0, stream=True) if c.choices)
+                else:
+                    text = client.completions.create(model=stories.model, prompt=p, max_tokens=8,
+                                                     temperature=0).choices[0].text
+                if text != expected[p]:
+                    failures.append((k, i, p, text, expected[p]))
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                failures.append((k, i, p, repr(e)))
+
+    threads = [threading.Thread(target=client_thread, args=(k,)) for k in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+MALFORMED = [
+    ("not json", b"{", 400),
+    ("array body", b"[]", 400),
+    ("string body", b'"hi"', 400),
+    ("no model", {"prompt": "x"}, 400),
+    ("model not a string", {"model": 3, "prompt": "x"}, 400),
+    ("unknown model", {"model": "nope", "prompt": "x"}, 404),
+    ("no prompt", {"model": "M"}, 400),
+    ("prompt a number", {"model": "M", "prompt": 5}, 400),
+    ("prompt an object", {"model": "M", "prompt": {"a": 1}}, 400),
+    ("several prompts", {"model": "M", "prompt": ["a", "b"]}, 400),
+    ("token id out of range", {"model": "M", "prompt": [1, 10 ** 9]}, 400),
+    ("negative token id", {"model": "M", "prompt": [-1]}, 400),
+    ("max_tokens a string", {"model": "M", "prompt": "x", "max_tokens": "5"}, 400),
+    ("max_tokens negative", {"model": "M", "prompt": "x", "max_tokens": -1}, 400),
+    ("max_tokens fractional", {"model": "M", "prompt": "x", "max_tokens": 2.5}, 400),
+    ("max_tokens huge", {"model": "M", "prompt": "x", "max_tokens": 10 ** 12}, 400),
+    ("temperature a string", {"model": "M", "prompt": "x", "temperature": "hot"}, 400),
+    ("temperature above 2", {"model": "M", "prompt": "x", "temperature": 3}, 400),
+    ("temperature negative", {"model": "M", "prompt": "x", "temperature": -0.5}, 400),
+    ("top_p zero", {"model": "M", "prompt": "x", "top_p": 0}, 400),
+    ("top_p above 1", {"model": "M", "prompt": "x", "top_p": 1.5}, 400),
+    ("n of 2", {"model": "M", "prompt": "x", "n": 2}, 400),
+    ("stream a string", {"model": "M", "prompt": "x", "stream": "yes"}, 400),
+    ("stream_options without stream", {"model": "M", "prompt": "x", "stream_options": {"include_usage": True}}, 400),
+    ("stream_options not an object", {"model": "M", "prompt": "x", "stream": True, "stream_options": 1}, 400),
+    ("stop a number", {"model": "M", "prompt": "x", "stop": 3}, 400),
+    ("stop too many", {"model": "M", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400),
+    ("stop empty string", {"model": "M", "prompt": "x", "stop": [""]}, 400),
+    ("seed a string", {"model": "M", "prompt": "x", "seed": "s"}, 400),
+    ("logprobs above 5", {"model": "M", "prompt": "x", "logprobs": 6}, 400),
+    ("echo", {"model": "M", "prompt": "x", "echo": True}, 400),
+    ("presence_penalty", {"model": "M", "prompt": "x", "presence_penalty": 1}, 400),
+    ("user a number", {"model": "M", "prompt": "x", "user": 7}, 400),
+    ("chat: no messages", {"model": "M"}, 400, "/v1/chat/completions"),
+    ("chat: messages not an array", {"model": "M", "messages": "hi"}, 400, "/v1/chat/completions"),
+    ("chat: empty messages", {"model": "M", "messages": []}, 400, "/v1/chat/completions"),
+    ("chat: message not an object", {"model": "M", "messages": ["hi"]}, 400, "/v1/chat/completions"),
+    ("chat: no role", {"model": "M", "messages": [{"content": "hi"}]}, 400, "/v1/chat/completions"),
+    ("chat: unknown role", {"model": "M", "messages": [{"role": "wizard", "content": "hi"}]}, 400,
+     "/v1/chat/completions"),
+    ("chat: content a number", {"model": "M", "messages": [{"role": "user", "content": 1}]}, 400,
+     "/v1/chat/completions"),
+    ("chat: image part", {"model": "M", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+     "/v1/chat/completions"),
+    ("chat: top_logprobs without logprobs", {"model": "M", "messages": [{"role": "user", "content": "x"}],
+                                             "top_logprobs": 2}, 400, "/v1/chat/completions"),
+    ("chat: top_logprobs above 20", {"model": "M", "messages": [{"role": "user", "content": "x"}],
+                                     "logprobs": True, "top_logprobs": 21}, 400, "/v1/chat/completions"),
+    ("chat: tools", {"model": "M", "messages": [{"role": "user", "content": "x"}], "tools": []}, 400,
+     "/v1/chat/completions"),
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_malformed_requests_get_4xx_with_an_error_object(smol, case):
+    name, body, status = case[:3]
+    path = case[3] if len(case) > 3 else "/v1/completions"
+    if isinstance(body, dict):
+        body = json.dumps({k: (smol.model if v == "M" and k == "model" else v) for k, v in body.items()}).encode()
+    got, data, _ = smol.raw("POST", path, body, {"Content-Type": "application/json"})
+    assert got == status, data
+    error = json.loads(data)["error"]
+    assert error["message"] and error["type"]
+
+
+def test_wrong_method_route_and_oversized_body(smol):
+    status, data, _ = smol.raw("GET", "/v1/completions")
+    assert status == 405 and json.loads(data)["error"]["message"]
+    status, data, _ = smol.raw("POST", "/v1/nothing", b"{}")
+    assert status == 404 and json.loads(data)["error"]["type"] == "not_found_error"
+    status, data, _ = smol.raw("POST", "/v1/completions", b"x" * (5 << 20), {"Content-Type": "application/json"})
+    assert status == 413 and "limit" in json.loads(data)["error"]["message"]
+    assert smol.raw("GET", "/health")[0] == 200  # and the server still serves
+
+
+def test_api_keys(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# key tenant\nsecret-key-1 alice\nsecret-key-2\n")
+    server = Server(STORIES, "--api-key-file", str(keys))
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            server.client("wrong-key-0").models.list()
+        status, data, _ = server.raw("POST", "/v1/completions", json.dumps({"model": server.model, "prompt": "x"}))
+        assert status == 401 and json.loads(data)["error"]["type"] == "authentication_error"
+        assert server.client("secret-key-1").completions.create(model=server.model, prompt="Once", max_tokens=2).choices
+        assert server.client("secret-key-2").models.list().data[0].id == server.model
+    finally:
+        server.stop()
+
+
+def test_client_disconnect_cancels_the_request(smol):
+    sock = socket.create_connection(("127.0.0.1", smol.port))
+    body = json.dumps({"model": smol.model, "prompt": "Once upon a time", "max_tokens": 2000, "stream": True})
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    received = b""
+    while b"data:" not in received:  # the headers may come on their own first
+        chunk = sock.recv(4096)
+        assert chunk, "the server closed the stream before its first token"
+        received += chunk
+    sock.close()
+    audit_id = [line.split(b": ", 1)[1].strip().decode() for line in received.split(b"\r\n")
+                if line.lower().startswith(b"x-sitsrt-audit-id")][0]
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        ends = [json.loads(line) for line in smol.audit_log.read_text().splitlines()
+                if audit_id in line and '"type":"end"' in line]
+        if ends:
+            # cancelled within a few tokens of the disconnect, not run to its 2000
+            assert ends[0]["finish"] == "cancelled" and ends[0]["generated_tokens"] < 200, ends[0]
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("no end record for the request of the closed connection after 20 s")
+    while json.loads(smol.raw("GET", "/health")[1])["requests_in_flight"] != 0:
+        assert time.time() < deadline, "the request of a closed connection is still in flight"
+        time.sleep(0.05)
+
+
+def test_sigterm_mid_stream_leaves_a_verifiable_audit_log(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    server = Server(STORIES, "--audit-log", str(log), "--drain-seconds", "0")
+    stream = server.client().completions.create(model=server.model, prompt="Once upon a time", max_tokens=400,
+                                                stream=True)
+    next(iter(stream))
+    assert server.stop() == 0
+    verify = subprocess.run([BIN, "audit", "verify", str(log)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
