@@ -3,7 +3,7 @@
 # Extra package names given as arguments are installed too (e.g. clang for the fuzzers).
 set -euo pipefail
 packages=(cmake ninja-build g++ make libfmt-dev nlohmann-json3-dev catch2 libssl-dev libpcre2-dev pkg-config python3 python3-dev
-          python3-venv libcpp-httplib-dev "$@")
+          python3-venv libcpp-httplib-dev prometheus-cpp-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,8 +13,8 @@ jobs=$(nproc)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
-"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2, openai" 2>/dev/null ||
-  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2 openai
+"$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2, openai, prometheus_client" 2>/dev/null ||
+  "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2 openai prometheus-client
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" -DSITSRT_BUILD_TESTS=ON \
   -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"

@@ -33,9 +33,12 @@ int serve_command(int argc, char** argv) {
   specs.push_back({"max-concurrent-requests", 0, "N", "requests answered at once (429 above)", "64"});
   specs.push_back({"request-timeout", 0, "SECONDS", "a request still running after this is cancelled", "600"});
   specs.push_back({"drain-seconds", 0, "SECONDS", "on SIGTERM, how long requests in flight may finish", "10"});
+  specs.push_back({"price-per-hour", 0, "DOLLARS",
+                   "device cost per hour, for /metrics' cost per request and per 1k tokens", "none"});
   Args args("sitsrt serve",
             "Serve a model over an OpenAI-compatible HTTP API: POST /v1/completions, POST /v1/chat/completions "
-            "(stream: SSE, logprobs), GET /v1/models, GET /health. Requests share the engine's batched steps.",
+            "(stream: SSE, logprobs), GET /v1/models, GET /health, GET /metrics (Prometheus). Requests share the "
+            "engine's batched steps.",
             specs);
   args.parse(argc, argv, 2);
   if (args.has("help")) {
@@ -50,6 +53,7 @@ int serve_command(int argc, char** argv) {
   options.max_body_bytes = static_cast<std::size_t>(args.get_int("max-body-bytes", 4 << 20, 1024, 1LL << 32));
   options.max_concurrent_requests = static_cast<int>(args.get_int("max-concurrent-requests", 64, 1, 4096));
   options.request_timeout = std::chrono::seconds(args.get_int("request-timeout", 600, 1, 86400 * 7));
+  options.price_per_hour = args.get_double("price-per-hour", 0.0, 0.0, 1e6);
   const auto drain = std::chrono::seconds(args.get_int("drain-seconds", 10, 0, 3600));
   if (const auto keys = args.get("api-key-file")) {
     try {

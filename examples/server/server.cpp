@@ -1,5 +1,6 @@
 #include "server.hpp"
 
+#include "metrics.hpp"
 #include "openai_protocol.hpp"
 
 #include <sitsrt/error.hpp>
@@ -104,8 +105,9 @@ struct Server::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<Clock::rep> cancel_after{Clock::time_point::max().time_since_epoch().count()};
   int port = 0;
+  ServerMetrics metrics;
 
-  Impl(const Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {
+  Impl(const Engine& e, ServerOptions o) : engine(e), options(std::move(o)), metrics(e, options.price_per_hour) {
     const ModelInfo& info = engine.model_info();
     limits.vocab_size = static_cast<std::int32_t>(info.n_vocab);
     limits.max_tokens_limit = static_cast<std::int32_t>(info.context_length);
@@ -165,14 +167,33 @@ struct Server::Impl {
     RequestHandle handle;
     std::unique_ptr<Slot> slot;
     Clock::time_point deadline;
+    Clock::time_point arrived = Clock::now();
+    Clock::time_point last_token;
+    std::string tenant;
     std::size_t text_offset = 0;
     bool first_chunk = true;
+    bool any_token = false;
   };
+
+  // Latency metrics of a token event that just arrived.
+  void note_token(Exchange& ex) {
+    const Clock::time_point now = Clock::now();
+    if (!ex.any_token) {
+      metrics.time_to_first_token(std::chrono::duration<double>(now - ex.arrived).count());
+    } else {
+      metrics.inter_token_latency(std::chrono::duration<double>(now - ex.last_token).count());
+    }
+    ex.any_token = true;
+    ex.last_token = now;
+  }
+
+  static const char* endpoint(bool chat) { return chat ? "chat" : "completions"; }
 
   std::shared_ptr<Exchange> start(const httplib::Request& req, bool chat) {
     if (stopping) throw ProtocolError(503, "server_error", "the server is shutting down");
     const std::string tenant = authorise(req);
     auto ex = std::make_shared<Exchange>();
+    ex->tenant = tenant;
     ex->slot = std::make_unique<Slot>(*this);
     json body;
     try {
@@ -224,6 +245,7 @@ struct Server::Impl {
     std::vector<TokenPiece> pieces;
     for (;;) {
       if (std::optional<TokenEvent> event = ex.handle.next_event(kPoll)) {
+        note_token(ex);
         pieces.push_back(piece(ex, *event));
         continue;
       }
@@ -234,15 +256,22 @@ struct Server::Impl {
     try {
       result = ex.handle.wait();
     } catch (const Error& e) {
-      send_error(res, from_engine_error(e));
+      const ProtocolError p = from_engine_error(e);
+      metrics.request_done(endpoint(ex.request.chat), p.status, ex.tenant, 0, 0);
+      send_error(res, p);
       return;
     }
     if (result.finish_reason == FinishReason::kCancelled) {
-      send_error(res, ProtocolError(stopping ? 503 : 504, "timeout",
+      const int status = stopping ? 503 : 504;
+      metrics.request_done(endpoint(ex.request.chat), status, ex.tenant, result.timings.prompt_tokens,
+                           result.timings.generated_tokens);
+      send_error(res, ProtocolError(status, "timeout",
                                     stopping ? "the server shut down before the request finished"
                                              : "the request ran past the server's request timeout"));
       return;
     }
+    metrics.request_done(endpoint(ex.request.chat), 200, ex.tenant, result.timings.prompt_tokens,
+                         result.timings.generated_tokens);
     if (!ex.meta.audit_id.empty()) res.set_header("x-sitsrt-audit-id", ex.meta.audit_id);
     send_json(res, 200,
               completion_response(ex.request, ex.meta, result.text, pieces, finish_reason_name(result.finish_reason),
@@ -263,6 +292,7 @@ struct Server::Impl {
               return false;
             }
             if (std::optional<TokenEvent> event = x.handle.next_event(kPoll)) {
+              note_token(x);
               std::vector<TokenPiece> pieces{piece(x, *event)};
               const json chunk =
                   stream_chunk(x.request, x.meta, event->text, pieces, x.text_offset, nullptr, x.first_chunk);
@@ -279,6 +309,8 @@ struct Server::Impl {
           }
           try {
             const GenerationResult result = x.handle.wait();
+            metrics.request_done(endpoint(x.request.chat), 200, x.tenant, result.timings.prompt_tokens,
+                                 result.timings.generated_tokens);
             const json last = stream_chunk(x.request, x.meta, "", {}, x.text_offset,
                                            finish_reason_name(result.finish_reason), x.first_chunk);
             bool ok = write(sse(last));
@@ -289,6 +321,7 @@ struct Server::Impl {
             if (ok) write("data: [DONE]\n\n");
           } catch (const Error& e) {
             const ProtocolError p = from_engine_error(e);
+            metrics.request_done(endpoint(x.request.chat), p.status, x.tenant, 0, 0);
             if (write(sse(error_body(p.what(), p.type)))) write("data: [DONE]\n\n");
           }
           sink.done();
@@ -302,6 +335,7 @@ struct Server::Impl {
     try {
       ex = start(req, chat);
     } catch (const ProtocolError& e) {
+      metrics.request_done(endpoint(chat), e.status, "", 0, 0);
       send_error(res, e);
       return;
     }
@@ -339,6 +373,15 @@ struct Server::Impl {
     };
     http.Get("/v1/models", models);
     http.Get(R"(/v1/models/([^/]+))", models);
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      try {
+        static_cast<void>(authorise(req));
+      } catch (const ProtocolError& e) {
+        send_error(res, e);
+        return;
+      }
+      res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const bool open = engine.circuit_breaker_open();
       send_json(res, open || stopping ? 503 : 200,

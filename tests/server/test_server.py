@@ -278,6 +278,32 @@ def test_api_keys(tmp_path):
         server.stop()
 
 
+def test_metrics_parse_and_count_what_was_answered(tmp_path):
+    parser = pytest.importorskip("prometheus_client.parser")
+    server = Server(STORIES, "--price-per-hour", "3.6")
+    try:
+        client = server.client()
+        for _ in range(3):
+            client.completions.create(model=server.model, prompt="Once", max_tokens=5, temperature=0)
+        list(client.completions.create(model=server.model, prompt="Once", max_tokens=5, stream=True))
+        server.raw("POST", "/v1/completions", b"{")
+        status, body, headers = server.raw("GET", "/metrics")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain")
+        families = {f.name: f for f in parser.text_string_to_metric_families(body.decode())}
+        requests = {(s.labels["endpoint"], s.labels["status"]): s.value for s in families["sitsrt_requests"].samples
+                    if s.name == "sitsrt_requests_total"}
+        assert requests == {("completions", "200"): 4, ("completions", "400"): 1}
+        value = lambda family, name: [s.value for s in families[family].samples if s.name == name][0]
+        assert value("sitsrt_generation_tokens", "sitsrt_generation_tokens_total") == 20
+        assert value("sitsrt_time_to_first_token_seconds", "sitsrt_time_to_first_token_seconds_count") == 4
+        assert value("sitsrt_kv_blocks_free", "sitsrt_kv_blocks_free") > 0
+        assert value("process_resident_memory_bytes", "process_resident_memory_bytes") > 1e6
+        costs = {s.labels["basis"]: s.value for s in families["sitsrt_cost_dollars"].samples}
+        assert costs["accrued"] > 0 and abs(costs["per_request"] * 5 - costs["accrued"]) < 1e-3 * costs["accrued"] + 1e-9
+    finally:
+        server.stop()
+
+
 def test_client_disconnect_cancels_the_request(smol):
     sock = socket.create_connection(("127.0.0.1", smol.port))
     body = json.dumps({"model": smol.model, "prompt": "Once upon a time", "max_tokens": 2000, "stream": True})
