@@ -53,6 +53,7 @@ int serve_command(int argc, char** argv) {
   options.max_body_bytes = static_cast<std::size_t>(args.get_int("max-body-bytes", 4 << 20, 1024, 1LL << 32));
   options.max_concurrent_requests = static_cast<int>(args.get_int("max-concurrent-requests", 64, 1, 4096));
   options.request_timeout = std::chrono::seconds(args.get_int("request-timeout", 600, 1, 86400 * 7));
+  options.audit_log = args.get_or("audit-log", "");
   options.price_per_hour = args.get_double("price-per-hour", 0.0, 0.0, 1e6);
   const auto drain = std::chrono::seconds(args.get_int("drain-seconds", 10, 0, 3600));
   if (const auto keys = args.get("api-key-file")) {

@@ -10,6 +10,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <random>
@@ -63,6 +64,27 @@ std::string random_hex(std::size_t n) {
 
 std::string sse(const json& value) {
   return "data: " + value.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+// The records of request `id` in an audit log and its rotations (FILE, FILE.1, FILE.2, ...), in
+// file order; a line still being written (torn) is skipped.
+std::vector<json> audit_records(const std::string& path, const std::string& id) {
+  std::vector<json> records;
+  for (int n = 0;; ++n) {
+    std::ifstream in(n == 0 ? path : path + "." + std::to_string(n));
+    if (!in) {
+      if (n == 0) continue;  // the first file may have been rotated away
+      break;
+    }
+    std::string line;
+    const std::string needle = "\"req\":\"" + id + "\"";
+    while (std::getline(in, line)) {
+      if (line.find(needle) == std::string::npos) continue;
+      json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (record.is_object() && record.value("req", std::string()) == id) records.push_back(std::move(record));
+    }
+  }
+  return records;
 }
 
 }  // namespace
@@ -373,6 +395,30 @@ struct Server::Impl {
     };
     http.Get("/v1/models", models);
     http.Get(R"(/v1/models/([^/]+))", models);
+    http.Get(R"(/v1/audit/([A-Za-z0-9_.-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      std::string tenant;
+      try {
+        tenant = authorise(req);
+      } catch (const ProtocolError& e) {
+        send_error(res, e);
+        return;
+      }
+      const std::string id = req.matches[1];
+      if (options.audit_log.empty()) {
+        send_error(res,
+                   ProtocolError(404, "not_found_error", "this server keeps no audit log (start it with --audit-log)"));
+        return;
+      }
+      const std::vector<json> records = audit_records(options.audit_log, id);
+      const auto begin = std::find_if(records.begin(), records.end(),
+                                      [](const json& r) { return r.value("type", std::string()) == "request"; });
+      // Another tenant's request is reported as absent, not as forbidden: ids are not to be probed.
+      if (begin == records.end() || begin->value("/meta/tenant"_json_pointer, std::string()) != tenant) {
+        send_error(res, ProtocolError(404, "not_found_error", "no audit records for request '" + id + "'"));
+        return;
+      }
+      send_json(res, 200, {{"object", "list"}, {"request_id", id}, {"data", records}});
+    });
     http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       try {
         static_cast<void>(authorise(req));

@@ -3,7 +3,7 @@
 // submit_chat), which batches them; a streamed response forwards each token event as an SSE
 // chunk, and a client that goes away cancels its request (its KV blocks are freed at once).
 //   POST /v1/completions, POST /v1/chat/completions (stream or not, logprobs), GET /v1/models,
-//   GET /health, GET /metrics (Prometheus, metrics.hpp)
+//   GET /health, GET /metrics (Prometheus, metrics.hpp), GET /v1/audit/{id} (a request's records)
 // Errors are OpenAI error objects with 4xx/5xx statuses; no request input can crash the server.
 #pragma once
 
@@ -28,7 +28,10 @@ struct ServerOptions {
   int max_concurrent_requests = 64;           // more get 429 at once
   std::chrono::seconds request_timeout{600};  // a request still running then is cancelled
   int http_threads = 0;                       // 0: max_concurrent_requests + 8
-  double price_per_hour = 0.0;                // device cost for the /metrics cost board (0: not shown)
+  // The audit log the engine writes (EngineOptions' JSONL sink), for GET /v1/audit/{id}: that
+  // request's records, to its own tenant only. Empty: the endpoint answers 404.
+  std::string audit_log;
+  double price_per_hour = 0.0;  // device cost for the /metrics cost board (0: not shown)
 };
 
 class Server {

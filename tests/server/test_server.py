@@ -304,6 +304,35 @@ def test_metrics_parse_and_count_what_was_answered(tmp_path):
         server.stop()
 
 
+def test_audit_records_of_a_request_to_its_own_tenant_only(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("alice-key-123 alice\nbob-key-4567 bob\n")
+    log = tmp_path / "audit.jsonl"
+    server = Server(STORIES, "--api-key-file", str(keys), "--audit-log", str(log))
+    try:
+        raw = server.client("alice-key-123").completions.with_raw_response.create(
+            model=server.model, prompt="Once", max_tokens=4, temperature=0)
+        audit_id, result = raw.headers["x-sitsrt-audit-id"], raw.parse()
+        deadline = time.time() + 10
+        while True:
+            status, body, _ = server.raw("GET", f"/v1/audit/{audit_id}", headers={"Authorization": "Bearer alice-key-123"})
+            records = json.loads(body).get("data", [])
+            if status == 200 and any(r["type"] == "end" for r in records) or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        assert status == 200
+        kinds = [r["type"] for r in records]
+        assert kinds[0] == "request" and kinds[-1] == "end" and kinds.count("token") == 4
+        assert records[0]["meta"]["tenant"] == "alice"
+        assert [r["id"] for r in records if r["type"] == "token"] == records[-1]["tokens"]
+        assert server.raw("GET", f"/v1/audit/{audit_id}", headers={"Authorization": "Bearer bob-key-4567"})[0] == 404
+        assert server.raw("GET", f"/v1/audit/{audit_id}")[0] == 401
+        assert server.raw("GET", "/v1/audit/no-such-id", headers={"Authorization": "Bearer alice-key-123"})[0] == 404
+        assert result.choices[0].text
+    finally:
+        server.stop()
+
+
 def test_client_disconnect_cancels_the_request(smol):
     sock = socket.create_connection(("127.0.0.1", smol.port))
     body = json.dumps({"model": smol.model, "prompt": "Once upon a time", "max_tokens": 2000, "stream": True})
