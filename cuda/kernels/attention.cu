@@ -60,8 +60,12 @@ __device__ inline void store_u16(std::uint8_t* p, std::uint16_t v) {
 __device__ void store_row(int type, const float* buf, std::uint8_t* dst, std::int64_t width, std::int64_t head_dim) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   switch (type) {
-    case 0:
-      for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) reinterpret_cast<float*>(dst)[e] = buf[e];
+    case 0:  // byte stores: an f32 plane after an int4 one is only 2-byte aligned for some block sizes
+      for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+        const std::uint32_t bits = float_bits(buf[e]);
+        store_u16(dst + 4 * e, static_cast<std::uint16_t>(bits & 0xffffu));
+        store_u16(dst + 4 * e + 2, static_cast<std::uint16_t>(bits >> 16));
+      }
       return;
     case 1:
       for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) {
