@@ -159,6 +159,22 @@ void unsupported_unless(const json& body, const char* name, const json& allowed,
 
 }  // namespace
 
+json parse_request_body(const std::string& body) {
+  // The parser itself is iterative; the callback refuses depth before any value is built deeper.
+  const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxBodyDepth) {
+      throw ProtocolError(400, "invalid_request_error",
+                          "the body nests deeper than " + std::to_string(kMaxBodyDepth) + " levels");
+    }
+    return true;
+  };
+  try {
+    return json::parse(body, limit);
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 2e1402
+    throw ProtocolError(400, "invalid_request_error", std::string("the body is not valid JSON: ") + e.what());
+  }
+}
+
 json error_body(const std::string& message, const std::string& type, const std::string& param) {
   return {{"error",
            {{"message", message},

@@ -53,6 +53,13 @@ struct ProtocolLimits {
   std::int32_t vocab_size = 0;                       // token-id prompts are checked against it
 };
 
+// Most nesting a request body may have: OpenAI bodies are shallow, and copying or printing a
+// deeper value would recurse that deep (a stack overflow for a hostile body).
+inline constexpr int kMaxBodyDepth = 64;
+
+// The body as JSON; throws ProtocolError (400) for invalid JSON or nesting past kMaxBodyDepth.
+[[nodiscard]] nlohmann::json parse_request_body(const std::string& body);
+
 // Throws ProtocolError (400) naming the field for anything malformed or unsupported (n != 1,
 // echo, best_of, non-zero presence / frequency penalties).
 [[nodiscard]] CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,

@@ -217,13 +217,7 @@ struct Server::Impl {
     auto ex = std::make_shared<Exchange>();
     ex->tenant = tenant;
     ex->slot = std::make_unique<Slot>(*this);
-    json body;
-    try {
-      body = json::parse(req.body);
-    } catch (const json::parse_error& e) {
-      throw ProtocolError(400, "invalid_request_error", std::string("the body is not valid JSON: ") + e.what());
-    }
-    ex->request = parse_completion_request(body, chat, limits);
+    ex->request = parse_completion_request(parse_request_body(req.body), chat, limits);
     if (ex->request.model != options.model_id) {
       throw ProtocolError(
           404, "not_found_error",

@@ -1,6 +1,7 @@
 // libFuzzer target: `sitsrt serve`'s request parsing and response writing on arbitrary bodies.
-// First byte: bit 0 picks /v1/chat/completions over /v1/completions. Property: a body is
-// either refused with a ProtocolError (the server's 4xx) or parsed into a request whose
+// First byte: bit 0 picks /v1/chat/completions over /v1/completions. Property: a body (invalid
+// or deeply nested JSON included) is either refused with a ProtocolError (the server's 4xx) or
+// parsed into a request whose
 // response and stream chunks serialise (token bytes of any kind, invalid UTF-8 included);
 // nothing crashes, hangs or throws anything else.
 #include "openai_protocol.hpp"
@@ -14,12 +15,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const bool chat = (data[0] & 1) != 0;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return 0;
   sitsrt::server::ProtocolLimits limits;
   limits.vocab_size = 32000;
   limits.max_tokens_limit = 4096;
   try {
+    const nlohmann::json json = sitsrt::server::parse_request_body(body);
     const sitsrt::server::CompletionRequest request = sitsrt::server::parse_completion_request(json, chat, limits);
     // The request's own strings stand in for token bytes: arbitrary, possibly invalid UTF-8.
     const std::string bytes = request.chat ? request.messages.front().content : request.prompt;

@@ -238,6 +238,11 @@ MALFORMED = [
                                      "logprobs": True, "top_logprobs": 21}, 400, "/v1/chat/completions"),
     ("chat: tools", {"model": "M", "messages": [{"role": "user", "content": "x"}], "tools": []}, 400,
      "/v1/chat/completions"),
+    ("nesting 100000 deep", b"[" * 100000 + b"]" * 100000, 400),
+    ("a number past double's range", b'{"model":"M","prompt":"x","max_tokens":2e1402}', 400),
+    ("chat: an extra field nesting 100000 deep",
+     b'{"model":"M","messages":[{"role":"user","content":"hi","x":' + b"[" * 100000 + b"]" * 100000 + b"}]}", 400,
+     "/v1/chat/completions"),
 ]
 
 
