@@ -50,6 +50,7 @@ fi
 
 # 2. memcheck on the kernel tests (the model test's attention case included).
 sanitizer="$cuda_home/bin/compute-sanitizer"
+[ -x "$sanitizer" ] || sanitizer=$(command -v compute-sanitizer || echo "$sanitizer")
 t0=$SECONDS
 "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 "$loader" --library-path "$libs" \
   "$bundle/bin/cuda_backend_test" >"$out/memcheck_kernels.log" 2>&1
