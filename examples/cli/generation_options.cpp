@@ -41,7 +41,10 @@ GenerationConfig generation_config_from(const Args& args, std::int32_t default_m
 
 std::vector<OptionSpec> audit_option_specs() {
   return {
-      {"audit-log", 0, "FILE", "write a hash-chained JSONL audit log (a new file; rotations go to FILE.1, ...)", ""},
+      {"audit-log", 0, "FILE",
+       "write a hash-chained JSONL audit log (a new file unless --audit-append; rotations go to FILE.1, ...)", ""},
+      {"audit-append", 0, "",
+       "continue an existing --audit-log: its last file is verified, then its chain goes on (created if missing)", ""},
       {"audit-level", 0, "LEVEL", "audit trace level: off, tokens, topk, full", "tokens"},
       {"audit-full-step", 0, "I", "at level full, record the whole distribution of token I (repeatable)", ""},
       {"audit-key-file", 0, "FILE", "authenticate the audit log with HMAC-SHA-256 under this key", ""},
@@ -75,6 +78,7 @@ void apply_audit_options(const Args& args, EngineOptions& engine_options, Genera
       throw UsageError(fmt::format("--audit-fsync must be record, request or never, got '{}'", fsync));
     }
     log_options.rotate_bytes = args.get_uint64("audit-rotate-bytes", 0);
+    log_options.append = args.has("audit-append");
     for (const auto& step : args.all("audit-full-step")) {
       char* end = nullptr;
       const long long i = std::strtoll(step.c_str(), &end, 10);
@@ -88,6 +92,8 @@ void apply_audit_options(const Args& args, EngineOptions& engine_options, Genera
     engine_options.audit_sinks.push_back(make_jsonl_audit_sink(log_options));
   } else if (args.has("audit-key-file")) {
     throw UsageError("--audit-key-file needs --audit-log FILE");
+  } else if (args.has("audit-append")) {
+    throw UsageError("--audit-append needs --audit-log FILE");
   }
   if (const auto trace = args.get("otlp-trace")) engine_options.audit_sinks.push_back(make_otlp_trace_sink({*trace}));
 }

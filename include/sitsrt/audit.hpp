@@ -190,10 +190,15 @@ struct JsonlAuditLogOptions {
   Durability durability = Durability::kPerRequest;
   std::uint64_t rotate_bytes = 0;  // start a new file when one grows past this; 0: never
   std::size_t queue_records = 4096;  // bounded queue; a full queue makes generation wait
+  // Continue an existing log instead of refusing it: the last file of its series is verified
+  // (from its header: chain, sequence, HMAC under `hmac_key`) and records follow its last one;
+  // a log that does not verify there, or ends in a torn line, is refused (kIo, naming the file
+  // and line). A log that does not exist yet is created as without `append`.
+  bool append = false;
 };
 
 // A sink that writes one canonical JSON record per line with a SHA-256 (or HMAC) hash chain,
-// from its own thread. The file must not exist yet (an audit log is never overwritten);
+// from its own thread. The file must not exist yet unless `append` (an audit log is never overwritten);
 // throws sitsrt::Error(kIo) when it exists or cannot be created; when another writer (another
 // process, or another sink of this one) holds it, the message says "audit log PATH is in use by
 // pid N". The file is write-locked (fcntl) while the sink lives; see docs/audit-log.md. Writes pending records on

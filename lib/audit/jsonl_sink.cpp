@@ -2,6 +2,7 @@
 // turns them into canonical, hash-chained lines, writes them in batches and syncs per policy.
 #include "audit/chain.hpp"
 #include "audit/records.hpp"
+#include "audit/verify.hpp"
 #include "core/check.hpp"
 #include "core/file_io.hpp"
 
@@ -90,7 +91,12 @@ class JsonlSink final : public AuditSink {
   explicit JsonlSink(JsonlAuditLogOptions options) : options_(std::move(options)) {
     if (options_.path.empty()) raise(ErrorCode::kInvalidArgument, "audit log path is empty");
     if (options_.queue_records == 0) raise(ErrorCode::kInvalidArgument, "audit queue_records must be > 0");
-    open_file(options_.path);
+    struct stat st {};
+    if (options_.append && ::lstat(options_.path.c_str(), &st) == 0) {
+      open_for_append();
+    } else {
+      open_file(options_.path);
+    }
     writer_ = std::thread([this] { run(); });
   }
 
@@ -183,6 +189,53 @@ class JsonlSink final : public AuditSink {
       refuse(error);
     }
     ::unlink(staging.c_str());
+  }
+
+  // Opens an existing log to continue it (options_.append): locks its first file as open_file
+  // would have (so a second writer is refused the same way), verifies the last file of its
+  // series and takes the chain from its last record.
+  void open_for_append() {
+    const std::string& path = options_.path;
+    const auto open_locked = [&](const std::string& file) {
+      struct stat st {};
+      if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        raise(ErrorCode::kIo, "{}: cannot append to the audit log: not a regular file", file);
+      }
+      if (HeldLogs::instance().holds(identity_of(file))) refuse_existing(file);
+      UniqueFd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
+      if (!fd) raise(ErrorCode::kIo, "{}: cannot open the audit log to append ({})", file, std::strerror(errno));
+      if (!lock_file(fd.get())) refuse_existing(file);
+      return fd;
+    };
+    UniqueFd first = open_locked(path);
+    // Rotations are made only under the first file's lock, so the series is stable from here.
+    const std::vector<std::string> series = audit::rotated_series(path);
+    const std::string& last = series.back();
+    UniqueFd last_fd = last == path ? UniqueFd() : open_locked(last);
+    const std::string contents = read_regular_file(last, audit::kMaxLogFileBytes, "audit log file", ErrorCode::kIo);
+    const audit::VerifyReport report = audit::verify_last_file(last, contents, options_.hmac_key);
+    if (!report.clean()) {
+      raise(ErrorCode::kIo,
+            "{}: cannot append to the audit log: line {}: {} ({}); nothing was written (`sitsrt audit verify` "
+            "checks the whole series; start a new log under another name)",
+            last, report.line, audit::to_string(report.problem), report.message);
+    }
+    const auto adopt = [&](UniqueFd& fd, const std::string& file) {
+      const int raw = fd.release();
+      identities_[raw] = identity_of(raw, file);
+      HeldLogs::instance().add(identities_[raw]);
+      return raw;
+    };
+    if (last == path) {
+      fd_ = adopt(first, path);
+    } else {
+      first_fd_ = adopt(first, path);
+      fd_ = adopt(last_fd, last);
+    }
+    file_index_ = report.last_file_index;
+    file_bytes_ = contents.size();
+    chain_.seq = report.next_seq;
+    chain_.prev = report.last_hash;
   }
 
   // Throws the refusal for a log path that exists: in use by a live writer (which), or not.

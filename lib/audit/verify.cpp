@@ -14,9 +14,6 @@
 namespace sitsrt::audit {
 namespace {
 
-// The verifier holds a whole series in memory; past this a log should be rotated (rotate_bytes).
-constexpr std::uint64_t kMaxLogFileBytes = std::uint64_t{16} << 30;
-
 struct Line {
   std::size_t file = 0;
   std::int64_t number = 0;  // 1-based
@@ -40,6 +37,17 @@ std::vector<Line> split_lines(const std::vector<std::string>& contents) {
     }
   }
   return lines;
+}
+
+// A field of a record, or `fallback` when absent or of another type: a record whose hash matches
+// may still hold anything (anyone can hash an unauthenticated record), and must not throw here.
+std::string string_field(const nlohmann::json& record, const char* name) {
+  const auto it = record.find(name);
+  return it != record.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+std::int64_t int_field(const nlohmann::json& record, const char* name) {
+  const auto it = record.find(name);
+  return it != record.end() && it->is_number_integer() ? it->get<std::int64_t>() : -1;
 }
 
 }  // namespace
@@ -75,8 +83,12 @@ VerifyReport verify_log(const std::vector<std::string>& files, const std::string
   return verify_log_contents(files, contents, key);
 }
 
-VerifyReport verify_log_contents(const std::vector<std::string>& files, const std::vector<std::string>& contents,
-                                 const std::string& key) {
+namespace {
+
+// `from_header`: the first file may be a later file of its series, whose header gives where the
+// chain stands (verify_last_file).
+VerifyReport verify_series(const std::vector<std::string>& files, const std::vector<std::string>& contents,
+                           const std::string& key, bool from_header) {
   VerifyReport report;
   report.files = static_cast<std::int64_t>(files.size());
   if (files.empty()) raise(ErrorCode::kInvalidArgument, "no audit log files given");
@@ -111,6 +123,17 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
   ChainState state;
   std::set<std::string> open;
   std::int64_t expected_file = 0;
+  if (from_header && !lines.empty() && parsed[0]) {
+    const nlohmann::json& header = records[0];
+    const auto prev = header.find("prev");
+    const auto index = header.find("file_index");
+    if (prev != header.end() && prev->is_string() && index != header.end() && index->is_number_integer() &&
+        index->get<std::int64_t>() >= 0) {  // otherwise the loop reports the bad header
+      state.seq = header["seq"].get<std::int64_t>();
+      state.prev = prev->get<std::string>();
+      expected_file = index->get<std::int64_t>();
+    }
+  }
   bool authenticated = false;
   const auto fail = [&](std::size_t i, VerifyProblem p, std::string message) {
     report.problem = p;
@@ -163,7 +186,7 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
     const std::string type = record["type"];
     if (i == 0) {
       if (type != "file") return fail(i, VerifyProblem::kFileOrder, "the log does not start with a file header");
-      authenticated = record.value("alg", "") == "hmac-sha256";
+      authenticated = string_field(record, "alg") == "hmac-sha256";
       if (authenticated && key.empty()) {
         return fail(i, VerifyProblem::kKey, "the log is HMAC-authenticated: pass its key (--key-file)");
       }
@@ -206,16 +229,16 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
                                 : "a file header in the middle of a file");
     }
     if (type == "file") {
-      if (record.value("file_index", -1) != expected_file) {
+      if (int_field(record, "file_index") != expected_file) {
         return fail(i, VerifyProblem::kFileOrder,
                     fmt::format("file header says index {}, expected {} (a rotated file is missing or out of order)",
-                                record.value("file_index", -1), expected_file));
+                                int_field(record, "file_index"), expected_file));
       }
-      ++expected_file;
+      report.last_file_index = expected_file++;
     } else if (type == "request") {
-      open.insert(record.value("req", ""));
+      open.insert(string_field(record, "req"));
     } else if (type == "end") {
-      open.erase(record.value("req", ""));
+      open.erase(string_field(record, "req"));
     }
     state.prev = hash;
     ++state.seq;
@@ -223,7 +246,19 @@ VerifyReport verify_log_contents(const std::vector<std::string>& files, const st
   }
   report.open_requests = static_cast<std::int64_t>(open.size());
   report.last_hash = state.prev;
+  report.next_seq = state.seq;
   return report;
+}
+
+}  // namespace
+
+VerifyReport verify_log_contents(const std::vector<std::string>& files, const std::vector<std::string>& contents,
+                                 const std::string& key) {
+  return verify_series(files, contents, key, /*from_header=*/false);
+}
+
+VerifyReport verify_last_file(const std::string& file, const std::string& contents, const std::string& key) {
+  return verify_series({file}, {contents}, key, /*from_header=*/true);
 }
 
 }  // namespace sitsrt::audit

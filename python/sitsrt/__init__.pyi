@@ -117,7 +117,8 @@ class Engine:
     def __init__(self, model: str | os.PathLike[str], *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None, weights: str = "as-stored", mmap_weights: bool = False,
+                 audit_key: str | bytes | None = None, audit_append: bool = False, weights: str = "as-stored",
+                 mmap_weights: bool = False,
                  devices: str | Sequence[str] | None = None, chat_template: str | None = None,
                  activations: str = "int8", k_dtype: str | None = None, v_dtype: str | None = None,
                  kv_hadamard: bool = True, kv_centering: bool = True, max_num_seqs: int = 16,
@@ -130,7 +131,8 @@ class Engine:
         weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output
         head kept 16-bit), "fp8-all", "q4g128" (ValueError otherwise);
         audit: sink(s) for every request (a path, an object with on_request_begin/on_token/
-        on_request_end, or a list); audit_key: HMAC key for path sinks."""
+        on_request_end, or a list); audit_key: HMAC key for path sinks; audit_append: continue existing
+        path logs (last file verified first) instead of refusing them."""
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.8,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  repeat_last_n: int = 64, seed: int | None = None, stop: str | Sequence[str] | None = None,

@@ -134,12 +134,12 @@ def _devices(devices: Any) -> str:
     return names[0]
 
 
-def _sinks(audit: Any, key: Any) -> list:
-    """None, a path, a sink object, or a list of those -> C++ sinks."""
+def _sinks(audit: Any, key: Any, append: bool = False) -> list:
+    """None, a path, a sink object, or a list of those -> C++ sinks (append: continue existing logs)."""
     if audit is None:
         return []
     specs = audit if isinstance(audit, (list, tuple)) else [audit]
-    return [_sitsrt.make_sink(s, _key(key)) for s in specs]
+    return [_sitsrt.make_sink(s, _key(key), append) for s in specs]
 
 
 _WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128", "fp8-all")
@@ -188,6 +188,8 @@ class Engine:
         audit: sinks for every request: a path (a new hash-chained JSONL log), an object with
             on_request_begin/on_token/on_request_end methods, or a list of those.
         audit_key: HMAC key (str or bytes) for path sinks.
+        audit_append: continue existing path logs (their last file is verified first; IOError if it
+            does not verify) instead of refusing them.
         activations: decode matmuls of quantized weights (one row at a time: generation, and the
             output head of a prefill that returns one row) with "int8" activations (default:
             faster, adds the int8 rounding of the input row) or "f32". With "int8", generation's
@@ -208,7 +210,7 @@ class Engine:
     def __init__(self, model: str | os.PathLike, *, threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", max_batch_tokens: int = 256, cpu_isa: str = "auto",
                  memory_budget_bytes: int = 0, deterministic: bool = False, audit: Any = None,
-                 audit_key: str | bytes | None = None, weights: str = "as-stored",
+                 audit_key: str | bytes | None = None, audit_append: bool = False, weights: str = "as-stored",
                  mmap_weights: bool = False, devices: str | Sequence[str] | None = None,
                  chat_template: str | None = None, activations: str = "int8", k_dtype: str | None = None,
                  v_dtype: str | None = None, kv_hadamard: bool = True, kv_centering: bool = True,
@@ -256,7 +258,7 @@ class Engine:
             cpu_isa=cpu_isa,
             memory_budget_bytes=_int("memory_budget_bytes", memory_budget_bytes, 0, _UINT64_MAX),
             deterministic=_bool("deterministic", deterministic),
-            sinks=_sinks(audit, audit_key),
+            sinks=_sinks(audit, audit_key, _bool("audit_append", audit_append)),
             weights=weights,
             mmap_weights=_bool("mmap_weights", mmap_weights),
             chat_template=_chat_template_source(chat_template),

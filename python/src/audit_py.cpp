@@ -68,12 +68,13 @@ class PythonSink final : public AuditSink {
 
 }  // namespace
 
-std::shared_ptr<AuditSink> make_sink(py::handle spec, const std::string& key) {
+std::shared_ptr<AuditSink> make_sink(py::handle spec, const std::string& key, bool append) {
   const py::module_ os = py::module_::import("os");
   if (py::isinstance<py::str>(spec) || py::isinstance(spec, os.attr("PathLike"))) {
     JsonlAuditLogOptions options;
     options.path = os.attr("fspath")(spec).cast<std::string>();
     options.hmac_key = key;
+    options.append = append;
     return make_jsonl_audit_sink(options);
   }
   for (const char* method : {"on_request_begin", "on_token", "on_request_end"}) {

@@ -45,7 +45,7 @@ void bind_audit(pybind11::module_& m);
 // A Python audit sink spec -> a C++ sink: str/os.PathLike -> JSONL log (key: HMAC key, may be
 // empty); an object with on_request_begin/on_token/on_request_end -> an adapter that calls it
 // with the GIL held. Needs the GIL.
-std::shared_ptr<AuditSink> make_sink(pybind11::handle spec, const std::string& key);
+std::shared_ptr<AuditSink> make_sink(pybind11::handle spec, const std::string& key, bool append);
 
 // True while the interpreter shuts down: threads of ours must not take the GIL then.
 inline bool interpreter_finalizing() noexcept {

@@ -113,7 +113,7 @@ void bind_types(py::module_& m) {
         py::gil_scoped_release release;
         s.flush();
       });
-  m.def("make_sink", &make_sink, py::arg("spec"), py::arg("key") = "");
+  m.def("make_sink", &make_sink, py::arg("spec"), py::arg("key") = "", py::arg("append") = false);
 
   py::class_<GenerationConfig>(m, "GenerationConfig")
       .def(py::init<>())

@@ -87,6 +87,22 @@ def test_jsonl_log_verify_and_replay(model_path, tmp_path):
     assert not bad and bad.line == 2 and bad.problem == "modified"
 
 
+def test_audit_append_continues_a_log_across_engines(model_path, tmp_path):
+    log = tmp_path / "appended.jsonl"
+    ids = []
+    for prompt in ("Once upon a time", "The cat"):
+        engine = sitsrt.Engine(model_path, threads=1, audit=str(log), audit_key="k3y", audit_append=True)
+        ids.append(engine.generate(prompt, **GREEDY).request_id)
+        del engine  # closes the log
+    report = sitsrt.audit.verify(log, key="k3y")
+    assert report and report.open_requests == 0 and report.files == 1
+    assert [o.request_id for o in sitsrt.audit.replay(log, model_path)] == ids
+    with pytest.raises(IOError, match="cannot append to the audit log"):
+        sitsrt.Engine(model_path, threads=1, audit=str(log), audit_key="wrong", audit_append=True)
+    with pytest.raises(IOError, match="never overwritten"):
+        sitsrt.Engine(model_path, threads=1, audit=str(log), audit_key="k3y")  # no append: refused as before
+
+
 def test_per_request_log_is_complete_on_return(engine, tmp_path):
     log = tmp_path / "one.jsonl"
     r = engine.generate("Once upon a time", audit=log, **GREEDY)

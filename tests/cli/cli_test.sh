@@ -292,6 +292,15 @@ check "audit: HMAC log verifies with its key only" bash -c "'$cli' run -m '$mode
 check "run --otlp-trace: one OTLP/JSON span with 5 token events" json_check "$work/trace.jsonl" \
   "len(doc['resourceSpans'][0]['scopeSpans'][0]['spans'][0]['events']) == 5"
 check "audit: an existing log is never overwritten" bash -c "'$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/h.jsonl' 2>/dev/null; test \$? -eq 1"
+check "audit: --audit-append continues a log across runs (HMAC key kept) and verify sees every request" bash -c "
+  for i in 1 2 3; do '$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/ap.jsonl' --audit-append --audit-key-file '$work/key' --audit-rotate-bytes 3000 >/dev/null || exit 1; done
+  '$cli' audit verify '$work/ap.jsonl' --key-file '$work/key' | grep -q '^clean: .* 0 request(s) without' \
+  && test \$(cat '$work/ap.jsonl'* | grep -c '\"type\":\"end\"') -eq 3"
+check "audit: --audit-append refuses a log whose tail is tampered, naming file and line" bash -c "
+  last=\$(ls '$work'/ap.jsonl* | sort -V | tail -1); sed -i '\$ s/\"finish\":\"length\"/\"finish\":\"lengtX\"/' \"\$last\"
+  '$cli' run -m '$model' -p hi -n 2 -q --audit-log '$work/ap.jsonl' --audit-append --audit-key-file '$work/key' 2>'$work/ap.err'; test \$? -eq 1 \
+  && grep -q 'cannot append to the audit log: line [0-9]*: modified' '$work/ap.err'"
+check "audit: --audit-append without --audit-log is a usage error" bash -c "'$cli' run -m '$model' -p hi -n 1 --audit-append 2>/dev/null; test \$? -eq 2"
 
 # sitsrt perplexity: the llama-perplexity report, --json, and KL-divergence base files.
 text=$here/../data/text/architecture-notes.txt
