@@ -4,11 +4,11 @@
 # Python tests (pytest, with the in-tree module; one of them builds a wheel with pip), and the
 # NumPy references of every architecture against `sitsrt logits`, of the real models
 # (SmolLM2-135M-Instruct, Gemma 3 270M) against greedy generation, and Python's jinja2 against
-# `sitsrt template` over every chat template (tests/reference), and `sitsrt serve` through the openai
-# client (tests/server).
+# `sitsrt template` over every chat template (tests/reference), `sitsrt serve` through the openai
+# client (tests/server), and the trace viewer in headless Chromium (tests/viewer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh chromium  # chromium: the trace viewer's browser tests
 jobs=$(nproc)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
@@ -35,3 +35,6 @@ PYTHONPATH="$PWD/build/python" "$py" -m pytest -q -p no:cacheprovider python/tes
 SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" "$py" -m pytest -q -rs -p no:cacheprovider tests/reference
 # sitsrt serve over HTTP: the openai client, malformed requests, concurrency, signals.
 SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" "$py" -m pytest -q -rs -p no:cacheprovider tests/server
+# The trace viewer (examples/trace-viewer/) in headless Chromium: recorded logs, tampering, HMAC.
+SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" SITSRT_ARTIFACTS_DIR="$PWD/build/artifacts" \
+  "$py" -m pytest -q -rs -p no:cacheprovider tests/viewer

@@ -33,6 +33,10 @@ int serve_command(int argc, char** argv) {
   specs.push_back({"max-concurrent-requests", 0, "N", "requests answered at once (429 above)", "64"});
   specs.push_back({"request-timeout", 0, "SECONDS", "a request still running after this is cancelled", "600"});
   specs.push_back({"drain-seconds", 0, "SECONDS", "on SIGTERM, how long requests in flight may finish", "10"});
+  specs.push_back({"enable-trace", 0, "",
+                   "token-level audit records (ids, text, logprobs, top-5 alternatives, entropy, timings: "
+                   "--audit-level topk); without it, and without --audit-level, requests get begin/end records only",
+                   ""});
   specs.push_back({"price-per-hour", 0, "DOLLARS",
                    "device cost per hour, for /metrics' cost per request and per 1k tokens", "none"});
   Args args("sitsrt serve",
@@ -74,10 +78,17 @@ int serve_command(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  GenerationConfig unused;
+  GenerationConfig audit_defaults;  // the trace level and full-distribution steps of every request
   EngineOptions engine_options = engine_options_from(args);
   apply_chat_options(args, engine_options);
-  apply_audit_options(args, engine_options, unused);
+  apply_audit_options(args, engine_options, audit_defaults);
+  if (args.has("enable-trace") && !args.has("audit-log") && !args.has("otlp-trace")) {
+    throw UsageError("--enable-trace needs --audit-log FILE or --otlp-trace FILE");
+  }
+  options.audit_level = args.has("audit-level")    ? audit_defaults.audit.level
+                        : args.has("enable-trace") ? TraceLevel::kTopK
+                                                   : TraceLevel::kOff;
+  options.audit_full_distribution_steps = audit_defaults.audit.full_distribution_steps;
   const Engine engine(std::move(engine_options));
   server::Server server(engine, options);
   int port = 0;

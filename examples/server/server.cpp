@@ -1,7 +1,9 @@
 #include "server.hpp"
 
+#include "connection_watch.hpp"
 #include "metrics.hpp"
 #include "openai_protocol.hpp"
+#include "viewer_assets.hpp"
 
 #include <sitsrt/error.hpp>
 #include <sitsrt/model_info.hpp>
@@ -67,9 +69,17 @@ std::string sse(const json& value) {
 }
 
 // The records of request `id` in an audit log and its rotations (FILE, FILE.1, FILE.2, ...), in
-// file order; a line still being written (torn) is skipped.
-std::vector<json> audit_records(const std::string& path, const std::string& id) {
+// file order, as written (canonical lines, so a client can check each record's hash) and
+// parsed; `header` gets the log's first line (its file header: the chain's algorithm). A line
+// still being written (torn) is skipped.
+struct AuditExcerpt {
+  std::string header;
+  std::vector<std::string> lines;
   std::vector<json> records;
+};
+AuditExcerpt audit_records(const std::string& path, const std::string& id) {
+  AuditExcerpt excerpt;
+  const std::string needle = "\"req\":\"" + id + "\"";
   for (int n = 0;; ++n) {
     std::ifstream in(n == 0 ? path : path + "." + std::to_string(n));
     if (!in) {
@@ -77,14 +87,27 @@ std::vector<json> audit_records(const std::string& path, const std::string& id) 
       break;
     }
     std::string line;
-    const std::string needle = "\"req\":\"" + id + "\"";
-    while (std::getline(in, line)) {
-      if (line.find(needle) == std::string::npos) continue;
+    for (bool first = true; std::getline(in, line); first = false) {
+      if (first && n == 0) excerpt.header = line;
+      if (in.eof() || line.find(needle) == std::string::npos) continue;  // eof: no newline, torn
       json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (record.is_object() && record.value("req", std::string()) == id) records.push_back(std::move(record));
+      if (record.is_object() && record.value("req", std::string()) == id) {
+        excerpt.records.push_back(std::move(record));
+        excerpt.lines.push_back(std::move(line));
+      }
     }
   }
-  return records;
+  return excerpt;
+}
+
+// Headers for the viewer's static files: its script runs with the page's origin (it fetches
+// /v1/audit), so nothing else may run in it.
+void set_asset_headers(httplib::Response& res) {
+  res.set_header("Content-Security-Policy",
+                 "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                 "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Cache-Control", "no-cache");
 }
 
 }  // namespace
@@ -226,6 +249,11 @@ struct Server::Impl {
     GenerationConfig& config = ex->request.config;
     config.audit.metadata.tenant = tenant;
     config.audit.metadata.user = ex->request.user;
+    config.audit.level = options.audit_level;
+    config.audit.full_distribution_steps = options.audit_full_distribution_steps;
+    // The response still carries only the alternatives asked for (token_piece cuts them).
+    if (options.audit_level >= TraceLevel::kTopK)
+      config.top_logprobs = std::max(config.top_logprobs, options.trace_top_logprobs);
     SubmitOptions submit;
     submit.tenant = tenant;
     try {
@@ -257,9 +285,15 @@ struct Server::Impl {
     return token_piece(event, ex.request.want_logprobs ? bytes : TokenBytes{}, ex.request.top_logprobs);
   }
 
-  void answer_whole(Exchange& ex, httplib::Response& res) {
+  void answer_whole(const httplib::Request& req, Exchange& ex, httplib::Response& res) {
+    const ConnectionWatch connection(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     std::vector<TokenPiece> pieces;
+    bool client_gone = false;
     for (;;) {
+      if (!client_gone && connection.peer_gone()) {  // nobody to answer: free the request's blocks now
+        client_gone = true;
+        ex.handle.cancel();
+      }
       if (std::optional<TokenEvent> event = ex.handle.next_event(kPoll)) {
         note_token(ex);
         pieces.push_back(piece(ex, *event));
@@ -278,7 +312,7 @@ struct Server::Impl {
       return;
     }
     if (result.finish_reason == FinishReason::kCancelled) {
-      const int status = stopping ? 503 : 504;
+      const int status = client_gone ? 499 : stopping ? 503 : 504;  // 499: nginx's "client closed request"
       metrics.request_done(endpoint(ex.request.chat), status, ex.tenant, result.timings.prompt_tokens,
                            result.timings.generated_tokens);
       send_error(res, ProtocolError(status, "timeout",
@@ -358,7 +392,7 @@ struct Server::Impl {
     if (ex->request.stream) {
       answer_stream(ex, res);
     } else {
-      answer_whole(*ex, res);
+      answer_whole(req, *ex, res);
     }
   }
 
@@ -403,7 +437,8 @@ struct Server::Impl {
                    ProtocolError(404, "not_found_error", "this server keeps no audit log (start it with --audit-log)"));
         return;
       }
-      const std::vector<json> records = audit_records(options.audit_log, id);
+      const AuditExcerpt excerpt = audit_records(options.audit_log, id);
+      const std::vector<json>& records = excerpt.records;
       const auto begin = std::find_if(records.begin(), records.end(),
                                       [](const json& r) { return r.value("type", std::string()) == "request"; });
       // Another tenant's request is reported as absent, not as forbidden: ids are not to be probed.
@@ -411,7 +446,26 @@ struct Server::Impl {
         send_error(res, ProtocolError(404, "not_found_error", "no audit records for request '" + id + "'"));
         return;
       }
+      if (req.get_param_value("format") == "jsonl") {  // the log's own lines, after its header
+        std::string body = excerpt.header + "\n";
+        for (const std::string& line : excerpt.lines) body += line + "\n";
+        res.set_content(body, "application/x-ndjson");
+        return;
+      }
       send_json(res, 200, {{"object", "list"}, {"request_id", id}, {"data", records}});
+    });
+    // The trace viewer (examples/trace-viewer/): static files, no authentication (they hold no
+    // data; the page sends the user's key when it fetches /v1/audit).
+    http.Get("/viewer", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/viewer/", 301); });
+    http.Get(R"(/viewer/([A-Za-z0-9_.-]*))", [](const httplib::Request& req, httplib::Response& res) {
+      const std::string name = req.matches[1].length() == 0 ? std::string("index.html") : std::string(req.matches[1]);
+      for (const StaticAsset& asset : viewer_assets()) {
+        if (asset.name != name) continue;
+        set_asset_headers(res);
+        res.set_content(std::string(asset.bytes), std::string(asset.content_type));
+        return;
+      }
+      send_json(res, 404, error_body("the viewer has no file '" + name + "'", "not_found_error"));
     });
     http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       try {

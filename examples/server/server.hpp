@@ -1,9 +1,12 @@
 // `sitsrt serve`: an OpenAI-compatible HTTP server over one Engine, built on the public API only.
 // Requests from every connection are submitted to the engine's scheduler (Engine::submit /
 // submit_chat), which batches them; a streamed response forwards each token event as an SSE
-// chunk, and a client that goes away cancels its request (its KV blocks are freed at once).
+// chunk, and a client that goes away, streamed or not, cancels its request (its KV blocks are
+// freed at once; connection_watch.hpp).
 //   POST /v1/completions, POST /v1/chat/completions (stream or not, logprobs), GET /v1/models,
-//   GET /health, GET /metrics (Prometheus, metrics.hpp), GET /v1/audit/{id} (a request's records)
+//   GET /health, GET /metrics (Prometheus, metrics.hpp), GET /v1/audit/{id} (a request's records;
+//   ?format=jsonl: the log's header and the request's lines as written), GET /viewer/ (the trace
+//   viewer, examples/trace-viewer/)
 // Errors are OpenAI error objects with 4xx/5xx statuses; no request input can crash the server.
 #pragma once
 
@@ -15,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sitsrt::server {
 
@@ -31,7 +35,12 @@ struct ServerOptions {
   // The audit log the engine writes (EngineOptions' JSONL sink), for GET /v1/audit/{id}: that
   // request's records, to its own tenant only. Empty: the endpoint answers 404.
   std::string audit_log;
-  double price_per_hour = 0.0;  // device cost for the /metrics cost board (0: not shown)
+  // What the audit sinks get of each request (`--enable-trace`: kTopK); from kTopK on, at least
+  // `trace_top_logprobs` alternatives per token are recorded whatever the client asked for.
+  TraceLevel audit_level = TraceLevel::kOff;
+  int trace_top_logprobs = 5;
+  std::vector<std::int64_t> audit_full_distribution_steps;  // at kFull
+  double price_per_hour = 0.0;                              // device cost for the /metrics cost board (0: not shown)
 };
 
 class Server {

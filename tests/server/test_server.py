@@ -6,10 +6,12 @@ client disconnects and SIGTERM mid-stream.
 Needs SITSRT_BIN (the CLI) and SITSRT_MODELS_DIR (SmolLM2-135M-Instruct, fetched by
 scripts/fetch-models.sh); cases needing a model that is absent skip with the reason."""
 
+import hashlib
 import http.client
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -63,7 +65,7 @@ class Server:
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "audit.jsonl"
-    server = Server(SMOL, "--audit-log", str(log))
+    server = Server(SMOL, "--audit-log", str(log), "--enable-trace")
     server.audit_log = log
     yield server
     server.stop()
@@ -154,6 +156,68 @@ def test_chat_logprobs_equal_the_audit_log(smol):
             break
         time.sleep(0.1)
     assert [round(t["lp"], 5) for t in tokens] == [round(e.logprob, 5) for e in content]
+
+
+def audit_excerpt(server, audit_id, headers=None):
+    """GET /v1/audit/{id}?format=jsonl once the request's end record is written: the raw lines."""
+    deadline = time.time() + 10
+    while True:
+        status, body, response_headers = server.raw("GET", f"/v1/audit/{audit_id}?format=jsonl", headers=headers)
+        lines = body.decode().splitlines()
+        if status == 200 and '"type":"end"' in lines[-1] or time.time() > deadline:
+            return status, lines, response_headers
+        time.sleep(0.05)
+
+
+def test_audit_jsonl_excerpt_is_the_log_header_and_lines_as_written(smol):
+    raw = smol.client().completions.with_raw_response.create(model=smol.model, prompt="Once upon a time",
+                                                             max_tokens=6, temperature=0, logprobs=2)
+    audit_id = raw.headers["x-sitsrt-audit-id"]
+    status, lines, headers = audit_excerpt(smol, audit_id)
+    assert status == 200 and headers["Content-Type"].startswith("application/x-ndjson")
+    log_lines = set(smol.audit_log.read_text().splitlines())
+    assert all(line in log_lines for line in lines)  # byte for byte as in the log
+    records = [json.loads(line) for line in lines]
+    assert records[0]["type"] == "file" and records[0]["seq"] == 0
+    assert [r["type"] for r in records[1:]] == ["request"] + ["token"] * 6 + ["end"]
+    assert all(r["req"] == audit_id for r in records[1:])
+    for line, record in zip(lines, records):  # each record's hash checks against its own line
+        body = re.sub(r'^\{"hash":"[0-9a-f]{64}",|,"hash":"[0-9a-f]{64}"', lambda m: "{" if m[0][0] == "{" else "", line,
+                      count=1)
+        assert hashlib.sha256((record["prev"] + body).encode()).hexdigest() == record["hash"]
+    for earlier, later in zip(records[1:], records[2:]):  # one request's records, interleaved with others'
+        assert later["seq"] > earlier["seq"]
+    # --enable-trace records five alternatives per token whatever the client asked (2 here)
+    assert all(len(r["top"]) == 5 and "entropy" in r for r in records if r["type"] == "token")
+    assert all(len(top) == 2 for top in raw.parse().choices[0].logprobs.top_logprobs)
+
+
+def test_without_enable_trace_requests_get_begin_and_end_records_only(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    server = Server(STORIES, "--audit-log", str(log))
+    try:
+        raw = server.client().completions.with_raw_response.create(model=server.model, prompt="Once", max_tokens=4,
+                                                                   temperature=0)
+        status, lines, _ = audit_excerpt(server, raw.headers["x-sitsrt-audit-id"])
+        assert status == 200 and [json.loads(line)["type"] for line in lines] == ["file", "request", "end"]
+    finally:
+        server.stop()
+    assert subprocess.run([BIN, "serve", "-m", str(STORIES), "--enable-trace"], capture_output=True).returncode == 2
+
+
+def test_the_trace_viewer_is_served(smol):
+    status, _, headers = smol.raw("GET", "/viewer")
+    assert status == 301 and headers["Location"].endswith("/viewer/")
+    status, page, headers = smol.raw("GET", "/viewer/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "script-src 'self'" in headers["Content-Security-Policy"] and headers["X-Content-Type-Options"] == "nosniff"
+    source = pathlib.Path(__file__).resolve().parents[2] / "examples" / "trace-viewer"
+    assert page == (source / "index.html").read_bytes()  # the embedded copy is the source file
+    for name, kind in (("viewer.js", "text/javascript"), ("viewer.css", "text/css")):
+        status, data, headers = smol.raw("GET", f"/viewer/{name}")
+        assert status == 200 and headers["Content-Type"].startswith(kind) and data == (source / name).read_bytes()
+    status, body, _ = smol.raw("GET", "/viewer/secret.txt")
+    assert status == 404 and json.loads(body)["error"]["type"] == "not_found_error"
 
 
 def test_32_clients_20_requests_each_get_their_own_tokens(stories):
@@ -313,7 +377,7 @@ def test_audit_records_of_a_request_to_its_own_tenant_only(tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("alice-key-123 alice\nbob-key-4567 bob\n")
     log = tmp_path / "audit.jsonl"
-    server = Server(STORIES, "--api-key-file", str(keys), "--audit-log", str(log))
+    server = Server(STORIES, "--api-key-file", str(keys), "--audit-log", str(log), "--enable-trace")
     try:
         raw = server.client("alice-key-123").completions.with_raw_response.create(
             model=server.model, prompt="Once", max_tokens=4, temperature=0)
@@ -338,6 +402,25 @@ def test_audit_records_of_a_request_to_its_own_tenant_only(tmp_path):
         server.stop()
 
 
+def expect_cancelled_at_once(server, matches, seen=0):
+    """The end record of the closed connection's request (the first after line `seen` that
+    `matches`) says cancelled within a few tokens of the disconnect, not run to its 2000; and
+    nothing stays in flight."""
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        ends = [json.loads(line) for line in server.audit_log.read_text().splitlines()[seen:]
+                if matches(line) and '"type":"end"' in line]
+        if ends:
+            assert ends[0]["finish"] == "cancelled" and ends[0]["generated_tokens"] < 200, ends[0]
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("no end record for the request of the closed connection after 20 s")
+    while json.loads(server.raw("GET", "/health")[1])["requests_in_flight"] != 0:
+        assert time.time() < deadline, "the request of a closed connection is still in flight"
+        time.sleep(0.05)
+
+
 def test_client_disconnect_cancels_the_request(smol):
     sock = socket.create_connection(("127.0.0.1", smol.port))
     body = json.dumps({"model": smol.model, "prompt": "Once upon a time", "max_tokens": 2000, "stream": True})
@@ -351,20 +434,23 @@ def test_client_disconnect_cancels_the_request(smol):
     sock.close()
     audit_id = [line.split(b": ", 1)[1].strip().decode() for line in received.split(b"\r\n")
                 if line.lower().startswith(b"x-sitsrt-audit-id")][0]
+    expect_cancelled_at_once(smol, lambda line: audit_id in line)
+
+
+def test_client_disconnect_cancels_a_non_streamed_request(smol):
+    seen = len(smol.audit_log.read_text().splitlines())
+    sock = socket.create_connection(("127.0.0.1", smol.port))
+    body = json.dumps({"model": smol.model, "prompt": "Once upon a time", "max_tokens": 2000})
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
     deadline = time.time() + 20
-    while time.time() < deadline:
-        ends = [json.loads(line) for line in smol.audit_log.read_text().splitlines()
-                if audit_id in line and '"type":"end"' in line]
-        if ends:
-            # cancelled within a few tokens of the disconnect, not run to its 2000
-            assert ends[0]["finish"] == "cancelled" and ends[0]["generated_tokens"] < 200, ends[0]
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("no end record for the request of the closed connection after 20 s")
-    while json.loads(smol.raw("GET", "/health")[1])["requests_in_flight"] != 0:
-        assert time.time() < deadline, "the request of a closed connection is still in flight"
-        time.sleep(0.05)
+    while not any('"type":"token"' in line for line in smol.audit_log.read_text().splitlines()[seen:]):
+        assert time.time() < deadline, "no token of the request after 20 s"
+        time.sleep(0.02)
+    sock.close()  # before any byte of the answer
+    expect_cancelled_at_once(smol, lambda line: True, seen)
+    metrics = smol.raw("GET", "/metrics")[1].decode()
+    assert re.search(r'sitsrt_requests_total\{[^}]*status="499"[^}]*\} 1', metrics), metrics
 
 
 def test_sigterm_mid_stream_leaves_a_verifiable_audit_log(tmp_path):
