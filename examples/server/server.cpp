@@ -3,6 +3,7 @@
 #include "connection_watch.hpp"
 #include "metrics.hpp"
 #include "openai_protocol.hpp"
+#include "tokenizer_endpoints.hpp"
 #include "viewer_assets.hpp"
 
 #include <sitsrt/error.hpp>
@@ -401,6 +402,20 @@ struct Server::Impl {
               [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
     http.Post("/v1/chat/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
+    const auto tokenizer_route = [this](auto respond) {
+      return [this, respond](const httplib::Request& req, httplib::Response& res) {
+        try {
+          static_cast<void>(authorise(req));
+          send_json(res, 200, respond(engine, parse_request_body(req.body)));
+        } catch (const ProtocolError& e) {
+          send_error(res, e);
+        } catch (const Error& e) {
+          send_error(res, from_engine_error(e));
+        }
+      };
+    };
+    http.Post("/tokenize", tokenizer_route(tokenize_response));
+    http.Post("/detokenize", tokenizer_route(detokenize_response));
     const auto models = [this](const httplib::Request& req, httplib::Response& res) {
       try {
         static_cast<void>(authorise(req));

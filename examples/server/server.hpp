@@ -6,7 +6,7 @@
 //   POST /v1/completions, POST /v1/chat/completions (stream or not, logprobs), GET /v1/models,
 //   GET /health, GET /metrics (Prometheus, metrics.hpp), GET /v1/audit/{id} (a request's records;
 //   ?format=jsonl: the log's header and the request's lines as written), GET /viewer/ (the trace
-//   viewer, examples/trace-viewer/)
+//   viewer, examples/trace-viewer/), POST /tokenize and /detokenize (llama.cpp's; tokenizer_endpoints.hpp)
 // Errors are OpenAI error objects with 4xx/5xx statuses; no request input can crash the server.
 #pragma once
 

@@ -408,7 +408,7 @@ const tokenLabel = (texts, id) => (texts.has(id) ? textInto(h('span', {class: 'l
 // ---------------------------------------------------------------------------------------------
 // Rendering.
 
-const view = {files: [], lines: [], key: new Uint8Array(0), apiKey: '', excerpt: false, tipFor: null, bad: null, width: 0};
+const view = {files: [], lines: [], pieces: new Map(), key: new Uint8Array(0), apiKey: '', excerpt: false, tipFor: null, bad: null, width: 0};
 
 function chip(label, value, title) {
   return h('span', {class: 'chip', title}, h('b', null, label), ' ', value);
@@ -658,6 +658,7 @@ async function render() {
   setStatus(report.state, report.text);
   view.bad = report.bad;
   const model = buildModel(view.lines);
+  for (const [id, t] of view.pieces) if (!model.texts.has(id)) model.texts.set(id, t);
   view.tipFor = null;
   for (const q of model.reqs.values()) {
     try { main.append(requestCard(q, model, report.bad)); } catch (e) { // a malformed record spoils one card, not the page
@@ -678,8 +679,9 @@ async function loadFiles(list) {
   await show(files, $('#excerpt').checked);
 }
 
-async function show(files, excerpt) {
+async function show(files, excerpt, pieces = new Map()) {
   view.files = files;
+  view.pieces = pieces;
   view.lines = splitLines(files);
   view.excerpt = excerpt;
   $('#excerpt').checked = excerpt;
@@ -694,6 +696,24 @@ async function fetchBytes(url, headers) {
     throw new Error(`${url}: ${why}`);
   }
   return new Uint8Array(await res.arrayBuffer());
+}
+
+// Served by sitsrt serve: the texts of ids a log holds only as numbers (top-k alternatives, prompt
+// tokens) come from its POST /detokenize; where that fails the page shows #id.
+async function vocabPieces(lines, headers) {
+  const model = buildModel(lines), ids = new Set();
+  for (const q of model.reqs.values()) {
+    for (const t of q.tokens) for (const alt of Array.isArray(t.r.top) ? t.r.top : []) ids.add(num(alt[0]));
+    const input = q.request && q.request.r.input_tokens;
+    for (const id of Array.isArray(input) ? input : []) ids.add(num(id));
+  }
+  const tokens = [...ids].filter((id) => Number.isInteger(id) && id >= 0 && !model.texts.has(id));
+  if (!tokens.length) return new Map();
+  try {
+    const res = await fetch('/detokenize', {method: 'POST', headers: {...headers, 'Content-Type': 'application/json'},
+      body: JSON.stringify({tokens, with_pieces: true})});
+    return res.ok ? new Map((await res.json()).pieces.map((p) => [p.id, p.piece])) : new Map();
+  } catch { return new Map(); } // an older server: ids only
 }
 
 // Keys may come in the fragment, which the browser never sends to a server.
@@ -715,7 +735,8 @@ async function boot() {
       const id = params.get('audit');
       const headers = view.apiKey ? {Authorization: `Bearer ${view.apiKey}`} : {};
       const bytes = await fetchBytes(`/v1/audit/${encodeURIComponent(id)}?format=jsonl`, headers);
-      await show([{name: `audit ${id}`, bytes}], params.get('excerpt') !== '0');
+      const files = [{name: `audit ${id}`, bytes}];
+      await show(files, params.get('excerpt') !== '0', await vocabPieces(splitLines(files), headers));
     } else if (logs.length) {
       const files = [];
       for (const url of logs) {

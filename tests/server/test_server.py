@@ -220,6 +220,30 @@ def test_the_trace_viewer_is_served(smol):
     assert status == 404 and json.loads(body)["error"]["type"] == "not_found_error"
 
 
+def test_tokenize_and_detokenize(smol):
+    def post(path, body):
+        status, data, _ = smol.raw("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        return status, json.loads(data)
+
+    status, out = post("/tokenize", {"content": "Once upon a time"})
+    assert status == 200 and all(isinstance(t, int) for t in out["tokens"]) and len(out["tokens"]) == 4
+    ids = out["tokens"]
+    status, out = post("/detokenize", {"tokens": ids, "with_pieces": True})
+    assert status == 200 and out["content"] == "Once upon a time"
+    assert [p["id"] for p in out["pieces"]] == ids and "".join(p["piece"] for p in out["pieces"]) == "Once upon a time"
+    status, out = post("/tokenize", {"content": "Once upon", "with_pieces": True})
+    assert status == 200 and [t["piece"] for t in out["tokens"]] == ["Once", " upon"]
+    vocab = 49152
+    for body, param in (({"tokens": [1, -1]}, "tokens"), ({"tokens": [vocab]}, "tokens"), ({"tokens": ["a"]}, "tokens"),
+                        ({"tokens": [1.5]}, "tokens"), ({"tokens": 3}, "tokens"), ({}, "tokens"),
+                        ({"tokens": [1], "with_pieces": "yes"}, "with_pieces")):
+        status, out = post("/detokenize", body)
+        assert status == 400 and out["error"]["param"] == param, (body, out)
+    for body in ({}, {"content": 5}, {"content": "x", "add_special": 1}):
+        assert post("/tokenize", body)[0] == 400, body
+    assert smol.raw("POST", "/detokenize", "[1, 2", {"Content-Type": "application/json"})[0] == 400
+
+
 def test_32_clients_20_requests_each_get_their_own_tokens(stories):
     prompts = [f"Once upon a time there was a {w}" for w in ("cat", "dog", "girl", "boy", "bird", "tree", "king", "fish")]
     expected = {p: stories.client().completions.create(model=stories.model, prompt=p, max_tokens=8,
