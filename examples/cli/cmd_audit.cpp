@@ -1,11 +1,10 @@
 // sitsrt audit verify|replay|show: check, re-run and read audit logs.
 #include "commands.hpp"
 
-#include "api/replay.hpp"
 #include "audit/log_reader.hpp"
-#include "audit/verify.hpp"
 #include "core/printable.hpp"
 
+#include <sitsrt/audit_log.hpp>
 #include <sitsrt/error.hpp>
 
 #include <fmt/color.h>
@@ -26,7 +25,7 @@ constexpr int kExitTruncatedTail = 3;
 std::vector<std::string> log_files(const Args& args) {
   const auto& p = args.positional();
   if (p.empty()) throw UsageError("no audit log given");
-  return p.size() == 1 ? audit::rotated_series(p[0]) : p;
+  return p.size() == 1 ? audit_log_series(p[0]) : p;
 }
 
 int verify_command(int argc, char** argv) {
@@ -42,7 +41,7 @@ int verify_command(int argc, char** argv) {
   }
   const std::string key = args.has("key-file") ? read_key_file(*args.get("key-file")) : std::string();
   const std::vector<std::string> files = log_files(args);
-  const audit::VerifyReport r = audit::verify_log(files, key);
+  const AuditLogReport r = verify_audit_log(files, key);
   if (r.clean()) {
     fmt::print("clean: {} records in {} file(s); {} request(s) without an end record; last hash {}\n", r.records,
                r.files, r.open_requests, r.last_hash);
@@ -50,7 +49,7 @@ int verify_command(int argc, char** argv) {
   }
   fmt::print("FAILED: {}:{}: {}: {}\n", printable(r.file), r.line, to_string(r.problem), r.message);
   fmt::print("{} records verified before it; last good hash {}\n", r.records, r.last_hash);
-  return r.problem == audit::VerifyProblem::kTruncated ? kExitTruncatedTail : 1;
+  return r.problem == AuditLogProblem::kTruncated ? kExitTruncatedTail : 1;
 }
 
 int replay_command(int argc, char** argv) {

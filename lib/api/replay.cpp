@@ -1,4 +1,4 @@
-#include "api/replay.hpp"
+#include <sitsrt/audit_log.hpp>
 
 #include "audit/log_reader.hpp"
 #include "core/check.hpp"

@@ -218,7 +218,7 @@ class JsonlSink final : public AuditSink {
       raise(ErrorCode::kIo,
             "{}: cannot append to the audit log: line {}: {} ({}); nothing was written (`sitsrt audit verify` "
             "checks the whole series; start a new log under another name)",
-            last, report.line, audit::to_string(report.problem), report.message);
+            last, report.line, to_string(report.problem), report.message);
     }
     const auto adopt = [&](UniqueFd& fd, const std::string& file) {
       const int raw = fd.release();

@@ -52,7 +52,12 @@ std::int64_t int_field(const nlohmann::json& record, const char* name) {
 
 }  // namespace
 
-const char* to_string(VerifyProblem problem) noexcept {
+}  // namespace sitsrt::audit
+
+namespace sitsrt {
+
+const char* to_string(AuditLogProblem problem) noexcept {
+  using VerifyProblem = AuditLogProblem;
   switch (problem) {
     case VerifyProblem::kNone: return "clean";
     case VerifyProblem::kTruncated: return "truncated tail";
@@ -65,6 +70,16 @@ const char* to_string(VerifyProblem problem) noexcept {
   }
   return "unknown";
 }
+
+std::vector<std::string> audit_log_series(const std::string& path) { return audit::rotated_series(path); }
+
+AuditLogReport verify_audit_log(const std::vector<std::string>& files, const std::string& key) {
+  return audit::verify_log(files, key);
+}
+
+}  // namespace sitsrt
+
+namespace sitsrt::audit {
 
 std::vector<std::string> rotated_series(const std::string& path) {
   std::vector<std::string> files{path};

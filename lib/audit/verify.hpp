@@ -2,6 +2,8 @@
 // HMAC, sequence numbers and file headers. Stops at the first bad line and says why.
 #pragma once
 
+#include <sitsrt/audit_log.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,31 +16,9 @@ inline constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 20;
 // The verifier holds a whole file in memory; past this a log should be rotated (rotate_bytes).
 inline constexpr std::uint64_t kMaxLogFileBytes = std::uint64_t{16} << 30;
 
-enum class VerifyProblem {
-  kNone,
-  kTruncated,  // the last line of the last file ends without a newline (a crash mid-write); records before it are good
-  kModified,   // not JSON, not canonical, or its hash does not match its content (bytes changed, forged)
-  kDeleted,    // a sequence number is missing
-  kInserted,   // a sequence number repeats, or the chain link to the previous record is wrong
-  kReordered,  // a record appears out of sequence order
-  kFileOrder,  // a file is empty, lacks its header (not a log, a stray LOG.N), is missing or out of order
-  kKey,        // the log is not authenticated but a key was given, or the reverse
-};
-const char* to_string(VerifyProblem problem) noexcept;
-
-struct VerifyReport {
-  VerifyProblem problem = VerifyProblem::kNone;
-  std::string file;          // where the problem is
-  std::int64_t line = 0;     // 1-based line within `file`
-  std::string message;
-  std::int64_t records = 0;  // records verified good before the problem
-  std::int64_t files = 0;
-  std::int64_t open_requests = 0;  // request records without an end record
-  std::string last_hash;     // hash of the last good record (anchor it elsewhere to detect tail deletion)
-  std::int64_t next_seq = 0;        // seq the next record would take (after the last good one)
-  std::int64_t last_file_index = -1;  // file_index of the last file header verified
-  [[nodiscard]] bool clean() const noexcept { return problem == VerifyProblem::kNone; }
-};
+// The public report (sitsrt/audit_log.hpp) under the names the audit layer uses.
+using VerifyProblem = AuditLogProblem;
+using VerifyReport = AuditLogReport;
 
 // Verifies `files` in order (the first file, then its rotations). `key` empty: SHA-256 chain,
 // otherwise HMAC-SHA-256 under `key` is required.

@@ -2,10 +2,8 @@
 // on_request_begin / on_token / on_request_end (optionally on_anomaly); log verify and replay.
 #include "convert.hpp"
 
+#include <sitsrt/audit_log.hpp>
 #include <sitsrt/error.hpp>
-
-#include "api/replay.hpp"
-#include "audit/verify.hpp"
 
 #include <pybind11/stl.h>
 
@@ -149,14 +147,14 @@ py::dict to_dict(const AnomalyEvent& a) {
 
 void bind_audit(py::module_& m) {
   m.def("verify_log", [](const std::string& path, const std::string& key) {
-    audit::VerifyReport report;
+    AuditLogReport report;
     {
       py::gil_scoped_release release;
-      report = audit::verify_log(audit::rotated_series(path), key);
+      report = verify_audit_log(audit_log_series(path), key);
     }
     py::dict d;
     d["clean"] = report.clean();
-    d["problem"] = audit::to_string(report.problem);
+    d["problem"] = to_string(report.problem);
     d["file"] = report.file;
     d["line"] = report.line;
     d["message"] = report.message;
@@ -173,7 +171,7 @@ void bind_audit(py::module_& m) {
       ReplayOptions options;
       options.model_path = model;
       options.threads = threads;
-      outcomes = replay_log(audit::rotated_series(path), options);
+      outcomes = replay_log(audit_log_series(path), options);
     }
     py::list out;
     for (const ReplayOutcome& o : outcomes) {

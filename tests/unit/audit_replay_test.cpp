@@ -1,10 +1,10 @@
 // Audited generation end to end in the library: records per trace level, the request record's
 // identity fields, and replay of a deterministic run (bit-exact, independent of thread count).
-#include "api/replay.hpp"
 #include "audit/hash.hpp"
 #include "audit/verify.hpp"
 #include "support/audit_logs.hpp"
 
+#include <sitsrt/audit_log.hpp>
 #include <sitsrt/engine.hpp>
 #include <sitsrt/error.hpp>
 
