@@ -188,6 +188,9 @@ def test_keyboard_interrupt_in_a_sink_is_raised_as_itself(engine):
 def test_ctrl_c_interrupts_generate_and_result(model_path):
     body = """
     import signal, threading, os
+    # A Python started with SIGINT ignored (e.g. under a job a script put in the background with &)
+    # keeps it ignored: install the handler Ctrl-C normally reaches, which this test is about.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     class Slow(sitsrt.audit.Sink):  # keeps the tiny model busy for seconds
         def on_token(self, request_id, event):
             time.sleep(0.01)
