@@ -136,14 +136,17 @@ TEST_CASE("a batched decode step gives each sequence its own logits, whatever sh
       (void)runner.step({&w, 1});
     }
     // Batched (GEMM) against alone (matrix-vector): float rounding apart; with int8 rows both
-    // quantize the same activations, and the two paths' sums differ by rounding only.
+    // quantize the same activations, and the two paths' sums differ by rounding only. At the amx
+    // level float batches run on bf16 tiles (2^-7 relative per operand): the AMX prefill test's
+    // bound (model_reference_test).
+    const bool bf16 = !int8 && h.backend.info().isa == "amx";
     double diff = 0;
     for (std::size_t i = 0; i < expected.size(); ++i) {
       diff = std::max(diff, static_cast<double>(std::fabs(expected[i] - batched_copy[i])));
     }
     const double scale = max_abs(expected);
     INFO("round " << round << ": max |batched - alone| " << diff << " of logits up to " << scale);
-    CHECK(diff <= (int8 ? 2e-2 : 1e-4) * scale);
+    CHECK(diff <= (int8 || bf16 ? 2e-2 : 1e-4) * scale);
     CHECK(together[0]->size() == alone[0]->size());
   }
 }
@@ -172,7 +175,8 @@ TEST_CASE("a step mixing a prompt chunk with decodes equals each part stepped al
   double diff = 0;
   for (std::size_t i = 0; i < got.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(got[i] - expected[i])));
   INFO("max |mixed - alone| " << diff);
-  CHECK(diff <= 1e-4 * max_abs(expected));
+  const bool bf16 = h.backend.info().isa == "amx";  // float rows of 2+ on bf16 tiles, as above
+  CHECK(diff <= (bf16 ? 2e-2 : 1e-4) * max_abs(expected));
   CHECK(mixed[1]->size() == static_cast<std::int64_t>(kPrompts[1].size() + chunk.size()));
   CHECK(mixed[2]->size() == static_cast<std::int64_t>(kPrompts[2].size()));  // not in the step
 }

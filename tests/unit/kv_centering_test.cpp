@@ -234,6 +234,7 @@ TEST_CASE("measured offsets and scales: masked mean keys after position 0, cube 
   const graph::Graph graph = build_model_graph(spec, file, {DType::kF32, std::nullopt});
   CpuBackendOptions bo;
   bo.threads = 2;
+  bo.isa = test::kFloatPrefillIsa;  // float prefill: the reference below is float keys, not bf16 tiles
   CpuBackend backend(bo);
   GgufWeightSource weights{file};
   (void)backend.bind_weights(graph, weights, {});
