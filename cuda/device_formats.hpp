@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/kv_int4.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -19,42 +20,16 @@
 
 namespace sitsrt::cuda {
 
+// Bit casts and singly rounded products and sums (never fused into an fma), shared with the
+// host build through core/host_device.hpp so both decoders stay bit-identical.
 SITSRT_HD std::uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
+  return hd::float_to_bits(f);
 }
-
 SITSRT_HD float bits_float(std::uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
+  return hd::bits_to_float(u);
 }
-
-// Products and sums rounded on their own, never fused into an fma: nvcc contracts a * b + c by
-// default, the host build (ISO C++) does not, and these keep both decoders bit-identical.
-SITSRT_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-SITSRT_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
+using hd::add_rn;
+using hd::mul_rn;
 
 // Little-endian loads from byte addresses of any alignment (blocks are 18, 20, 34 bytes long).
 SITSRT_HD std::uint16_t load_u16(const std::uint8_t* p) {
@@ -315,18 +290,6 @@ SITSRT_HD std::uint16_t int8_scale(float amax) {
   return f16_at_least(s < 65504.0f ? s : 65504.0f);
 }
 
-// INT4 groups of 32: the side of larger magnitude maps onto -1 .. -8 and the other onto
-// +1 .. +7 (the CPU's quantize_span_int4); `pos` is the largest positive value, `neg` the
-// largest magnitude of a negative one. 0 for a group of zeros (or NaN).
-SITSRT_HD std::uint16_t int4_scale(float pos, float neg) {
-  const bool positive_wider = pos >= neg;
-  const float wide = positive_wider ? pos : neg, narrow = positive_wider ? neg : pos;
-  if (!(wide > 0.0f)) return 0;
-  float magnitude = wide / 8.0f > narrow / 7.0f ? wide / 8.0f : narrow / 7.0f;
-  magnitude = magnitude < 65504.0f ? magnitude : 65504.0f;
-  return static_cast<std::uint16_t>(f16_at_least(magnitude) | (positive_wider ? 0x8000u : 0u));
-}
-
 // The level of x under scale code h: round_even(x / scale) clamped to [qmin, qmax]; a NaN gives
 // qmin, as on the CPU. A zero scale (a group of zeros) gives 0.
 SITSRT_HD int quantize_level(float x, std::uint16_t h, float qmin, float qmax) {
@@ -338,7 +301,7 @@ SITSRT_HD int quantize_level(float x, std::uint16_t h, float qmin, float qmax) {
 }
 
 // Bytes of one cached row of kv_width values (ops::kv_row_bytes): f32, f16, int8 + f16 per
-// head, int4 + f16 per 32 values.
+// head, int4 + a scale code per 32 values (core/kv_int4.hpp).
 SITSRT_HD std::int64_t kv_row_bytes(int type, std::int64_t kv_width, std::int64_t head_dim) {
   switch (type) {
     case 0:
@@ -348,7 +311,7 @@ SITSRT_HD std::int64_t kv_row_bytes(int type, std::int64_t kv_width, std::int64_
     case 2:
       return kv_width + 2 * (kv_width / head_dim);
     default:
-      return kv_width / 2 + 2 * (kv_width / 32);
+      return kv_width / 2 + kv_width / kv_int4::kGroup;
   }
 }
 
@@ -365,9 +328,8 @@ SITSRT_HD float kv_element(int type, const std::uint8_t* row, std::int64_t kv_wi
       return static_cast<float>(static_cast<std::int8_t>(row[e])) *
              half_to_float(load_u16(row + kv_width + 2 * (e / head_dim)));
     default: {
-      const int nibble = (e & 1) != 0 ? row[e / 2] >> 4 : row[e / 2] & 15;
-      const int q = nibble >= 8 ? nibble - 16 : nibble;
-      return static_cast<float>(q) * half_to_float(load_u16(row + kv_width / 2 + 2 * (e / 32)));
+      const int index = (e & 1) != 0 ? row[e / 2] >> 4 : row[e / 2] & 15;
+      return kv_int4::level(index) * kv_int4::scale_of(row[kv_width / 2 + e / kv_int4::kGroup]);
     }
   }
 }

@@ -85,15 +85,32 @@ __device__ void store_row(int type, const float* buf, std::uint8_t* dst, std::in
         if (lane == 0) store_u16(dst + width + 2 * g, h);
       }
       return;
-    default:  // int4: a warp per group of 32, a lane per value, neighbours packed into one byte
+    default:  // int4 (core/kv_int4.hpp): a warp per group of 32, a lane per value
       for (std::int64_t g = warp; g < width / 32; g += warps) {
         const float x = buf[32 * g + lane];
-        const float pos = warp_max(fmaxf(x, 0.0f)), neg = warp_max(fmaxf(-x, 0.0f));
-        const std::uint16_t h = int4_scale(pos, neg);
-        const int q = quantize_level(x, h, -8.0f, 7.0f);
+        // As kv_int4::quantize_group: the maxima ignore NaN, each candidate's squared error is
+        // summed by xor-butterfly (the host's tree order), the first least error wins.
+        const float pos = warp_max(x > 0.0f ? x : 0.0f), neg = warp_max(-x > 0.0f ? -x : 0.0f);
+        std::uint8_t code = 0;
+        int q = 8;
+        if (pos > 0.0f || neg > 0.0f) {
+          float best_error = 0.0f;
+          for (int c = 0; c < kv_int4::kCandidates; ++c) {
+            const std::uint8_t candidate = kv_int4::candidate(pos, neg, c);
+            const float scale = kv_int4::scale_of(candidate);
+            int index = 0;
+            float e = kv_int4::squared_error(x, scale, kv_int4::div_rn(1.0f, scale), &index);
+            for (int off = 16; off > 0; off /= 2) e = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, off));
+            if (c == 0 || e < best_error) {
+              code = candidate;
+              best_error = e;
+              q = index;
+            }
+          }
+        }
         const int next = __shfl_down_sync(0xffffffffu, q, 1);
-        if (lane % 2 == 0) dst[16 * g + lane / 2] = static_cast<std::uint8_t>((q & 15) | (next & 15) << 4);
-        if (lane == 0) store_u16(dst + width / 2 + 2 * g, h);
+        if (lane % 2 == 0) dst[16 * g + lane / 2] = static_cast<std::uint8_t>(q | next << 4);
+        if (lane == 0) dst[width / 2 + g] = code;
       }
       return;
   }

@@ -34,7 +34,7 @@ std::vector<OptionSpec> engine_option_specs() {
       {"threads", 't', "N", "compute threads", "all cores"},
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
       {"kv-type", 0, "TYPE", "KV cache element type: f32, f16, int8 (f16 scale per position and head) or int4 "
-                             "(f16 scale per 32 values)", "f16"},
+                             "(16 levels, 8-bit scale per 32 values)", "f16"},
       {"k-type", 0, "TYPE", "element type of cached keys alone (f32, f16, int8, int4)", "--kv-type"},
       {"v-type", 0, "TYPE", "element type of cached values alone (f32, f16, int8, int4)", "--kv-type"},
       {"no-kv-hadamard", 0, "", "store int8/int4 K and V without the Hadamard rotation (higher quantization "

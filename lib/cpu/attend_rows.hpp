@@ -35,7 +35,7 @@ inline HeadBytes head_bytes(std::int64_t e0, std::int64_t d, std::int64_t width)
   if constexpr (Kind == kRowF32) return {z(4 * e0), z(4 * d), 0, 0};
   if constexpr (Kind == kRowF16) return {z(2 * e0), z(2 * d), 0, 0};
   if constexpr (Kind == kRowInt8) return {z(e0), z(d), z(width + 2 * (e0 / d)), 2};
-  return {z(e0 / 2), z((d + 1) / 2), z(width / 2 + 2 * (e0 / 32)), z(2 * ((e0 + d - 1) / 32 - e0 / 32 + 1))};
+  return {z(e0 / 2), z((d + 1) / 2), z(width / 2 + e0 / 32), z((e0 + d - 1) / 32 - e0 / 32 + 1)};
 }
 
 inline float f16_at(const std::byte* p) {
@@ -76,8 +76,16 @@ struct RowBaseInt8 {
   }
 };
 // Element e = e0 + c (even: attention refuses int4 with an odd head_dim) at byte e / 2, low
-// nibble first; its scale is group e / 32's. A step of 8 or 16 lanes spans at most two groups
-// (two only when the head does not start on a multiple of the step).
+// nibble first, an index into kInt4Levels; its scale is group e / 32's code byte. A step of 8 or
+// 16 lanes spans at most two groups (two only when the head does not start on a multiple of the
+// step). Levels and scale codes as core/kv_int4.hpp (not included: its inline functions are
+// shared with baseline files).
+inline constexpr std::int8_t kInt4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                1,    13,   25,  38,  53,  69,  89,  113};
+// A scale code is an E5M2 float (an f16's high byte) times 2^-4: exact through F16C.
+inline float int4_scale(std::byte code) {
+  return _cvtsh_ss(static_cast<unsigned short>(static_cast<unsigned>(code) << 8)) * 0.0625f;
+}
 struct RowBaseInt4 {
   static constexpr int kKind = kRowInt4;
   struct State {
@@ -93,8 +101,8 @@ struct RowBaseInt4 {
   };
   static Scales scales(const State& st, std::int64_t e, std::int64_t left) {
     const std::int64_t j0 = e / 32, j1 = (e + left - 1) / 32;
-    const float lo = f16_at(st.scales + 2 * j0);
-    return {lo, j1 == j0 ? lo : f16_at(st.scales + 2 * j1), j1 == j0 ? left : (j0 + 1) * 32 - e};
+    const float lo = int4_scale(st.scales[j0]);
+    return {lo, j1 == j0 ? lo : int4_scale(st.scales[j1]), j1 == j0 ? left : (j0 + 1) * 32 - e};
   }
 };
 

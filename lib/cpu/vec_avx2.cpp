@@ -102,7 +102,8 @@ struct RowInt4 : RowBaseInt4 {
     const __m128i b = _mm_cvtsi32_si128(static_cast<int>(packed));
     const __m128i nib = _mm_set1_epi8(0x0F);
     const __m128i x = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-    const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_xor_si128(x, _mm_set1_epi8(8))), _mm256_set1_epi32(8));
+    const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kInt4Levels));
+    const __m256i q = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(levels, x));
     const Scales sc = scales(st, e, left);
     // Lanes below the group edge keep the first group's scale.
     const __m256 scale = sc.edge >= left ? _mm256_set1_ps(sc.lo)

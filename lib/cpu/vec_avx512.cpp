@@ -74,8 +74,8 @@ struct RowInt4 : RowBaseInt4 {
     const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((left + 1) / 2)) - 1u), st.row + e / 2);
     const __m128i nib = _mm_set1_epi8(0x0F);
     const __m128i x = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-    // (n ^ 8) - 8 sign-extends the 4-bit two's complement value.
-    const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_xor_si128(x, _mm_set1_epi8(8))), _mm512_set1_epi32(8));
+    const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kInt4Levels));
+    const __m512i q = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(levels, x));
     const Scales sc = scales(st, e, left);
     const __m512 scale = sc.edge >= left ? _mm512_set1_ps(sc.lo)
                                          : _mm512_mask_mov_ps(_mm512_set1_ps(sc.lo),

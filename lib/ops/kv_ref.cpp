@@ -31,7 +31,7 @@ std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head
       if (width % 32 != 0) {
         raise(ErrorCode::kUnsupported, "KV cache type int4 needs a multiple of 32 values per position, not {}", width);
       }
-      return width / 2 + width / 32 * 2;
+      return width / 2 + width / 32;
   }
   raise(ErrorCode::kInternal, "unknown KV type {}", static_cast<int>(type));
 }

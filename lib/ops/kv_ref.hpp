@@ -18,8 +18,9 @@ namespace sitsrt::ops {
 // values (head-major, as the projection writes them):
 //   kF32, kF16: the values.
 //   kInt8: the values as int8 q in [-127, 127], then one f16 scale per head (x ~ q * scale).
-//   kInt4: the values as 4-bit q in [-8, 7] (two per byte, the even element in the low nibble),
-//          then one f16 scale per group of 32 consecutive values of the row.
+//   kInt4: the values as 4-bit indices into 16 non-uniform levels (two per byte, the even
+//          element in the low nibble), then one 8-bit scale code per group of 32 consecutive
+//          values of the row (x ~ level(index) * scale_of(code), core/kv_int4.hpp).
 // A backend's kernels read these rows in place; the layout is shared by every backend.
 enum class KvType : std::uint8_t { kF32, kF16, kInt8, kInt4 };
 

@@ -153,7 +153,7 @@ class Engine:
         threads: CPU threads for the model (None: all hardware threads).
         ctx: context window in tokens (None: min(training context, 4096)).
         kv_dtype: KV cache element type: "f32", "f16", "int8" (f16 scale per position and head) or
-            "int4" (f16 scale per 32 values); quantized K/V are stored Hadamard-rotated.
+            "int4" (16 levels, 8-bit scale per 32 values); quantized K/V are stored Hadamard-rotated.
         k_dtype, v_dtype: the keys' and the values' element types apart (None: kv_dtype).
         kv_hadamard: rotate int8/int4 K and V per head before quantizing (lower error; default).
         kv_centering: store int8/int4 K minus the per-layer mean key and divided by channel

@@ -2,6 +2,7 @@
 // C++ here) against lib/core's reference encoders and decoders and the CPU KV quantizers: every
 // function a kernel uses to read a weight or write and read a cached row, checked without a GPU.
 #include "core/half.hpp"
+#include "core/kv_int4.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/attention/kv_quant.hpp"
 #include "cuda_backend/device_formats.hpp"
@@ -9,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -108,6 +110,75 @@ TEST_CASE("cuda formats: weight rows decode as dequantize_row, element by elemen
   check_format<DType::kQ6_K>(512, 11);
 }
 
+// The device's int4 store (cuda/kernels/attention.cu) emulated lane by lane: maxima over the warp,
+// each candidate's squared error per lane, summed by xor-butterfly; every lane must hold the same
+// sum after it (so each lane picks the same candidate).
+std::uint8_t warp_quantize_int4(const float* x, std::uint8_t* index) {
+  float pos = 0.0f, neg = 0.0f;
+  for (int lane = 0; lane < 32; ++lane) {
+    pos = std::fmax(pos, x[lane] > 0.0f ? x[lane] : 0.0f);
+    neg = std::fmax(neg, -x[lane] > 0.0f ? -x[lane] : 0.0f);
+  }
+  std::uint8_t code = 0;
+  std::fill(index, index + 32, std::uint8_t{8});
+  if (!(pos > 0.0f || neg > 0.0f)) return code;
+  float best_error = 0.0f;
+  for (int c = 0; c < kv_int4::kCandidates; ++c) {
+    const std::uint8_t candidate = kv_int4::candidate(pos, neg, c);
+    float e[32];
+    int q[32];
+    const float scale = kv_int4::scale_of(candidate), inverse = 1.0f / scale;
+    for (int lane = 0; lane < 32; ++lane) e[lane] = kv_int4::squared_error(x[lane], scale, inverse, &q[lane]);
+    for (int off = 16; off > 0; off /= 2) {
+      float next[32];
+      for (int lane = 0; lane < 32; ++lane) next[lane] = e[lane] + e[lane ^ off];
+      std::copy(next, next + 32, e);
+    }
+    for (int lane = 1; lane < 32; ++lane) REQUIRE(same_bits(e[lane], e[0]));
+    if (c == 0 || e[0] < best_error) {
+      code = candidate;
+      best_error = e[0];
+      for (int lane = 0; lane < 32; ++lane) index[lane] = static_cast<std::uint8_t>(q[lane]);
+    }
+  }
+  return code;
+}
+
+TEST_CASE("kv int4 codec: scale codes are E5M2 times 2^-4, code_at_least is the least code not below", "[cuda-formats]") {
+  for (unsigned code = 0; code < 256; ++code) {
+    if (((code >> 2) & 31u) == 31u) continue;  // infinities / NaN: never written
+    INFO("code " << code);
+    REQUIRE(same_bits(kv_int4::scale_of(static_cast<std::uint8_t>(code)),
+                      fp16_to_fp32(static_cast<std::uint16_t>(code << 8)) * 0.0625f));
+  }
+  test::Rng rng(31);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const float need = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.uniform(-24.0f, 13.0f)));
+    const std::uint8_t c = kv_int4::code_at_least(need);
+    INFO("need " << need << " code " << int{c});
+    REQUIRE(c >= 1);
+    REQUIRE(c <= kv_int4::kMaxCode);
+    if (c < kv_int4::kMaxCode) REQUIRE(kv_int4::scale_of(c) >= need);
+    if (c > 1) REQUIRE(kv_int4::scale_of(static_cast<std::uint8_t>(c - 1)) < need);
+  }
+  // Exact codes map to themselves; the levels' midpoints send ties down.
+  for (std::uint8_t c = 1; c <= kv_int4::kMaxCode; ++c) REQUIRE(kv_int4::code_at_least(kv_int4::scale_of(c)) == c);
+  const auto nearest = [](float v) {
+    int index = -1;
+    const float level = kv_int4::nearest_level(v, &index);
+    REQUIRE(level == kv_int4::level(index));
+    return index;
+  };
+  for (int l = 0; l < 15; ++l) {
+    const float mid = (kv_int4::level(l) + kv_int4::level(l + 1)) / 2;
+    REQUIRE(nearest(mid) == l);
+    REQUIRE(nearest(std::nextafter(mid, 1e9f)) == l + 1);
+    REQUIRE(nearest(kv_int4::level(l)) == l);
+  }
+  REQUIRE(nearest(-1e30f) == 0);
+  REQUIRE(nearest(1e30f) == 15);
+}
+
 TEST_CASE("cuda formats: KV int8 and int4 scales and levels equal the CPU quantizers'", "[cuda-formats]") {
   test::Rng rng(11);
   for (int trial = 0; trial < 400; ++trial) {
@@ -132,14 +203,10 @@ TEST_CASE("cuda formats: KV int8 and int4 scales and levels equal the CPU quanti
 
     for (int g = 0; g < 2; ++g) {
       const float* group = x.data() + 32 * g;
-      const std::uint16_t h4 = cpu::detail::quantize_span_int4(group, q);
-      float pos = 0.0f, neg = 0.0f;
-      for (int i = 0; i < 32; ++i) {
-        pos = std::max(pos, group[i]);
-        neg = std::max(neg, -group[i]);
-      }
-      REQUIRE(cuda::int4_scale(pos, neg) == h4);
-      for (int i = 0; i < 32; ++i) REQUIRE(cuda::quantize_level(group[i], h4, -8.0f, 7.0f) == q[i]);
+      std::uint8_t host[32], device[32];
+      const std::uint8_t code = kv_int4::quantize_group(group, host);
+      REQUIRE(warp_quantize_int4(group, device) == code);
+      for (int i = 0; i < 32; ++i) REQUIRE(device[i] == host[i]);
     }
   }
 }

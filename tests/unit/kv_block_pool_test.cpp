@@ -67,9 +67,9 @@ bool has_stamp(const KvBlockPool& pool, std::int32_t block, std::uint8_t tag) {
 }  // namespace
 
 TEST_CASE("KV geometry: bytes per token and per block for every K/V type", "[kv_pool]") {
-  // 2 heads x 32 = 64 values per row: f16 128 bytes; int8 64 + 2 f16 scales; int4 32 + 2 scales.
+  // 2 heads x 32 = 64 values per row: f16 128 bytes; int8 64 + 2 f16 scales; int4 32 + 2 scale codes.
   CHECK(geometry().token_bytes() == 3 * (128 + 128));
-  CHECK(geometry(ops::KvType::kInt8, ops::KvType::kInt4).token_bytes() == 3 * ((64 + 4) + (32 + 4)));
+  CHECK(geometry(ops::KvType::kInt8, ops::KvType::kInt4).token_bytes() == 3 * ((64 + 4) + (32 + 2)));
   CHECK(geometry(ops::KvType::kF32, ops::KvType::kF32).block_bytes() == 4 * 3 * 2 * 256);
   CHECK(KvBlockPool::blocks_for_bytes(geometry(), 10 * geometry().block_bytes() + 5) == 10);
   KvGeometry odd = geometry(ops::KvType::kInt4);

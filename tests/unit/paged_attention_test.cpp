@@ -52,6 +52,13 @@ double f16_value(const std::byte* p) {
   return fp16_to_fp32(h);
 }
 
+// The int4 layout as docs/architecture.md describes it: IQ4_NL's levels, and a scale code that is
+// an f16's high byte times 2^-4.
+constexpr int kInt4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+float int4_scale(std::byte code) {
+  return fp16_to_fp32(static_cast<std::uint16_t>(static_cast<unsigned>(code) << 8)) * 0.0625f;
+}
+
 // Element e of a stored row of `width` values with heads of d.
 double stored_value(KvType t, const std::byte* row, std::int64_t width, std::int64_t d, std::int64_t e) {
   switch (t) {
@@ -68,9 +75,8 @@ double stored_value(KvType t, const std::byte* row, std::int64_t width, std::int
              static_cast<float>(f16_value(row + width + 2 * (e / d)));
     case KvType::kInt4: {
       const unsigned byte = static_cast<unsigned>(row[e / 2]);
-      int nib = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
-      if (nib >= 8) nib -= 16;
-      return static_cast<float>(nib) * static_cast<float>(f16_value(row + width / 2 + 2 * (e / 32)));
+      const int index = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
+      return static_cast<float>(kInt4Levels[index]) * int4_scale(row[width / 2 + e / 32]);
     }
   }
   return 0.0;
@@ -86,8 +92,13 @@ double value_error(KvType t, const std::byte* row, std::int64_t width, std::int6
       return std::ldexp(std::fabs(x), -11) + 0x1p-25;
     case KvType::kInt8:
       return 0.5 * f16_value(row + width + 2 * (e / d)) * (1 + 0x1p-20);
-    case KvType::kInt4:  // the scale is signed
-      return 0.5 * std::fabs(f16_value(row + width / 2 + 2 * (e / 32))) * (1 + 0x1p-20);
+    case KvType::kInt4:
+      // Within the levels' range a value is at most half the widest gap (24) from its level; the
+      // chosen scale code is at most one code (a factor 1.25) below the smallest that clips
+      // nothing, so a clipped value lies within 0.2 x 127 x 1.25 = 31.75 |scale| of its level
+      // (the subnormal codes 1..3 are up to a factor 2 apart: 127 |scale|).
+      return ((static_cast<unsigned>(row[width / 2 + e / 32]) & 0x7Fu) < 4 ? 128.0 : 32.0) *
+             std::fabs(int4_scale(row[width / 2 + e / 32])) * (1 + 0x1p-20);
   }
   return 0.0;
 }
@@ -446,6 +457,52 @@ TEST_CASE("rotation needs a power-of-two head_dim; int4 needs widths in groups o
   }
 }
 
+// One int4 group (32 values x, their packed indices, the scale code) against the rule of
+// docs/architecture.md, computed here in double: for each sign of the scale (the side of larger
+// magnitude sent to the -127 level first), the smallest code whose levels reach every value and
+// the code below it; the group takes the candidate of least squared error (up to float
+// rounding of the sums), every value the level nearest to x / scale. A group of zeros: code 0.
+void check_int4_group(const float* x, const std::byte* packed, std::byte code_byte) {
+  const auto code = static_cast<unsigned>(code_byte);
+  const auto index = [&](int i) { return static_cast<int>((static_cast<unsigned>(packed[i / 2]) >> (4 * (i % 2))) & 15u); };
+  double pos = 0.0, neg = 0.0;
+  for (int i = 0; i < 32; ++i) {
+    pos = std::max(pos, double{x[i]});
+    neg = std::max(neg, -double{x[i]});
+  }
+  if (pos == 0.0 && neg == 0.0) {
+    REQUIRE(code == 0);
+    return;
+  }
+  const auto nearest = [](double v) {
+    int best = 0;
+    for (int l = 1; l < 16; ++l) {
+      if (std::fabs(v - kInt4Levels[l]) < std::fabs(v - kInt4Levels[best])) best = l;
+    }
+    return best;
+  };
+  const auto error = [&](unsigned c) {
+    const double s = int4_scale(static_cast<std::byte>(c));
+    double e = 0.0;
+    for (int i = 0; i < 32; ++i) e += std::pow(x[i] - kInt4Levels[nearest(x[i] / s)] * s, 2);
+    return e;
+  };
+  double least = HUGE_VAL;
+  for (const bool wide_to_low : {true, false}) {
+    const bool negative_scale = (pos >= neg) == wide_to_low;
+    const double to_low = negative_scale ? pos : neg, to_high = negative_scale ? neg : pos;
+    unsigned c0 = 1;
+    while (c0 < 0x7B && int4_scale(static_cast<std::byte>(c0)) < std::max(to_low / 127, to_high / 113)) ++c0;
+    for (const unsigned c : {c0 - 1, c0}) {
+      if (c >= 1 && c <= 0x7B) least = std::min(least, error(c | (negative_scale ? 0x80u : 0u)));
+    }
+  }
+  CAPTURE(code, least);
+  REQUIRE(error(code) <= least * (1 + 1e-5));
+  const double s = int4_scale(code_byte);
+  for (int i = 0; i < 32; ++i) REQUIRE(index(i) == nearest(x[i] / s));
+}
+
 // kv_store's quantized rows against a scalar quantizer written from the layout's description,
 // through a random block table, and the error property |dequantized - x| <= |scale| / 2.
 SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar reference does", "[attention][paged]",
@@ -460,10 +517,8 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar refe
   for (std::int64_t e = 0; e < width; ++e) x[static_cast<std::size_t>(2 * width + e)] = 0.0f;  // an all-zero row
   cpu::CpuContext ctx(2, isa);
   cpu::kv_store(ctx, cache.view(), x.data(), width, x.data(), width, rows, n_kv, d, pos0);
-  // Scalar reference: per span (a head for int8, 32 values for int4) the smallest f16 scale >=
-  // amax / 127 (int8); for int4, with M the larger of the largest positive value and the largest
-  // magnitude of a negative one and m the other, the smallest f16 >= max(M / 8, m / 7), negative
-  // when M is the positive side. q = nearest-even(x / scale) clamped to the levels.
+  // Scalar reference: per head the smallest f16 scale >= amax / 127 and q = nearest-even(x /
+  // scale) clamped to the levels (int8); int4: int4_group_matches_reference.
   const bool int4 = type == KvType::kInt4;
   const std::int64_t span = int4 ? 32 : d;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -479,34 +534,36 @@ SITSRT_ISA_TEST_CASE(isa, "kv_store writes int8 and int4 rows as the scalar refe
       continue;
     }
     for (std::int64_t j = 0; j < width / span; ++j) {
+      if (int4) {
+        check_int4_group(xr + j * span, row + j * span / 2, row[width / 2 + j]);
+        for (std::int64_t e = j * span; e < (j + 1) * span; ++e) {
+          REQUIRE(std::fabs(stored_value(type, row, width, d, e) - xr[e]) <= value_error(type, row, width, d, e, xr[e]));
+        }
+        continue;
+      }
       float pos = 0.0f, neg = 0.0f;
       for (std::int64_t e = 0; e < span; ++e) {
         pos = std::max(pos, xr[j * span + e]);
         neg = std::max(neg, -xr[j * span + e]);
       }
       const float amax = std::max(pos, neg);
-      const float magnitude = int4 ? std::max(amax / 8.0f, std::min(pos, neg) / 7.0f) : amax / 127.0f;
+      const float magnitude = amax / 127.0f;
       std::uint16_t want = 0;
       if (amax > 0.0f) {
         want = fp32_to_fp16(magnitude);
         if (fp16_to_fp32(want) < magnitude) ++want;
-        if (int4 && pos >= neg) want |= 0x8000u;
       }
-      const std::byte* scale_at = row + (type == KvType::kInt8 ? width : width / 2) + 2 * j;
+      const std::byte* scale_at = row + width + 2 * j;
       std::uint16_t got;
       std::memcpy(&got, scale_at, 2);
       REQUIRE(got == want);
       const float scale = fp16_to_fp32(want);
       for (std::int64_t e = j * span; e < (j + 1) * span; ++e) {
-        const int q = scale != 0.0f ? std::clamp(static_cast<int>(std::nearbyint(xr[e] / scale)), int4 ? -8 : -127,
-                                                 int4 ? 7 : 127)
-                                    : 0;
+        const int q = scale != 0.0f ? std::clamp(static_cast<int>(std::nearbyint(xr[e] / scale)), -127, 127) : 0;
         const double stored = stored_value(type, row, width, d, e);
         CAPTURE(r, e, xr[e], scale, q, stored);
         REQUIRE(stored == static_cast<double>(static_cast<float>(q) * scale));
         REQUIRE(std::fabs(stored - xr[e]) <= 0.5 * std::fabs(scale) * (1 + 0x1p-20));
-        // The wider side's end is -8 when that side sets the step.
-        if (int4 && amax > 0.0f && amax / 8.0f >= std::min(pos, neg) / 7.0f && std::fabs(xr[e]) == amax) REQUIRE(q == -8);
       }
     }
   }

@@ -15,8 +15,9 @@ namespace sitsrt::cpu {
 // head-major:
 //   kF32, kF16: the values.
 //   kInt8: int8 q in [-127, 127], then one f16 scale per head (x ~ q * scale).
-//   kInt4: 4-bit two's complement q in [-8, 7], two per byte (the even element in the low
-//          nibble), then one f16 scale per group of 32 consecutive values of the row.
+//   kInt4: 4-bit indices into 16 non-uniform levels, two per byte (the even element in the low
+//          nibble), then one 8-bit scale code per group of 32 consecutive values of the row
+//          (x ~ level(index) * scale_of(code), core/kv_int4.hpp).
 enum class KvType : std::uint8_t { kF32, kF16, kInt8, kInt4 };
 
 // Bytes of one row of `type` (see KvType); 0 when the type cannot hold the width (int4 needs

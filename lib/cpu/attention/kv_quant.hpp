@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/half.hpp"
+#include "core/kv_int4.hpp"
 #include "cpu/attention/attention.hpp"
 #include "cpu/half_generic.hpp"
 
@@ -48,37 +49,6 @@ inline std::uint16_t quantize_span(const float* x, std::int64_t n, float qmax, f
   return h;
 }
 
-// Int4 groups of 32 with a signed scale: the side (positive or negative values) of larger
-// magnitude M maps onto the 8 levels -1 .. -8 and the other side, of magnitude m, onto +1 .. +7,
-// with |scale| = max(M / 8, m / 7): all 16 levels in use, a step of at most amax / 7 (amax / 8
-// when m <= 7/8 M: 22% less squared error than amax / 7 on Gaussian data), every value within
-// half a step. Returns the f16 scale.
-inline std::uint16_t quantize_span_int4(const float* x, std::int8_t* q) noexcept {
-  float pos = 0.0f, neg = 0.0f;  // largest positive value, largest magnitude of a negative one
-  for (int i = 0; i < 32; ++i) {
-    pos = x[i] > pos ? x[i] : pos;
-    neg = -x[i] > neg ? -x[i] : neg;
-  }
-  const bool positive_wider = pos >= neg;
-  const float wide = positive_wider ? pos : neg, narrow = positive_wider ? neg : pos;
-  if (!(wide > 0.0f)) {  // zeros (or NaN): q = 0 with scale 0
-    std::fill(q, q + 32, std::int8_t{0});
-    return 0;
-  }
-  // The wider side goes negative: its sign is the opposite of the scale's.
-  const float magnitude = std::min(std::max(wide / 8.0f, narrow / 7.0f), 65504.0f);
-  const auto h = static_cast<std::uint16_t>(f16_at_least(magnitude) | (positive_wider ? 0x8000u : 0u));
-  const float scale = fp16_to_fp32(h);
-  for (int i = 0; i < 32; ++i) {
-    const float v = x[i] / scale;
-    float r = (v + 12582912.0f) - 12582912.0f;  // nearest even, as in quantize_span
-    r = r > 7.0f ? 7.0f : r;
-    r = r >= -8.0f ? r : -8.0f;
-    q[i] = static_cast<std::int8_t>(r);
-  }
-  return h;
-}
-
 // One row of `width` values (heads of head_dim) in `type`'s layout at dst.
 inline void quantize_row(KvType type, const float* x, std::int64_t n_kv_heads, std::int64_t head_dim,
                          std::byte* dst) noexcept {
@@ -101,15 +71,14 @@ inline void quantize_row(KvType type, const float* x, std::int64_t n_kv_heads, s
       }
       return;
     }
-    case KvType::kInt4: {
-      std::int8_t q[32];
-      for (std::int64_t j = 0; j < width / 32; ++j) {
-        const std::uint16_t h = quantize_span_int4(x + 32 * j, q);
-        for (int i = 0; i < 16; ++i) {
-          const auto lo = static_cast<unsigned>(q[2 * i]) & 0xFu, hi = static_cast<unsigned>(q[2 * i + 1]) & 0xFu;
-          dst[16 * j + i] = static_cast<std::byte>(lo | hi << 4);
+    case KvType::kInt4: {  // core/kv_int4.hpp: indices, then one scale code per 32 values
+      std::uint8_t q[kv_int4::kGroup];
+      for (std::int64_t j = 0; j < width / kv_int4::kGroup; ++j) {
+        const std::uint8_t code = kv_int4::quantize_group(x + kv_int4::kGroup * j, q);
+        for (int i = 0; i < kv_int4::kGroup / 2; ++i) {
+          dst[16 * j + i] = static_cast<std::byte>(q[2 * i] | q[2 * i + 1] << 4);
         }
-        std::memcpy(dst + width / 2 + 2 * j, &h, 2);
+        dst[width / 2 + j] = static_cast<std::byte>(code);
       }
       return;
     }
@@ -148,8 +117,8 @@ inline void dequantize_span(KvType type, const std::byte* row, std::int64_t widt
       for (std::int64_t i = 0; i < n; ++i) {
         const std::int64_t e = e0 + i;
         const unsigned byte = static_cast<unsigned>(row[e / 2]);
-        const int nib = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
-        dst[i] = static_cast<float>((nib ^ 8) - 8) * f16_at(row + width / 2 + 2 * (e / 32));
+        const int index = static_cast<int>((e % 2 == 0 ? byte : byte >> 4) & 0xFu);
+        dst[i] = kv_int4::level(index) * kv_int4::scale_of(static_cast<std::uint8_t>(row[width / 2 + e / 32]));
       }
       return;
   }

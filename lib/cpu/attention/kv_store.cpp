@@ -25,7 +25,7 @@ std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head
     case KvType::kInt8:
       return width + static_cast<std::size_t>(n_kv_heads) * 2;
     case KvType::kInt4:
-      return width % 32 == 0 ? width / 2 + width / 32 * 2 : 0;
+      return width % 32 == 0 ? width / 2 + width / 32 : 0;  // core/kv_int4.hpp
   }
   return 0;
 }
@@ -120,10 +120,10 @@ void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std:
         break;
       }
       case KvType::kInt4: {  // n is a multiple of 32 here (width is)
-        std::array<std::byte, detail::kMaxRotatedHeadDim / 2 + detail::kMaxRotatedHeadDim / 16> part;
+        std::array<std::byte, detail::kMaxRotatedHeadDim / 2 + detail::kMaxRotatedHeadDim / 32> part;
         detail::quantize_row(KvType::kInt4, tmp.data(), 1, n, part.data());
         std::memcpy(dst + e0 / 2, part.data(), static_cast<std::size_t>(n / 2));
-        std::memcpy(dst + width / 2 + e0 / 16, part.data() + n / 2, static_cast<std::size_t>(n / 16));
+        std::memcpy(dst + width / 2 + e0 / 32, part.data() + n / 2, static_cast<std::size_t>(n / 32));
         break;
       }
     }
