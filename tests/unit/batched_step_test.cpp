@@ -123,10 +123,13 @@ TEST_CASE("a batched decode step gives each sequence its own logits, whatever sh
     const auto batched = runner.step(all);
     REQUIRE(batched.size() == expected.size());
     const std::vector<float> batched_copy(batched.begin(), batched.end());
-    // Sequences 0 and 2 only: their rows must be bit-identical to theirs in the batch of four.
+    // Sequences 0 and 2 only: their rows must be bit-identical to theirs in the batch of four,
+    // except where int8 batches of 4+ rows take the AMX-INT8 tiles (amx level, outside
+    // batch-invariant mode: float rounding apart, checked against alone below).
+    const bool amx_int8 = int8 && h.backend.info().isa == "amx";
     const SequenceWork two[] = {{pair[0].get(), {&next[0], 1}, 1}, {pair[2].get(), {&next[2], 1}, 1}};
     const auto paired = runner.step(two);
-    for (std::size_t i = 0; i < vocab; ++i) {
+    for (std::size_t i = 0; i < vocab && !amx_int8; ++i) {
       REQUIRE(paired[i] == batched_copy[i]);
       REQUIRE(paired[vocab + i] == batched_copy[2 * vocab + i]);
     }

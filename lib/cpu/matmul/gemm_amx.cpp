@@ -15,6 +15,7 @@
 // Only reached at Isa::kAmx (see amx_prefill.hpp); everything but the declared entry points is
 // in an anonymous namespace (ODR note in matmul_kernels.hpp), and no std:: templates are used.
 #include "cpu/matmul/amx_prefill.hpp"
+#include "cpu/matmul/amx_tiles.hpp"
 
 #include "core/quant_blocks.hpp"
 
@@ -30,14 +31,6 @@ constexpr std::int64_t kBlockN = kAmxBlockN;
 
 // Palette 1, all 8 tiles 16 rows x 64 bytes. C(h, g) = tile 2h + g for weight half h and x group
 // g; A0, A1 = 4, 5 (weight halves); B0, B1 = 6, 7 (x groups).
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
 void configure_tiles() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
@@ -45,30 +38,6 @@ void configure_tiles() {
     cfg.rows[t] = kAmxTile;
   }
   _tile_loadconfig(&cfg);
-}
-
-// r[l] := column l of the 16 x 16 matrix of 32-bit lanes r[0..15] (4-stage shuffle transpose).
-inline void transpose16x32bit(__m512i (&r)[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int q = 0; q < 4; ++q) {
-    const __m512i d0 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0x88), d1 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0xDD);
-    const __m512i e0 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0x88);
-    const __m512i e1 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0xDD);
-    r[q] = _mm512_shuffle_i32x4(d0, e0, 0x88);
-    r[8 + q] = _mm512_shuffle_i32x4(d0, e0, 0xDD);
-    r[4 + q] = _mm512_shuffle_i32x4(d1, e1, 0x88);
-    r[12 + q] = _mm512_shuffle_i32x4(d1, e1, 0xDD);
-  }
 }
 
 // 32 fp32 -> 32 bf16 (round to nearest even), element order kept.

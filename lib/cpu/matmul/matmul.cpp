@@ -110,7 +110,13 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   std::byte* shared = ctx.shared(qgemm_shared_bytes(w.cols, m));
   auto* rows = reinterpret_cast<detail::QuantizedRow*>(shared + static_cast<std::size_t>(m) * row_bytes);
   const detail::QuantizeRowFn quantize = detail::qdot_kernels_for(ctx.isa()).quantize;
-  const detail::QgemmFn gemm_rows = detail::qgemm_kernel_for(ctx.isa(), w.layout);
+  // At the amx level, outside batch-invariant mode, Q8_0 batches take the AMX-INT8 tiles (whole-block
+  // sums; float rounding away from the one-row decode); else the kernels bit-identical to decode.
+  detail::QgemmFn amx = nullptr;
+#if defined(SITSRT_X86_KERNELS)
+  if (ctx.isa() == Isa::kAmx && !ctx.batch_invariant() && m >= detail::kQgemmAmxMinM) amx = detail::qgemm_amx_int8(w.layout);
+#endif
+  const detail::QgemmFn gemm_rows = amx != nullptr ? amx : detail::qgemm_kernel_for(ctx.isa(), w.layout);
   // The AVX-512 VNNI Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's
   // decode does not; nor does the AVX2 GEMM).
   const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0 &&

@@ -114,6 +114,11 @@ const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
 QgemmFn qgemm_avx2(WeightLayout layout) noexcept;        // qgemm_avx2.cpp
+// AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp), or nullptr. Not bit-identical to the decode
+// kernel (it scales whole-block sums, decode scales 4-level partials): matmul takes it at
+// Isa::kAmx for kQgemmAmxMinM rows or more, never in batch-invariant mode.
+QgemmFn qgemm_amx_int8(WeightLayout layout) noexcept;
+inline constexpr std::int64_t kQgemmAmxMinM = 4;
 // The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);
