@@ -98,6 +98,27 @@ std::size_t qgemm_shared_bytes(std::int64_t cols, std::int64_t m) noexcept {
   return static_cast<std::size_t>(m) * (qgemm_row_bytes(cols) + sizeof(detail::QuantizedRow));
 }
 
+// Whether qgemm takes the AMX-INT8 tiles, and the bytes their packed activations add to its
+// shared area (after the descriptors, 64-byte aligned).
+bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  return ctx.isa() == Isa::kAmx && !ctx.batch_invariant() && m >= detail::kQgemmAmxMinM && detail::amx_q8_layout(w.layout);
+#else
+  (void)ctx, (void)w, (void)m;
+  return false;
+#endif
+}
+// (Sized whether or not the context is batch-invariant now: the reservation must hold either way.)
+std::size_t amx_q8_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  if (ctx.isa() == Isa::kAmx && m >= detail::kQgemmAmxMinM && detail::amx_q8_layout(w.layout)) {
+    return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);
+  }
+#endif
+  (void)ctx, (void)w, (void)m;
+  return 0;
+}
+
 // y = x W^T for m > 1 with int8 activations (`kernel.qdot` set): the m rows are quantized once
 // exactly as matvec() quantizes its one row, then the weight rows are claimed in
 // decode chunks and each chunk runs against all m rows, kQgemmBlockM at a time, with the
@@ -107,16 +128,10 @@ std::size_t qgemm_shared_bytes(std::int64_t cols, std::int64_t m) noexcept {
 void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatrix& w, const float* x,
            std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy) {
   const std::size_t row_bytes = qgemm_row_bytes(w.cols);
-  std::byte* shared = ctx.shared(qgemm_shared_bytes(w.cols, m));
+  std::byte* shared = ctx.shared(qgemm_shared_bytes(w.cols, m) + amx_q8_bytes(ctx, w, m));
   auto* rows = reinterpret_cast<detail::QuantizedRow*>(shared + static_cast<std::size_t>(m) * row_bytes);
   const detail::QuantizeRowFn quantize = detail::qdot_kernels_for(ctx.isa()).quantize;
-  // At the amx level, outside batch-invariant mode, Q8_0 batches take the AMX-INT8 tiles (whole-block
-  // sums; float rounding away from the one-row decode); else the kernels bit-identical to decode.
-  detail::QgemmFn amx = nullptr;
-#if defined(SITSRT_X86_KERNELS)
-  if (ctx.isa() == Isa::kAmx && !ctx.batch_invariant() && m >= detail::kQgemmAmxMinM) amx = detail::qgemm_amx_int8(w.layout);
-#endif
-  const detail::QgemmFn gemm_rows = amx != nullptr ? amx : detail::qgemm_kernel_for(ctx.isa(), w.layout);
+  const detail::QgemmFn gemm_rows = detail::qgemm_kernel_for(ctx.isa(), w.layout);
   // The AVX-512 VNNI Q4_0 GEMM kernels read the block lanes for both layouts (the stored one's
   // decode does not; nor does the AVX2 GEMM).
   const bool lanes = kernel.lanes || (gemm_rows != nullptr && stored_type(w.layout) == DType::kQ4_0 &&
@@ -136,6 +151,29 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   } else {
     quantize_rows({0, m});
   }
+#if defined(SITSRT_X86_KERNELS)
+  // At the amx level, outside batch-invariant mode, Q8_0 batches take the AMX-INT8 tiles (whole-block
+  // sums; float rounding away from the one-row decode): activations packed once, weight rows in
+  // chunks of whole 16-row tiles.
+  if (amx_q8_taken(ctx, w, m)) {
+    auto* packed = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(rows + m) + 63) / 64 * 64);
+    const detail::AmxQ8Activations a{rows, packed, m, w.cols / kQBlock};
+    const std::int64_t groups = (m + 15) / 16;
+    if (groups > 1 && ctx.pool().size() > 1) {
+      ctx.pool().run([&](int t, int n) {
+        const Range r = split_range(groups, t, n);
+        detail::amx_q8_pack(a, r.begin, r.end);
+      });
+    } else {
+      detail::amx_q8_pack(a, 0, groups);
+    }
+    detail::for_each_decode_chunk(ctx.pool(), (w.rows + 15) / 16, [&](Range units) {
+      detail::amx_q8_gemm_rows(w.layout, w.data, w.row_stride, a, y, ldy, 16 * units.begin,
+                               std::min(w.rows, 16 * units.end));
+    });
+    return;
+  }
+#endif
   detail::for_each_decode_row_chunk(ctx.pool(), w.rows, [&](std::int64_t begin, std::int64_t end) {
     const std::byte* first = w.data + static_cast<std::size_t>(begin) * w.row_stride;
     for (std::int64_t i0 = 0; i0 < m; i0 += kQgemmBlockM) {
@@ -257,7 +295,7 @@ std::size_t matmul_shared_bytes(const CpuContext& ctx, const WeightMatrix& w, st
     std::size_t bytes = ctx.isa() == Isa::kAmx ? detail::amx_activation_bytes(m, w.cols) : 0;
     if (int8_gemm_kernel(ctx, w, 2).qdot != nullptr) {
       const std::int64_t rows = ctx.batch_invariant() ? m : std::min(m, detail::qgemm_max_m(ctx.isa(), w.layout));
-      bytes = std::max(bytes, qgemm_shared_bytes(w.cols, rows));
+      bytes = std::max(bytes, qgemm_shared_bytes(w.cols, rows) + amx_q8_bytes(ctx, w, rows));
     }
     return bytes;
   }

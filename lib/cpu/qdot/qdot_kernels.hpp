@@ -114,11 +114,31 @@ const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
 QgemmFn qgemm_avx2(WeightLayout layout) noexcept;        // qgemm_avx2.cpp
-// AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp), or nullptr. Not bit-identical to the decode
-// kernel (it scales whole-block sums, decode scales 4-level partials): matmul takes it at
-// Isa::kAmx for kQgemmAmxMinM rows or more, never in batch-invariant mode.
-QgemmFn qgemm_amx_int8(WeightLayout layout) noexcept;
+// AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp). Not bit-identical to the decode kernel (it
+// scales whole-block sums, decode scales 4-level partials): matmul takes them at Isa::kAmx for
+// kQgemmAmxMinM rows or more, never in batch-invariant mode. The activations are packed into
+// tiles once per matmul: per 16-row group, per block, the B tile (512 bytes), then the groups'
+// block scales and 128 x level sums (16 floats and 16 int32 per block).
 inline constexpr std::int64_t kQgemmAmxMinM = 4;
+struct AmxQ8Activations {
+  const QuantizedRow* rows = nullptr;  // the m quantized rows
+  std::byte* data = nullptr;           // amx_q8_activation_bytes(m, blocks), 64-byte aligned
+  std::int64_t m = 0, blocks = 0;      // rows; real blocks per row
+};
+// For matmul.cpp (baseline code) only: an inline function also used by the AMX file could be
+// emitted with its flags (ODR note in matmul_kernels.hpp).
+inline std::size_t amx_q8_activation_bytes(std::int64_t m, std::int64_t blocks) noexcept {
+  return static_cast<std::size_t>((m + 15) / 16 * ((blocks + 1) / 2 * 2) * (512 + 64 + 64));
+}
+inline bool amx_q8_layout(WeightLayout layout) noexcept {
+  return layout == WeightLayout::kQ8_0 || layout == WeightLayout::kQ8_0R;
+}
+// Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads).
+void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept;
+// Outputs of weight rows [row_begin, row_end) for all m rows: whole 16-row tiles on the tile
+// unit, a last partial tile through the VNNI kernel.
+void amx_q8_gemm_rows(WeightLayout layout, const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a,
+                      float* y, std::int64_t ldy, std::int64_t row_begin, std::int64_t row_end) noexcept;
 // The Q4_K entry of the avx512vnni table (qdot_q4k_avx512vnni.cpp).
 void qdot_q4_k_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
                           std::int64_t n_rows);

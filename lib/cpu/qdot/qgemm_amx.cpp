@@ -14,7 +14,7 @@
 //
 // Tiles (palette 1): A = 16 weight rows x one block (32 bytes each, straight from the weights,
 // row stride apart); B = one block of 16 activation rows in the VNNI layout (8 rows of 64 bytes:
-// row p holds levels 4p .. 4p + 3 of each activation row), packed per call; C = 16 x 16 int32,
+// row p holds levels 4p .. 4p + 3 of each activation row), packed once per matmul; C = 16 x 16 int32,
 // weight rows by activation rows. Only reached at Isa::kAmx; everything is in an anonymous
 // namespace but the table accessor (ODR note in matmul_kernels.hpp).
 #include "core/quant_blocks.hpp"
@@ -26,12 +26,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
 
 namespace sitsrt::cpu::detail {
 namespace {
 
 constexpr int kTile = 16;
+constexpr std::int64_t kPrefetchBlocks = 8;  // how far ahead each weight row is requested
 
 // tmm0: A (16 x 32 bytes), tmm1: B (8 x 64 bytes), tmm2: C (16 x 64 bytes). (Four blocks in
 // flight on four C tiles was tried and was not faster on a busy machine; this is the simpler.)
@@ -46,25 +46,21 @@ void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// Activation rows x[0 .. n) (n <= 16) as B tiles, one per block (512 bytes at packed + 512 b; rows
-// at or past n zero), their block scales as vectors over the rows (dx + 16 b) and 128 times their
-// level sums (offset + 16 b: what unsigned weight levels q + 128 add to a block's sum).
-void pack_activations(const QuantizedRow* x, int n, std::int64_t nb, std::int8_t* packed, float* dx,
-                      std::int32_t* offset) {
-  for (std::int64_t b = 0; b < nb; b += 2) {  // rows are padded to an even block count
-    __m512i r[16];
-    for (int c = 0; c < kTile; ++c) {
-      r[c] = c < n ? _mm512_load_si512(x[c].qs + 32 * b) : _mm512_setzero_si512();
-    }
-    transpose16x32bit(r);  // r[p]: word p (levels 4p .. 4p + 3 of the pair of blocks) of every row
-    for (int p = 0; p < kTile; ++p) _mm512_store_si512(packed + 512 * b + 64 * p, r[p]);
-    for (std::int64_t k = b; k < b + 2 && k < nb; ++k) {
-      for (int c = 0; c < kTile; ++c) {
-        dx[16 * k + c] = c < n ? x[c].d[k] : 0.0f;
-        offset[16 * k + c] = c < n ? 128 * x[c].sum[k] : 0;
-      }
-    }
-  }
+// Where group g's arrays lie in the packed activations: per block b the B tile (512 bytes), then
+// per block the 16 rows' scales and 128 times their level sums (16 floats, 16 int32).
+struct Group {
+  const std::int8_t* tiles;
+  const float* dx;
+  const std::int32_t* offset;
+};
+inline std::int64_t padded_blocks(std::int64_t blocks) {
+  return (blocks + 1) / 2 * 2;  // quantized rows are padded to an even block count
+}
+inline Group group_at(const AmxQ8Activations& a, std::int64_t g) {
+  const std::int64_t padded = padded_blocks(a.blocks);
+  std::byte* base = a.data + static_cast<std::size_t>(g * padded * (512 + 64 + 64));
+  return {reinterpret_cast<const std::int8_t*>(base), reinterpret_cast<const float*>(base + padded * 512),
+          reinterpret_cast<const std::int32_t*>(base + padded * 576)};
 }
 
 // Where block b of a weight row starts (its 32 levels) and where its f16 scale lies, relative
@@ -95,47 +91,36 @@ struct RepackedBlocks {
   static constexpr bool kUnsigned = true;  // levels stored as q + 128
 };
 
+// Whole 16-row weight tiles [row_begin, row_end) against every activation group.
 template <typename Blocks>
-void q8_gemm_amx(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
-                 std::int64_t ldy, std::int64_t n_rows) {
-  const std::int64_t nb = x[0].blocks;
-  const std::int64_t padded = (nb + 1) / 2 * 2;
-  // Per-call scratch: one group of 16 activation rows packed (512 bytes and 16 scales per block)
-  // and the C tile's bounce buffer.
-  thread_local struct Scratch {
-    std::int8_t* packed = nullptr;
-    float* dx = nullptr;
-    std::int32_t* offset = nullptr;
-    std::int64_t blocks = 0;
-    void release() {
-      ::operator delete[](packed, std::align_val_t{64});
-      ::operator delete[](dx, std::align_val_t{64});
-      ::operator delete[](offset, std::align_val_t{64});
-    }
-    ~Scratch() { release(); }
-  } scratch;
-  if (scratch.blocks < padded) {
-    scratch.release();
-    const auto n = static_cast<std::size_t>(padded);
-    scratch.packed = static_cast<std::int8_t*>(::operator new[](n * 512, std::align_val_t{64}));
-    scratch.dx = static_cast<float*>(::operator new[](n * 64, std::align_val_t{64}));
-    scratch.offset = static_cast<std::int32_t*>(::operator new[](n * 64, std::align_val_t{64}));
-    scratch.blocks = padded;
-  }
+void q8_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a, float* y, std::int64_t ldy,
+              std::int64_t row_begin, std::int64_t row_end) {
+  const std::int64_t nb = a.blocks, groups = (a.m + kTile - 1) / kTile;
   alignas(64) std::int32_t c_tile[kTile * kTile];
   const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                  _mm512_set1_epi32(static_cast<int>(row_stride)));
   configure_tiles();
-  for (std::int64_t c0 = 0; c0 < m; c0 += kTile) {
-    const int n = static_cast<int>(m - c0 < kTile ? m - c0 : kTile);
-    pack_activations(x + c0, n, nb, scratch.packed, scratch.dx, scratch.offset);
-    for (std::int64_t r0 = 0; r0 + kTile <= n_rows; r0 += kTile) {
-      const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
+  for (std::int64_t r0 = row_begin; r0 + kTile <= row_end; r0 += kTile) {
+    const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
+    // The tile's 16 weight rows (16 x 32 bytes per block) stay in L1/L2 across the groups.
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const Group grp = group_at(a, g);
+      const std::int64_t c0 = g * kTile, n = a.m - c0 < kTile ? a.m - c0 : kTile;
       __m512 acc[kTile];
-      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (auto& v : acc) v = _mm512_setzero_ps();
       for (std::int64_t b = 0; b < nb; ++b) {
+        // The A tile reads 16 rows a row stride apart, 32 bytes each: 16 streams that the hardware
+        // prefetchers do not follow (the load took half the kernel's samples). Each row's line
+        // kPrefetchBlocks ahead is requested, with its scale's line.
+        if (b % 2 == 0 && g == 0) {
+          const std::size_t ahead = Blocks::levels(nb, b + kPrefetchBlocks), scale = Blocks::scale_word(nb, b + kPrefetchBlocks);
+          for (int r = 0; r < kTile; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows + static_cast<std::size_t>(r) * row_stride + ahead), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(rows + static_cast<std::size_t>(r) * row_stride + scale), _MM_HINT_T0);
+          }
+        }
         _tile_loadd(0, rows + Blocks::levels(nb, b), static_cast<long>(row_stride));
-        _tile_loadd(1, scratch.packed + 512 * b, 64);
+        _tile_loadd(1, grp.tiles + 512 * b, 64);
         _tile_zero(2);
         if constexpr (Blocks::kUnsigned) {
           _tile_dpbusd(2, 0, 1);
@@ -148,8 +133,8 @@ void q8_gemm_amx(const std::byte* w, std::size_t row_stride, const QuantizedRow*
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, Blocks::kScaleShift)));
         alignas(64) float dws[kTile];
         _mm512_store_ps(dws, dw);
-        const __m512 dx = _mm512_load_ps(scratch.dx + 16 * b);
-        const __m512i offset = _mm512_load_si512(scratch.offset + 16 * b);
+        const __m512 dx = _mm512_load_ps(grp.dx + 16 * b);
+        const __m512i offset = _mm512_load_si512(grp.offset + 16 * b);
         for (int r = 0; r < kTile; ++r) {
           __m512i isum = _mm512_load_si512(c_tile + kTile * r);
           if constexpr (Blocks::kUnsigned) isum = _mm512_sub_epi32(isum, offset);
@@ -160,25 +145,53 @@ void q8_gemm_amx(const std::byte* w, std::size_t row_stride, const QuantizedRow*
       __m512i t[kTile];
       for (int r = 0; r < kTile; ++r) t[r] = _mm512_castps_si512(acc[r]);
       transpose16x32bit(t);  // t[c]: activation row c's outputs for the 16 weight rows
-      for (int c = 0; c < n; ++c) _mm512_storeu_ps(y + (c0 + c) * ldy + r0, _mm512_castsi512_ps(t[c]));
+      for (std::int64_t c = 0; c < n; ++c) _mm512_storeu_ps(y + (c0 + c) * ldy + r0, _mm512_castsi512_ps(t[c]));
     }
   }
   _tile_release();
-  // Weight rows past the last whole tile: the VNNI kernel (same sums, its own float order).
-  const std::int64_t done = n_rows / kTile * kTile;
-  if (done < n_rows) {
-    const QgemmFn rest = qgemm_avx512vnni(Blocks::kScaleShift == 0 ? WeightLayout::kQ8_0 : WeightLayout::kQ8_0R);
-    rest(w + static_cast<std::size_t>(done) * row_stride, row_stride, x, m, y + done, ldy, n_rows - done);
-  }
 }
 
 }  // namespace
 
-QgemmFn qgemm_amx_int8(WeightLayout layout) noexcept {
-  switch (layout) {
-    case WeightLayout::kQ8_0: return q8_gemm_amx<StoredBlocks>;
-    case WeightLayout::kQ8_0R: return q8_gemm_amx<RepackedBlocks>;
-    default: return nullptr;
+void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept {
+  for (std::int64_t g = group_begin; g < group_end; ++g) {
+    const Group grp = group_at(a, g);
+    const std::int64_t c0 = g * kTile;
+    const int n = static_cast<int>(a.m - c0 < kTile ? a.m - c0 : kTile);
+    const QuantizedRow* x = a.rows + c0;
+    auto* tiles = const_cast<std::int8_t*>(grp.tiles);
+    auto* dx = const_cast<float*>(grp.dx);
+    auto* offset = const_cast<std::int32_t*>(grp.offset);
+    for (std::int64_t b = 0; b < a.blocks; b += 2) {
+      __m512i r[16];
+      for (int c = 0; c < kTile; ++c) r[c] = c < n ? _mm512_load_si512(x[c].qs + 32 * b) : _mm512_setzero_si512();
+      transpose16x32bit(r);  // r[p]: word p (levels 4p .. 4p + 3 of the pair of blocks) of every row
+      for (int p = 0; p < kTile; ++p) _mm512_store_si512(tiles + 512 * b + 64 * p, r[p]);
+    }
+    for (std::int64_t b = 0; b < a.blocks; ++b) {
+      for (int c = 0; c < kTile; ++c) {
+        dx[16 * b + c] = c < n ? x[c].d[b] : 0.0f;
+        offset[16 * b + c] = c < n ? 128 * x[c].sum[b] : 0;
+      }
+    }
+  }
+}
+
+void amx_q8_gemm_rows(WeightLayout layout, const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a,
+                      float* y, std::int64_t ldy, std::int64_t row_begin, std::int64_t row_end) noexcept {
+  const std::int64_t whole = row_begin + (row_end - row_begin) / kTile * kTile;
+  if (layout == WeightLayout::kQ8_0R) {
+    q8_tiles<RepackedBlocks>(w, row_stride, a, y, ldy, row_begin, whole);
+  } else {
+    q8_tiles<StoredBlocks>(w, row_stride, a, y, ldy, row_begin, whole);
+  }
+  if (whole < row_end) {  // a last partial tile: the VNNI kernel (same sums, its own float order)
+    const QgemmFn rest = qgemm_avx512vnni(layout);
+    for (std::int64_t i0 = 0; i0 < a.m; i0 += 32) {
+      const std::int64_t mb = a.m - i0 < 32 ? a.m - i0 : 32;
+      rest(w + static_cast<std::size_t>(whole) * row_stride, row_stride, a.rows + i0, mb, y + i0 * ldy + whole, ldy,
+           row_end - whole);
+    }
   }
 }
 
