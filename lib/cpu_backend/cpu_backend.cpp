@@ -180,6 +180,18 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
   ctx_.reserve_shared_bytes(shared);  // the fused products need no more: one input row each
   // Without decode_fusion (to measure what the fusions save) every node runs on its own.
   fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
+  // A fusion runs its products with the decode kernels; where batch invariance sends one row
+  // through the GEMM instead (float weights, cpu::matvec_fusable), its nodes run on their own.
+  for (const Fusion& fusion : fusions_.fusions) {
+    const bool fusable = std::ranges::all_of(fusion.nodes, [&](std::size_t n) {
+      const graph::Node& node = graph.nodes()[n];
+      return node.op != graph::OpKind::kMatMul ||
+             cpu::matvec_fusable(ctx_, weights_[static_cast<std::size_t>(node.weights[0])]);
+    });
+    if (!fusable) {
+      for (std::size_t n : fusion.nodes) fusions_.fusion_of[n] = -1;
+    }
+  }
 }
 
 bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step) {

@@ -49,7 +49,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     cpu.budget_bytes = options.budget_bytes;
     cpu.int8_activations = options.int8_activations;
     cpu.resident_weights = options.resident_weights;
-    cpu.decode_fusion = options.decode_fusion && !options.batch_invariant;
+    cpu.decode_fusion = options.decode_fusion;  // (batch invariance keeps only the int8 ones)
     cpu.batch_invariant = options.batch_invariant;
     return std::make_unique<CpuBackend>(cpu);
   }

@@ -246,8 +246,9 @@ const cpu::Isa kAmxOnly[] = {cpu::Isa::kAmx};
 // At the amx level outside batch-invariant mode, Q8_0 / Q8_0R batches of kQgemmAmxMinM rows or
 // more run on AMX-INT8 tiles (qgemm_amx.cpp): whole-block integer sums, so the outputs differ
 // from the one-row decode by float rounding only and must meet the same integer reference;
-// weight rows past the last 16-row tile take the VNNI kernel. In batch-invariant mode the amx
-// level keeps the kernels bit-identical to decode.
+// weight rows past the last 16-row tile take the VNNI kernel. Batch-invariant mode takes the tiles
+// for every row count, one row included: each row's outputs equal its one-row product bit for bit,
+// and the default mode's where that takes the tiles too.
 SITSRT_ISA_TEST_CASE(isa, "AMX-INT8 GEMM of Q8_0 matches the integer reference; batch-invariant mode stays bitwise",
                      "[qdot][qgemm][matmul][amx]", kAmxOnly) {
   const cpu::WeightLayout layout = GENERATE(cpu::WeightLayout::kQ8_0, cpu::WeightLayout::kQ8_0R);
@@ -259,7 +260,7 @@ SITSRT_ISA_TEST_CASE(isa, "AMX-INT8 GEMM of Q8_0 matches the integer reference; 
     for (const std::int64_t cols : {32, 96, 1056, 2816}) {
       Weights wts = make_weights(rng, layout, rows, cols);
       const cpu::WeightMatrix w = wts.matrix(layout, rows, cols);
-      for (const std::int64_t m : {4, 5, 16, 17, 33, 64}) {
+      for (const std::int64_t m : {1, 2, 3, 4, 5, 16, 17, 33, 64}) {
         CAPTURE(rows, cols, m);
         const std::vector<float> x = make_activations(rng, m, cols);
         const std::vector<float> y = run(ctx, w, x.data(), m);
@@ -267,7 +268,18 @@ SITSRT_ISA_TEST_CASE(isa, "AMX-INT8 GEMM of Q8_0 matches the integer reference; 
         for (std::int64_t i = 0; i < m; ++i) {
           for (std::int64_t r = rows; r < rows + 3; ++r) REQUIRE(y[static_cast<std::size_t>(i * (rows + 3) + r)] == -7.0f);
         }
-        if (m <= 17) require_rows_equal_decode(invariant, w, x, m, run(invariant, w, x.data(), m));
+        if (m > 17) continue;
+        const std::vector<float> yi = run(invariant, w, x.data(), m);
+        check_reference(isa, layout, wts, rows, cols, x, m, yi);
+        require_rows_equal_decode(invariant, w, x, m, yi);
+        if (m >= cpu::detail::kQgemmAmxMinM) {
+          for (std::size_t k = 0; k < y.size(); ++k) {
+            if (std::bit_cast<std::uint32_t>(y[k]) != std::bit_cast<std::uint32_t>(yi[k])) {
+              CAPTURE(k, y[k], yi[k]);
+              FAIL("batch-invariant AMX-INT8 output differs from the default mode's tiles");
+            }
+          }
+        }
       }
     }
   }

@@ -20,7 +20,7 @@ using namespace sitsrt;
 
 namespace {
 
-std::string model_path() {
+std::string model_path(DType type = DType::kQ8_0) {
   RandomModelOptions o;
   o.dim = 128;
   o.layers = 2;
@@ -29,8 +29,8 @@ std::string model_path() {
   o.ffn = 256;
   o.vocab = 512;
   o.context = 512;
-  o.type = DType::kQ8_0;
-  return test::random_model(o, "serving");
+  o.type = type;
+  return test::random_model(o, type == DType::kQ8_0 ? std::string("serving") : "serving-" + std::string(name(type)));
 }
 
 EngineOptions engine_options(bool deterministic = true) {
@@ -131,6 +131,35 @@ TEST_CASE("64 requests from 8 threads, batched together, equal each run alone (d
   CHECK(s.max_step_sequences > 1);  // they did share steps
   CHECK(s.running == 0);
   CHECK(s.kv_blocks_free == s.kv_blocks);
+}
+
+// Decode steps of one row run fused matmul groups where batch invariance allows them (int8 decode
+// kernels; float weights run each product through the GEMM): every weight type, each request
+// batched with the others equals it alone.
+TEST_CASE("deterministic mode: batched requests equal each alone for every weight type", "[serving]") {
+  const DType type = GENERATE(DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ8_0);
+  CAPTURE(name(type));
+  EngineOptions o = engine_options();
+  o.model_path = model_path(type);
+  const Engine engine(o);
+  std::vector<Trace> expected;
+  for (int i = 0; i < 6; ++i) expected.push_back(alone(engine, i, config(300 + i, 10 + i)));
+  std::vector<RequestHandle> handles;
+  std::vector<std::vector<float>> lps(6);
+  for (int i = 0; i < 6; ++i) {
+    SubmitOptions so;
+    so.on_token = [&lps, i](const TokenEvent& e) {
+      lps[static_cast<std::size_t>(i)].push_back(e.logprob);
+      return true;
+    };
+    handles.push_back(engine.submit(prompt(i), config(300 + i, 10 + i), std::move(so)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    const GenerationResult r = handles[static_cast<std::size_t>(i)].wait();
+    CHECK(trace_of(r, lps[static_cast<std::size_t>(i)]) == expected[static_cast<std::size_t>(i)]);
+  }
+  CHECK(engine.queue_stats().max_step_sequences > 1);
 }
 
 TEST_CASE("preempted requests resume with identical tokens, by recompute and by swap", "[serving]") {

@@ -102,7 +102,10 @@ std::size_t qgemm_shared_bytes(std::int64_t cols, std::int64_t m) noexcept {
 // shared area (after the descriptors, 64-byte aligned).
 bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
 #if defined(SITSRT_X86_KERNELS)
-  return ctx.isa() == Isa::kAmx && !ctx.batch_invariant() && m >= detail::kQgemmAmxMinM && detail::amx_q8_layout(w.layout);
+  // Batch-invariant mode takes them for every batch (a row's lane of the tiles never meets another
+  // row's), its one-row decode kernel having their numerics (DecodeKernel::for_weight).
+  const std::int64_t min_m = ctx.batch_invariant() ? 2 : detail::kQgemmAmxMinM;
+  return ctx.isa() == Isa::kAmx && m >= min_m && detail::amx_q8_layout(w.layout) && ctx.int8_activations();
 #else
   (void)ctx, (void)w, (void)m;
   return false;
@@ -111,7 +114,7 @@ bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) 
 // (Sized whether or not the context is batch-invariant now: the reservation must hold either way.)
 std::size_t amx_q8_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
 #if defined(SITSRT_X86_KERNELS)
-  if (ctx.isa() == Isa::kAmx && m >= detail::kQgemmAmxMinM && detail::amx_q8_layout(w.layout)) {
+  if (ctx.isa() == Isa::kAmx && m >= 2 && detail::amx_q8_layout(w.layout) && ctx.int8_activations()) {
     return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);
   }
 #endif
@@ -152,9 +155,10 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
     quantize_rows({0, m});
   }
 #if defined(SITSRT_X86_KERNELS)
-  // At the amx level, outside batch-invariant mode, Q8_0 batches take the AMX-INT8 tiles (whole-block
-  // sums; float rounding away from the one-row decode): activations packed once, weight rows in
-  // chunks of whole 16-row tiles.
+  // At the amx level Q8_0 batches take the AMX-INT8 tiles (whole-block sums; float rounding away
+  // from the one-row VNNI decode kernel, so batch-invariant mode sends every batch here and decodes
+  // one row with the tiles' numerics): activations packed once, weight rows in chunks of whole
+  // 16-row tiles.
   if (amx_q8_taken(ctx, w, m)) {
     auto* packed = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(rows + m) + 63) / 64 * 64);
     const detail::AmxQ8Activations a{rows, packed, m, w.cols / kQBlock};
@@ -220,6 +224,11 @@ DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, WeightLayout layout
   DecodeKernel k;
   if (ctx.int8_activations() && (layout != WeightLayout::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
     k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(layout)];
+#if defined(SITSRT_X86_KERNELS)
+    // Batch-invariant mode at the amx level: Q8_0 batches take the AMX-INT8 tiles at every m >= 2,
+    // so one row takes a kernel with their numerics (qdot_amx_numerics).
+    if (ctx.batch_invariant() && ctx.isa() == Isa::kAmx && amx_q8_layout(layout)) k.qdot = qdot_amx_numerics(layout);
+#endif
     k.lanes = k.qdot != nullptr && (layout == WeightLayout::kQ4_0R || layout == WeightLayout::kQ4_KR);
   }
   if (k.qdot == nullptr && layout == WeightLayout::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {
@@ -264,6 +273,10 @@ DecodeInput prepare_decode_input(CpuContext& ctx, std::span<const DecodeKernel> 
 
 }  // namespace detail
 
+bool matvec_fusable(const CpuContext& ctx, const WeightMatrix& w) noexcept {
+  return !ctx.batch_invariant() || int8_gemm_kernel(ctx, w, 1).qdot != nullptr;
+}
+
 void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
             std::int64_t ldy) {
   detail::check_weight(w, "matmul");
@@ -279,7 +292,7 @@ void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t
   // int8 rows give the one-row decode's bits at any m; float one-row decode differs from the
   // GEMM, so batch invariance sends one float row through the GEMM.
   const detail::DecodeKernel k = int8_gemm_kernel(ctx, w, m);
-  if (m == 1 && (!ctx.batch_invariant() || k.qdot != nullptr)) {
+  if (m == 1 && matvec_fusable(ctx, w)) {
     matvec(ctx, w, x, y);
   } else if (k.qdot != nullptr) {
     qgemm(ctx, k, w, x, ldx, m, y, ldy);

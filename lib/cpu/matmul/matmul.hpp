@@ -28,6 +28,11 @@ struct WeightMatrix {
 void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
             std::int64_t ldy);
 
+// Whether a one-row matmul of w runs the decode kernel, as the one-row fusions (matvec_group.hpp)
+// do: always outside batch-invariant mode; in it, only where the decode kernel rounds as the
+// batched one does (int8 activations), float rows taking the GEMM.
+bool matvec_fusable(const CpuContext& ctx, const WeightMatrix& w) noexcept;
+
 // Per-thread scratch (in floats) matmul needs for this weight and batch size: 0 for m <= 1
 // (decode needs none), otherwise two weight tiles of at most 32 rows x 1024 columns (256 KiB),
 // or the AMX gemm's 100 KiB when that is more (small cols), independent of m. Reserve the

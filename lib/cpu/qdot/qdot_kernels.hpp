@@ -109,6 +109,8 @@ inline constexpr std::int64_t kQgemmPerRowMaxM = 64;
 // does Q4_K repack (weight_layout.cpp) and decode take the table's Q4_KR entry.
 bool q4_kr_decode_native(Isa isa) noexcept;
 const QdotKernels& qdot_kernels_generic() noexcept;
+// Outside batch-invariant mode, the fewest rows that take the AMX-INT8 tiles (below).
+inline constexpr std::int64_t kQgemmAmxMinM = 4;
 #if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx2() noexcept;
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
@@ -116,10 +118,10 @@ QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
 QgemmFn qgemm_avx2(WeightLayout layout) noexcept;        // qgemm_avx2.cpp
 // AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp). Not bit-identical to the decode kernel (it
 // scales whole-block sums, decode scales 4-level partials): matmul takes them at Isa::kAmx for
-// kQgemmAmxMinM rows or more, never in batch-invariant mode. The activations are packed into
+// kQgemmAmxMinM rows or more, and in batch-invariant mode for every batch of 2+ (each activation
+// row is its own lane, so its outputs do not depend on the batch; one row: qdot_amx_numerics). The activations are packed into
 // tiles once per matmul: per 16-row group, per block, the B tile (512 bytes), then the groups'
 // block scales and 128 x level sums (16 floats and 16 int32 per block).
-inline constexpr std::int64_t kQgemmAmxMinM = 4;
 struct AmxQ8Activations {
   const QuantizedRow* rows = nullptr;  // the m quantized rows
   std::byte* data = nullptr;           // amx_q8_activation_bytes(m, blocks), 64-byte aligned
@@ -133,6 +135,10 @@ inline std::size_t amx_q8_activation_bytes(std::int64_t m, std::int64_t blocks) 
 inline bool amx_q8_layout(WeightLayout layout) noexcept {
   return layout == WeightLayout::kQ8_0 || layout == WeightLayout::kQ8_0R;
 }
+// One activation row of Q8_0 / Q8_0R weights with the numerics of amx_q8_gemm_rows (bit for bit its
+// result for that row whatever the batch): the decode kernel of batch-invariant mode at Isa::kAmx.
+// Whole 16-row tiles (counted from w) by block sums, a last partial tile by the VNNI decode kernel.
+QdotFn qdot_amx_numerics(WeightLayout layout) noexcept;
 // Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads).
 void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept;
 // Outputs of weight rows [row_begin, row_end) for all m rows: whole 16-row tiles on the tile

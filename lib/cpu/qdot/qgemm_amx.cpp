@@ -1,5 +1,5 @@
-// AMX-INT8 tiles for the int8-activation GEMM of Q8_0 / Q8_0R weights (m > 1 rows outside
-// batch-invariant mode, Isa::kAmx): TDPBSSD forms each (weight row, activation row) block's exact
+// AMX-INT8 tiles for the int8-activation GEMM of Q8_0 / Q8_0R weights (Isa::kAmx; 4+ rows, or
+// 2+ in batch-invariant mode, whose one-row decode kernel here has their numerics): TDPBSSD forms each (weight row, activation row) block's exact
 // int32 sum over 32 levels, 16 x 16 pairs per instruction, and the float step applies the block's
 // scale product once per block: y = sum_b float(isum_b) * fl(d_w d_x), in block order.
 //
@@ -9,8 +9,9 @@
 // the tile unit.
 //
 // Numerics: each output differs from the one-row decode kernel's (which scales 4-level partials)
-// by float rounding only, so this path is not taken in batch-invariant (--deterministic) mode;
-// it is deterministic itself (fixed block order, no split of K).
+// by float rounding only. It depends on its own activation row alone (fixed block order, no split
+// of K, the weight rows' last partial tile always on the VNNI kernel), so batch-invariant
+// (--deterministic) mode sends every batch here and decodes one row by qdot_amx_numerics.
 //
 // Tiles (palette 1): A = 16 weight rows x one block (32 bytes each, straight from the weights,
 // row stride apart); B = one block of 16 activation rows in the VNNI layout (8 rows of 64 bytes:
@@ -32,16 +33,18 @@ namespace {
 
 constexpr int kTile = 16;
 constexpr std::int64_t kPrefetchBlocks = 8;  // how far ahead each weight row is requested
+constexpr int kOneRowPrefetchBlocks = 16;    // (q8r_one_row_vnni: one line per pair of blocks)
 
-// tmm0: A (16 x 32 bytes), tmm1: B (8 x 64 bytes), tmm2: C (16 x 64 bytes). (Four blocks in
-// flight on four C tiles was tried and was not faster on a busy machine; this is the simpler.)
-void configure_tiles() {
+// tmm0: A (16 x 32 bytes), tmm1: B (8 x 4n bytes), tmm2: C (16 x 4n bytes) for n activation
+// columns (16, or 1 for a single row). (Four blocks in flight on four C tiles was tried and was
+// not faster on a busy machine; this is the simpler.)
+void configure_tiles(int n) {
   TileConfig cfg;
   cfg.colsb[0] = 32;
   cfg.rows[0] = kTile;
-  cfg.colsb[1] = 64;
+  cfg.colsb[1] = static_cast<std::uint16_t>(4 * n);
   cfg.rows[1] = 8;
-  cfg.colsb[2] = 64;
+  cfg.colsb[2] = static_cast<std::uint16_t>(4 * n);
   cfg.rows[2] = kTile;
   _tile_loadconfig(&cfg);
 }
@@ -91,6 +94,35 @@ struct RepackedBlocks {
   static constexpr bool kUnsigned = true;  // levels stored as q + 128
 };
 
+// The 16 weight rows at `rows` against a B tile: block b's sums into c (c_stride bytes a row), and
+// the rows' scales (f16 -> float, lanes = weight rows). With `prefetch`, each row's line
+// kPrefetchBlocks ahead and its scale's line are requested first: the A tile reads 16 rows a row
+// stride apart, 32 bytes each, 16 streams that the hardware prefetchers do not follow (the load
+// took half the kernel's samples).
+template <typename Blocks>
+inline __m512 tile_block_sums(const std::byte* rows, std::size_t row_stride, __m512i row_offsets, std::int64_t nb,
+                              std::int64_t b, const void* b_tile, long b_stride, std::int32_t* c, long c_stride,
+                              bool prefetch) {
+  if (prefetch) {
+    const std::size_t ahead = Blocks::levels(nb, b + kPrefetchBlocks), scale = Blocks::scale_word(nb, b + kPrefetchBlocks);
+    for (int r = 0; r < kTile; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows + static_cast<std::size_t>(r) * row_stride + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rows + static_cast<std::size_t>(r) * row_stride + scale), _MM_HINT_T0);
+    }
+  }
+  _tile_loadd(0, rows + Blocks::levels(nb, b), static_cast<long>(row_stride));
+  _tile_loadd(1, b_tile, b_stride);
+  _tile_zero(2);
+  if constexpr (Blocks::kUnsigned) {
+    _tile_dpbusd(2, 0, 1);
+  } else {
+    _tile_dpbssd(2, 0, 1);
+  }
+  _tile_stored(2, c, c_stride);
+  const __m512i words = _mm512_i32gather_epi32(row_offsets, rows + Blocks::scale_word(nb, b), 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, Blocks::kScaleShift)));
+}
+
 // Whole 16-row weight tiles [row_begin, row_end) against every activation group.
 template <typename Blocks>
 void q8_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a, float* y, std::int64_t ldy,
@@ -99,7 +131,7 @@ void q8_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations
   alignas(64) std::int32_t c_tile[kTile * kTile];
   const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                  _mm512_set1_epi32(static_cast<int>(row_stride)));
-  configure_tiles();
+  configure_tiles(kTile);
   for (std::int64_t r0 = row_begin; r0 + kTile <= row_end; r0 += kTile) {
     const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
     // The tile's 16 weight rows (16 x 32 bytes per block) stay in L1/L2 across the groups.
@@ -109,28 +141,9 @@ void q8_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations
       __m512 acc[kTile];
       for (auto& v : acc) v = _mm512_setzero_ps();
       for (std::int64_t b = 0; b < nb; ++b) {
-        // The A tile reads 16 rows a row stride apart, 32 bytes each: 16 streams that the hardware
-        // prefetchers do not follow (the load took half the kernel's samples). Each row's line
-        // kPrefetchBlocks ahead is requested, with its scale's line.
-        if (b % 2 == 0 && g == 0) {
-          const std::size_t ahead = Blocks::levels(nb, b + kPrefetchBlocks), scale = Blocks::scale_word(nb, b + kPrefetchBlocks);
-          for (int r = 0; r < kTile; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(rows + static_cast<std::size_t>(r) * row_stride + ahead), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(rows + static_cast<std::size_t>(r) * row_stride + scale), _MM_HINT_T0);
-          }
-        }
-        _tile_loadd(0, rows + Blocks::levels(nb, b), static_cast<long>(row_stride));
-        _tile_loadd(1, grp.tiles + 512 * b, 64);
-        _tile_zero(2);
-        if constexpr (Blocks::kUnsigned) {
-          _tile_dpbusd(2, 0, 1);
-        } else {
-          _tile_dpbssd(2, 0, 1);
-        }
-        _tile_stored(2, c_tile, 64);
+        const __m512 dw = tile_block_sums<Blocks>(rows, row_stride, row_offsets, nb, b, grp.tiles + 512 * b, 64, c_tile,
+                                                  64, b % 2 == 0 && g == 0);
         // The float step: acc[r] += float(sum) * fl(d_w d_x), lanes = activation rows.
-        const __m512i words = _mm512_i32gather_epi32(row_offsets, rows + Blocks::scale_word(nb, b), 1);
-        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, Blocks::kScaleShift)));
         alignas(64) float dws[kTile];
         _mm512_store_ps(dws, dw);
         const __m512 dx = _mm512_load_ps(grp.dx + 16 * b);
@@ -151,7 +164,129 @@ void q8_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations
   _tile_release();
 }
 
+// One activation row of stored Q8_0 weights (batch-invariant decode of a single sequence,
+// --mmap): a one-column B tile read straight from the quantized row (its rows of 4 bytes are the
+// block's 32 levels in order) and a one-column C tile, whose 16 sums are one vector with lanes =
+// weight rows. The same operations per output as q8_tiles (fl(d_w d_x), then one FMA per block in
+// block order), hence the same bits.
+template <typename Blocks>
+void q8_tiles_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks;
+  alignas(64) std::int32_t c_tile[kTile];
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(static_cast<int>(row_stride)));
+  configure_tiles(1);
+  for (std::int64_t r0 = 0; r0 + kTile <= n_rows; r0 += kTile) {
+    const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const __m512 dw = tile_block_sums<Blocks>(rows, row_stride, row_offsets, nb, b, x.qs + 32 * b, 4, c_tile, 4, b % 2 == 0);
+      __m512i isum = _mm512_load_si512(c_tile);
+      if constexpr (Blocks::kUnsigned) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * x.sum[b]));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), acc);
+    }
+    _mm512_storeu_ps(y + r0, acc);
+  }
+  _tile_release();
+}
+
+// One activation row of Q8_0R weights without the tile unit, with the tiles' numerics: 16 weight
+// rows at a time, two blocks per 64-byte load, VPDPBUSD's partial sums reduced exactly to each
+// block's int32 sum, then the tiles' float step per block in block order (lanes = weight rows), so
+// the bits equal q8_tiles'. The one-column tile (as q8_tiles_one_row) was slower: it pays a strided
+// 16-row A load and a tile store per 16 x 32 bytes of weights.
+//
+// Reduction of 16 registers (register r: row r's 8 partials of block b, then 8 of block b + 1)
+// to two vectors of 16 block sums: unpack/add pairs of rows (4 partials per 128-bit lane left),
+// then pairs of pairs (one per lane), then 128-bit lanes of each block.
+inline void reduce_two_blocks(__m512i (&p)[kTile], __m512i& sum_b, __m512i& sum_b1) {
+  __m512i q[8], r[4];
+  for (int i = 0; i < 8; ++i) {
+    q[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi32(p[2 * i], p[2 * i + 1]));
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(q[2 * j], q[2 * j + 1]), _mm512_unpackhi_epi64(q[2 * j], q[2 * j + 1]));
+  }
+  // r[j]'s 128-bit lanes: rows 4j..4j+3 over partials 0-3, 4-7 of block b, then of block b + 1.
+  const __m512i u01 = _mm512_add_epi32(_mm512_shuffle_i32x4(r[0], r[1], 0x88), _mm512_shuffle_i32x4(r[0], r[1], 0xDD));
+  const __m512i u23 = _mm512_add_epi32(_mm512_shuffle_i32x4(r[2], r[3], 0x88), _mm512_shuffle_i32x4(r[2], r[3], 0xDD));
+  sum_b = _mm512_shuffle_i32x4(u01, u23, 0x88);
+  sum_b1 = _mm512_shuffle_i32x4(u01, u23, 0xDD);
+}
+
+// Block sums of blocks b, b + 1 (kPair) or b alone of 16 rows from `levels` (row 0's block b),
+// each accumulator starting at -128 sum(x) of its block (the levels are stored as q + 128).
+template <bool kPair>
+inline void two_block_sums(const std::byte* levels, std::size_t row_stride, __m512i xb, __m512i start, __m512i& sum_b,
+                           __m512i& sum_b1) {
+  __m512i p[kTile];
+  const std::byte* row = levels;
+  for (int r = 0; r < kTile; ++r, row += row_stride) {
+    _mm_prefetch(reinterpret_cast<const char*>(row + 32 * kOneRowPrefetchBlocks), _MM_HINT_T0);
+    const __m512i wr = kPair ? _mm512_loadu_si512(row) : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+    p[r] = _mm512_dpbusd_epi32(start, wr, xb);
+  }
+  reduce_two_blocks(p, sum_b, sum_b1);
+}
+
+void q8r_one_row_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks;
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(static_cast<int>(row_stride)));
+  const std::int64_t groups = (nb + kRepackGroupBlocks - 1) / kRepackGroupBlocks;
+  for (std::int64_t r0 = 0; r0 + kTile <= n_rows; r0 += kTile) {
+    const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const RepackGroup group = repack_group(g, nb, sizeof(BlockQ8_0));
+      const std::byte* levels = rows + group.offset;
+      const std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQBlock;
+      for (int i = 0; i < group.blocks; i += 2) {
+        const std::int64_t b = g * kRepackGroupBlocks + i;
+        const bool pair = i + 1 < group.blocks;  // a group's odd last block alone (upper half zero)
+        // lane 0: block b's offset, lane 8: block b + 1's (each block's 8 partial lanes sum to it)
+        const __m512i start = _mm512_maskz_set1_epi32(0x0001, -128 * x.sum[b]) |
+                              (pair ? _mm512_maskz_set1_epi32(0x0100, -128 * x.sum[b + 1]) : _mm512_setzero_si512());
+        __m512i sum_b, sum_b1;
+        if (pair) {
+          two_block_sums<true>(levels + 32 * i, row_stride, _mm512_load_si512(x.qs + 32 * b), start, sum_b, sum_b1);
+        } else {
+          two_block_sums<false>(levels + 32 * i, row_stride,
+                                _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b))),
+                                start, sum_b, sum_b1);
+        }
+        // Block b's scale in the low half of the word at 2i, block b + 1's in its high half.
+        const __m512i words = _mm512_i32gather_epi32(row_offsets, scales + 2 * i - (pair ? 0 : 2), 1);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pair ? words : _mm512_srli_epi32(words, 16)));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum_b), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), acc);
+        if (pair) {
+          const __m512 dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum_b1), _mm512_mul_ps(dw1, _mm512_set1_ps(x.d[b + 1])), acc);
+        }
+      }
+    }
+    _mm512_storeu_ps(y + r0, acc);
+  }
+}
+
+// Whole 16-row tiles by `tiles`, a last partial tile by the VNNI decode kernel (as amx_q8_gemm_rows).
+template <void (*tiles)(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t), WeightLayout kLayout>
+void qdot_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) noexcept {
+  const std::int64_t whole = n_rows / kTile * kTile;
+  tiles(w, row_stride, x, y, whole);
+  if (whole < n_rows) {
+    qdot_kernels_avx512vnni().matvec[static_cast<int>(kLayout)](w + static_cast<std::size_t>(whole) * row_stride,
+                                                                 row_stride, x, y + whole, n_rows - whole);
+  }
+}
+
 }  // namespace
+
+QdotFn qdot_amx_numerics(WeightLayout layout) noexcept {
+  if (layout == WeightLayout::kQ8_0R) return qdot_one_row<q8r_one_row_vnni, WeightLayout::kQ8_0R>;
+  if (layout == WeightLayout::kQ8_0) return qdot_one_row<q8_tiles_one_row<StoredBlocks>, WeightLayout::kQ8_0>;
+  return nullptr;
+}
 
 void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept {
   for (std::int64_t g = group_begin; g < group_end; ++g) {
