@@ -138,12 +138,14 @@ class Engine:
                  repeat_last_n: int = 64, seed: int | None = None, stop: str | Sequence[str] | None = None,
                  logprobs: int = 5, add_bos: bool | None = None, stop_at_eos: bool = True, audit: Any = None,
                  audit_key: str | bytes | None = None, audit_level: str = "tokens",
-                 tenant: str = "", user: str = "") -> Result:
+                 tenant: str = "", user: str = "", priority: int = 0) -> Result:
         """Generates a continuation of `prompt` (text, or token ids without an added BOS).
 
         temperature 0 is greedy; top_k 0, top_p 1 and min_p 0 turn those filters off; logprobs
         is the number of alternatives per token (0..64); audit adds sinks for this request;
-        audit_level "off"|"tokens"|"topk"|"full". Runs without the GIL.
+        audit_level "off"|"tokens"|"topk"|"full"; tenant: the request's quota tenant (recorded
+        in its audit records); priority: higher first, for admission and against preemption
+        (equal priorities in arrival order). Runs without the GIL.
         """
     def submit(self, prompt: str | Sequence[int], **options: Any) -> Request:
         """Starts generate(prompt, **options) on its own thread and returns its handle."""

@@ -299,7 +299,7 @@ class Engine:
                 seed: int | None = None, stop: str | Sequence[str] | None = None, logprobs: int = 5,
                 add_bos: bool | None = None, stop_at_eos: bool = True, audit: Any = None,
                 audit_key: str | bytes | None = None, audit_level: str = "tokens", tenant: str = "",
-                user: str = "") -> tuple:
+                user: str = "", priority: int = 0) -> tuple:
         c = _sitsrt.GenerationConfig()
         c.max_new_tokens = _int("max_tokens", max_tokens, 0, 2**31 - 1)
         c.temperature = _float("temperature", temperature, 0.0, 1e6)
@@ -329,20 +329,21 @@ class Engine:
         sinks = _sinks(audit, audit_key)
         for s in sinks:
             c.add_audit_sink(s)
-        return c, sinks
+        # Higher first, for admission and against preemption (SubmitOptions::priority).
+        return c, sinks, _int("priority", priority, -2**31, 2**31 - 1)
 
     def _run(self, prompt: Any, options: dict) -> _sitsrt.Result:
         # Through a submitted request, so the wait is Python's: Ctrl-C interrupts it (and cancels
         # the generation), and interpreter exit never meets a thread blocked in C++.
-        config, sinks = self._config(**options)
-        result = Request(_sitsrt.Request(self._engine, prompt, config)).result()
+        config, sinks, priority = self._config(**options)
+        result = Request(_sitsrt.Request(self._engine, prompt, config, priority)).result()
         for s in sinks:  # per-request logs are complete on return
             s.flush()
         return result
 
     def _submit(self, prompt: Any, options: dict) -> Request:
-        config, _ = self._config(**options)
-        return Request(_sitsrt.Request(self._engine, prompt, config))
+        config, _, priority = self._config(**options)
+        return Request(_sitsrt.Request(self._engine, prompt, config, priority))
 
     def generate(self, prompt: str | Sequence[int], **options: Any) -> _sitsrt.Result:
         """Generates a continuation and waits for it (without the GIL). See the .pyi stub."""

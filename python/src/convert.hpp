@@ -33,9 +33,10 @@ struct ChatPrompt {
 // What a request runs on: prompt text, prompt token ids, or a chat.
 using Prompt = std::variant<std::string, std::vector<std::int32_t>, ChatPrompt>;
 
-// Runs `prompt` on `engine` (generate, generate_from_tokens or chat).
+// Runs `prompt` on `engine` through the scheduler (submit, submit_tokens or submit_chat) at
+// `priority` and waits for it; on_token runs on the scheduler thread (keep it short).
 GenerationResult run_prompt(const Engine& engine, const Prompt& prompt, const GenerationConfig& config,
-                            const TokenCallback& on_token);
+                            const TokenCallback& on_token, int priority = 0);
 
 void bind_types(pybind11::module_& m);  // TokenEvent, Timings, Result, GenerationConfig (engine_py.cpp)
 void bind_engine(pybind11::module_& m);

@@ -39,12 +39,19 @@ py::list top_list(const TokenEvent& e) {
 }  // namespace
 
 GenerationResult run_prompt(const Engine& engine, const Prompt& prompt, const GenerationConfig& config,
-                            const TokenCallback& on_token) {
-  if (const auto* text = std::get_if<std::string>(&prompt)) return engine.generate(*text, config, on_token);
-  if (const auto* chat = std::get_if<ChatPrompt>(&prompt)) {
-    return engine.chat(chat->messages, config, on_token, chat->options);
+                            const TokenCallback& on_token, int priority) {
+  SubmitOptions options;
+  options.priority = priority;
+  options.on_token = on_token;
+  RequestHandle request;
+  if (const auto* text = std::get_if<std::string>(&prompt)) {
+    request = engine.submit(*text, config, std::move(options));
+  } else if (const auto* chat = std::get_if<ChatPrompt>(&prompt)) {
+    request = engine.submit_chat(chat->messages, config, std::move(options), chat->options);
+  } else {
+    request = engine.submit_tokens(std::get<std::vector<std::int32_t>>(prompt), config, std::move(options));
   }
-  return engine.generate_from_tokens(std::get<std::vector<std::int32_t>>(prompt), config, on_token);
+  return request.wait();
 }
 
 void bind_types(py::module_& m) {
@@ -204,7 +211,17 @@ void bind_engine(py::module_& m) {
              o.int8_activations = int8_activations;
              o.device = std::move(device);
              py::gil_scoped_release release;
-             return std::make_shared<Engine>(std::move(o));
+             // The engine's destructor joins its scheduler thread, which may be releasing a
+             // finished request's Python objects (audit sinks in its config) and so need the GIL:
+             // whoever drops the last reference with the GIL held lets go of it first.
+             return std::shared_ptr<Engine>(new Engine(std::move(o)), [](Engine* engine) {
+               if (PyGILState_Check() != 0) {
+                 py::gil_scoped_release unlocked;
+                 delete engine;
+               } else {
+                 delete engine;
+               }
+             });
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),

@@ -107,11 +107,11 @@ AbandonedWorkers& abandoned_workers() {
 
 class Request {
  public:
-  Request(std::shared_ptr<const Engine> engine, Prompt prompt, GenerationConfig config)
+  Request(std::shared_ptr<const Engine> engine, Prompt prompt, GenerationConfig config, int priority)
       : state_(std::make_shared<State>()) {
     // The worker owns copies of everything it touches, so the handle may go away first.
     worker_ = std::thread([engine = std::move(engine), prompt = std::move(prompt), config = std::move(config),
-                           state = state_]() mutable {
+                           priority, state = state_]() mutable {
       std::vector<TokenEvent> events;
       TokenCallback on_token = [&](const TokenEvent& e) {
         events.push_back(e);
@@ -125,7 +125,7 @@ class Request {
       GenerationResult result;
       std::exception_ptr error;
       try {
-        result = run_prompt(*engine, prompt, config, on_token);
+        result = run_prompt(*engine, prompt, config, on_token, priority);
       } catch (abi::__forced_unwind&) {  // thread cancellation (interpreter exit) must unwind on
         throw;
       } catch (...) {
@@ -221,9 +221,10 @@ class Request {
 
 void bind_request(py::module_& m) {
   py::class_<Request>(m, "Request")
-      .def(py::init([](std::shared_ptr<Engine> engine, Prompt prompt, GenerationConfig config) {
-        return std::make_unique<Request>(std::move(engine), std::move(prompt), std::move(config));
-      }))
+      .def(py::init([](std::shared_ptr<Engine> engine, Prompt prompt, GenerationConfig config, int priority) {
+             return std::make_unique<Request>(std::move(engine), std::move(prompt), std::move(config), priority);
+           }),
+           py::arg("engine"), py::arg("prompt"), py::arg("config"), py::arg("priority") = 0)
       .def("cancel", &Request::cancel)
       .def("done", &Request::done)
       .def("fileno", &Request::fileno)

@@ -2,6 +2,7 @@
 (the request's `tenant=`), and what queue_stats() and info report of them."""
 
 import threading
+import time
 
 import pytest
 
@@ -90,6 +91,37 @@ def test_tenant_seq_quota_lets_one_tenant_run_at_a_time(model_path):
     assert sorted(first) == [0] * 12 + [1] * 12
     switches = sum(1 for a, b in zip(first, first[1:]) if a != b)
     assert switches == 1
+
+
+def test_priority_admits_a_later_higher_priority_request_first(model_path):
+    engine = sitsrt.Engine(model_path, threads=1, max_num_seqs=1)
+    events = []
+    lock = threading.Lock()
+    started = threading.Event()
+
+    class Order(sitsrt.audit.Sink):
+        def __init__(self, tag):
+            self.tag = tag
+
+        def on_token(self, request_id, event):
+            with lock:
+                events.append(self.tag)
+            if self.tag == "first":  # (on the scheduler thread) slowed: ~0.3 s to queue the others
+                started.set()
+                time.sleep(0.003)
+
+    running = engine.submit("Once upon a time", max_tokens=100, stop_at_eos=False, audit=Order("first"))
+    assert started.wait(timeout=30)  # it holds the only slot
+    low = engine.submit("Once", max_tokens=4, stop_at_eos=False, audit=Order("low"))
+    high = engine.submit("Once", max_tokens=4, stop_at_eos=False, priority=5, audit=Order("high"))
+    for h in (running, low, high):
+        h.result(timeout=60)
+    order = [tag for i, tag in enumerate(events) if i == 0 or events[i - 1] != tag]
+    assert order == ["first", "high", "low"]
+    with pytest.raises(TypeError, match="priority"):
+        engine.generate("Once", max_tokens=1, priority=1.5)
+    with pytest.raises(ValueError, match="priority"):
+        engine.generate("Once", max_tokens=1, priority=2**31)
 
 
 def test_tenant_is_recorded_in_the_audit_record(model_path):
