@@ -9,6 +9,20 @@ import pytest
 import sitsrt
 
 
+class _Order(sitsrt.audit.Sink):
+    """Appends `tag` to `events` for every token of its request (then calls `then`, if given)."""
+    _lock = threading.Lock()
+
+    def __init__(self, events, tag, then=None):
+        self.events, self.tag, self.then = events, tag, then
+
+    def on_token(self, request_id, event):
+        with self._lock:
+            self.events.append(self.tag)
+        if self.then:
+            self.then()
+
+
 def test_serving_limits_reach_queue_stats(model_path):
     engine = sitsrt.Engine(model_path, threads=1, ctx=128, max_num_seqs=3, max_num_batched_tokens=48,
                            kv_block_size=8, kv_pool_tokens=512, preemption="swap", prefix_caching=False,
@@ -72,18 +86,8 @@ def test_tenant_quota_rejects_with_the_numbers_and_spares_other_tenants(model_pa
 def test_tenant_seq_quota_lets_one_tenant_run_at_a_time(model_path):
     engine = sitsrt.Engine(model_path, threads=1, tenant_max_seqs=1)
     events = []  # (tenant, index) in the order tokens arrive
-    lock = threading.Lock()
-
-    class Order(sitsrt.audit.Sink):
-        def __init__(self, tag):
-            self.tag = tag
-
-        def on_token(self, request_id, event):
-            with lock:
-                events.append(self.tag)
-
     handles = [engine.submit("Once upon a time", max_tokens=12, stop_at_eos=False, tenant="t",
-                             audit=Order(("t", i))) for i in range(2)]
+                             audit=_Order(events, ("t", i))) for i in range(2)]
     for h in handles:
         h.result(timeout=60)
     # With one sequence per tenant the two requests of tenant "t" never interleave.
@@ -96,24 +100,17 @@ def test_tenant_seq_quota_lets_one_tenant_run_at_a_time(model_path):
 def test_priority_admits_a_later_higher_priority_request_first(model_path):
     engine = sitsrt.Engine(model_path, threads=1, max_num_seqs=1)
     events = []
-    lock = threading.Lock()
     started = threading.Event()
 
-    class Order(sitsrt.audit.Sink):
-        def __init__(self, tag):
-            self.tag = tag
+    def slowly():  # (on the scheduler thread) ~0.3 s in all to queue the others
+        started.set()
+        time.sleep(0.003)
 
-        def on_token(self, request_id, event):
-            with lock:
-                events.append(self.tag)
-            if self.tag == "first":  # (on the scheduler thread) slowed: ~0.3 s to queue the others
-                started.set()
-                time.sleep(0.003)
-
-    running = engine.submit("Once upon a time", max_tokens=100, stop_at_eos=False, audit=Order("first"))
+    running = engine.submit("Once upon a time", max_tokens=100, stop_at_eos=False,
+                            audit=_Order(events, "first", slowly))
     assert started.wait(timeout=30)  # it holds the only slot
-    low = engine.submit("Once", max_tokens=4, stop_at_eos=False, audit=Order("low"))
-    high = engine.submit("Once", max_tokens=4, stop_at_eos=False, priority=5, audit=Order("high"))
+    low = engine.submit("Once", max_tokens=4, stop_at_eos=False, audit=_Order(events, "low"))
+    high = engine.submit("Once", max_tokens=4, stop_at_eos=False, priority=5, audit=_Order(events, "high"))
     for h in (running, low, high):
         h.result(timeout=60)
     order = [tag for i, tag in enumerate(events) if i == 0 or events[i - 1] != tag]
