@@ -25,13 +25,21 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=
   -DCMAKE_CXX_FLAGS="$flags" -DSITSRT_BUILD_FUZZERS=ON -DSITSRT_BUILD_TESTS=OFF -DSITSRT_BUILD_CLI=ON \
   -DSITSRT_BUILD_EXAMPLES=OFF -DSITSRT_BUILD_BENCHMARKS=OFF -DSITSRT_WITH_CUDA=OFF >/dev/null
 shared=$(realpath ../shared 2>/dev/null || true)
+# Seeds (a tiny model, audit logs, a KLD base) come from a sitsrt CLI: the release build's when
+# there is one (scripts/test.sh, which CI runs first), else this build's, which then compiles the
+# whole library under the fuzz flags (the targets themselves link only the layers they parse).
+cli=${SITSRT_CLI:-build/bin/sitsrt}
+if [ ! -x "$cli" ]; then
+  cmake --build build-fuzz --target sitsrt_cli >/dev/null
+  cli=build-fuzz/bin/sitsrt
+fi
 for target in "${selected[@]}"; do
   case " ${targets[*]} " in *" $target "*) ;; *) echo "unknown target '$target' (see --list)" >&2; exit 2 ;; esac
-  cmake --build build-fuzz --target "${target}_fuzz" sitsrt_cli >/dev/null
+  cmake --build build-fuzz --target "${target}_fuzz" >/dev/null
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus"
   tiny=build-fuzz/tiny.gguf
-  [ -f "$tiny" ] || build-fuzz/bin/sitsrt make-model -o "$tiny" --dim 32 --layers 1 --heads 2 --kv-heads 1 \
+  [ -f "$tiny" ] || "$cli" make-model -o "$tiny" --dim 32 --layers 1 --heads 2 --kv-heads 1 \
     --ffn 32 --vocab 260 --type q4_0 >/dev/null 2>&1
   case $target in
     gguf)
@@ -62,10 +70,10 @@ for v in VARIANTS:
     audit_verify)  # first byte: 0 plain SHA-256 chain, 1 HMAC under the target's fixed key
       if [ ! -f "$corpus/plain" ]; then
         rm -f build-fuzz/seed.jsonl* && printf 'fuzz-key' >build-fuzz/seed.key
-        build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q --audit-log build-fuzz/seed.jsonl \
+        "$cli" run -m "$tiny" -p "seed" -n 4 -q --audit-log build-fuzz/seed.jsonl \
           --audit-level topk >/dev/null
         { printf '\x00'; cat build-fuzz/seed.jsonl; } >"$corpus/plain"
-        rm -f build-fuzz/seed.jsonl* && build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q \
+        rm -f build-fuzz/seed.jsonl* && "$cli" run -m "$tiny" -p "seed" -n 4 -q \
           --audit-log build-fuzz/seed.jsonl --audit-key-file build-fuzz/seed.key --audit-rotate-bytes 1500 >/dev/null
         { printf '\x01'; cat build-fuzz/seed.jsonl; for r in build-fuzz/seed.jsonl.*; do
             printf '\n#--\n'; cat "$r"; done; } >"$corpus/hmac-rotated"
@@ -73,7 +81,7 @@ for v in VARIANTS:
     kld_base)  # first byte: bit 0 = repair the checksums before parsing
       if [ ! -f "$corpus/base" ]; then
         printf 'Once upon a time there was a little dog. It liked to run. %.0s' $(seq 40) >build-fuzz/seed.txt
-        rm -f build-fuzz/seed.kld && build-fuzz/bin/sitsrt perplexity -m "$tiny" -f build-fuzz/seed.txt -c 8 \
+        rm -f build-fuzz/seed.kld && "$cli" perplexity -m "$tiny" -f build-fuzz/seed.txt -c 8 \
           --chunks 2 --kl-divergence-base build-fuzz/seed.kld >/dev/null 2>&1
         { printf '\x00'; cat build-fuzz/seed.kld; } >"$corpus/base"
         { printf '\x01'; cat build-fuzz/seed.kld; } >"$corpus/base-repaired"
@@ -82,7 +90,7 @@ for v in VARIANTS:
       printf '\x00k3y\n' >"$corpus/key"
       printf '\x00\n' >"$corpus/key-empty"
       if [ ! -f "$corpus/log" ]; then
-        rm -f build-fuzz/seed.jsonl* && build-fuzz/bin/sitsrt run -m "$tiny" -p "seed" -n 4 -q \
+        rm -f build-fuzz/seed.jsonl* && "$cli" run -m "$tiny" -p "seed" -n 4 -q \
           --audit-log build-fuzz/seed.jsonl --audit-level topk >/dev/null
         { printf '\x01'; cat build-fuzz/seed.jsonl; } >"$corpus/log"
         { printf '\x01'; head -c 300 build-fuzz/seed.jsonl; } >"$corpus/log-torn"
