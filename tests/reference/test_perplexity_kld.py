@@ -129,7 +129,9 @@ def test_base_file_and_statistics_match_numpy(binary, tmp_path, name):
 def test_int8_decode_activations_kld(binary, tmp_path, name):
     model = model_path(name)
     base = tmp_path / "f32.kld"  # ~1 GB for Gemma's 262,144-token vocabulary; deleted below
-    run = ["-m", model, "-c", "512", "--chunks", "8", "--decode"]
+    # Three chunks (765 scored positions): the bounds below are sanity bounds, and the full
+    # 4080-position measurement (docs/performance.md) took 5 of CI's minutes.
+    run = ["-m", model, "-c", "512", "--chunks", "3", "--decode"]
     try:
         start = time.monotonic()
         f32 = perplexity(binary, *run, "-f", TEXT, "--activations", "f32", "--kl-divergence-base", base)
@@ -137,7 +139,7 @@ def test_int8_decode_activations_kld(binary, tmp_path, name):
         wall = time.monotonic() - start
     finally:
         base.unlink(missing_ok=True)
-    assert f32["scored"] == 8 * 255 and int8["scored"] == 8 * 255
+    assert f32["scored"] == 3 * 255 and int8["scored"] == 3 * 255
     k = int8["kl_divergence"]
     q = k["kld_quantiles"]
     print(f"{name}: int8 vs f32 decode activations over {k['count']} positions: mean KLD {k['kld']['value']:.6f} "
