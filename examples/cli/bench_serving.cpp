@@ -4,8 +4,10 @@
 // steady part (from the moment every stream has its first token to the last token), TTFT and
 // inter-token latency percentiles, KV bytes per token, preemptions, peak RSS, and the
 // weight-bandwidth floor for c streams (c x bandwidth / weight bytes per token: one pass over the
-// weights serves every stream of a step).
+// weights serves every stream of a step). With --profile, each level's op times, its decode steps
+// (one row per sequence) apart from the steps with prompt chunks.
 #include "bench_serving.hpp"
+#include "op_profile_table.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -41,6 +43,7 @@ struct LevelResult {
   std::uint64_t preemptions = 0;
   std::int64_t max_step_sequences = 0;
   std::uint64_t rss = 0;
+  OpProfile profile;  // (EngineOptions::profile_ops)
 };
 
 LevelResult run_level(const Engine& engine, int c, const std::vector<std::vector<std::int32_t>>& prompts,
@@ -52,6 +55,7 @@ LevelResult run_level(const Engine& engine, int c, const std::vector<std::vector
   std::vector<Stream> streams(static_cast<std::size_t>(c));
   std::mutex m;
   const RequestQueueStats before = engine.queue_stats();
+  engine.reset_op_profile();
   std::vector<RequestHandle> handles;
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < c; ++i) {
@@ -90,6 +94,7 @@ LevelResult run_level(const Engine& engine, int c, const std::vector<std::vector
   r.preemptions = after.preemptions - before.preemptions;
   r.max_step_sequences = after.max_step_sequences;
   r.rss = peak_rss();
+  r.profile = engine.op_profile();
   return r;
 }
 
@@ -117,7 +122,7 @@ std::vector<int> parse_concurrency(const std::string& text) {
 }
 
 int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std::int64_t n_prompt, std::int64_t n_gen,
-                      double bandwidth, bool json) {
+                      double bandwidth, bool json, bool profile) {
   const ModelInfo& info = engine.model_info();
   // Fixed pseudo-random prompts of ordinary tokens, one per stream (no two share a prefix).
   std::vector<std::vector<std::int32_t>> prompts;
@@ -157,6 +162,10 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
                              {"itl_p50_s", r.itl_p50}, {"itl_p95_s", r.itl_p95},
                              {"generated_tokens", r.generated}, {"preemptions", r.preemptions},
                              {"decode_floor_tokens_per_s", floor1 * r.concurrency}, {"peak_rss_bytes", r.rss}});
+      if (profile) {
+        levels_json.back()["profile"] = {{"decode", op_profile_json(r.profile.decode)},
+                                         {"prefill", op_profile_json(r.profile.prefill)}};
+      }
     }
     const nlohmann::json doc = {{"model", info.path}, {"threads", info.threads}, {"cpu_isa", info.cpu_isa},
                                 {"k_cache_type", info.k_cache_type}, {"v_cache_type", info.v_cache_type},
@@ -188,6 +197,14 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
                r.concurrency, r.aggregate_decode_tps, single_tps > 0 ? r.aggregate_decode_tps / single_tps : 0.0,
                1e3 * r.ttft_p50, 1e3 * r.ttft_p95, 1e3 * r.itl_p50, 1e3 * r.itl_p95, r.preemptions,
                floor1 * r.concurrency, static_cast<double>(r.rss) / (1 << 20));
+  }
+  if (profile) {
+    for (const LevelResult& r : results) {
+      print_op_profile(fmt::format("{} streams, decode steps (one row per sequence)", r.concurrency), r.profile.decode,
+                       false, "step");
+      print_op_profile(fmt::format("{} streams, steps with prompt chunks", r.concurrency), r.profile.prefill, false,
+                       "step");
+    }
   }
   return 0;
 }

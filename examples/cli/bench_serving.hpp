@@ -12,8 +12,9 @@ namespace sitsrt::cli {
 // "1,4,16,64" -> {1, 4, 16, 64}; throws UsageError naming --concurrency.
 std::vector<int> parse_concurrency(const std::string& text);
 // Runs each level and prints the table (or one JSON object with a `levels` list). bandwidth:
-// measured read bytes/s (0: no floor).
+// measured read bytes/s (0: no floor). profile: the engine times its ops (profile_ops); each
+// level's are printed after the table (JSON: a `profile` object per level).
 int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std::int64_t n_prompt, std::int64_t n_gen,
-                      double bandwidth, bool json);
+                      double bandwidth, bool json, bool profile);
 
 }  // namespace sitsrt::cli

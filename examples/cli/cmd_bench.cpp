@@ -1,5 +1,6 @@
 // sitsrt bench: prefill and decode throughput of one model, beside the memory-bandwidth floor.
 #include "bench_serving.hpp"
+#include "op_profile_table.hpp"
 #include "commands.hpp"
 
 #include "core/memory_bandwidth.hpp"
@@ -74,7 +75,7 @@ int bench_command(int argc, char** argv) {
       ThreadPool pool(engine.model_info().threads);
       bandwidth = measure_read_bandwidth(pool);
     }
-    return run_serving_bench(engine, levels, n_prompt, n_gen, bandwidth, args.has("json"));
+    return run_serving_bench(engine, levels, n_prompt, n_gen, bandwidth, args.has("json"), options.profile_ops);
   }
   const Engine engine(options);
   const ModelInfo& info = engine.model_info();
@@ -111,11 +112,6 @@ int bench_command(int argc, char** argv) {
   const double decode_tps = median(decode);
   const double prefill_tps = median(prefill);
   const OpProfile profile = engine.op_profile();
-  const auto profile_json = [&](const StepTimes& t) {
-    nlohmann::json ops = nlohmann::json::array();
-    for (const OpTime& op : t.ops) ops.push_back({{"op", op.op}, {"calls", op.calls}, {"seconds", op.seconds}});
-    return nlohmann::json{{"steps", t.steps}, {"tokens", t.tokens}, {"seconds", t.seconds}, {"ops", ops}};
-  };
   if (args.has("json")) {
     nlohmann::json doc = {
         {"model", info.path}, {"device", info.device}, {"device_description", info.device_description},
@@ -128,7 +124,7 @@ int bench_command(int argc, char** argv) {
         {"read_bandwidth_bytes_per_s", bandwidth}, {"decode_floor_tokens_per_s", floor_tps},
         {"decode_fraction_of_floor", floor_tps > 0 ? decode_tps / floor_tps : 0.0},
         {"peak_rss_bytes", rss}};
-    if (options.profile_ops) doc["profile"] = {{"decode", profile_json(profile.decode)}, {"prefill", profile_json(profile.prefill)}};
+    if (options.profile_ops) doc["profile"] = {{"decode", op_profile_json(profile.decode)}, {"prefill", op_profile_json(profile.prefill)}};
     fmt::print("{}\n", doc.dump(2));
     return 0;
   }
@@ -147,23 +143,9 @@ int bench_command(int argc, char** argv) {
   }
   fmt::print("peak RSS     {:.1f} MiB\n", static_cast<double>(rss) / (1 << 20));
   if (options.profile_ops) {
-    for (const bool decode : {true, false}) {
-      const StepTimes& t = decode ? profile.decode : profile.prefill;
-      if (t.steps == 0) continue;
-      // Per token for decode; per prompt token for prefill.
-      const double per = static_cast<double>(decode ? t.steps : t.tokens);
-      fmt::print("\n{} ({} steps, {:.1f} us per token; the node timing itself adds a synchronise per node)\n",
-                 decode ? "decode" : "prefill", t.steps, 1e6 * t.seconds / per);
-      fmt::print("  {:<22} {:>12} {:>12} {:>8}\n", "op", "calls/token", "us/token", "share");
-      double listed = 0.0;
-      for (const OpTime& op : t.ops) {
-        listed += op.seconds;
-        fmt::print("  {:<22} {:>12.1f} {:>12.1f} {:>7.1f}%\n", op.op, static_cast<double>(op.calls) / static_cast<double>(t.steps) * (decode ? 1.0 : static_cast<double>(t.steps) / per),
-                   1e6 * op.seconds / per, 100.0 * op.seconds / t.seconds);
-      }
-      fmt::print("  {:<22} {:>12} {:>12.1f} {:>7.1f}%\n", "(between ops)", "", 1e6 * (t.seconds - listed) / per,
-                 100.0 * (t.seconds - listed) / t.seconds);
-    }
+    // Per token for decode (one token a step); per prompt token for prefill.
+    print_op_profile("decode", profile.decode, false, "token");
+    print_op_profile("prefill", profile.prefill, true, "token");
   }
   return 0;
 }

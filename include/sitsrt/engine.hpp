@@ -137,8 +137,8 @@ struct StepTimes {
   std::vector<OpTime> ops;   // most time first
 };
 struct OpProfile {
-  StepTimes decode;   // steps of one token
-  StepTimes prefill;  // steps of several
+  StepTimes decode;   // steps in which every sequence feeds one token (one row, or a decode batch)
+  StepTimes prefill;  // steps with a prompt chunk (several tokens of one sequence)
 };
 
 // The scheduler's queue, its limits and the KV block pool (generate, chat, submit), then the

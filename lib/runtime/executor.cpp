@@ -85,14 +85,16 @@ std::span<const float> StepRunner::step(std::span<const SequenceWork> work) {
     if (profile == nullptr) {
       backend.compute(graph, 0, last, ctx);
     } else {
+      // A decode step: every sequence in it feeds one token (one row alone, or a decode batch).
+      const bool decode = n == static_cast<std::int64_t>(sequences_.size());
       const auto step_start = Clock::now();
       for (std::size_t i = 0; i < last; ++i) {
         const auto start = Clock::now();
         backend.compute(graph, i, i + 1, ctx);
         backend.synchronize();
-        profile->add_node(i, n == 1, std::chrono::duration<double>(Clock::now() - start).count());
+        profile->add_node(i, decode, std::chrono::duration<double>(Clock::now() - start).count());
       }
-      profile->add_step(n == 1, n, std::chrono::duration<double>(Clock::now() - step_start).count());
+      profile->add_step(decode, n, std::chrono::duration<double>(Clock::now() - step_start).count());
     }
     if (n_outputs > 0) {
       const std::size_t offset = plan_.memory.offsets[static_cast<std::size_t>(graph.output())];

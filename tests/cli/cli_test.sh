@@ -118,6 +118,11 @@ check "run --kv-type rejects an unknown type" bash -c "out=\$('$cli' run -m '$mo
 # nodes (q, k, v, attn_out, gate, up, down; fused ones counted per node) and the head once.
 check "bench --profile --json" json_check "$work/bench-profile.json" \
   "(lambda d: d['steps'] == 14 and {o['op']: o['calls'] for o in d['ops']}['matmul'] == 14 * 7 * 2 and {o['op']: o['calls'] for o in d['ops']}['matmul (output head)'] == 14 and all(o['seconds'] >= 0 for o in d['ops']) and sum(o['seconds'] for o in d['ops']) <= d['seconds'])(doc['profile']['decode'])"
+# Per level: decode steps (one row per sequence, batched at 4 streams) apart from prompt chunks;
+# every fed row counted once (4 prompts of 16 and 7 fed tokens each).
+"$cli" bench -m "$model" --concurrency 1,4 -p 16 -n 8 --no-bandwidth --profile --json >"$work/bench-serving-profile.json" 2>/dev/null
+check "bench --concurrency --profile --json" json_check "$work/bench-serving-profile.json" \
+  "(lambda one, four: one['decode']['tokens'] == one['decode']['steps'] == 7 and four['decode']['tokens'] > four['decode']['steps'] and {o['op']: o['calls'] for o in four['decode']['ops']}['matmul'] == 14 * four['decode']['steps'] and four['decode']['tokens'] + four['prefill']['tokens'] == 4 * (16 + 7))(doc['levels'][0]['profile'], doc['levels'][1]['profile'])"
 
 # Weight formats: an FP8 model from make-model runs; --weights converts at load and reports it.
 fp8="$work/fp8.gguf"
