@@ -76,6 +76,28 @@ Trace alone(const Engine& engine, int i, const GenerationConfig& c) {
   return trace_of(r, lp);
 }
 
+// Requests 0..n-1 (config_of(i)) submitted at once, then each one's trace and the one alone.
+template <typename ConfigOf>
+void require_batched_equal_alone(const Engine& engine, int n, ConfigOf config_of) {
+  std::vector<Trace> expected;
+  for (int i = 0; i < n; ++i) expected.push_back(alone(engine, i, config_of(i)));
+  std::vector<RequestHandle> handles;
+  std::vector<std::vector<float>> lps(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    SubmitOptions so;
+    so.on_token = [&lps, i](const TokenEvent& e) {
+      lps[static_cast<std::size_t>(i)].push_back(e.logprob);
+      return true;
+    };
+    handles.push_back(engine.submit(prompt(i), config_of(i), std::move(so)));
+  }
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    const GenerationResult r = handles[static_cast<std::size_t>(i)].wait();
+    CHECK(trace_of(r, lps[static_cast<std::size_t>(i)]) == expected[static_cast<std::size_t>(i)]);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("submit() then wait() gives generate()'s tokens; events arrive in order", "[serving]") {
@@ -142,23 +164,7 @@ TEST_CASE("deterministic mode: batched requests equal each alone for every weigh
   EngineOptions o = engine_options();
   o.model_path = model_path(type);
   const Engine engine(o);
-  std::vector<Trace> expected;
-  for (int i = 0; i < 6; ++i) expected.push_back(alone(engine, i, config(300 + i, 10 + i)));
-  std::vector<RequestHandle> handles;
-  std::vector<std::vector<float>> lps(6);
-  for (int i = 0; i < 6; ++i) {
-    SubmitOptions so;
-    so.on_token = [&lps, i](const TokenEvent& e) {
-      lps[static_cast<std::size_t>(i)].push_back(e.logprob);
-      return true;
-    };
-    handles.push_back(engine.submit(prompt(i), config(300 + i, 10 + i), std::move(so)));
-  }
-  for (int i = 0; i < 6; ++i) {
-    CAPTURE(i);
-    const GenerationResult r = handles[static_cast<std::size_t>(i)].wait();
-    CHECK(trace_of(r, lps[static_cast<std::size_t>(i)]) == expected[static_cast<std::size_t>(i)]);
-  }
+  require_batched_equal_alone(engine, 6, [](int i) { return config(300 + i, 10 + i); });
   CHECK(engine.queue_stats().max_step_sequences > 1);
 }
 
@@ -169,23 +175,7 @@ TEST_CASE("preempted requests resume with identical tokens, by recompute and by 
   o.serving.kv_pool_tokens = 256;  // one context: 8 requests of ~110 positions cannot all fit
   o.serving.preempt_by_swap = swap;
   const Engine engine(o);
-  std::vector<Trace> expected;
-  for (int i = 0; i < 8; ++i) expected.push_back(alone(engine, i, config(300 + i, 100)));
-  std::vector<RequestHandle> handles;
-  std::vector<std::vector<float>> lps(8);
-  for (int i = 0; i < 8; ++i) {
-    SubmitOptions so;
-    so.on_token = [&lps, i](const TokenEvent& e) {
-      lps[static_cast<std::size_t>(i)].push_back(e.logprob);
-      return true;
-    };
-    handles.push_back(engine.submit(prompt(i), config(300 + i, 100), std::move(so)));
-  }
-  for (int i = 0; i < 8; ++i) {
-    CAPTURE(i);
-    CHECK(trace_of(handles[static_cast<std::size_t>(i)].wait(), lps[static_cast<std::size_t>(i)]) ==
-          expected[static_cast<std::size_t>(i)]);
-  }
+  require_batched_equal_alone(engine, 8, [](int i) { return config(300 + i, 100); });
   const RequestQueueStats s = engine.queue_stats();
   INFO(s.preemptions << " preemptions");
   CHECK(s.preemptions > 0);
