@@ -181,6 +181,12 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   for (std::size_t i = 0; i < n_seq; ++i) {
     const ops::AttentionSequenceRef& s = sequences[i];
     const ops::KvLayerRef& kv = s.kv;
+    if (kv.recent_window > 0) {
+      raise(ErrorCode::kUnsupported,
+            "cuda backend: the exact recent window of int8/int4 KV caches (kv_recent_window = {}) is not implemented "
+            "on CUDA yet; load with kv_recent_window = 0 (sitsrt --kv-recent-window 0)",
+            kv.recent_window);
+    }
     AttentionSequenceDesc& d = descs[i];
     d.k = reinterpret_cast<std::uint8_t*>(kv.k);
     d.v = reinterpret_cast<std::uint8_t*>(kv.v);

@@ -41,6 +41,8 @@ std::vector<OptionSpec> engine_option_specs() {
                                 "error; for comparison)", ""},
       {"no-kv-centering", 0, "", "store int8/int4 K without the per-layer mean key and channel scales measured "
                                  "at load (higher quantization error; for comparison)", ""},
+      {"kv-recent-window", 0, "N", "int8/int4 K and V keep f16 copies of each request's latest N positions, "
+                                   "which every query reads instead of the quantized rows (0: off)", "32"},
       {"max-num-seqs", 0, "N", "requests the scheduler runs in one batch", "16"},
       {"max-num-batched-tokens", 0, "N", "tokens per batched step (decode rows + prompt chunks)", "--batch"},
       {"kv-block-size", 0, "N", "positions per KV cache block", "16"},
@@ -119,6 +121,7 @@ EngineOptions engine_options_from(const Args& args) {
   if (const auto v = args.get("v-type")) o.v_cache_type = kv_type("v-type", *v);
   o.kv_hadamard = !args.has("no-kv-hadamard");
   o.kv_k_centering = !args.has("no-kv-centering");
+  o.kv_recent_window = args.get_int("kv-recent-window", 32, 0, 256);
   o.serving.max_num_seqs = args.get_int("max-num-seqs", 16, 1, 4096);
   o.serving.max_num_batched_tokens = args.get_int("max-num-batched-tokens", 0, 1, 65536);
   if (o.serving.max_num_batched_tokens > o.max_batch_tokens) {

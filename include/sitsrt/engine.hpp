@@ -60,6 +60,14 @@ struct EngineOptions {
   // the context keep their mean). Needs the tokenizer; recorded in ModelInfo::kv_cache_type as
   // "+centered". docs/serving.md has the measurements.
   bool kv_k_centering = true;
+  // int8/int4 K and V also keep f16 copies of each sequence's latest positions: a query reads
+  // its last kv_recent_window keys and values (itself included) from them, the older ones
+  // quantized. The latest keys are the ones attended most, so this cuts int4's KL divergence
+  // ~2-3x (docs/serving.md) for kv_recent_window f16 rows per layer and sequence (0: off; at most
+  // 256). Recorded in ModelInfo::kv_cache_type as ",recent=N". Positions taken from the prefix
+  // cache have no copies (read quantized), so deterministic mode turns prefix caching off while
+  // a window is on.
+  std::int64_t kv_recent_window = 32;
   ServingOptions serving;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)
   RopeStyleOption rope_style = RopeStyleOption::kAuto;  // override only for mislabelled checkpoints

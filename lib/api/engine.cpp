@@ -50,6 +50,9 @@ void validate(const EngineOptions& o) {
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
     raise(ErrorCode::kInvalidArgument, "max_batch_tokens = {} is out of range [1, 65536]", o.max_batch_tokens);
   }
+  if (o.kv_recent_window < 0 || o.kv_recent_window > 256) {
+    raise(ErrorCode::kInvalidArgument, "kv_recent_window = {} is out of range [0, 256]", o.kv_recent_window);
+  }
   (void)parse_weight_format(o.weights);  // throws naming the option and its valid values
   for (const auto& rule : o.anomaly_rules) audit::validate_rule(rule);
   for (const auto& sink : o.audit_sinks) {
@@ -90,16 +93,22 @@ KvCacheLayout kv_layout_for(const EngineOptions& o, const ModelSpec& spec) {
   const auto quantized = [](ops::KvType t) { return t == ops::KvType::kInt8 || t == ops::KvType::kInt4; };
   l.k_rotated = o.kv_hadamard && pow2 && quantized(l.k_type);
   l.v_rotated = o.kv_hadamard && pow2 && quantized(l.v_type);
+  if (quantized(l.k_type) || quantized(l.v_type)) l.recent_window = o.kv_recent_window;
   return l;
 }
 
-// "f16" when K and V are alike, unrotated and uncentered; else "k=int8,v=int4" with "+hadamard"
-// per rotated side and "+centered" for centered K.
+// "f16" when K and V are alike, unrotated and uncentered, with no window; else "k=int8,v=int4"
+// with "+hadamard" per rotated side, "+centered" for centered K and ",recent=N" for an exact
+// recent window.
 std::string kv_layout_label(const KvCacheLayout& l) {
   const bool centered = !l.k_offsets.empty();
-  if (l.k_type == l.v_type && !l.k_rotated && !l.v_rotated && !centered) return std::string(ops::name(l.k_type));
-  return fmt::format("k={}{}{},v={}{}", ops::name(l.k_type), l.k_rotated ? "+hadamard" : "",
-                     centered ? "+centered" : "", ops::name(l.v_type), l.v_rotated ? "+hadamard" : "");
+  if (l.k_type == l.v_type && !l.k_rotated && !l.v_rotated && !centered && l.recent_window == 0) {
+    return std::string(ops::name(l.k_type));
+  }
+  std::string label = fmt::format("k={}{}{},v={}{}", ops::name(l.k_type), l.k_rotated ? "+hadamard" : "",
+                                  centered ? "+centered" : "", ops::name(l.v_type), l.v_rotated ? "+hadamard" : "");
+  if (l.recent_window > 0) label += fmt::format(",recent={}", l.recent_window);
+  return label;
 }
 
 
@@ -438,14 +447,20 @@ struct Engine::Impl {
     g.v_rotated = kv_layout.v_rotated;
     g.k_offsets = kv_layout.k_offsets;
     g.k_scales = kv_layout.k_scales;
+    g.recent_window = kv_layout.recent_window;
     g.block_size = s.kv_block_size;
+    // Positions adopted from the prefix cache are read quantized even inside a window, so hits
+    // would change a deterministic request's bits (KvLayerRef::exact_from).
+    if (options.deterministic && g.window().active()) s.prefix_caching = false;
     if (s.kv_pool_tokens == 0) {
       // Two whole contexts, or what a memory budget leaves after the weights and the
       // scheduler's activation arena (at least one context: then the allocation names the deficit).
       s.kv_pool_tokens = 2 * context_length;
       const std::uint64_t budget = options.memory_budget_bytes;
       const MemoryUsage used = backend->memory();
-      const std::uint64_t taken = used.weight_bytes + used.allocated_bytes + plan.memory.arena_bytes;
+      // Each running sequence's exact window is allocated apart from the pool.
+      const std::uint64_t taken = used.weight_bytes + used.allocated_bytes + plan.memory.arena_bytes +
+                                  static_cast<std::uint64_t>(s.max_num_seqs) * g.window().bytes();
       if (budget > taken) {
         const auto fits = static_cast<std::int64_t>((budget - taken) / g.block_bytes()) * g.block_size;
         s.kv_pool_tokens = std::max(context_length, std::min(s.kv_pool_tokens, fits));

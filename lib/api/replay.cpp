@@ -5,6 +5,7 @@
 
 #include <sitsrt/engine.hpp>
 
+#include <charconv>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -38,7 +39,18 @@ EngineOptions engine_options_for(const EngineDigest& d, const ReplayOptions& o) 
     if (t == "int4") return KvCacheType::kInt4;
     raise(ErrorCode::kInvalidArgument, "recorded KV cache type '{}' is unknown", d.kv_cache_type);
   };
-  const std::string_view label = d.kv_cache_type;
+  std::string_view label = d.kv_cache_type;
+  e.kv_recent_window = 0;  // recorded only when on
+  if (const std::size_t at = label.find(",recent="); at != std::string_view::npos) {
+    const std::string_view n = label.substr(at + std::string_view(",recent=").size());
+    std::int64_t window = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), window);
+    if (ec != std::errc{} || end != n.data() + n.size() || window < 1) {
+      raise(ErrorCode::kInvalidArgument, "recorded KV cache type '{}' has a bad recent window", d.kv_cache_type);
+    }
+    e.kv_recent_window = window;
+    label = label.substr(0, at);
+  }
   e.kv_hadamard = false;
   e.kv_k_centering = false;  // recorded only when on
   if (label.starts_with("k=")) {

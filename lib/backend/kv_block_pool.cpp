@@ -235,6 +235,7 @@ ops::KvLayerRef KvBlockPool::layer(std::int64_t index, std::span<const std::int3
   ref.v_rotated = geometry_.v_rotated;
   if (!geometry_.k_offsets.empty()) ref.k_offset = geometry_.k_offsets.data() + index * ref.kv_width;
   if (!geometry_.k_scales.empty()) ref.k_scale = geometry_.k_scales.data() + index * ref.kv_width;
+  if (geometry_.window().active()) ref.recent_window = geometry_.recent_window;  // rows: the sequence's ring
   ref.device = buffer_->device();
   return ref;
 }

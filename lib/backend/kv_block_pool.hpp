@@ -11,6 +11,7 @@
 #pragma once
 
 #include "backend/backend.hpp"
+#include "backend/kv_recent_ring.hpp"
 #include "ops/kv_ref.hpp"
 
 #include <cstddef>
@@ -36,12 +37,17 @@ struct KvGeometry {
   bool v_rotated = false;
   std::span<const float> k_offsets;  // n_layers x kv_width K centering offsets, empty: none (KvCacheLayout)
   std::span<const float> k_scales;   // n_layers x kv_width K channel scales, empty: none
+  std::int64_t recent_window = 0;    // exact recent window of int8/int4 sides (ops::KvLayerRef), 0: none
 
   [[nodiscard]] std::int64_t kv_width() const noexcept { return n_kv_heads * head_dim; }
   // Bytes of one block over all layers, K and V (scales included).
   [[nodiscard]] std::size_t block_bytes() const;
   // Bytes per cached token over all layers, K and V.
   [[nodiscard]] std::size_t token_bytes() const;
+  // Each sequence's exact recent window (its own buffer, outside the pool).
+  [[nodiscard]] KvWindowShape window() const noexcept {
+    return kv_window_shape(n_layers, kv_width(), k_type, v_type, recent_window);
+  }
 };
 
 struct KvPoolStats {
@@ -67,6 +73,7 @@ class KvBlockPool {
   [[nodiscard]] static std::int64_t blocks_for_bytes(const KvGeometry& geometry, std::uint64_t bytes);
 
   [[nodiscard]] const KvGeometry& geometry() const noexcept { return geometry_; }
+  [[nodiscard]] Backend& backend() const noexcept { return backend_; }
   [[nodiscard]] std::int64_t block_size() const noexcept { return geometry_.block_size; }
   [[nodiscard]] std::int64_t n_blocks() const noexcept { return n_blocks_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return buffer_->size(); }

@@ -19,7 +19,10 @@ KvCacheLayout float_layout(std::int64_t kv_width, DType type) {
 std::size_t ContiguousKvCache::bytes_for(std::int64_t n_layers, std::int64_t capacity, const KvCacheLayout& layout) {
   const std::size_t row = ops::kv_row_bytes(layout.k_type, layout.n_kv_heads, layout.head_dim) +
                           ops::kv_row_bytes(layout.v_type, layout.n_kv_heads, layout.head_dim);
-  return static_cast<std::size_t>(n_layers) * static_cast<std::size_t>(capacity) * row;
+  return static_cast<std::size_t>(n_layers) * static_cast<std::size_t>(capacity) * row +
+         kv_window_shape(n_layers, layout.n_kv_heads * layout.head_dim, layout.k_type, layout.v_type,
+                         layout.recent_window)
+             .bytes();
 }
 
 std::size_t ContiguousKvCache::bytes_for(std::int64_t n_layers, std::int64_t capacity, std::int64_t kv_width,
@@ -38,7 +41,10 @@ ContiguousKvCache::ContiguousKvCache(Backend& backend, std::int64_t n_layers, st
   if ((layout.k_rotated || layout.v_rotated) && !power_of_two) {
     raise(ErrorCode::kUnsupported, "a rotated KV cache needs a power-of-two head_dim, not {}", layout.head_dim);
   }
-  buffer_ = backend.allocate(bytes_for(n_layers, capacity, layout), "KV cache");
+  const KvWindowShape window = kv_window_shape(n_layers, layout.n_kv_heads * layout.head_dim, layout.k_type,
+                                               layout.v_type, layout.recent_window);
+  buffer_ = backend.allocate(bytes_for(n_layers, capacity, layout) - window.bytes(), "KV cache");
+  if (window.active()) ring_ = std::make_unique<KvRecentRing>(backend, window);
 }
 
 ContiguousKvCache::ContiguousKvCache(Backend& backend, std::int64_t n_layers, std::int64_t capacity,
@@ -66,6 +72,7 @@ ops::KvLayerRef ContiguousKvCache::layer(std::int64_t index) const noexcept {
   ref.v_rotated = layout_.v_rotated;
   if (!layout_.k_offsets.empty()) ref.k_offset = layout_.k_offsets.data() + index * ref.kv_width;
   if (!layout_.k_scales.empty()) ref.k_scale = layout_.k_scales.data() + index * ref.kv_width;
+  if (ring_) ring_->fill(ref, index);  // positions are written from 0 on: every copy is the ring's
   return ref;
 }
 

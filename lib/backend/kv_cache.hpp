@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backend/backend.hpp"
+#include "backend/kv_recent_ring.hpp"
 #include "core/dtype.hpp"
 #include "ops/kv_ref.hpp"
 
@@ -44,6 +45,7 @@ struct KvCacheLayout {
   // at l * kv_width); empty: none. Not owned: the engine keeps them for its life.
   std::span<const float> k_offsets;
   std::span<const float> k_scales;  // n_layers x kv_width K channel scales (ops::KvLayerRef::k_scale); empty: none
+  std::int64_t recent_window = 0;   // exact recent window of int8/int4 sides (ops::KvLayerRef); 0: none
 };
 
 class ContiguousKvCache final : public KvCache {
@@ -56,8 +58,9 @@ class ContiguousKvCache final : public KvCache {
 
   [[nodiscard]] ops::KvLayerRef layer(std::int64_t index) const noexcept override;
   [[nodiscard]] std::int64_t capacity() const noexcept override { return capacity_; }
-  [[nodiscard]] std::size_t bytes() const noexcept override { return buffer_->size(); }
-  // The one buffer holding every layer: layer l's K rows start at offset layer(l).k - layer(0).k.
+  [[nodiscard]] std::size_t bytes() const noexcept override { return buffer_->size() + (ring_ ? ring_->bytes() : 0); }
+  // The one buffer holding every layer's rows (the exact window's are apart): layer l's K rows
+  // start at offset layer(l).k - layer(0).k.
   [[nodiscard]] const BackendBuffer& buffer() const noexcept { return *buffer_; }
 
   static std::size_t bytes_for(std::int64_t n_layers, std::int64_t capacity, const KvCacheLayout& layout);
@@ -70,6 +73,7 @@ class ContiguousKvCache final : public KvCache {
   std::size_t k_row_bytes_;
   std::size_t v_row_bytes_;
   std::unique_ptr<BackendBuffer> buffer_;
+  std::unique_ptr<KvRecentRing> ring_;  // when the layout keeps an exact recent window
   static constexpr std::array<std::int32_t, 1> kOneBlock{0};  // the whole capacity is block 0
 };
 

@@ -18,9 +18,28 @@ std::int64_t PagedKvCache::capacity() const noexcept {
   return static_cast<std::int64_t>(table_.size()) * pool_.block_size();
 }
 
-ops::KvLayerRef PagedKvCache::layer(std::int64_t index) const noexcept { return pool_.layer(index, table_); }
+ops::KvLayerRef PagedKvCache::layer(std::int64_t index) const noexcept {
+  ops::KvLayerRef ref = pool_.layer(index, table_);
+  ref.exact_from = exact_from_;
+  if (ring_) ring_->fill(ref, index);
+  return ref;
+}
 
-std::size_t PagedKvCache::bytes() const noexcept { return table_.size() * pool_.geometry().block_bytes(); }
+std::size_t PagedKvCache::bytes() const noexcept {
+  return table_.size() * pool_.geometry().block_bytes() + (ring_ ? ring_->bytes() : 0);
+}
+
+bool PagedKvCache::take_ring() {
+  const KvWindowShape window = pool_.geometry().window();
+  if (ring_ || !window.active()) return true;
+  try {
+    ring_ = std::make_unique<KvRecentRing>(pool_.backend(), window);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kOutOfMemory) throw;
+    return false;  // like a full pool: the scheduler waits or preempts
+  }
+  return true;
+}
 
 std::int64_t PagedKvCache::blocks_needed(std::int64_t n) const {
   const std::int64_t bs = pool_.block_size();
@@ -42,6 +61,7 @@ bool PagedKvCache::prepare_write(std::int64_t pos0, std::int64_t n) {
           pos0 + n - 1, max_positions_);
   }
   if (n == 0) return true;
+  if (!take_ring()) return false;
   const std::int64_t bs = pool_.block_size();
   const std::int64_t first = pos0 / bs, last = (pos0 + n - 1) / bs;
   // Shared or published blocks in the range are copied first (written blocks stop being the
@@ -70,6 +90,12 @@ void PagedKvCache::truncate(std::int64_t n) {
     table_.pop_back();
   }
   if (hashes_.size() > static_cast<std::size_t>(n / bs)) hashes_.resize(static_cast<std::size_t>(n / bs));
+  if (n == 0) {
+    ring_.reset();
+    exact_from_ = 0;
+  } else {  // the ring holds positions [size - window, size): those below n keep their copies
+    exact_from_ = std::max(exact_from_, std::clamp<std::int64_t>(size() - pool_.geometry().recent_window, 0, n));
+  }
   set_size(n);
 }
 
@@ -79,6 +105,11 @@ std::unique_ptr<PagedKvCache> PagedKvCache::fork() const {
   copy->table_ = table_;
   copy->hashes_ = hashes_;
   copy->set_size(size());
+  copy->exact_from_ = exact_from_;
+  if (ring_) {
+    copy->ring_ = std::make_unique<KvRecentRing>(pool_.backend(), pool_.geometry().window());
+    copy->ring_->copy_from(*ring_);
+  }
   return copy;
 }
 
@@ -87,6 +118,10 @@ void PagedKvCache::swap_out() {
   swap_.clear();
   swap_.reserve(table_.size() * pool_.geometry().block_bytes());
   for (std::int32_t b : table_) pool_.save(b, swap_);
+  if (ring_) {
+    ring_->save(ring_swap_);
+    ring_.reset();
+  }
   swapped_blocks_ = table_.size();
   for (std::int32_t b : table_) pool_.release(b);
   table_.clear();
@@ -96,12 +131,17 @@ void PagedKvCache::swap_out() {
 bool PagedKvCache::swap_in() {
   if (!swapped()) return true;
   if (pool_.free_blocks() < static_cast<std::int64_t>(swapped_blocks_)) return false;
+  if (!ring_swap_.empty()) {
+    if (!take_ring()) return false;
+    ring_->restore(ring_swap_);
+  }
   const std::size_t block_bytes = pool_.geometry().block_bytes();
   std::vector<std::int32_t> blocks;
   for (std::size_t i = 0; i < swapped_blocks_; ++i) {
     const std::optional<std::int32_t> b = pool_.allocate();
     if (!b) {  // another thread took blocks since the count: give back, stay swapped
       for (std::int32_t x : blocks) pool_.release(x);
+      ring_.reset();
       return false;
     }
     blocks.push_back(*b);
@@ -111,6 +151,7 @@ bool PagedKvCache::swap_in() {
   swapped_blocks_ = 0;
   swap_.clear();
   swap_.shrink_to_fit();
+  ring_swap_ = {};
   return true;
 }
 
@@ -129,6 +170,7 @@ std::int64_t PagedKvCache::adopt_prefix(std::span<const std::int32_t> tokens) {
     previous = hash;
   }
   set_size(static_cast<std::int64_t>(table_.size() * bs));
+  exact_from_ = size();  // adopted positions have no exact copies
   return size();
 }
 

@@ -3,12 +3,20 @@
 // them, copying any shared block it is about to write (copy-on-write), so a fork or a prefix
 // taken from the cache never sees another sequence's writes. Dropping the sequence (or
 // truncate()) releases its blocks at once. Used by one thread at a time.
+//
+// With an exact recent window (KvGeometry::recent_window, int8/int4 sides) the sequence also
+// owns its ring of f16 rows (KvRecentRing, taken from the backend at its first write and given
+// back with its positions). Positions taken from the prefix cache have no f16 copies: they are
+// read quantized even inside a later query's window (exact_from), so a prefix-cache hit is not
+// bit-identical to computing the prefix (the engine turns prefix caching off in deterministic
+// mode for such layouts).
 #pragma once
 
 #include "backend/kv_block_pool.hpp"
 #include "backend/kv_cache.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -32,12 +40,14 @@ class PagedKvCache final : public KvCache {
   // Blocks prepare_write(size(), n) would need to take from the pool (new ones and copies).
   [[nodiscard]] std::int64_t blocks_needed(std::int64_t n) const;
 
-  // Makes positions [pos0, pos0 + n) writable: allocates the missing blocks, copies shared ones.
-  // False (nothing lost: the blocks already held stay) when the pool has too few free blocks;
-  // throws kInvalidArgument past max_positions.
+  // Makes positions [pos0, pos0 + n) writable: allocates the missing blocks, copies shared ones
+  // (and takes the exact window's ring). False (nothing lost: the blocks already held stay) when
+  // the pool has too few free blocks or the backend's budget no room for the ring; throws
+  // kInvalidArgument past max_positions.
   [[nodiscard]] bool prepare_write(std::int64_t pos0, std::int64_t n);
 
-  // Keeps positions [0, n) and releases the blocks past them.
+  // Keeps positions [0, n) and releases the blocks past them (n = 0: the ring too; else the
+  // positions below n that the ring no longer holds lose their exact copies).
   void truncate(std::int64_t n);
   // A new sequence sharing this one's blocks (copy-on-write) and size.
   [[nodiscard]] std::unique_ptr<PagedKvCache> fork() const;
@@ -58,12 +68,17 @@ class PagedKvCache final : public KvCache {
   void publish_full_blocks(std::span<const std::int32_t> tokens);
 
  private:
+  bool take_ring();  // the exact window's ring, when the layout has one; false when out of budget
+
   KvBlockPool& pool_;
   std::int64_t max_positions_;
   std::vector<std::int32_t> table_;
   std::vector<std::uint64_t> hashes_;  // of the leading blocks published or adopted, in order
   std::vector<std::byte> swap_;        // the rows of swapped-out blocks, in table order
   std::size_t swapped_blocks_ = 0;
+  std::unique_ptr<KvRecentRing> ring_;  // the exact window's rows (null: none yet, or no window)
+  std::vector<std::byte> ring_swap_;    // the ring's rows while swapped out
+  std::int64_t exact_from_ = 0;         // ops::KvLayerRef::exact_from
 };
 
 }  // namespace sitsrt

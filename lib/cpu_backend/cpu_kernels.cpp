@@ -41,9 +41,11 @@ cpu::KvType cpu_kv_type(ops::KvType type) {
 }
 
 cpu::KvLayerView cpu_view(const ops::KvLayerRef& kv) {
-  return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,        kv.v,
-          kv.k_row_bytes,         kv.v_row_bytes,         kv.capacity, kv.block_size,
-          kv.block_table,         kv.k_rotated,           kv.v_rotated, kv.k_offset, kv.k_scale};
+  return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,         kv.v,
+          kv.k_row_bytes,         kv.v_row_bytes,         kv.capacity,  kv.block_size,
+          kv.block_table,         kv.k_rotated,           kv.v_rotated, kv.k_offset,
+          kv.k_scale,             kv.k_recent,            kv.v_recent,  kv.recent_window,
+          kv.exact_from};
 }
 
 }  // namespace
@@ -92,26 +94,42 @@ void CpuKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<c
 void CpuKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
                            const ops::KvLayerRef& kv, std::int64_t pos0, const ops::AttentionShape& shape,
                            const ops::TensorRef& out) {
-  const cpu::KvLayerView view = cpu_view(kv);
-  const cpu::AttentionShape cpu_shape{shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, shape.window};
-  cpu::kv_store(ctx_, view, f32(k), k.ld, f32(v), v.ld, q.rows, shape.n_kv_heads, shape.head_dim, pos0);
-  cpu::attention(ctx_, f32(q), q.ld, q.rows, pos0, view, cpu_shape, f32(out), out.ld);
+  const ops::AttentionSequenceRef one{0, q.rows, pos0, kv};
+  attention_batch(q, k, v, std::span<const ops::AttentionSequenceRef>(&one, 1), shape, out);
 }
 
 void CpuKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,
                                  std::span<const ops::AttentionSequenceRef> sequences,
                                  const ops::AttentionShape& shape, const ops::TensorRef& out) {
   // Every sequence's K/V rows stored, then all their (row, kv head) pairs in one dispatch.
+  // Windowed (int8/int4 with an exact recent window) sides stage f16 copies of the step's rows
+  // for attention, then keep the latest in each sequence's ring.
   stores_.clear();
   attends_.clear();
+  const std::int64_t width = shape.n_kv_heads * shape.head_dim;
+  std::int64_t staged_rows = 0;
+  for (const ops::AttentionSequenceRef& s : sequences) {
+    if (s.kv.recent_window > 0) staged_rows += s.n_rows;
+  }
+  staging_.resize(static_cast<std::size_t>(2 * staged_rows * width));
+  std::int64_t staged = 0;
   for (const ops::AttentionSequenceRef& s : sequences) {
     const cpu::KvLayerView view = cpu_view(s.kv);
-    stores_.push_back({view, f32(k) + s.row_begin * k.ld, k.ld, f32(v) + s.row_begin * v.ld, v.ld, s.n_rows, s.pos0});
-    attends_.push_back({f32(q) + s.row_begin * q.ld, q.ld, s.n_rows, s.pos0, view, f32(out) + s.row_begin * out.ld, out.ld});
+    cpu::KvStaging staging;
+    if (view.recent_window > 0) {
+      std::uint16_t* base = staging_.data() + 2 * staged * width;
+      staging = {view.k_windowed() ? base : nullptr, view.v_windowed() ? base + s.n_rows * width : nullptr};
+      staged += s.n_rows;
+    }
+    stores_.push_back(
+        {view, f32(k) + s.row_begin * k.ld, k.ld, f32(v) + s.row_begin * v.ld, v.ld, s.n_rows, s.pos0, staging});
+    attends_.push_back(
+        {f32(q) + s.row_begin * q.ld, q.ld, s.n_rows, s.pos0, view, f32(out) + s.row_begin * out.ld, out.ld, staging});
   }
   const cpu::AttentionShape cpu_shape{shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, shape.window};
   cpu::kv_store_batch(ctx_, stores_, shape.n_kv_heads, shape.head_dim);
   cpu::attention_batch(ctx_, attends_, cpu_shape);
+  if (staged_rows > 0) cpu::kv_commit_recent(stores_, shape.n_kv_heads, shape.head_dim);
 }
 
 void CpuKernels::swiglu(const ops::TensorRef& gate, const ops::TensorRef& up, const ops::TensorRef& out) {

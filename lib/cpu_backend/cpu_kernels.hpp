@@ -45,6 +45,7 @@ class CpuKernels final : public ops::OpKernels {
   const std::vector<cpu::WeightMatrix>& weights_;
   std::vector<cpu::KvStoreSequence> stores_;     // attention_batch's per-step lists, reused
   std::vector<cpu::AttentionSequence> attends_;
+  std::vector<std::uint16_t> staging_;  // f16 copies of the step's rows of windowed K/V sides
 };
 
 }  // namespace sitsrt

@@ -59,6 +59,18 @@ struct KvLayerRef {
   // attention multiplies q by them, so q.k' = (q s).((k - c) / s) = q.(k - c). Scales that even
   // out the channels' magnitudes keep a few large channels from setting every group's scale.
   const float* k_scale = nullptr;
+  // Exact recent window (recent_window > 0; int8/int4 sides only): those sides also keep f16
+  // copies of their rows as quantized (centered, scaled, rotated), and a query at position i
+  // reads positions max(exact_from, i - recent_window + 1) .. i from the copies: the keys a query
+  // attends most keep f16 precision (int4 KLD, docs/serving.md). The sequence's ring holds the
+  // copies of its latest positions, p in row p % recent_window of k_recent / v_recent (f16 rows
+  // of kv_width values; null for an unquantized side); a backend stages a step's own rows and
+  // moves the latest into the ring after attention. exact_from: positions before it have no
+  // copy (taken from the prefix cache) and are read quantized.
+  std::byte* k_recent = nullptr;
+  std::byte* v_recent = nullptr;
+  std::int64_t recent_window = 0;
+  std::int64_t exact_from = 0;
 
   // True when the blocks are the storage in order (a contiguous cache, or a paged one whose
   // table is 0, 1, 2, ...): position p is then at k + p * k_row_bytes.

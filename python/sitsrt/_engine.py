@@ -158,6 +158,8 @@ class Engine:
         kv_hadamard: rotate int8/int4 K and V per head before quantizing (lower error; default).
         kv_centering: store int8/int4 K minus the per-layer mean key and divided by channel
             scales, both measured at load (lower error; default; exact for attention).
+        kv_recent_window: int8/int4 K and V keep f16 copies of each request's latest positions,
+            which queries read instead of the quantized rows (lower error; 0: off).
         max_num_seqs: requests in the scheduler's running batch.
         max_num_batched_tokens: tokens per batched step, decode rows plus prompt chunks (None:
             max_batch_tokens).
@@ -214,7 +216,7 @@ class Engine:
                  mmap_weights: bool = False, devices: str | Sequence[str] | None = None,
                  chat_template: str | None = None, activations: str = "int8", k_dtype: str | None = None,
                  v_dtype: str | None = None, kv_hadamard: bool = True, kv_centering: bool = True,
-                 max_num_seqs: int = 16,
+                 kv_recent_window: int = 32, max_num_seqs: int = 16,
                  max_num_batched_tokens: int | None = None, kv_block_size: int = 16,
                  kv_pool_tokens: int | None = None, preemption: str = "recompute", prefix_caching: bool = True,
                  tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0, reject_over_quota: bool = False) -> None:
@@ -268,6 +270,7 @@ class Engine:
             v_dtype=v_dtype,
             kv_hadamard=_bool("kv_hadamard", kv_hadamard),
             kv_k_centering=_bool("kv_centering", kv_centering),
+            kv_recent_window=_int("kv_recent_window", kv_recent_window, 0, 256),
             serving=serving)
 
     @property

@@ -189,7 +189,7 @@ void bind_engine(py::module_& m) {
                        bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
                        bool mmap_weights, std::string chat_template, bool int8_activations, std::string device,
                        const std::optional<std::string>& k_dtype, const std::optional<std::string>& v_dtype,
-                       bool kv_hadamard, const py::dict& serving, bool kv_k_centering) {
+                       bool kv_hadamard, const py::dict& serving, bool kv_k_centering, std::int64_t kv_recent_window) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -199,6 +199,7 @@ void bind_engine(py::module_& m) {
              if (v_dtype) o.v_cache_type = kv_cache_type_from("v_dtype", *v_dtype);
              o.kv_hadamard = kv_hadamard;
              o.kv_k_centering = kv_k_centering;
+             o.kv_recent_window = kv_recent_window;
              o.serving = serving_options_from(serving);
              o.max_batch_tokens = max_batch_tokens;
              o.cpu_isa = std::move(cpu_isa);
@@ -227,7 +228,8 @@ void bind_engine(py::module_& m) {
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
            py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "", py::arg("int8_activations") = true,
            py::arg("device") = "cpu", py::arg("k_dtype") = py::none(), py::arg("v_dtype") = py::none(),
-           py::arg("kv_hadamard") = true, py::arg("serving") = py::dict(), py::arg("kv_k_centering") = true)
+           py::arg("kv_hadamard") = true, py::arg("serving") = py::dict(), py::arg("kv_k_centering") = true,
+           py::arg("kv_recent_window") = 32)
       .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
       .def("apply_chat_template", [](const Engine& e, const ChatPrompt& chat) {
         std::string text;

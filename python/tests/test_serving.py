@@ -46,11 +46,15 @@ def test_k_and_v_types_apart(model_path):
     a = base.generate("Once upon a time", max_tokens=8, temperature=0, stop_at_eos=False)
     b = mixed.generate("Once upon a time", max_tokens=8, temperature=0, stop_at_eos=False)
     assert a.tokens[:2] == b.tokens[:2]
-    assert mixed.info["kv_cache_type"] == "k=int8+hadamard+centered,v=int4+hadamard"
+    assert mixed.info["kv_cache_type"] == "k=int8+hadamard+centered,v=int4+hadamard,recent=32"
     uncentered = sitsrt.Engine(model_path, threads=1, k_dtype="int8", v_dtype="int4", kv_centering=False)
-    assert uncentered.info["kv_cache_type"] == "k=int8+hadamard,v=int4+hadamard"
-    plain = sitsrt.Engine(model_path, threads=1, kv_dtype="int8", kv_hadamard=False, kv_centering=False)
+    assert uncentered.info["kv_cache_type"] == "k=int8+hadamard,v=int4+hadamard,recent=32"
+    plain = sitsrt.Engine(model_path, threads=1, kv_dtype="int8", kv_hadamard=False, kv_centering=False,
+                          kv_recent_window=0)
     assert plain.info["kv_cache_type"] == "int8"
+    windowed = sitsrt.Engine(model_path, threads=1, kv_dtype="int8", kv_hadamard=False, kv_centering=False,
+                             kv_recent_window=8)
+    assert windowed.info["kv_cache_type"] == "k=int8,v=int8,recent=8"
 
 
 @pytest.mark.parametrize("kwargs, error", [

@@ -346,8 +346,8 @@ assert abs(k['ppl']['value'] / k['ppl_base']['value'] - 1) < 1e-5 and abs(k['ppl
   check "perplexity --kv-type int4: K centered unless --no-kv-centering, both scored against the base" python3 -c "
 import json
 on, off = (json.load(open('$work/int4-%s.json' % c)) for c in ('on', 'off'))
-assert on['engine']['kv_cache_type'] == 'k=int4+hadamard+centered,v=int4+hadamard', on['engine']
-assert off['engine']['kv_cache_type'] == 'k=int4+hadamard,v=int4+hadamard', off['engine']
+assert on['engine']['kv_cache_type'] == 'k=int4+hadamard+centered,v=int4+hadamard,recent=32', on['engine']
+assert off['engine']['kv_cache_type'] == 'k=int4+hadamard,v=int4+hadamard,recent=32', off['engine']
 for d in (on, off): assert 0 < d['kl_divergence']['kld']['value'] < 1, d['kl_divergence']['kld']
 "
   if [ -f "$shared/models/stories260K-Q8_0.gguf" ]; then

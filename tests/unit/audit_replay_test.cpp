@@ -35,6 +35,8 @@ struct WeightSetup {
   std::string model = tiny_model();
   std::string weights = "as-stored";
   bool mmap = false;
+  KvCacheType kv = KvCacheType::kF16;
+  std::int64_t kv_recent_window = 32;
 };
 
 // Runs one audited request at `level` with a fresh log and returns the log path.
@@ -47,6 +49,8 @@ std::string audited_run(TraceLevel level, int threads, bool deterministic, float
   o.model_path = setup.model;
   o.weights = setup.weights;
   o.mmap_weights = setup.mmap;
+  o.kv_cache_type = setup.kv;
+  o.kv_recent_window = setup.kv_recent_window;
   o.threads = threads;
   o.deterministic = deterministic;
   o.max_batch_tokens = 3;  // prompts are split into several prefill steps
@@ -173,6 +177,23 @@ TEST_CASE("replay loads the weights as the run did: conversion and placement", "
     REQUIRE(requests.size() == 2);
     CHECK(requests[0]["engine"]["conversion"] == setup.weights);
     CHECK(requests[0]["engine"]["placement"] == (setup.mmap ? "mmap" : "resident"));
+    check_bit_exact_replay(path, setup.model, 1);
+  }
+}
+
+TEST_CASE("replay loads the KV cache as the run did: int4 with and without an exact recent window", "[audit]") {
+  // The window changes which positions attention reads quantized: a replay without it (or with
+  // another length) would not be bit-exact.
+  for (const std::int64_t window : {std::int64_t{0}, std::int64_t{5}}) {
+    CAPTURE(window);
+    WeightSetup setup;
+    setup.kv = KvCacheType::kInt4;
+    setup.kv_recent_window = window;
+    const std::string path = audited_run(TraceLevel::kTokens, 2, true, 0.9f, {}, setup);
+    const auto requests = records_of(path, "request");
+    REQUIRE(requests.size() == 2);
+    const std::string label = requests[0]["engine"]["kv"];
+    CHECK(label.ends_with(window > 0 ? ",recent=5" : "v=int4+hadamard"));
     check_bit_exact_replay(path, setup.model, 1);
   }
 }

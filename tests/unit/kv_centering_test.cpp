@@ -323,9 +323,11 @@ TEST_CASE("engines center int8/int4 K by default, record it, and stay determinis
   o.k_cache_type = KvCacheType::kInt4;
   o.v_cache_type = KvCacheType::kF16;
   const Engine centered(o);
-  CHECK(centered.model_info().kv_cache_type == "k=int4+hadamard+centered,v=f16");
+  CHECK(centered.model_info().kv_cache_type == "k=int4+hadamard+centered,v=f16,recent=32");
   EngineOptions plain_options = o;
   plain_options.kv_k_centering = false;
+  CHECK(Engine(plain_options).model_info().kv_cache_type == "k=int4+hadamard,v=f16,recent=32");
+  plain_options.kv_recent_window = 0;
   CHECK(Engine(plain_options).model_info().kv_cache_type == "k=int4+hadamard,v=f16");
   EngineOptions f16 = o;
   f16.k_cache_type = KvCacheType::kF16;

@@ -182,6 +182,41 @@ TEST_CASE("preempted requests resume with identical tokens, by recompute and by 
   CHECK(s.kv_blocks_free == s.kv_blocks);
 }
 
+// int8/int4 caches keep exact f16 copies of each request's latest positions (a ring per
+// request, staged per step): batching, preemption by recompute and by swap (the ring goes to
+// host memory and back) must not change a deterministic request's bits. Prefix-cache hits would
+// (adopted positions have no copies), so deterministic mode turns prefix caching off there; in
+// the default mode hits are taken and read those positions quantized.
+TEST_CASE("int8/int4 KV with an exact recent window: batched, preempted and swapped requests equal each alone",
+          "[serving]") {
+  const KvCacheType k = GENERATE(KvCacheType::kInt4, KvCacheType::kInt8);
+  const bool swap = GENERATE(false, true);
+  CAPTURE(static_cast<int>(k), swap);
+  EngineOptions o = engine_options();
+  o.k_cache_type = k;
+  o.v_cache_type = KvCacheType::kInt4;
+  o.kv_recent_window = 8;
+  o.serving.kv_pool_tokens = 256;  // preemptions, as above
+  o.serving.preempt_by_swap = swap;
+  const Engine engine(o);
+  require_batched_equal_alone(engine, 8, [](int i) { return config(700 + i, 60 + i); });
+  const RequestQueueStats s = engine.queue_stats();
+  CHECK(s.preemptions > 0);
+  CHECK(s.kv_blocks_free == s.kv_blocks);
+  CHECK(s.prefix_cache_hits == 0);  // off in deterministic mode with a window
+
+  EngineOptions d = o;
+  d.deterministic = false;
+  d.serving.kv_pool_tokens = 512;
+  const Engine fast(d);
+  std::string shared;
+  for (int i = 0; i < 40; ++i) shared += prompt(i).substr(0, 6);
+  const GenerationResult first = fast.generate(shared + " one", config(5, 16));
+  const GenerationResult second = fast.generate(shared + " one", config(5, 16));
+  CHECK(fast.queue_stats().prefix_cache_hits > 0);
+  CHECK(second.tokens.size() == first.tokens.size());
+}
+
 TEST_CASE("a prompt sharing a cached prefix reuses its blocks and gives identical tokens", "[serving]") {
   const Engine engine(engine_options());
   std::string shared;

@@ -86,12 +86,15 @@ void finish(const Partial& run, std::int64_t group, std::int64_t d, bool v_rotat
   }
 }
 
+static_assert(kMaxRecentWindow <= kAttendChunk, "an exact window is one chunk");
+
 // Everything one sequence needs to address a (row, kv head, chunk) item.
 struct SequencePlan {
   const AttentionSequence* seq;
   const AttentionShape* shape;
   std::int64_t group;
   detail::AttendFn attend;
+  detail::AttendFn attend_exact;  // the exact window's chunk: f16 rows for windowed sides
 
   // Positions row i attends: first .. first + n - 1.
   [[nodiscard]] std::int64_t first(std::int64_t i) const {
@@ -99,7 +102,42 @@ struct SequencePlan {
     return shape->window > 0 ? std::max<std::int64_t>(0, pos - shape->window + 1) : 0;
   }
   [[nodiscard]] std::int64_t count(std::int64_t i) const { return seq->pos0 + i - first(i) + 1; }
-  [[nodiscard]] std::int64_t chunks(std::int64_t i) const { return chunk_count(count(i)); }
+  // First position row i reads from the exact window (KvLayerView::recent_window): the
+  // quantized rows are first(i) .. exact_begin(i) - 1, in chunks of kAttendChunk, and the exact
+  // ones up to the row's position one last chunk. Without a windowed side, past the row.
+  [[nodiscard]] std::int64_t exact_begin(std::int64_t i) const {
+    const KvLayerView& kv = seq->kv;
+    const std::int64_t pos = seq->pos0 + i;
+    if (!kv.k_windowed() && !kv.v_windowed()) return pos + 1;
+    return std::clamp(std::max(kv.exact_from, pos - kv.recent_window + 1), first(i), pos + 1);
+  }
+  [[nodiscard]] std::int64_t quantized_chunks(std::int64_t i) const { return chunk_count(exact_begin(i) - first(i)); }
+  [[nodiscard]] std::int64_t chunks(std::int64_t i) const {
+    return quantized_chunks(i) + (exact_begin(i) <= seq->pos0 + i ? 1 : 0);
+  }
+
+  // Row addresses of the exact positions begin .. begin + n - 1 (padded as resolve_rows): a
+  // windowed side's from this call's staging (positions from pos0) or the ring, the other
+  // side's from the blocks.
+  void resolve_exact_rows(std::int64_t begin, std::int64_t n, const std::byte** k_rows, const std::byte** v_rows) const {
+    const KvLayerView& kv = seq->kv;
+    resolve_rows(begin, n, k_rows, v_rows);
+    const std::int64_t width = shape->n_kv_heads * shape->head_dim;
+    const auto row_bytes = static_cast<std::size_t>(width) * 2;
+    const auto exact = [&](const std::uint16_t* staged, const std::byte* ring, std::int64_t p) {
+      if (p >= seq->pos0) return reinterpret_cast<const std::byte*>(staged + (p - seq->pos0) * width);
+      return ring + static_cast<std::size_t>(p % kv.recent_window) * row_bytes;
+    };
+    std::int64_t idx = 0;
+    for (; idx < n; ++idx) {
+      if (kv.k_windowed()) k_rows[idx] = exact(seq->staging.k, kv.k_recent, begin + idx);
+      if (kv.v_windowed()) v_rows[idx] = exact(seq->staging.v, kv.v_recent, begin + idx);
+    }
+    for (; idx % 4 != 0; ++idx) {
+      k_rows[idx] = k_rows[n - 1];
+      v_rows[idx] = v_rows[n - 1];
+    }
+  }
 
   // Row addresses of positions begin .. begin + n - 1, walking the blocks they fall in, padded
   // to a multiple of four with the last row.
@@ -128,7 +166,9 @@ struct SequencePlan {
 
   void run_chunk(std::int64_t i, std::int64_t g, std::int64_t chunk, const Partial& dst, float* scratch) const {
     const std::int64_t d = shape->head_dim, width = shape->n_kv_heads * d;
-    const std::int64_t begin = first(i) + chunk * kAttendChunk;
+    const std::int64_t exact_at = exact_begin(i);
+    const bool exact = chunk == quantized_chunks(i);
+    const std::int64_t begin = exact ? exact_at : first(i) + chunk * kAttendChunk;
     float* extra = scratch + detail::attend_scratch_floats(group, d);
     auto** k_rows = reinterpret_cast<const std::byte**>(extra);
     const std::byte** v_rows = k_rows + kAttendChunk;
@@ -147,8 +187,13 @@ struct SequencePlan {
       }
       args.q = q_rotated;
     }
-    args.n = std::min(kAttendChunk, seq->pos0 + i + 1 - begin);
-    resolve_rows(begin, args.n, k_rows, v_rows);
+    if (exact) {
+      args.n = seq->pos0 + i + 1 - begin;
+      resolve_exact_rows(begin, args.n, k_rows, v_rows);
+    } else {
+      args.n = std::min(kAttendChunk, exact_at - begin);
+      resolve_rows(begin, args.n, k_rows, v_rows);
+    }
     args.k = {k_rows, g * d, width};
     args.v = {v_rows, g * d, width};
     args.group = group;
@@ -158,7 +203,7 @@ struct SequencePlan {
     args.max = dst.max;
     args.sum = dst.sum;
     args.scratch = scratch;
-    attend(args);
+    (exact ? attend_exact : attend)(args);
   }
 };
 
@@ -172,6 +217,10 @@ void check_shape(const AttentionShape& shape) {
 
 void check_sequence(const AttentionSequence& s, const AttentionShape& shape) {
   detail::check_cache(s.kv, shape.n_kv_heads, shape.head_dim, s.pos0, s.rows, "attention");
+  if ((s.kv.k_windowed() && s.staging.k == nullptr && s.rows > 0) ||
+      (s.kv.v_windowed() && s.staging.v == nullptr && s.rows > 0)) {
+    raise(ErrorCode::kInvalidArgument, "attention: a windowed side without this call's staged rows");
+  }
   const bool int4 = s.kv.k_type == KvType::kInt4 || s.kv.v_type == KvType::kInt4;
   if (int4 && shape.head_dim % 2 != 0) {  // a head would start inside a byte
     raise(ErrorCode::kUnsupported, "attention: an int4 cache needs an even head_dim, not {}", shape.head_dim);
@@ -215,7 +264,9 @@ void attend_group(CpuContext& ctx, std::span<const SequencePlan> plans, const At
   std::int64_t pairs = 0, max_chunks = 0;
   for (const SequencePlan& p : plans) {
     pairs += p.seq->rows * n_kv;
-    if (p.seq->rows > 0) max_chunks = std::max(max_chunks, p.chunks(p.seq->rows - 1));
+    // The latest row has the most positions, though not always the most chunks: with an exact
+    // window starting at exact_from, an earlier row may read more of them quantized.
+    for (std::int64_t i = 0; i < p.seq->rows; ++i) max_chunks = std::max(max_chunks, p.chunks(i));
   }
   if (pairs == 0) return;
   const int threads = ctx.threads();
@@ -294,8 +345,10 @@ void attention_batch(CpuContext& ctx, std::span<const AttentionSequence> sequenc
     const std::size_t n = std::min(kMaxBatch, sequences.size() - first);
     for (std::size_t i = 0; i < n; ++i) {
       const AttentionSequence& s = sequences[first + i];
-      plans[i] = {&s, &shape, group,
-                  table[static_cast<std::size_t>(s.kv.k_type)][static_cast<std::size_t>(s.kv.v_type)]};
+      const KvType k_exact = s.kv.k_windowed() ? KvType::kF16 : s.kv.k_type;
+      const KvType v_exact = s.kv.v_windowed() ? KvType::kF16 : s.kv.v_type;
+      plans[i] = {&s, &shape, group, table[static_cast<std::size_t>(s.kv.k_type)][static_cast<std::size_t>(s.kv.v_type)],
+                  table[static_cast<std::size_t>(k_exact)][static_cast<std::size_t>(v_exact)]};
     }
     attend_group(ctx, std::span<const SequencePlan>(plans.data(), n), shape);
   }
@@ -312,7 +365,7 @@ std::size_t attention_scratch_floats(std::int64_t capacity, const AttentionShape
   const std::int64_t group = shape.n_heads / shape.n_kv_heads;
   // Chunk scratch, then either a running and a chunk partial, or a split's share of chunk
   // partials: fewer than kSplitBelowPairsPerThread * chunk_count(capacity) per thread.
-  const std::int64_t slots = std::max<std::int64_t>(2, kSplitBelowPairsPerThread * chunk_count(capacity));
+  const std::int64_t slots = std::max<std::int64_t>(2, kSplitBelowPairsPerThread * (chunk_count(capacity) + 1));
   return static_cast<std::size_t>(chunk_scratch_floats(group, shape.head_dim) +
                                   slots * partial_floats(group, shape.head_dim));
 }

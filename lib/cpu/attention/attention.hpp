@@ -32,6 +32,9 @@ std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head
 // Rotated sides hold every head vector multiplied by the normalised Walsh-Hadamard matrix of
 // size head_dim (a power of two), applied before quantizing: kv_store rotates, attention rotates
 // q (K side) or its output (V side) so results are those of the unrotated values.
+// The longest exact recent window (KvLayerView::recent_window): the window is one attend chunk.
+inline constexpr std::int64_t kMaxRecentWindow = 256;
+
 struct KvLayerView {
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
@@ -52,6 +55,26 @@ struct KvLayerView {
   // rotating (null: none); attention multiplies each query head by its KV head's scales first,
   // so scores are those of the unscaled keys.
   const float* k_scale = nullptr;
+  // Exact recent window (recent_window > 0): the int8/int4 sides also keep f16 copies of their
+  // rows as stored before quantizing (centered, scaled and rotated as the side is), and a query
+  // at position i reads positions max(exact_from, i - recent_window + 1) .. i from those copies
+  // instead of the quantized rows: the keys a query attends most (its latest ones) keep f16
+  // precision (docs/serving.md has the KLD). Positions before pos0 of a call come from the
+  // sequence's ring (position p in row p % recent_window of k_recent / v_recent, f16 rows of
+  // n_kv_heads * head_dim values; null for an unquantized side); the call's own rows from the
+  // staging rows kv_store writes (KvStoreSequence). exact_from: the first position whose copy
+  // the ring may hold (positions taken from a prefix cache have none).
+  std::byte* k_recent = nullptr;
+  std::byte* v_recent = nullptr;
+  std::int64_t recent_window = 0;
+  std::int64_t exact_from = 0;
+
+  [[nodiscard]] bool k_windowed() const noexcept {
+    return recent_window > 0 && (k_type == KvType::kInt8 || k_type == KvType::kInt4);
+  }
+  [[nodiscard]] bool v_windowed() const noexcept {
+    return recent_window > 0 && (v_type == KvType::kInt8 || v_type == KvType::kInt4);
+  }
 
   // Byte offset of position p's K row (the same for V with v_row_bytes).
   [[nodiscard]] std::size_t row_index(std::int64_t p) const noexcept {
@@ -79,6 +102,13 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
               std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0);
 
+// The f16 copies of a call's own rows for a windowed side (KvLayerView::recent_window): row i
+// (position pos0 + i) at k + i * n_kv_heads * head_dim halves; null for an unwindowed side.
+struct KvStaging {
+  std::uint16_t* k = nullptr;
+  std::uint16_t* v = nullptr;
+};
+
 // One sequence's rows for kv_store_batch (see kv_store).
 struct KvStoreSequence {
   KvLayerView kv;
@@ -88,7 +118,12 @@ struct KvStoreSequence {
   std::int64_t ldv = 0;
   std::int64_t rows = 0;
   std::int64_t pos0 = 0;
+  KvStaging staging;  // written for windowed sides (required there)
 };
+
+// After attention: the last min(rows, recent_window) staged rows of each windowed side go to
+// the sequence's ring (position p to row p % recent_window), so the next call finds them there.
+void kv_commit_recent(std::span<const KvStoreSequence> sequences, std::int64_t n_kv_heads, std::int64_t head_dim);
 
 // kv_store for every sequence of a batched step: all checks first (nothing is written when one
 // fails), then the rows of all sequences in one split over the pool (inline when few). Each
@@ -130,6 +165,7 @@ struct AttentionSequence {
   KvLayerView kv;
   float* out = nullptr;
   std::int64_t ldo = 0;
+  KvStaging staging;  // this call's rows of windowed sides, as kv_store staged them
 };
 
 // attention for every sequence in one thread-pool dispatch over all their (row, kv head) pairs

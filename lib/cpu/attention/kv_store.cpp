@@ -65,6 +65,14 @@ void check_cache(const KvLayerView& kv, std::int64_t n_kv_heads, std::int64_t he
             kMaxRotatedHeadDim, head_dim);
     }
   }
+  if (kv.recent_window < 0 || kv.recent_window > kMaxRecentWindow || kv.exact_from < 0) {
+    raise(ErrorCode::kInvalidArgument, "{}: recent window {} (0 .. {}) from position {}", op, kv.recent_window,
+          kMaxRecentWindow, kv.exact_from);
+  }
+  if ((kv.k_windowed() && kv.k_recent == nullptr) || (kv.v_windowed() && kv.v_recent == nullptr)) {
+    raise(ErrorCode::kInvalidArgument, "{}: a recent window of {} positions without its f16 rows", op,
+          kv.recent_window);
+  }
   if (pos0 < 0 || rows < 0 || pos0 + rows > kv.capacity) {
     raise(ErrorCode::kInvalidArgument, "{}: positions {}..{} outside the KV cache capacity {}", op, pos0,
           pos0 + rows - 1, kv.capacity);
@@ -87,10 +95,13 @@ namespace {
 
 // One row of one side: rotated heads (if asked) then the type's conversion. Rotation works on
 // a stack copy of max(32, head_dim) values at a time, so an int4 group never straddles a copy.
+// `exact` (a windowed side's staging row, or null) receives the f16 of the values quantized.
 void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std::int64_t n_kv_heads,
-               std::int64_t head_dim, void (*f32_to_f16)(const float*, std::uint16_t*, std::int64_t)) {
+               std::int64_t head_dim, void (*f32_to_f16)(const float*, std::uint16_t*, std::int64_t),
+               std::uint16_t* exact) {
   const std::int64_t width = n_kv_heads * head_dim;
   if (!rotated) {
+    if (exact != nullptr) f32_to_f16(src, exact, width);
     if (type == KvType::kF16) {
       f32_to_f16(src, reinterpret_cast<std::uint16_t*>(dst), width);  // the SIMD conversion, same bits
     } else {
@@ -104,6 +115,7 @@ void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std:
     const std::int64_t n = std::min(span, width - e0);
     std::memcpy(tmp.data(), src + e0, static_cast<std::size_t>(n) * 4);
     for (std::int64_t h = 0; h < n; h += head_dim) detail::hadamard_normalized(tmp.data() + h, head_dim);
+    if (exact != nullptr) f32_to_f16(tmp.data(), exact + e0, n);
     switch (type) {
       case KvType::kF32:
         std::memcpy(dst + 4 * e0, tmp.data(), static_cast<std::size_t>(n) * 4);
@@ -140,6 +152,9 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
   std::int64_t total = 0;
   for (const KvStoreSequence& s : sequences) {
     detail::check_cache(s.kv, n_kv_heads, head_dim, s.pos0, s.rows, "kv_store");
+    if ((s.kv.k_windowed() && s.staging.k == nullptr) || (s.kv.v_windowed() && s.staging.v == nullptr)) {
+      raise(ErrorCode::kInvalidArgument, "kv_store: a windowed side without staging rows");
+    }
     total += s.rows;
   }
   if (total == 0) return;
@@ -163,9 +178,11 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
         }
         k_src = centered.data();
       }
-      store_row(q.kv.k_type, q.kv.k_rotated, k_src, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim, f32_to_f16);
+      const std::int64_t width = n_kv_heads * head_dim;
+      store_row(q.kv.k_type, q.kv.k_rotated, k_src, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim, f32_to_f16,
+                q.kv.k_windowed() ? q.staging.k + i * width : nullptr);
       store_row(q.kv.v_type, q.kv.v_rotated, q.v + i * q.ldv, q.kv.v + row * q.kv.v_row_bytes, n_kv_heads, head_dim,
-                f32_to_f16);
+                f32_to_f16, q.kv.v_windowed() ? q.staging.v + i * width : nullptr);
     }
   };
   // A decode step's row or two per sequence is stored by the calling thread when the batch is
@@ -179,6 +196,19 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
     const Range r = split_range(total, t, n);
     store_rows(r.begin, r.end);
   });
+}
+
+void kv_commit_recent(std::span<const KvStoreSequence> sequences, std::int64_t n_kv_heads, std::int64_t head_dim) {
+  const auto row_bytes = static_cast<std::size_t>(n_kv_heads * head_dim) * 2;
+  for (const KvStoreSequence& s : sequences) {
+    const std::int64_t window = s.kv.recent_window;
+    for (std::int64_t i = std::max<std::int64_t>(0, s.rows - window); i < s.rows && window > 0; ++i) {
+      const auto slot = static_cast<std::size_t>((s.pos0 + i) % window);
+      const auto offset = static_cast<std::size_t>(i) * row_bytes;
+      if (s.kv.k_windowed()) std::memcpy(s.kv.k_recent + slot * row_bytes, reinterpret_cast<const std::byte*>(s.staging.k) + offset, row_bytes);
+      if (s.kv.v_windowed()) std::memcpy(s.kv.v_recent + slot * row_bytes, reinterpret_cast<const std::byte*>(s.staging.v) + offset, row_bytes);
+    }
+  }
 }
 
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
