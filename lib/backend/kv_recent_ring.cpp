@@ -5,7 +5,9 @@
 namespace sitsrt {
 namespace {
 
-bool quantized(ops::KvType t) noexcept { return t == ops::KvType::kInt8 || t == ops::KvType::kInt4; }
+bool quantized(ops::KvType t) noexcept {
+  return t == ops::KvType::kInt8 || t == ops::KvType::kInt4;
+}
 
 // Bytes of one side's rows of one layer.
 std::size_t side_bytes(const KvWindowShape& s) noexcept {
@@ -35,7 +37,8 @@ KvRecentRing::KvRecentRing(Backend& backend, const KvWindowShape& shape) : backe
 void KvRecentRing::fill(ops::KvLayerRef& ref, std::int64_t layer) const noexcept {
   // Per layer: the K rows (when K keeps copies), then the V rows.
   const std::size_t side = side_bytes(shape_);
-  std::byte* base = buffer_->data() + static_cast<std::size_t>(layer) * side * ((shape_.k ? 1u : 0u) + (shape_.v ? 1u : 0u));
+  std::byte* base =
+      buffer_->data() + static_cast<std::size_t>(layer) * side * ((shape_.k ? 1u : 0u) + (shape_.v ? 1u : 0u));
   ref.recent_window = shape_.recent_window;
   ref.k_recent = shape_.k ? base : nullptr;
   ref.v_recent = shape_.v ? base + (shape_.k ? side : 0) : nullptr;

@@ -25,15 +25,17 @@ using cpu::KvType;
 
 namespace {
 
-bool quantized(KvType t) { return t == KvType::kInt8 || t == KvType::kInt4; }
+bool quantized(KvType t) {
+  return t == KvType::kInt8 || t == KvType::kInt4;
+}
 
 // One sequence run call by call as the CPU backend runs a step's attention: kv_store_batch with
 // staging, attention_batch, kv_commit_recent. `in` holds positions 0 .. in.c.rows - 1 as query
 // rows (pos0 = 0).
 struct WindowRun {
   std::int64_t window, exact_from;
-  std::vector<float> out;                 // every row's output (in.ldq apart)
-  std::vector<std::uint16_t> k_exact;     // the staged f16 row of every position (width apart)
+  std::vector<float> out;              // every row's output (in.ldq apart)
+  std::vector<std::uint16_t> k_exact;  // the staged f16 row of every position (width apart)
   std::vector<std::uint16_t> v_exact;
   std::vector<std::uint16_t> k_ring, v_ring;
 
@@ -59,10 +61,10 @@ struct WindowRun {
       view.v_recent = vw ? reinterpret_cast<std::byte*>(v_ring.data()) : nullptr;
       std::vector<std::uint16_t> sk(static_cast<std::size_t>(n * width)), sv(sk.size());
       const cpu::KvStaging staging{kw ? sk.data() : nullptr, vw ? sv.data() : nullptr};
-      const cpu::KvStoreSequence store{view, in.k.data() + b * in.ldkv, in.ldkv, in.v.data() + b * in.ldkv,
-                                       in.ldkv, n, b, staging};
-      const cpu::AttentionSequence attend{in.q.data() + b * in.ldq, in.ldq, n, b, view,
-                                          out.data() + b * in.ldq, in.ldq, staging};
+      const cpu::KvStoreSequence store{
+          view, in.k.data() + b * in.ldkv, in.ldkv, in.v.data() + b * in.ldkv, in.ldkv, n, b, staging};
+      const cpu::AttentionSequence attend{in.q.data() + b * in.ldq, in.ldq, n,      b, view,
+                                          out.data() + b * in.ldq,  in.ldq, staging};
       cpu::kv_store_batch(ctx, std::span(&store, 1), in.c.n_kv, in.c.head_dim);
       cpu::attention_batch(ctx, std::span(&attend, 1), in.shape);
       cpu::kv_commit_recent(std::span(&store, 1), in.c.n_kv, in.c.head_dim);
@@ -125,7 +127,8 @@ void check_window(cpu::Isa isa, const WindowCase& w, const std::vector<std::vect
         for (std::int64_t p = 0; p < c.rows && quantized(l.k); ++p) {
           for (std::int64_t g = 0; g < c.n_kv; ++g) {
             std::vector<double> x(static_cast<std::size_t>(c.head_dim));
-            for (std::int64_t e = 0; e < c.head_dim; ++e) x[static_cast<std::size_t>(e)] = in.k[static_cast<std::size_t>(p * in.ldkv + g * c.head_dim + e)];
+            for (std::int64_t e = 0; e < c.head_dim; ++e)
+              x[static_cast<std::size_t>(e)] = in.k[static_cast<std::size_t>(p * in.ldkv + g * c.head_dim + e)];
             double norm = 0.0;
             for (double v : x) norm += std::fabs(v);
             if (l.k_rotated) hadamard(x);
@@ -152,10 +155,9 @@ const cpu::Isa kWindowIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::k
 
 SITSRT_ISA_TEST_CASE(isa, "an exact recent window reads f16 copies of the latest rows, however the calls are cut",
                      "[attention][paged][window]", kWindowIsas) {
-  const Layout layout = GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true},
-                                 Layout{KvType::kInt8, KvType::kInt4, true, true},
-                                 Layout{KvType::kInt4, KvType::kF16, true, false},
-                                 Layout{KvType::kF16, KvType::kInt8, false, false});
+  const Layout layout =
+      GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt4, true, true},
+               Layout{KvType::kInt4, KvType::kF16, true, false}, Layout{KvType::kF16, KvType::kInt8, false, false});
   const std::int64_t window = GENERATE(1, 32);
   const std::vector<std::vector<std::int64_t>> cuts = {{1000}, {7}, {40, 1}, {1}};
   check_window(isa, {layout, {2, 64, 0, 70}, window}, cuts);
@@ -167,8 +169,8 @@ SITSRT_ISA_TEST_CASE(isa, "an exact recent window reads f16 copies of the latest
 SITSRT_ISA_TEST_CASE(isa, "an exact window after a long context split over threads", "[attention][paged][window]",
                      kWindowIsas) {
   // One decode row at 1100 positions: its chunks are split over threads; the exact one is last.
-  const Layout layout = GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true},
-                                 Layout{KvType::kInt8, KvType::kInt8, false, false});
+  const Layout layout =
+      GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt8, false, false});
   check_window(isa, {layout, {4, 64, 0, 1100, 0, 1}, 32, 0, 16, 1090}, {{1099, 1}, {256, 300, 1}});
 }
 

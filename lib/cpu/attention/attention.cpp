@@ -119,7 +119,8 @@ struct SequencePlan {
   // Row addresses of the exact positions begin .. begin + n - 1 (padded as resolve_rows): a
   // windowed side's from this call's staging (positions from pos0) or the ring, the other
   // side's from the blocks.
-  void resolve_exact_rows(std::int64_t begin, std::int64_t n, const std::byte** k_rows, const std::byte** v_rows) const {
+  void resolve_exact_rows(std::int64_t begin, std::int64_t n, const std::byte** k_rows,
+                          const std::byte** v_rows) const {
     const KvLayerView& kv = seq->kv;
     resolve_rows(begin, n, k_rows, v_rows);
     const std::int64_t width = shape->n_kv_heads * shape->head_dim;
@@ -347,7 +348,8 @@ void attention_batch(CpuContext& ctx, std::span<const AttentionSequence> sequenc
       const AttentionSequence& s = sequences[first + i];
       const KvType k_exact = s.kv.k_windowed() ? KvType::kF16 : s.kv.k_type;
       const KvType v_exact = s.kv.v_windowed() ? KvType::kF16 : s.kv.v_type;
-      plans[i] = {&s, &shape, group, table[static_cast<std::size_t>(s.kv.k_type)][static_cast<std::size_t>(s.kv.v_type)],
+      plans[i] = {&s, &shape, group,
+                  table[static_cast<std::size_t>(s.kv.k_type)][static_cast<std::size_t>(s.kv.v_type)],
                   table[static_cast<std::size_t>(k_exact)][static_cast<std::size_t>(v_exact)]};
     }
     attend_group(ctx, std::span<const SequencePlan>(plans.data(), n), shape);

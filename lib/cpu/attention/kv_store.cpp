@@ -205,8 +205,12 @@ void kv_commit_recent(std::span<const KvStoreSequence> sequences, std::int64_t n
     for (std::int64_t i = std::max<std::int64_t>(0, s.rows - window); i < s.rows && window > 0; ++i) {
       const auto slot = static_cast<std::size_t>((s.pos0 + i) % window);
       const auto offset = static_cast<std::size_t>(i) * row_bytes;
-      if (s.kv.k_windowed()) std::memcpy(s.kv.k_recent + slot * row_bytes, reinterpret_cast<const std::byte*>(s.staging.k) + offset, row_bytes);
-      if (s.kv.v_windowed()) std::memcpy(s.kv.v_recent + slot * row_bytes, reinterpret_cast<const std::byte*>(s.staging.v) + offset, row_bytes);
+      if (s.kv.k_windowed())
+        std::memcpy(s.kv.k_recent + slot * row_bytes, reinterpret_cast<const std::byte*>(s.staging.k) + offset,
+                    row_bytes);
+      if (s.kv.v_windowed())
+        std::memcpy(s.kv.v_recent + slot * row_bytes, reinterpret_cast<const std::byte*>(s.staging.v) + offset,
+                    row_bytes);
     }
   }
 }
