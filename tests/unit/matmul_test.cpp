@@ -11,6 +11,7 @@
 #include "cpu/weight_layout.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
+#include "support/sanitizer.hpp"
 #include "support/tolerance.hpp"
 
 #include <sitsrt/error.hpp>
@@ -242,6 +243,7 @@ TEST_CASE("cpu scratch grows only and refuses more than reserved", "[matmul]") {
 SITSRT_ISA_TEST_CASE(isa, "matmul matches a double reference for every format, ISA and shape", "[matmul]", kIsas) {
   const WeightLayout layout = GENERATE(from_range(std::begin(kAllLayouts), std::end(kAllLayouts)));
   const int threads = GENERATE(1, 3);
+  if (test::kSanitized && threads == 1) return;  // support/sanitizer.hpp
   for (const Shape& s : matmul_shapes()) {
     if (fits_blocks(layout, s.cols)) check_matmul(layout, isa, threads, s);
   }
@@ -259,6 +261,7 @@ TEST_CASE("AMX prefill matches a double reference within bf16 operand rounding",
   SITSRT_REQUIRE_ISA(cpu::Isa::kAmx);  // (the float prefill is tested above)
   const WeightLayout layout = GENERATE(from_range(std::begin(kAllLayouts), std::end(kAllLayouts)));
   const int threads = GENERATE(1, 3);
+  if (test::kSanitized && threads == 1) return;  // support/sanitizer.hpp
   for (const Shape& s : matmul_shapes()) {
     if (fits_blocks(layout, s.cols)) check_matmul(layout, cpu::Isa::kAmx, threads, s);
   }
