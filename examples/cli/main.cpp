@@ -53,7 +53,14 @@ int main(int argc, char** argv) {
   try {
     if (command == "run") return sitsrt::cli::run_command(argc, argv);
     if (command == "chat") return sitsrt::cli::chat_command(argc, argv);
+#ifdef SITSRT_CLI_NO_SERVE
+    if (command == "serve") {
+      fmt::print(stderr, "sitsrt serve: not built in (configured with SITSRT_CLI_SERVE=OFF)\n");
+      return 2;
+    }
+#else
     if (command == "serve") return sitsrt::cli::serve_command(argc, argv);
+#endif
     if (command == "info") return sitsrt::cli::info_command(argc, argv);
     if (command == "graph") return sitsrt::cli::graph_command(argc, argv);
     if (command == "bench") return sitsrt::cli::bench_command(argc, argv);
