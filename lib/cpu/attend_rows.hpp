@@ -115,18 +115,29 @@ inline Block4 block_rows(const AttendSide& s, std::int64_t p) {
   return {{s.rows[p], s.rows[p + 1], s.rows[p + 2], s.rows[p + 3]}};
 }
 
-// Requests this head's bytes of rows [p, p + 4) (those below n) with prefetch hint Hint
-// (_MM_HINT_T0 or _MM_HINT_T1). __builtin_prefetch, not _mm_prefetch: GCC's takes an enum
-// _mm_hint and clang's is a macro over an int, so neither accepts the other's argument; the
-// hints' values are the locality levels (T0 = 3, T1 = 2) in both.
+// One cache line requested with hint Hint (_MM_HINT_T0 = 3 or _MM_HINT_T1 = 2, the locality
+// levels). An asm statement, not __builtin_prefetch / _mm_prefetch: GCC 12 at -O2 deletes a
+// loop whose body is only builtin prefetches (a side-effect-free loop is assumed to terminate
+// and is dead), and prefetch_block's loops were compiled to nothing.
+template <int Hint>
+inline void prefetch_line(const char* p) {
+  static_assert(Hint == 3 || Hint == 2, "T0 or T1");
+  if constexpr (Hint == 3) {
+    asm volatile("prefetcht0 %0" : : "m"(*p));
+  } else {
+    asm volatile("prefetcht1 %0" : : "m"(*p));
+  }
+}
+
+// Requests this head's bytes of rows [p, p + 4) (those below n) with prefetch hint Hint.
 template <int Hint, int Kind>
 inline void prefetch_block(const AttendSide& s, std::int64_t p, std::int64_t n, std::int64_t d) {
   const HeadBytes hb = head_bytes<Kind>(s.e0, d, s.width);
   const std::int64_t end = std::min(p + 4, n);
   for (std::int64_t i = p; i < end; ++i) {
     const auto* row = reinterpret_cast<const char*>(s.rows[i]);
-    for (std::size_t b = 0; b < hb.value_bytes; b += 64) __builtin_prefetch(row + hb.values + b, 0, Hint & 3);
-    if (hb.scale_bytes > 0) __builtin_prefetch(row + hb.scales, 0, Hint & 3);
+    for (std::size_t b = 0; b < hb.value_bytes; b += 64) prefetch_line<Hint & 3>(row + hb.values + b);
+    if (hb.scale_bytes > 0) prefetch_line<Hint & 3>(row + hb.scales);
   }
 }
 
