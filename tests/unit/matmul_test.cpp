@@ -77,7 +77,7 @@ TestWeights make_weights(WeightLayout layout, std::int64_t rows, std::int64_t co
     float block_scale = 1.0f;
     for (std::int64_t c = 0; c < cols; ++c) {
       if (c % 32 == 0) block_scale = std::exp2(rng.uniform(-3.0f, 3.0f));
-      float v = rng.normal() * row_scale * block_scale;
+      float v = rng.paired_normal() * row_scale * block_scale;
       if (v == 0.0f) v = row_scale;  // never zeros
       src[static_cast<std::size_t>(c)] = v;
     }
@@ -95,7 +95,7 @@ std::vector<float> make_inputs(std::int64_t m, std::int64_t cols, std::int64_t l
   for (std::int64_t i = 0; i < m; ++i) {
     const float scale = std::exp2(rng.uniform(-4.0f, 4.0f));
     for (std::int64_t c = 0; c < cols; ++c) {
-      float v = rng.normal() * scale;
+      float v = rng.paired_normal() * scale;
       x[static_cast<std::size_t>(i * ldx + c)] = v == 0.0f ? scale : v;
     }
   }
@@ -153,6 +153,37 @@ constexpr double kBf16Rounding = 0x1p-8;
 // fp32: |bf16(x) bf16(w) - x w| <= (2 * 2^-8 + 2^-16) |x w|.
 constexpr double kBf16OperandsError = 0x1p-7 + 0x1p-16;
 
+// The double reference of one output and its sum of magnitudes, over 8 interleaved partial sums
+// (a double sum's rounding is far below any tolerance here): one chain of dependent adds made this
+// loop most of the AMX prefill case's run time (~2.5G products). Not inlined: inside check_matmul
+// GCC kept the sums in memory (their addresses reach push_back).
+struct ReferenceDot {
+  double sum, abs_sum;
+};
+[[gnu::noinline]] ReferenceDot reference_dot(const float* x, const float* w, const double* mags, std::int64_t n) {
+  constexpr int kLanes = 8;
+  double sum[kLanes] = {}, abs_sum[kLanes] = {};
+  std::int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double xv = x[c + j];
+      sum[j] += xv * w[c + j];
+      abs_sum[j] += std::fabs(xv) * mags[c + j];
+    }
+  }
+  for (int j = 0; c < n; ++c, ++j) {
+    const double xv = x[c];
+    sum[j] += xv * w[c];
+    abs_sum[j] += std::fabs(xv) * mags[c];
+  }
+  ReferenceDot total{0.0, 0.0};
+  for (int j = 0; j < kLanes; ++j) {
+    total.sum += sum[j];
+    total.abs_sum += abs_sum[j];
+  }
+  return total;
+}
+
 void check_matmul(WeightLayout layout, cpu::Isa isa, int threads, Shape s) {
   CAPTURE(name(layout), cpu::name(isa), threads, s.rows, s.cols, s.m);
   // AMX changes only m > 1; decode stays on the float kernels and their bound.
@@ -183,12 +214,8 @@ void check_matmul(WeightLayout layout, cpu::Isa isa, int threads, Shape s) {
   std::vector<float> actual;
   for (std::int64_t i = 0; i < s.m; ++i) {
     for (std::int64_t r = 0; r < s.rows; ++r) {
-      double sum = 0.0, abs_sum = 0.0;
-      for (std::int64_t c = 0; c < s.cols; ++c) {
-        const double xv = x[static_cast<std::size_t>(i * ldx + c)];
-        sum += xv * w.values[static_cast<std::size_t>(r * s.cols + c)];
-        abs_sum += std::fabs(xv) * w.mags[static_cast<std::size_t>(r * s.cols + c)];
-      }
+      const auto [sum, abs_sum] = reference_dot(x.data() + i * ldx, w.values.data() + r * s.cols,
+                                                w.mags.data() + r * s.cols, s.cols);
       expected.push_back(sum);
       const bool bf16_acts = layout == WeightLayout::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
       const bool fp16_decode = layout == WeightLayout::kFP8_E4M3R && s.m == 1 && cpu::detail::fp8r_decode_native(isa);
