@@ -2,7 +2,7 @@
 # Runs a libFuzzer target under ASan+UBSan for a time budget.
 #   scripts/fuzz.sh --list            the target names
 #   scripts/fuzz.sh TARGET SECONDS    build (clang) and fuzz one target; prints the exec count
-#   scripts/fuzz.sh --all SECONDS     every target in turn
+#   scripts/fuzz.sh --all SECONDS     every target, as many at once as there are cores
 # Corpora live in build-fuzz/corpus/TARGET, seeded from the shared models and generated files.
 set -euo pipefail
 shopt -s nullglob
@@ -101,13 +101,35 @@ for v in VARIANTS:
       printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87  \t\n' >"$corpus/utf8"
       printf '\xff\xfe\xc0\xaf\xed\xa0\x80' >"$corpus/invalid" ;;
   esac
-  dict=tests/fuzz/dict/$target.dict
-  dict_arg=()
+done
+# Each fuzzer is one process on one core: they run $(nproc) at a time (the seeds above came from
+# one CLI in turn), each for its full budget; results are reported in target order.
+run_fuzzer() {
+  local target=$1 dict=tests/fuzz/dict/$1.dict dict_arg=()
   [ -f "$dict" ] && dict_arg=(-dict="$dict")
-  log=build-fuzz/$target.log
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-    "build-fuzz/fuzz/${target}_fuzz" "${dict_arg[@]}" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
-    -max_len=1048576 -print_final_stats=1 >"$log" 2>&1 || { tail -40 "$log"; echo "fuzz $target: FAILED"; exit 1; }
+    "build-fuzz/fuzz/${target}_fuzz" "${dict_arg[@]}" "build-fuzz/corpus/$target" -max_total_time="$seconds" \
+    -rss_limit_mb=2048 -timeout=10 -max_len=1048576 -print_final_stats=1 >"build-fuzz/$target.log" 2>&1
+  echo $? >"build-fuzz/$target.status"
+}
+pids=()
+for target in "${selected[@]}"; do
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  rm -f "build-fuzz/$target.status"
+  run_fuzzer "$target" &
+  pids+=($!)
+done
+wait "${pids[@]}" || true
+failed=0
+for target in "${selected[@]}"; do
+  log=build-fuzz/$target.log
+  if [ "$(cat "build-fuzz/$target.status" 2>/dev/null)" != 0 ]; then
+    tail -40 "$log"
+    echo "fuzz $target: FAILED"
+    failed=1
+    continue
+  fi
   execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
   echo "fuzz $target: ${execs:-?} executions in ${seconds}s, no crash"
 done
+exit "$failed"
