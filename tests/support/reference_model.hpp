@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -143,21 +144,38 @@ class ReferenceModel {
   std::string k(const std::string& key) const { return arch_ + "." + key; }
   std::uint64_t u(const std::string& key) const { return file_.require_uint(k(key)); }
 
-  Vec row(const std::string& name, std::int64_t r) const {
+  // A tensor's rows dequantized (dequantize_row of each), made on first use: every position
+  // reads every matrix again, and dequantizing a row per dot product (a lookup and two
+  // allocations each) was most of the reference's time, ~10x more under ASan.
+  struct Dequantized {
+    std::int64_t cols;
+    std::vector<float> values;
+  };
+  const Dequantized& dequantized(const std::string& name) const {
+    if (const auto it = dequantized_.find(name); it != dequantized_.end()) return it->second;
     const gguf::TensorInfo& info = *file_.find_tensor(name);
-    const std::int64_t cols = info.dims[0];
+    const std::int64_t cols = info.dims[0], rows = info.elements() / cols;
     const std::size_t stride = row_bytes(info.type, cols);
-    std::vector<float> f(static_cast<std::size_t>(cols));
-    dequantize_row(info.type, file_.tensor_data(info).data() + static_cast<std::size_t>(r) * stride, f.data(), cols);
-    return {f.begin(), f.end()};
+    Dequantized d{cols, std::vector<float>(static_cast<std::size_t>(rows * cols))};
+    for (std::int64_t r = 0; r < rows; ++r) {
+      dequantize_row(info.type, file_.tensor_data(info).data() + static_cast<std::size_t>(r) * stride,
+                     d.values.data() + r * cols, cols);
+    }
+    return dequantized_.emplace(name, std::move(d)).first->second;
+  }
+  Vec row(const std::string& name, std::int64_t r) const {
+    const Dequantized& d = dequantized(name);
+    const float* f = d.values.data() + r * d.cols;
+    return {f, f + d.cols};
   }
   Vec matvec(const std::string& name, const Vec& x) const {
-    const gguf::TensorInfo& info = *file_.find_tensor(name);
-    Vec y(static_cast<std::size_t>(info.dims[1]));
-    for (std::int64_t r = 0; r < info.dims[1]; ++r) {
-      const Vec w = row(name, r);
+    const Dequantized& d = dequantized(name);
+    const std::int64_t rows = static_cast<std::int64_t>(d.values.size()) / d.cols;
+    Vec y(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* w = d.values.data() + r * d.cols;
       double s = 0;
-      for (std::size_t c = 0; c < w.size(); ++c) s += w[c] * x[c];
+      for (std::int64_t c = 0; c < d.cols; ++c) s += double{w[c]} * x[static_cast<std::size_t>(c)];
       y[static_cast<std::size_t>(r)] = s;
     }
     return y;
@@ -233,6 +251,7 @@ class ReferenceModel {
 
   gguf::File file_;
   std::string arch_;
+  mutable std::map<std::string, Dequantized> dequantized_;
   int dim_, layers_, heads_, kv_heads_, head_dim_, vocab_, window_;
   double eps_, base_, local_base_, softcap_, factor_, original_ctx_;
   bool gemma_, neox_, linear_, yarn_;
