@@ -214,8 +214,8 @@ void check_matmul(WeightLayout layout, cpu::Isa isa, int threads, Shape s) {
   std::vector<float> actual;
   for (std::int64_t i = 0; i < s.m; ++i) {
     for (std::int64_t r = 0; r < s.rows; ++r) {
-      const auto [sum, abs_sum] = reference_dot(x.data() + i * ldx, w.values.data() + r * s.cols,
-                                                w.mags.data() + r * s.cols, s.cols);
+      const auto [sum, abs_sum] =
+          reference_dot(x.data() + i * ldx, w.values.data() + r * s.cols, w.mags.data() + r * s.cols, s.cols);
       expected.push_back(sum);
       const bool bf16_acts = layout == WeightLayout::kFP8_E4M3 && s.m == 1 && fp8_decode_rounds_to_bf16(isa);
       const bool fp16_decode = layout == WeightLayout::kFP8_E4M3R && s.m == 1 && cpu::detail::fp8r_decode_native(isa);

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -86,14 +87,28 @@ TEST_CASE("fused decode products equal the unfused ops bit for bit and the doubl
   const DType qk = GENERATE(DType::kQ8_0, DType::kQ4_K, DType::kF16);
   const DType v_type = qk == DType::kQ4_K ? DType::kQ6_K : qk;
   CAPTURE(int8, threads, name(qk));
-  test::Rng rng(static_cast<std::uint64_t>(threads * 31 + int8 + static_cast<int>(qk) * 7));
   // gate/up rows not a multiple of 32 (the row grain is 16); down's columns whole Q6_K blocks.
   const std::int64_t dim = 512, kv = 256, ffn = 1408 - 16 * 3, down_cols = 1536;
-  const Weights q = random_weights(qk, dim, dim, rng), k = random_weights(qk, kv, dim, rng),
-                v = random_weights(v_type, kv, dim, rng), gate = random_weights(qk, ffn, dim, rng),
-                up = random_weights(qk, ffn, dim, rng), down = random_weights(v_type, dim, down_cols, rng);
-  const std::vector<float> x = rng.normals(dim), h = rng.normals(static_cast<std::size_t>(down_cols)),
-                           residual = rng.normals(dim);
+  // Made once per format: Catch2 runs this setup again for every section and generated value, and
+  // drawing the 2.7M weights each time was ~90% of the file's run time (more under ASan).
+  struct Inputs {
+    Weights q, k, v, gate, up, down;
+    std::vector<float> x, h, residual;
+  };
+  static std::map<DType, Inputs> made;
+  if (!made.contains(qk)) {
+    test::Rng rng(static_cast<std::uint64_t>(31 + static_cast<int>(qk) * 7));
+    Weights q = random_weights(qk, dim, dim, rng), k = random_weights(qk, kv, dim, rng),
+            v = random_weights(v_type, kv, dim, rng), gate = random_weights(qk, ffn, dim, rng),
+            up = random_weights(qk, ffn, dim, rng), down = random_weights(v_type, dim, down_cols, rng);
+    std::vector<float> x = rng.normals(dim), h = rng.normals(static_cast<std::size_t>(down_cols)),
+                       residual = rng.normals(dim);
+    made.emplace(qk, Inputs{std::move(q), std::move(k), std::move(v), std::move(gate), std::move(up), std::move(down),
+                            std::move(x), std::move(h), std::move(residual)});
+  }
+  const Inputs& in = made.at(qk);
+  const Weights &q = in.q, &k = in.k, &v = in.v, &gate = in.gate, &up = in.up, &down = in.down;
+  const std::vector<float>&x = in.x, &h = in.h, &residual = in.residual;
   cpu::CpuContext ctx(threads, cpu::detect_isa(), int8);
   reserve(ctx, {&q, &k, &v, &gate, &up, &down});
 
