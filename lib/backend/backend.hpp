@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/device.hpp"
+#include "core/function_ref.hpp"
 #include "graph/graph.hpp"
 #include "graph/memory_plan.hpp"
 #include "graph/weight_source.hpp"
@@ -121,6 +122,13 @@ class Backend {
   // callers skip the copy; empty when they must read().
   [[nodiscard]] virtual std::span<const std::byte> host_view(const BackendBuffer& buffer, std::size_t offset,
                                                              std::size_t bytes) = 0;
+
+  // Runs task(0) .. task(n - 1), independent host work between steps (sampling each sequence's
+  // token from its logits), on the backend's host threads where it has them; returns when all
+  // are done. Tasks must not throw. The default runs them in order on the caller.
+  virtual void run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> task) {
+    for (std::int64_t i = 0; i < n; ++i) task(i);
+  }
 
   // Waits for the queued work.
   virtual void synchronize() = 0;

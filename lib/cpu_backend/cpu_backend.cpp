@@ -295,6 +295,16 @@ std::span<const std::byte> CpuBackend::host_view(const BackendBuffer& buffer, st
   return {checked_range(buffer, offset, bytes, "host_view"), bytes};
 }
 
+void CpuBackend::run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> task) {
+  if (n <= 1) {
+    if (n == 1) task(0);
+    return;
+  }
+  ctx_.pool().run([&](int part, int parts) {
+    for (std::int64_t i = part; i < n; i += parts) task(i);
+  });
+}
+
 void CpuBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
   if (run_fused(graph, index, step)) return;
   run_node_through_kernels(kernels_, graph, index, step, attention_sequences_);

@@ -51,6 +51,8 @@ class CpuBackend final : public Backend {
   [[nodiscard]] std::span<const std::byte> host_view(const BackendBuffer& buffer, std::size_t offset,
                                                      std::size_t bytes) override;
   void synchronize() override {}
+  // Tasks i, i + parts, ... on each of the context's threads.
+  void run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> task) override;
   [[nodiscard]] MemoryUsage memory() const override;
 
  private:

@@ -52,6 +52,8 @@ class StepRunner {
   // KvCache::prepare_write). Returns the wanted logits rows, [sum of n_outputs x n_vocab] in
   // the order of `work`, valid until the next step; advances each cache by its tokens.
   std::span<const float> step(std::span<const SequenceWork> work);
+  // The backend's host threads for work between steps (Backend::run_host_tasks).
+  void run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> task) { plan_.backend->run_host_tasks(n, task); }
 
  private:
   const ExecutionPlan& plan_;

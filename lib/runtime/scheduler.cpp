@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 namespace sitsrt {
 
@@ -445,23 +446,43 @@ bool Scheduler::iterate(std::vector<std::unique_ptr<Entry>>& fresh) {
     for (const SequenceWork& w : work) counters_.step_tokens += w.tokens.size();
     counters_.max_step_sequences = std::max<std::int64_t>(counters_.max_step_sequences, static_cast<std::int64_t>(work.size()));
   }
+  // Each sequence's token is sampled from its row on the backend's host threads (per-request
+  // state only, so the same bits in any order), then delivered in order on this thread. Sampling
+  // and the token statistics take ~0.4 ms a sequence over a 32k vocabulary: 16 sequences were
+  // 5.7-6.4 ms of one thread per step while the other waited, 2.8 ms on two.
   const std::size_t vocab = static_cast<std::size_t>(plan_.n_vocab);
-  std::size_t row = 0;
-  std::vector<Entry*> failed;
+  struct Sampled {
+    Entry* entry;
+    std::span<const float> logits;
+    const TokenEvent* event = nullptr;
+    std::exception_ptr error;
+  };
+  std::vector<Sampled> sampled;
   for (std::size_t i = 0; i < work.size(); ++i) {
-    Entry& e = *in_step[i];
     if (work[i].n_outputs == 0) continue;
-    const auto row_logits = logits.subspan(row * vocab, vocab);
-    ++row;
+    Entry& e = *in_step[i];
+    sampled.push_back({&e, logits.subspan(sampled.size() * vocab, vocab)});
+    if (!e.sampled_once) {
+      e.sampled_once = true;
+      e.gen->timings().prefill_seconds = std::chrono::duration<double>(Clock::now() - e.admitted).count();
+    } else {
+      e.gen->timings().decode_seconds += seconds;
+    }
+  }
+  runner_.run_host_tasks(static_cast<std::int64_t>(sampled.size()), [&](std::int64_t i) {
+    Sampled& s = sampled[static_cast<std::size_t>(i)];
     try {
-      if (!e.sampled_once) {
-        e.sampled_once = true;
-        e.gen->timings().prefill_seconds = std::chrono::duration<double>(Clock::now() - e.admitted).count();
-      } else {
-        e.gen->timings().decode_seconds += seconds;
-      }
-      const TokenEvent& event = e.gen->sample(row_logits, e.kv->size());
-      deliver(e, event);
+      s.event = &s.entry->gen->sample(s.logits, s.entry->kv->size());
+    } catch (...) {
+      s.error = std::current_exception();
+    }
+  });
+  std::vector<Entry*> failed;
+  for (Sampled& s : sampled) {
+    Entry& e = *s.entry;
+    try {
+      if (s.error) std::rethrow_exception(s.error);
+      deliver(e, *s.event);
     } catch (...) {
       e.gen->stop(FinishReason::kCancelled);
       finish(e, std::current_exception());

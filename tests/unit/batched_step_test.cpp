@@ -15,9 +15,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 using namespace sitsrt;
@@ -196,4 +199,44 @@ TEST_CASE("a step refuses more tokens than the arena or a sequence's cache holds
   const SequenceWork bad_outputs{caches[0].get(), many, 41};
   CHECK_THROWS(runner.step({&bad_outputs, 1}));
   CHECK(caches[0]->size() == static_cast<std::int64_t>(kPrompts[0].size()));  // nothing was run
+}
+
+TEST_CASE("the CPU backend's host tasks run each index once, on its threads", "[batch]") {
+  CpuBackendOptions o;
+  o.threads = 3;
+  o.isa = "generic";
+  CpuBackend backend(o);
+  for (const std::int64_t n : {0, 1, 2, 3, 17}) {
+    CAPTURE(n);
+    std::vector<std::atomic<int>> runs(static_cast<std::size_t>(n));
+    backend.run_host_tasks(n, [&](std::int64_t i) {
+      REQUIRE((i >= 0 && i < n));
+      runs[static_cast<std::size_t>(i)].fetch_add(1);
+    });
+    for (const auto& r : runs) CHECK(r.load() == 1);
+  }
+  // The interface's default: in order, on the caller.
+  struct Serial final : Backend {
+    const BackendInfo& info() const noexcept override { std::abort(); }
+    WeightBindReport bind_weights(const graph::Graph&, const graph::WeightSource&,
+                                  const std::function<void(double)>&) override {
+      return {};
+    }
+    void prepare(const graph::Graph&, const graph::MemoryPlan&, std::int64_t) override {}
+    std::unique_ptr<BackendBuffer> allocate(std::size_t, std::string_view) override { return nullptr; }
+    void run(const graph::Graph&, std::size_t, const StepContext&) override {}
+    void read(const BackendBuffer&, std::size_t, std::span<std::byte>) override {}
+    void write(BackendBuffer&, std::size_t, std::span<const std::byte>) override {}
+    void copy(const BackendBuffer&, std::size_t, BackendBuffer&, std::size_t, std::size_t) override {}
+    std::span<const std::byte> host_view(const BackendBuffer&, std::size_t, std::size_t) override { return {}; }
+    void synchronize() override {}
+    MemoryUsage memory() const override { return {}; }
+  } serial;
+  std::vector<std::int64_t> order;
+  const auto caller = std::this_thread::get_id();
+  serial.run_host_tasks(4, [&](std::int64_t i) {
+    CHECK(std::this_thread::get_id() == caller);
+    order.push_back(i);
+  });
+  CHECK(order == std::vector<std::int64_t>{0, 1, 2, 3});
 }
