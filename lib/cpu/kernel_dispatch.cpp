@@ -20,12 +20,19 @@ struct IsaTables {
   const QdotKernels& (*qdot)() noexcept;  // int8-activation decode
 };
 
+#if defined(SITSRT_X86_KERNELS)
+// The AVX2 integer dots, with VPDPBUSD where the CPU has AVX-VNNI (bit-identical either way).
+const QdotKernels& qdot_kernels_avx2_level() noexcept {
+  return avx_vnni_supported() ? qdot_kernels_avxvnni() : qdot_kernels_avx2();
+}
+#endif
+
 constexpr IsaTables kIsaTables[] = {
     {Isa::kGeneric, matmul_kernels_generic, vec_kernels_generic, qdot_kernels_generic},
 #if defined(SITSRT_X86_KERNELS)
-    {Isa::kAvx2, matmul_kernels_avx2, vec_kernels_avx2, qdot_kernels_avx2},
-    // Plain AVX-512 has no vpdpbusd: its integer dots are the AVX2 ones.
-    {Isa::kAvx512, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx2},
+    {Isa::kAvx2, matmul_kernels_avx2, vec_kernels_avx2, qdot_kernels_avx2_level},
+    // Plain AVX-512 has no 512-bit vpdpbusd: its integer dots are the AVX2 (or AVX-VNNI) ones.
+    {Isa::kAvx512, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx2_level},
     {Isa::kAvx512Vnni, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx512vnni},
     // AMX only changes prefill (matmul.cpp sends m > 1 to gemm_amx); the rest is avx512vnni.
     {Isa::kAmx, matmul_kernels_avx512, vec_kernels_avx512, qdot_kernels_avx512vnni},
@@ -55,7 +62,8 @@ QgemmFn qgemm_kernel_for(Isa isa, WeightLayout layout) noexcept {
   if (isa == Isa::kAvx512Vnni || isa == Isa::kAmx) return qgemm_avx512vnni(layout);
   // The plain AVX-512 level decodes with the AVX2 integer kernels (its qdot table above), so the
   // AVX2 GEMM is bit-identical to its m == 1 decode too.
-  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return qgemm_avx2(layout);
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512)
+    return avx_vnni_supported() ? qgemm_avxvnni(layout) : qgemm_avx2(layout);
 #endif
   (void)isa;
   (void)layout;
@@ -90,7 +98,20 @@ bool avx512_vbmi_supported() noexcept {
   return (leaf7().ecx & (1u << 1)) != 0;  // ECX bit 1: AVX512_VBMI
 }
 }  // namespace
+
 #endif
+
+bool avx_vnni_supported() noexcept {
+#if defined(SITSRT_X86_KERNELS)
+  static const bool supported = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 4)) != 0;  // AVX-VNNI
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
 
 bool avx512_fp16_supported() noexcept {
 #if defined(SITSRT_X86_KERNELS)

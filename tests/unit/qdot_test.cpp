@@ -19,8 +19,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 using namespace sitsrt;
@@ -317,4 +320,74 @@ TEST_CASE("int8-activation decode without reserved shared scratch throws kIntern
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInternal);
   }
+}
+
+// The AVX2 integer-dot kernels built with AVX-VNNI (VPDPBUSD for VPMADDUBSW + VPMADDWD) must give
+// the AVX2 build's bits exactly: decode and the int8 GEMM take whichever the CPU has, and batch
+// invariance and replayed audit logs rely on the same bits. Extremes included: Q8_0 levels of
+// -128 (|w| = 128 after the sign move) against activation levels of +-127, the largest int16 pair
+// sums VPMADDUBSW must not saturate.
+TEST_CASE("AVX-VNNI integer-dot kernels are bit-identical to the AVX2 ones", "[qdot][gated]") {
+#if defined(__x86_64__)
+  SITSRT_REQUIRE_ISA(cpu::Isa::kAvx2);
+  if (!cpu::detail::avx_vnni_supported()) SITSRT_SKIP("this CPU lacks AVX-VNNI");
+  const cpu::detail::QdotKernels& avx2 = cpu::detail::qdot_kernels_avx2();
+  const cpu::detail::QdotKernels& vnni = cpu::detail::qdot_kernels_avxvnni();
+  test::Rng rng(53);
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128}) {
+    const cpu::WeightLayout layout = cpu::stored_layout(type);
+    const auto slot = static_cast<std::size_t>(layout);
+    REQUIRE(avx2.matvec[slot] != nullptr);
+    REQUIRE(vnni.matvec[slot] != nullptr);
+    for (const std::int64_t cols : {128, 256, 1152, 4096}) {
+      CAPTURE(name(type), cols);
+      const std::int64_t rows = 19, m = 7;
+      const std::size_t stride = row_bytes(type, cols);
+      std::vector<std::byte> w(stride * static_cast<std::size_t>(rows));
+      std::vector<float> src(static_cast<std::size_t>(cols));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (auto& v : src) v = rng.normal() * std::exp2(rng.uniform(-3.0f, 3.0f));
+        quantize_row(type, src.data(), w.data() + static_cast<std::size_t>(r) * stride, cols);
+      }
+      if (type == DType::kQ8_0) {  // levels of -128: one whole block, and scattered ones
+        auto* blocks = reinterpret_cast<BlockQ8_0*>(w.data());
+        std::fill(std::begin(blocks[0].qs), std::end(blocks[0].qs), std::int8_t{-128});
+        for (int i = 0; i < 200; ++i) {
+          auto& b = blocks[static_cast<std::size_t>(rng.uniform(0.0f, 0.999f) * static_cast<float>(rows * cols / 32))];
+          b.qs[static_cast<int>(rng.uniform(0.0f, 31.99f))] = -128;
+        }
+      }
+      // m activation rows; the first block of each is +-127 throughout (one value of each sign),
+      // against the all -128 block above.
+      const std::size_t row_buffer = cpu::detail::quantized_row_bytes(cols);
+      std::vector<std::byte> buffer(row_buffer * static_cast<std::size_t>(m) + 64);
+      auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 63) / 64 * 64);
+      std::vector<cpu::detail::QuantizedRow> x;
+      for (std::int64_t i = 0; i < m; ++i) {
+        std::vector<float> a = rng.normals(static_cast<std::size_t>(cols), 2.0f);
+        for (int e = 0; e < 32; ++e) a[static_cast<std::size_t>(e)] = (e + i) % 2 == 0 ? 5.0f : -5.0f;
+        x.push_back(avx2.quantize(a.data(), cols, aligned + static_cast<std::size_t>(i) * row_buffer));
+      }
+      REQUIRE(x[0].qs[0] == 127);
+      // Decode, one activation row at a time.
+      for (std::int64_t i = 0; i < m; ++i) {
+        std::vector<float> y_avx2(static_cast<std::size_t>(rows)), y_vnni(static_cast<std::size_t>(rows), -1.0f);
+        avx2.matvec[slot](w.data(), stride, x[static_cast<std::size_t>(i)], y_avx2.data(), rows);
+        vnni.matvec[slot](w.data(), stride, x[static_cast<std::size_t>(i)], y_vnni.data(), rows);
+        REQUIRE(std::memcmp(y_avx2.data(), y_vnni.data(), y_avx2.size() * sizeof(float)) == 0);
+      }
+      // The GEMM, where the format has one at this level (Q4_G128 has not).
+      const cpu::detail::QgemmFn gemm_avx2 = cpu::detail::qgemm_avx2(layout);
+      const cpu::detail::QgemmFn gemm_vnni = cpu::detail::qgemm_avxvnni(layout);
+      REQUIRE((gemm_avx2 == nullptr) == (gemm_vnni == nullptr));
+      if (gemm_avx2 == nullptr) continue;
+      std::vector<float> y_avx2(static_cast<std::size_t>(rows * m)), y_vnni(static_cast<std::size_t>(rows * m), -1.0f);
+      gemm_avx2(w.data(), stride, x.data(), m, y_avx2.data(), rows, rows);
+      gemm_vnni(w.data(), stride, x.data(), m, y_vnni.data(), rows, rows);
+      REQUIRE(std::memcmp(y_avx2.data(), y_vnni.data(), y_avx2.size() * sizeof(float)) == 0);
+    }
+  }
+#else
+  SITSRT_SKIP("AVX-VNNI kernels exist on x86-64 only");
+#endif
 }

@@ -1,7 +1,8 @@
-// Block helpers shared by the AVX2 integer-dot kernels: the decode kernels (qdot_avx2.cpp) and the
-// multi-row GEMM (qgemm_avx2.cpp) must run the very same operations for batch invariance, so both
-// take them from here. Include only from AVX2 files (internal linkage: no ODR clash with the other
-// ISA files).
+// Block helpers shared by the AVX2 integer-dot kernels: the decode kernels (qdot_decode_avx2.hpp)
+// and the multi-row GEMM (qgemm_tiles_avx2.hpp) must run the very same operations for batch
+// invariance, so both take them from here. Include only from AVX2 and AVX-VNNI files (internal
+// linkage: no ODR clash with the other ISA files). Built with -mavxvnni (the *_avxvnni.cpp files),
+// byte_dot is one VPDPBUSD instead of VPMADDUBSW + VPMADDWD (+ VPADDD): the same exact int32 lanes.
 #pragma once
 
 #include "core/quant_blocks.hpp"
@@ -52,19 +53,37 @@ inline __m256i q5_levels(const std::uint8_t* qs, const std::uint8_t* qh) {
   return _mm256_or_si256(nibbles(qs), _mm256_and_si256(bytes_from_bits(bits), _mm256_set1_epi8(16)));
 }
 
+// acc + the int32 lanes of u . s: lane i gets the sum of the products of bytes 4i .. 4i + 3, u
+// unsigned and s signed. Exact, and the same in both forms, as long as the byte pairs' sums fit
+// in int16 (VPMADDUBSW saturates them; VPDPBUSD does not): every caller keeps them below 2^15.
+inline __m256i byte_dot(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+inline __m256i byte_dot(__m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
 // The int32 lanes of a Q8_0 block's dot with activation levels x: the weight's sign moved onto x
 // (|w| <= 128, |x| <= 127: the int16 pair sums stay below 2^15).
 inline __m256i q8_lanes(__m256i w, __m256i abs_w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+  return byte_dot(abs_w, _mm256_sign_epi8(x, w));
 }
 
-// Those of unsigned levels u (< 32) with x; `offset` (the lanes' share of -offset * sum(x), or 0)
-// added after.
+// Those of unsigned levels u (< 32) with x, plus `offset` (the lanes' share of -offset * sum(x));
+// int32 sums are exact in any order.
 inline __m256i unsigned_lanes(__m256i u, __m256i x, __m256i offset) {
-  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)), offset);
+  return byte_dot(offset, u, x);
 }
 inline __m256i unsigned_lanes(__m256i u, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+  return byte_dot(u, x);
 }
 
 // The float step of one block: acc += float(lanes) * fl(d_w d_x).

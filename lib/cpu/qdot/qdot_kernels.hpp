@@ -3,7 +3,8 @@
 // fp32 scale: d = max|x| / 127, q = round_to_nearest_even(x * (1 / d)) in [-127, 127] (d = 0 and
 // q = 0 for an all-zero block). The weight block's integer levels are dotted against q exactly
 // in int32, and each block contributes fl(d_w * d_x) * dot [+ m_w * fl(d_x * sum q)] in float.
-// One table per ISA level (qdot_{generic,avx2,avx512vnni}.cpp); a null entry means the format
+// One table per ISA level (qdot_{generic,avx2,avx512vnni}.cpp; the AVX2 one also built with
+// AVX-VNNI, qdot_avxvnni.cpp); a null entry means the format
 // has no integer path and matmul falls back to the float-activation kernel.
 #pragma once
 
@@ -111,11 +112,19 @@ bool q4_kr_decode_native(Isa isa) noexcept;
 const QdotKernels& qdot_kernels_generic() noexcept;
 // Outside batch-invariant mode, the fewest rows that take the AMX-INT8 tiles (below).
 inline constexpr std::int64_t kQgemmAmxMinM = 4;
-#if defined(SITSRT_X86_KERNELS)
+// The AVX2 decode table and int8 GEMM (qdot_avx2.cpp, qgemm_avx2.cpp), and the same kernels
+// built with AVX-VNNI (qdot_avxvnni.cpp, qgemm_avxvnni.cpp): bit-identical; the latter only where
+// avx_vnni_supported() (CPUID 7.1 EAX bit 4, asked once), and then the AVX2 and plain AVX-512
+// levels take them. Named here for the tests, which see no SITSRT_X86_KERNELS: defined on x86-64
+// only (avx_vnni_supported everywhere, false off x86).
+bool avx_vnni_supported() noexcept;
 const QdotKernels& qdot_kernels_avx2() noexcept;
+QgemmFn qgemm_avx2(WeightLayout layout) noexcept;
+const QdotKernels& qdot_kernels_avxvnni() noexcept;
+QgemmFn qgemm_avxvnni(WeightLayout layout) noexcept;
+#if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
-QgemmFn qgemm_avx2(WeightLayout layout) noexcept;        // qgemm_avx2.cpp
 // AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp). Not bit-identical to the decode kernel (it
 // scales whole-block sums, decode scales 4-level partials): matmul takes them at Isa::kAmx for
 // kQgemmAmxMinM rows or more, and in batch-invariant mode for every batch of 2+ (each activation
