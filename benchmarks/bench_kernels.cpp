@@ -12,7 +12,8 @@
 //   GEMM (prefill) with m = --m rows of x: GFLOP/s (2 m rows cols per call) and the fraction
 //     of the measured FMA peak of that ISA and thread count.
 //   attention decode at --ctx context: contiguous and paged (block 16) caches, F16, INT8 and
-//     INT4 K/V: ms per layer and GB/s of cache bytes read vs the read bandwidth.
+//     INT4 K/V: ms per layer and GB/s of cache bytes read vs the read bandwidth, and the cost of
+//     storing the rows (kv_store) per 32 values.
 //   --m-sweep 1,2,4,...: per format, microseconds per rows x cols matmul at each m with f32 and
 //     with int8 activations (weights cycling through the copies, from DRAM), beside the weight
 //     floor (matrix bytes / read bandwidth) and the compute roof (2 m rows cols over the FMA peak,
@@ -262,7 +263,7 @@ void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth)
   };
   std::printf("  attention decode ctx=%lld (32 q / 8 kv heads, d=128), K/V types and layout:\n",
               static_cast<long long>(opt.ctx));
-  std::printf("  %-24s %9s %12s %10s %7s\n", "cache", "ms/layer", "bytes/pos", "GB/s", "of bw");
+  std::printf("  %-24s %9s %12s %10s %7s %14s\n", "cache", "ms/layer", "bytes/pos", "GB/s", "of bw", "store ns/32 v");
   for (const AttentionCase& c : cases) {
     const std::size_t kb = cpu::kv_row_bytes(c.k_type, shape.n_kv_heads, shape.head_dim);
     const std::size_t vb = cpu::kv_row_bytes(c.v_type, shape.n_kv_heads, shape.head_dim);
@@ -278,12 +279,15 @@ void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth)
       kv.block_table = table;
     }
     kv.k_rotated = kv.v_rotated = c.rotated;
-    cpu::kv_store(ctx, kv, rows.data(), width, rows.data(), width, opt.ctx, shape.n_kv_heads, shape.head_dim, 0);
+    // Storing every position: the conversion's cost per 32 values (an int4 group) of K and V.
+    const double store = median_seconds(opt.repeats, [&] {
+      cpu::kv_store(ctx, kv, rows.data(), width, rows.data(), width, opt.ctx, shape.n_kv_heads, shape.head_dim, 0);
+    });
     const double s = median_seconds(
         opt.repeats, [&] { cpu::attention(ctx, q.data(), 0, 1, opt.ctx - 1, kv, shape, out.data(), 0); });
     const double bytes = static_cast<double>(kb + vb) * static_cast<double>(opt.ctx);
-    std::printf("  %-24s %9.3f %12zu %10.1f %6.0f%%\n", c.name, s * 1e3, kb + vb, bytes / s / 1e9,
-                100.0 * bytes / s / bandwidth);
+    std::printf("  %-24s %9.3f %12zu %10.1f %6.0f%% %14.1f\n", c.name, s * 1e3, kb + vb, bytes / s / 1e9,
+                100.0 * bytes / s / bandwidth, store * 1e9 / static_cast<double>(2 * opt.ctx * width / 32));
     std::fflush(stdout);
   }
 }

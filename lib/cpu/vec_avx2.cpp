@@ -2,6 +2,7 @@
 // Rows are padded to 16 floats (the layout shared with the other levels), so steps of 8
 // never need a tail inside the padded buffers; only reads from caller memory are masked.
 #include "cpu/attend_rows.hpp"
+#include "cpu/kv_int4_candidates.hpp"
 #include "cpu/vec_kernels.hpp"
 
 #include "cpu/hsum_avx2.hpp"
@@ -270,11 +271,99 @@ void f32_to_f16_row_avx2(const float* src, std::uint16_t* dst, std::int64_t n) {
   }
 }
 
+// kv_int4::quantize_group for `groups` groups of 32 (four vectors each), bit for bit, as the
+// AVX-512 form (vec_avx512.cpp) but with 8 lanes: without a 16-entry permute the index is the
+// count of the 15 midpoints below v (each comparison's all-ones mask subtracted), and the level
+// one of two 8-entry lookups.
+__m256i int4_nearest_index(__m256 v) {
+  __m256i index = _mm256_setzero_si256();
+  for (int j = 0; j < 15; ++j) {
+    const __m256 above = _mm256_cmp_ps(v, _mm256_set1_ps(kInt4Midpoints[j]), _CMP_GT_OQ);
+    index = _mm256_sub_epi32(index, _mm256_castps_si256(above));
+  }
+  return index;
+}
+__m256 int4_level(__m256i index) {
+  const __m256 low = _mm256_permutevar8x32_ps(_mm256_loadu_ps(kInt4LevelValues), index);
+  const __m256 high = _mm256_permutevar8x32_ps(_mm256_loadu_ps(kInt4LevelValues + 8), index);
+  return _mm256_blendv_ps(low, high, _mm256_castsi256_ps(_mm256_slli_epi32(index, 28)));  // bit 3: 8..15
+}
+
+// 32 indices (four vectors, in order) two a byte, low nibble first.
+__m128i int4_pack_indices(const __m256i (&index)[4]) {
+  const __m256i words = _mm256_packus_epi32(index[0], index[1]), words2 = _mm256_packus_epi32(index[2], index[3]);
+  // packus works per 128-bit lane: bytes come as 0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, ...
+  const __m256i bytes =
+      _mm256_permutevar8x32_epi32(_mm256_packus_epi16(words, words2), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // Each 16-bit lane b0 | b1 << 8 (both < 16) -> b0 | b1 << 4 in its low byte.
+  const __m256i pairs = _mm256_and_si256(_mm256_or_si256(bytes, _mm256_srli_epi16(bytes, 4)), _mm256_set1_epi16(0xFF));
+  return _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+}
+
+void int4_quantize_groups_avx2(const float* x, std::int64_t groups, std::byte* indices, std::byte* codes) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g) {
+    __m256 xs[4];
+    for (int k = 0; k < 4; ++k) xs[k] = _mm256_loadu_ps(x + 32 * g + 8 * k);
+    // max(x, 0) and max(-x, 0) as the scalar's `x > m ? x : m` (maxps keeps m for NaN): every
+    // lane is +0 or positive, so the reduction order does not matter.
+    __m256 p = zero, n = zero;
+    for (int k = 0; k < 4; ++k) {
+      p = _mm256_max_ps(xs[k], p);
+      n = _mm256_max_ps(_mm256_xor_ps(xs[k], sign), n);
+    }
+    alignas(32) float lanes[2][8];
+    _mm256_store_ps(lanes[0], p);
+    _mm256_store_ps(lanes[1], n);
+    float pos = 0.0f, neg = 0.0f;
+    for (int i = 0; i < 8; ++i) {
+      pos = lanes[0][i] > pos ? lanes[0][i] : pos;
+      neg = lanes[1][i] > neg ? lanes[1][i] : neg;
+    }
+    if (!(pos > 0.0f) && !(neg > 0.0f)) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(indices + 16 * g), _mm_set1_epi8(static_cast<char>(0x88)));
+      codes[g] = std::byte{0};
+      continue;
+    }
+    const Int4Candidates candidate = int4_candidates(pos, neg);
+    __m256i index[4][4];
+    __m256 sums8[4];  // the tree's first two levels: (e[i] + e[i + 16]) + (e[i + 8] + e[i + 24]), i < 8
+    for (int c = 0; c < 4; ++c) {
+      const __m256 s = _mm256_set1_ps(candidate.scale[c]), inv = _mm256_set1_ps(candidate.inverse[c]);
+      __m256 e[4];
+      for (int k = 0; k < 4; ++k) {
+        index[c][k] = int4_nearest_index(_mm256_mul_ps(xs[k], inv));
+        const __m256 d = _mm256_sub_ps(xs[k], int4_rounded(_mm256_mul_ps(int4_level(index[c][k]), s)));
+        e[k] = int4_rounded(_mm256_mul_ps(d, d));
+      }
+      sums8[c] = _mm256_add_ps(_mm256_add_ps(e[0], e[2]), _mm256_add_ps(e[1], e[3]));
+    }
+    // + e[i + 4] (candidates 0, 1 in one vector's halves, 2, 3 in another's), + e[i + 2],
+    // + e[i + 1]: candidate c's sum ends in lane 4 (c % 2) of vector c / 2.
+    __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(sums8[0], sums8[1], 0x20),
+                               _mm256_permute2f128_ps(sums8[0], sums8[1], 0x31));
+    __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(sums8[2], sums8[3], 0x20),
+                               _mm256_permute2f128_ps(sums8[2], sums8[3], 0x31));
+    s01 = _mm256_add_ps(s01, _mm256_shuffle_ps(s01, s01, _MM_SHUFFLE(3, 2, 3, 2)));
+    s23 = _mm256_add_ps(s23, _mm256_shuffle_ps(s23, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+    s01 = _mm256_add_ps(s01, _mm256_shuffle_ps(s01, s01, _MM_SHUFFLE(1, 1, 1, 1)));
+    s23 = _mm256_add_ps(s23, _mm256_shuffle_ps(s23, s23, _MM_SHUFFLE(1, 1, 1, 1)));
+    alignas(32) float sums[2][8];
+    _mm256_store_ps(sums[0], s01);
+    _mm256_store_ps(sums[1], s23);
+    const float error[4] = {sums[0][0], sums[0][4], sums[1][0], sums[1][4]};
+    const int best = int4_best_candidate(error);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(indices + 16 * g), int4_pack_indices(index[best]));
+    codes[g] = static_cast<std::byte>(candidate.code[best]);
+  }
+}
+
 constexpr VecKernels kAvx2Vec = {
     attend_table<AttendAvx2, RowF32, RowF16, RowInt8, RowInt4>(),
     swiglu_row_avx2,
     geglu_row_avx2,
     f32_to_f16_row_avx2,
+    int4_quantize_groups_avx2,
 };
 
 }  // namespace

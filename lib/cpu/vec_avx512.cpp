@@ -4,6 +4,7 @@
 #include "cpu/simd_intrinsics.hpp"
 
 #include "cpu/attend_rows.hpp"
+#include "cpu/kv_int4_candidates.hpp"
 
 #include <algorithm>
 
@@ -238,11 +239,83 @@ void f32_to_f16_row_avx512(const float* src, std::uint16_t* dst, std::int64_t n)
   }
 }
 
+// kv_int4::quantize_group for `groups` groups of 32 (two vectors each), bit for bit: the same
+// products and differences, each rounded on its own (int4_rounded: no FMA), and each candidate's
+// error summed in the scalar's tree order.
+// The nearest level's index is the number of midpoints below v; a branch-free binary search over
+// the 15 sorted midpoints (four permute lookups) counts them as the scalar's 15 comparisons do,
+// NaN included (no comparison holds: index 0). Levels are integers, so looking the level up by
+// index gives the scalar's sum of gaps exactly.
+__m512i int4_nearest_index(__m512 v, __m512 midpoints) {
+  __m512i index = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, _mm512_set1_ps(kInt4Midpoints[7]), _CMP_GT_OQ),
+                                         _mm512_set1_epi32(8));
+  for (int step = 4; step > 0; step /= 2) {
+    const __m512 probe = _mm512_permutexvar_ps(_mm512_add_epi32(index, _mm512_set1_epi32(step - 1)), midpoints);
+    index = _mm512_mask_add_epi32(index, _mm512_cmp_ps_mask(v, probe, _CMP_GT_OQ), index, _mm512_set1_epi32(step));
+  }
+  return index;
+}
+
+// Two indices a byte, low nibble first: the low byte of each 64-bit lane is idx[2k] | idx[2k+1] << 4.
+__m128i int4_pack_indices(__m512i lo, __m512i hi) {
+  const __m128i a = _mm512_cvtepi64_epi8(_mm512_or_si512(lo, _mm512_srli_epi64(lo, 28)));
+  const __m128i b = _mm512_cvtepi64_epi8(_mm512_or_si512(hi, _mm512_srli_epi64(hi, 28)));
+  return _mm_unpacklo_epi64(a, b);
+}
+
+void int4_quantize_groups_avx512(const float* x, std::int64_t groups, std::byte* indices, std::byte* codes) {
+  const __m512 midpoints = _mm512_loadu_ps(kInt4Midpoints), levels = _mm512_loadu_ps(kInt4LevelValues);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
+    // max(x, 0) and max(-x, 0) as the scalar's `x > m ? x : m` (maxps keeps m for NaN): every
+    // lane is +0 or positive, so the reduction order does not matter.
+    const __m512 zero = _mm512_setzero_ps();
+    const float pos = _mm512_reduce_max_ps(_mm512_max_ps(x1, _mm512_max_ps(x0, zero)));
+    const __m512 n0 = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x0), sign));
+    const __m512 n1 = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x1), sign));
+    const float neg = _mm512_reduce_max_ps(_mm512_max_ps(n1, _mm512_max_ps(n0, zero)));
+    if (!(pos > 0.0f) && !(neg > 0.0f)) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(indices + 16 * g), _mm_set1_epi8(static_cast<char>(0x88)));
+      codes[g] = std::byte{0};
+      continue;
+    }
+    const Int4Candidates candidate = int4_candidates(pos, neg);
+    __m512i index[4][2];
+    __m512 half_sums[4];  // e[i] + e[i + 16], the tree's first level
+    for (int c = 0; c < 4; ++c) {
+      const __m512 s = _mm512_set1_ps(candidate.scale[c]), inv = _mm512_set1_ps(candidate.inverse[c]);
+      index[c][0] = int4_nearest_index(_mm512_mul_ps(x0, inv), midpoints);
+      index[c][1] = int4_nearest_index(_mm512_mul_ps(x1, inv), midpoints);
+      const __m512 d0 = _mm512_sub_ps(x0, int4_rounded(_mm512_mul_ps(_mm512_permutexvar_ps(index[c][0], levels), s)));
+      const __m512 d1 = _mm512_sub_ps(x1, int4_rounded(_mm512_mul_ps(_mm512_permutexvar_ps(index[c][1], levels), s)));
+      half_sums[c] = _mm512_add_ps(int4_rounded(_mm512_mul_ps(d0, d0)), int4_rounded(_mm512_mul_ps(d1, d1)));
+    }
+    // The tree's other levels for all four candidates at once: e[i] + e[i + 8] (candidates 0, 1
+    // in one vector, 2, 3 in another), + e[i + 4] (candidate c in 128-bit lane c), + e[i + 2],
+    // + e[i + 1]; candidate c's sum ends in lane 4c.
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(half_sums[0], half_sums[1], 0x44),
+                                     _mm512_shuffle_f32x4(half_sums[0], half_sums[1], 0xEE));
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(half_sums[2], half_sums[3], 0x44),
+                                     _mm512_shuffle_f32x4(half_sums[2], half_sums[3], 0xEE));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+    s = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, _MM_SHUFFLE(3, 2, 3, 2)));
+    s = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, _MM_SHUFFLE(1, 1, 1, 1)));
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, s);
+    const float error[4] = {sums[0], sums[4], sums[8], sums[12]};
+    const int best = int4_best_candidate(error);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(indices + 16 * g), int4_pack_indices(index[best][0], index[best][1]));
+    codes[g] = static_cast<std::byte>(candidate.code[best]);
+  }
+}
+
 constexpr VecKernels kAvx512Vec = {
     attend_table<AttendAvx512, RowF32, RowF16, RowInt8, RowInt4>(),
     swiglu_row_avx512,
     geglu_row_avx512,
     f32_to_f16_row_avx512,
+    int4_quantize_groups_avx512,
 };
 
 }  // namespace

@@ -105,11 +105,16 @@ void f32_to_f16_row_generic(const float* src, std::uint16_t* dst, std::int64_t n
   for (std::int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
 
+void int4_quantize_groups_generic(const float* x, std::int64_t groups, std::byte* indices, std::byte* codes) {
+  quantize_int4_groups(x, groups, indices, codes);
+}
+
 constexpr VecKernels kGenericVec = {
     attend_table<AttendGeneric, RowOf<KvType::kF32>, RowOf<KvType::kF16>, RowOf<KvType::kInt8>, RowOf<KvType::kInt4>>(),
     swiglu_row_generic,
     geglu_row_generic,
     f32_to_f16_row_generic,
+    int4_quantize_groups_generic,
 };
 
 }  // namespace

@@ -75,6 +75,10 @@ struct VecKernels {
   void (*geglu_row)(const float* gate, const float* up, float* out, std::int64_t n);
   // dst[i] = fp16(src[i]), round to nearest even (bit-exact with fp32_to_fp16 except NaN payloads).
   void (*f32_to_f16_row)(const float* src, std::uint16_t* dst, std::int64_t n);
+  // Int4 KV groups: x[32 g, 32 g + 32) for g < groups as kv_int4::quantize_group (core/kv_int4.hpp)
+  // quantizes them, bit for bit: indices two a byte (low nibble first) at indices + 16 g, the
+  // scale code at codes[g]. The SIMD forms search the four candidate scales side by side.
+  void (*int4_quantize_groups)(const float* x, std::int64_t groups, std::byte* indices, std::byte* codes);
 };
 
 // The table for a (supported) ISA level; see kernel_dispatch.cpp.

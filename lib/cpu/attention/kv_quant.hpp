@@ -49,6 +49,19 @@ inline std::uint16_t quantize_span(const float* x, std::int64_t n, float qmax, f
   return h;
 }
 
+// Groups of 32 values as kv_int4::quantize_group quantizes them, indices packed two a byte (low
+// nibble first) at indices + 16 g, codes at codes[g]: VecKernels::int4_quantize_groups' generic
+// form, and the reference its SIMD forms match byte for byte.
+inline void quantize_int4_groups(const float* x, std::int64_t groups, std::byte* indices, std::byte* codes) noexcept {
+  std::uint8_t q[kv_int4::kGroup];
+  for (std::int64_t j = 0; j < groups; ++j) {
+    const std::uint8_t code = kv_int4::quantize_group(x + kv_int4::kGroup * j, q);
+    for (int i = 0; i < kv_int4::kGroup / 2; ++i)
+      indices[16 * j + i] = static_cast<std::byte>(q[2 * i] | q[2 * i + 1] << 4);
+    codes[j] = static_cast<std::byte>(code);
+  }
+}
+
 // One row of `width` values (heads of head_dim) in `type`'s layout at dst.
 inline void quantize_row(KvType type, const float* x, std::int64_t n_kv_heads, std::int64_t head_dim,
                          std::byte* dst) noexcept {
@@ -71,17 +84,9 @@ inline void quantize_row(KvType type, const float* x, std::int64_t n_kv_heads, s
       }
       return;
     }
-    case KvType::kInt4: {  // core/kv_int4.hpp: indices, then one scale code per 32 values
-      std::uint8_t q[kv_int4::kGroup];
-      for (std::int64_t j = 0; j < width / kv_int4::kGroup; ++j) {
-        const std::uint8_t code = kv_int4::quantize_group(x + kv_int4::kGroup * j, q);
-        for (int i = 0; i < kv_int4::kGroup / 2; ++i) {
-          dst[16 * j + i] = static_cast<std::byte>(q[2 * i] | q[2 * i + 1] << 4);
-        }
-        dst[width / 2 + j] = static_cast<std::byte>(code);
-      }
+    case KvType::kInt4:  // core/kv_int4.hpp: indices, then one scale code per 32 values
+      quantize_int4_groups(x, width / kv_int4::kGroup, dst, dst + width / 2);
       return;
-    }
   }
 }
 

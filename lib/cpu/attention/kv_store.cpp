@@ -96,14 +96,17 @@ namespace {
 // One row of one side: rotated heads (if asked) then the type's conversion. Rotation works on
 // a stack copy of max(32, head_dim) values at a time, so an int4 group never straddles a copy.
 // `exact` (a windowed side's staging row, or null) receives the f16 of the values quantized.
+// f16 and int4 go through the ISA's kernels (the same bits as the scalar forms).
 void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std::int64_t n_kv_heads,
-               std::int64_t head_dim, void (*f32_to_f16)(const float*, std::uint16_t*, std::int64_t),
-               std::uint16_t* exact) {
+               std::int64_t head_dim, const detail::VecKernels& vec, std::uint16_t* exact) {
+  const auto f32_to_f16 = vec.f32_to_f16_row;
   const std::int64_t width = n_kv_heads * head_dim;
   if (!rotated) {
     if (exact != nullptr) f32_to_f16(src, exact, width);
     if (type == KvType::kF16) {
-      f32_to_f16(src, reinterpret_cast<std::uint16_t*>(dst), width);  // the SIMD conversion, same bits
+      f32_to_f16(src, reinterpret_cast<std::uint16_t*>(dst), width);
+    } else if (type == KvType::kInt4) {
+      vec.int4_quantize_groups(src, width / 32, dst, dst + width / 2);
     } else {
       detail::quantize_row(type, src, n_kv_heads, head_dim, dst);
     }
@@ -131,13 +134,9 @@ void store_row(KvType type, bool rotated, const float* src, std::byte* dst, std:
         }
         break;
       }
-      case KvType::kInt4: {  // n is a multiple of 32 here (width is)
-        std::array<std::byte, detail::kMaxRotatedHeadDim / 2 + detail::kMaxRotatedHeadDim / 32> part;
-        detail::quantize_row(KvType::kInt4, tmp.data(), 1, n, part.data());
-        std::memcpy(dst + e0 / 2, part.data(), static_cast<std::size_t>(n / 2));
-        std::memcpy(dst + width / 2 + e0 / 32, part.data() + n / 2, static_cast<std::size_t>(n / 32));
+      case KvType::kInt4:  // n and e0 are multiples of 32 here (width is)
+        vec.int4_quantize_groups(tmp.data(), n / 32, dst + e0 / 2, dst + width / 2 + e0 / 32);
         break;
-      }
     }
   }
 }
@@ -158,7 +157,7 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
     total += s.rows;
   }
   if (total == 0) return;
-  const auto f32_to_f16 = detail::vec_kernels_for(ctx.isa()).f32_to_f16_row;
+  const detail::VecKernels& vec = detail::vec_kernels_for(ctx.isa());
   // Global rows [begin, end) of the sequences in order; a cursor finds each row's sequence.
   const auto store_rows = [&](std::int64_t begin, std::int64_t end) {
     std::size_t s = 0;
@@ -179,10 +178,10 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
         k_src = centered.data();
       }
       const std::int64_t width = n_kv_heads * head_dim;
-      store_row(q.kv.k_type, q.kv.k_rotated, k_src, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim, f32_to_f16,
+      store_row(q.kv.k_type, q.kv.k_rotated, k_src, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim, vec,
                 q.kv.k_windowed() ? q.staging.k + i * width : nullptr);
       store_row(q.kv.v_type, q.kv.v_rotated, q.v + i * q.ldv, q.kv.v + row * q.kv.v_row_bytes, n_kv_heads, head_dim,
-                f32_to_f16, q.kv.v_windowed() ? q.staging.v + i * width : nullptr);
+                vec, q.kv.v_windowed() ? q.staging.v + i * width : nullptr);
     }
   };
   // A decode step's row or two per sequence is stored by the calling thread when the batch is
