@@ -121,6 +121,7 @@ void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* 
   const std::int64_t d = a.head_dim, n = a.n;
   for (std::int64_t p = 0; p < n; p += 4) {
     prefetch_block<_MM_HINT_T0, Row::kKind>(a.k, p + kPrefetchRows, n, d);
+    prefetch_block<_MM_HINT_T1, Row::kKind>(a.k, p + kPrefetchRowsL2, n, d);
     if (prefetch_values) prefetch_block<_MM_HINT_T1, VRow::kKind>(a.v, p, n, d);
     const Block4 rows = block_rows(a.k, p);
     const typename Row::State k[4] = {Row::at(rows.r[0], a.k, d), Row::at(rows.r[1], a.k, d),
