@@ -1,8 +1,11 @@
 // Float helpers that behave the same in host C++ and CUDA device code: every function is
 // __host__ __device__ under nvcc and plain inline C++ otherwise. Products, sums and quotients
-// are rounded on their own: nvcc contracts a * b + c into an fma by default, the host build (ISO
-// C++, no -ffp-contract=fast) does not, and code that must give the same bits on both sides
-// (cuda/device_formats.hpp, core/kv_int4.hpp) uses these.
+// are rounded on their own: nvcc contracts a * b + c into an fma by default, and code that must
+// give the same bits on both sides (cuda/device_formats.hpp, core/kv_int4.hpp) uses these. On the
+// host they are plain operators, which stay apart only because the files using them are built
+// for the baseline target, without FMA: GCC's C++ default is -ffp-contract=fast (only ISO C modes
+// turn it off), so a file built with -mfma may fuse them (the SIMD int4 quantizer keeps its
+// products apart with an empty asm, cpu/kv_int4_candidates.hpp).
 #pragma once
 
 #include <cstdint>
