@@ -241,24 +241,32 @@ inline void reduce_two_blocks(__m512i (&p)[kTile], __m512i& sum_b, __m512i& sum_
 // each accumulator starting at -128 sum(x) of its block (the levels are stored as q + 128).
 template <bool kPair>
 inline void two_block_sums(const std::byte* levels, std::size_t row_stride, __m512i xb, __m512i start, __m512i& sum_b,
-                           __m512i& sum_b1) {
+                           __m512i& sum_b1, bool prefetch_rows) {
   __m512i p[kTile];
   const std::byte* row = levels;
   for (int r = 0; r < kTile; ++r, row += row_stride) {
-    _mm_prefetch(reinterpret_cast<const char*>(row + 32 * kOneRowPrefetchBlocks), _MM_HINT_T0);
+    if (prefetch_rows) _mm_prefetch(reinterpret_cast<const char*>(row + 32 * kOneRowPrefetchBlocks), _MM_HINT_T0);
     const __m512i wr = kPair ? _mm512_loadu_si512(row) : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
     p[r] = _mm512_dpbusd_epi32(start, wr, xb);
   }
   reduce_two_blocks(p, sum_b, sum_b1);
 }
 
+// (The next 16-row tile is requested in address order while one runs, as in q8_tiles; a pair of
+// blocks at a time. Deterministic single-stream decode, 0.35B Q8_0: see docs/performance.md.)
 void q8r_one_row_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   const std::int64_t nb = x.blocks;
   const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                  _mm512_set1_epi32(static_cast<int>(row_stride)));
   const std::int64_t groups = (nb + kRepackGroupBlocks - 1) / kRepackGroupBlocks;
+  const std::size_t tile_bytes = kTile * row_stride;
+  const auto tile_lines = static_cast<std::int64_t>((tile_bytes + 63) / 64);
+  const std::int64_t lines_per_pair = (tile_lines + (nb + 1) / 2 - 1) / ((nb + 1) / 2);
   for (std::int64_t r0 = 0; r0 + kTile <= n_rows; r0 += kTile) {
     const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
+    const std::byte* next = rows + tile_bytes;
+    const bool prefetch_rows = r0 == 0;
+    std::int64_t line = 0;
     __m512 acc = _mm512_setzero_ps();
     for (std::int64_t g = 0; g < groups; ++g) {
       const RepackGroup group = repack_group(g, nb, sizeof(BlockQ8_0));
@@ -266,17 +274,23 @@ void q8r_one_row_vnni(const std::byte* w, std::size_t row_stride, const Quantize
       const std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQBlock;
       for (int i = 0; i < group.blocks; i += 2) {
         const std::int64_t b = g * kRepackGroupBlocks + i;
+        for (const std::int64_t end = line + lines_per_pair < tile_lines ? line + lines_per_pair : tile_lines;
+             line < end; ++line) {
+          prefetch_l2(next + 64 * line);
+        }
         const bool pair = i + 1 < group.blocks;  // a group's odd last block alone (upper half zero)
         // lane 0: block b's offset, lane 8: block b + 1's (each block's 8 partial lanes sum to it)
         const __m512i start = _mm512_maskz_set1_epi32(0x0001, -128 * x.sum[b]) |
                               (pair ? _mm512_maskz_set1_epi32(0x0100, -128 * x.sum[b + 1]) : _mm512_setzero_si512());
         __m512i sum_b, sum_b1;
         if (pair) {
-          two_block_sums<true>(levels + 32 * i, row_stride, _mm512_load_si512(x.qs + 32 * b), start, sum_b, sum_b1);
+          two_block_sums<true>(levels + 32 * i, row_stride, _mm512_load_si512(x.qs + 32 * b), start, sum_b, sum_b1,
+                               prefetch_rows);
         } else {
-          two_block_sums<false>(levels + 32 * i, row_stride,
-                                _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b))),
-                                start, sum_b, sum_b1);
+          two_block_sums<false>(
+              levels + 32 * i, row_stride,
+              _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b))), start, sum_b,
+              sum_b1, prefetch_rows);
         }
         // Block b's scale in the low half of the word at 2i, block b + 1's in its high half.
         const __m512i words = _mm512_i32gather_epi32(row_offsets, scales + 2 * i - (pair ? 0 : 2), 1);
