@@ -322,8 +322,9 @@ TEST_CASE("int8-activation decode without reserved shared scratch throws kIntern
   }
 }
 
-// The AVX2 integer-dot kernels built with AVX-VNNI (VPDPBUSD for VPMADDUBSW + VPMADDWD) must give
-// the AVX2 build's bits exactly: decode and the int8 GEMM take whichever the CPU has, and batch
+// The AVX2 integer-dot kernels (K-quants included) built with AVX-VNNI (VPDPBUSD for VPMADDUBSW +
+// VPMADDWD) must give the AVX2 build's bits exactly: decode and the int8 GEMM take whichever the
+// CPU has, and batch
 // invariance and replayed audit logs rely on the same bits. Extremes included: Q8_0 levels of
 // -128 (|w| = 128 after the sign move) against activation levels of +-127, the largest int16 pair
 // sums VPMADDUBSW must not saturate.
@@ -334,12 +335,14 @@ TEST_CASE("AVX-VNNI integer-dot kernels are bit-identical to the AVX2 ones", "[q
   const cpu::detail::QdotKernels& avx2 = cpu::detail::qdot_kernels_avx2();
   const cpu::detail::QdotKernels& vnni = cpu::detail::qdot_kernels_avxvnni();
   test::Rng rng(53);
-  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128}) {
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_G128,
+                           DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL}) {
     const cpu::WeightLayout layout = cpu::stored_layout(type);
     const auto slot = static_cast<std::size_t>(layout);
     REQUIRE(avx2.matvec[slot] != nullptr);
     REQUIRE(vnni.matvec[slot] != nullptr);
     for (const std::int64_t cols : {128, 256, 1152, 4096}) {
+      if (!fits_blocks(type, cols)) continue;  // the K-quants: multiples of 256
       CAPTURE(name(type), cols);
       const std::int64_t rows = 19, m = 7;
       const std::size_t stride = row_bytes(type, cols);
@@ -376,7 +379,7 @@ TEST_CASE("AVX-VNNI integer-dot kernels are bit-identical to the AVX2 ones", "[q
         vnni.matvec[slot](w.data(), stride, x[static_cast<std::size_t>(i)], y_vnni.data(), rows);
         REQUIRE(std::memcmp(y_avx2.data(), y_vnni.data(), y_avx2.size() * sizeof(float)) == 0);
       }
-      // The GEMM, where the format has one at this level (Q4_G128 has not).
+      // The GEMM, where the format has one at this level (Q4_G128, Q2_K, Q3_K, IQ4_NL have not).
       const cpu::detail::QgemmFn gemm_avx2 = cpu::detail::qgemm_avx2(layout);
       const cpu::detail::QgemmFn gemm_vnni = cpu::detail::qgemm_avxvnni(layout);
       REQUIRE((gemm_avx2 == nullptr) == (gemm_vnni == nullptr));

@@ -141,7 +141,15 @@ QuantizedRow quantize_avx2(const float* x, std::int64_t cols, std::byte* buffer)
   return quantized_row(l);
 }
 
-// The table: the K-quants keep the AVX2 kernels of matmul_kquant_avx2.cpp in both builds.
+// The K-quant decode kernels of this build (matmul_kquant_avx2.cpp, qdot_kquant_avxvnni.cpp).
+template <DType kType>
+constexpr QdotFn kKquantQdot =
+#if defined(__AVXVNNI__)
+    qdot_kquant_avxvnni<kType>;
+#else
+    qdot_kquant_avx2<kType>;
+#endif
+
 constexpr QdotKernels kAvx2Qdot = {
     {
         nullptr,                             // f32
@@ -154,10 +162,10 @@ constexpr QdotKernels kAvx2Qdot = {
         qdot_avx2<DotQ5<BlockQ5_1, true>>,   // q5_1
         nullptr,                             // fp8_e4m3: float activations
         qdot_q4_g128_avx2,                   // q4_g128
-        // K-quant section (the AVX2 kernels of matmul_kquant_avx2.cpp; no Q8_K path)
-        qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_kquant_avx2<DType::kQ4_K>,
-        qdot_kquant_avx2<DType::kQ5_K>, qdot_kquant_avx2<DType::kQ6_K>, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
-        nullptr, nullptr,  // repacked section: AVX-512 VNNI only
+        // K-quant section (no Q8_K path)
+        kKquantQdot<DType::kQ2_K>, kKquantQdot<DType::kQ3_K>, kKquantQdot<DType::kQ4_K>, kKquantQdot<DType::kQ5_K>,
+        kKquantQdot<DType::kQ6_K>, nullptr, kKquantQdot<DType::kIQ4_NL>, nullptr,
+        nullptr,  // repacked section: AVX-512 VNNI only
     },
     quantize_avx2};
 

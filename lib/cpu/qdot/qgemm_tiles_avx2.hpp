@@ -187,7 +187,11 @@ QgemmFn qgemm_avx2_tiles(WeightLayout layout) noexcept {
     case WeightLayout::kQ4_K:
     case WeightLayout::kQ5_K:
     case WeightLayout::kQ6_K:
+#if defined(__AVXVNNI__)
+      return qgemm_kquant_avxvnni(stored_type(layout));  // qdot_kquant_avxvnni.cpp, beside their decode
+#else
       return qgemm_kquant_avx2(stored_type(layout));  // matmul_kquant_avx2.cpp, beside their decode
+#endif
     default:
       return nullptr;
   }
