@@ -120,8 +120,10 @@ struct IQ4NL {
   }
   static void levels(const Block& b, int /*k*/, __m256 (&q)[4]) { widen32<true>(signed_levels(b), q); }
 };
-struct Q4K {
-  using Block = BlockQ4_K;
+// Q4_K and Q5_K: the same 6-bit scales and mins; Q5_K adds a fifth bit per level from qh.
+template <typename B, bool kFifthBit>
+struct K4Format {
+  using Block = B;
   static constexpr int kElements = kSuperBlock;
   static constexpr int kSub = 32;
   static constexpr bool kHasMin = true;
@@ -130,25 +132,17 @@ struct Q4K {
   }
   static void levels(const Block& b, int k, __m256 (&q)[4]) {
     const __m256i v = load32(b.qs + 32 * (k / 2));
-    widen32<false>(_mm256_and_si256(k % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)), q);
+    __m256i u = _mm256_and_si256(k % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    if constexpr (kFifthBit) {
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
+      const __m256i has = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b.qh), bit), bit);
+      u = _mm256_or_si256(u, _mm256_and_si256(has, _mm256_set1_epi8(16)));
+    }
+    widen32<false>(u, q);
   }
 };
-struct Q5K {
-  using Block = BlockQ5_K;
-  static constexpr int kElements = kSuperBlock;
-  static constexpr int kSub = 32;
-  static constexpr bool kHasMin = true;
-  static void scales(const Block& b, float* dl, float* ml) {
-    scales_k4(b.scales, half_at(b.d), half_at(b.dmin), dl, ml);
-  }
-  static void levels(const Block& b, int k, __m256 (&q)[4]) {
-    const __m256i v = load32(b.qs + 32 * (k / 2));
-    const __m256i nibble = _mm256_and_si256(k % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
-    const __m256i has = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b.qh), bit), bit);
-    widen32<false>(_mm256_or_si256(nibble, _mm256_and_si256(has, _mm256_set1_epi8(16))), q);
-  }
-};
+using Q4K = K4Format<BlockQ4_K, false>;
+using Q5K = K4Format<BlockQ5_K, true>;
 struct Q6K {
   using Block = BlockQ6_K;
   static constexpr int kElements = kSuperBlock;
