@@ -8,6 +8,7 @@
 // sums, and each x element is read once per 32 outputs. (The dot-product form, x rows against
 // w rows, reloaded every x vector for each 4 weight rows and spent the rest on reductions.)
 #include "cpu/matmul/matmul_kernels.hpp"
+#include "cpu/qdot/transpose16_avx512.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
 
@@ -21,29 +22,12 @@ namespace {
 constexpr int kMr = 12;     // x rows per micro-kernel: 24 accumulators + 2 panel vectors + 1 broadcast
 constexpr int kPanel = 16;  // weight rows per panel (one zmm of output columns)
 
-// out[c] = column c of the 16 x 16 block rows[0..15]: the classic 4-stage shuffle transpose.
+// r[c] := column c of the 16 x 16 block r[0..15] (the 32-bit lane transpose, on floats).
 inline void transpose16(__m512 (&r)[16]) {
-  __m512 a[16], b[16];
-  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved per 128-bit lane
-    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // b[4i + q], lane L: rows 4i..4i+3 of column 4L + q
-    const auto pd = [](__m512 v) { return _mm512_castps_pd(v); };
-    b[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a[4 * i]), pd(a[4 * i + 2])));
-    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a[4 * i]), pd(a[4 * i + 2])));
-    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a[4 * i + 1]), pd(a[4 * i + 3])));
-    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a[4 * i + 1]), pd(a[4 * i + 3])));
-  }
-  for (int q = 0; q < 4; ++q) {  // gather lane L of b[q], b[4+q], b[8+q], b[12+q] into column 4L + q
-    const __m512 d0 = _mm512_shuffle_f32x4(b[q], b[4 + q], 0x88), d1 = _mm512_shuffle_f32x4(b[q], b[4 + q], 0xDD);
-    const __m512 e0 = _mm512_shuffle_f32x4(b[8 + q], b[12 + q], 0x88);
-    const __m512 e1 = _mm512_shuffle_f32x4(b[8 + q], b[12 + q], 0xDD);
-    r[q] = _mm512_shuffle_f32x4(d0, e0, 0x88);
-    r[8 + q] = _mm512_shuffle_f32x4(d0, e0, 0xDD);
-    r[4 + q] = _mm512_shuffle_f32x4(d1, e1, 0x88);
-    r[12 + q] = _mm512_shuffle_f32x4(d1, e1, 0xDD);
-  }
+  __m512i t[16];
+  for (int i = 0; i < 16; ++i) t[i] = _mm512_castps_si512(r[i]);
+  transpose16x32bit(t);
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_castsi512_ps(t[i]);
 }
 
 // panel[p][c * 16 + l] = w[(16 p + l) * ldw + c] for c < ldw; rows >= n read as zero.

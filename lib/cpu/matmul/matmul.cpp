@@ -225,9 +225,12 @@ DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, WeightLayout layout
   if (ctx.int8_activations() && (layout != WeightLayout::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
     k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(layout)];
 #if defined(SITSRT_X86_KERNELS)
-    // Batch-invariant mode at the amx level: Q8_0 batches take the AMX-INT8 tiles at every m >= 2,
-    // so one row takes a kernel with their numerics (qdot_amx_numerics).
+    // Batch-invariant mode: where batches scale whole-block sums (Q8_0 / Q8_0R: on the AMX-INT8
+    // tiles at every m >= 2; in whole 16-row tiles with VNNI at avx512vnni), one row takes a
+    // kernel with their numerics.
     if (ctx.batch_invariant() && ctx.isa() == Isa::kAmx && amx_q8_layout(layout)) k.qdot = qdot_amx_numerics(layout);
+    if (ctx.batch_invariant() && ctx.isa() == Isa::kAvx512Vnni && amx_q8_layout(layout))
+      k.qdot = qdot_q8_block_sums(layout);
 #endif
     k.lanes = k.qdot != nullptr && (layout == WeightLayout::kQ4_0R || layout == WeightLayout::kQ4_KR);
   }

@@ -72,6 +72,7 @@ using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const Quanti
 // m > 1 activation rows (cpu::matmul with int8 activations): y[i * ldy + r] for i < m, r < n_rows,
 // each bit-identical to the QdotFn result of weight row r against x[i] (same float operations in
 // the same order; see qgemm_avx512vnni.cpp), so results depend neither on m nor on the other rows.
+// (Q8_0 / Q8_0R at the AVX-512 VNNI level: to batch-invariant mode's QdotFn, qdot_q8_block_sums.)
 using QgemmFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
                          std::int64_t ldy, std::int64_t n_rows);
 
@@ -148,6 +149,13 @@ inline bool amx_q8_layout(WeightLayout layout) noexcept {
 // result for that row whatever the batch): the decode kernel of batch-invariant mode at Isa::kAmx.
 // Whole 16-row tiles (counted from w) by block sums, a last partial tile by the VNNI decode kernel.
 QdotFn qdot_amx_numerics(WeightLayout layout) noexcept;
+// Q8_0 / Q8_0R with the tiles' block-sum numerics on AVX-512 VNNI alone
+// (qgemm_q8_block_sums_avx512vnni.cpp), or nullptr for other layouts: the whole 16-row tiles of
+// n_rows against m rows (the Q8 entries of qgemm_avx512vnni run them, and their pair kernels the
+// rows past them), and one row (whole tiles by block sums, a last partial tile by the VNNI decode
+// kernel): batch-invariant decode at avx512vnni, and qdot_amx_numerics(kQ8_0R).
+QgemmFn qgemm_q8_block_sum_tiles(WeightLayout layout) noexcept;
+QdotFn qdot_q8_block_sums(WeightLayout layout) noexcept;
 // Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads).
 void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept;
 // Outputs of weight rows [row_begin, row_end) for all m rows: whole 16-row tiles on the tile

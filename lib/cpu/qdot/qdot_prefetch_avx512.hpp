@@ -1,8 +1,8 @@
-// Internal, for the qdot_*_avx512{vnni,vbmi}.cpp files only: the weight prefetch of the decode
-// kernels, their passes over rows (four at a time, then one), and an fp16 field read.
-// Everything here has internal linkage (anonymous namespace), so each ISA file compiles its own
-// copy under its own -m flags and nothing is shared at link time (see the ODR note in
-// matmul_kernels.hpp).
+// Internal, for the qdot_*_avx512{vnni,vbmi}.cpp and qgemm_*_{avx512vnni,amx}.cpp files only:
+// the weight prefetch of the decode kernels, a line towards L2, their passes over rows (four at a
+// time, then one), and an fp16 field read. Everything here has internal linkage (anonymous
+// namespace), so each ISA file compiles its own copy under its own -m flags and nothing is shared
+// at link time (see the ODR note in matmul_kernels.hpp).
 #pragma once
 
 #include "cpu/qdot/qdot_kernels.hpp"
@@ -32,6 +32,12 @@ inline void prefetch_rows(const std::byte* w, std::size_t row_stride, std::size_
 #pragma GCC unroll 5
     for (std::size_t off = 0; off < kStep; off += 64) _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T0);
   }
+}
+
+// One cache line towards L2. An asm statement: GCC 12 at -O2 deletes a loop whose body is only
+// builtin prefetches (attend_rows.hpp's note), as the callers' tile-ahead loops would be.
+inline void prefetch_l2(const std::byte* p) {
+  asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p)));
 }
 
 // An unaligned 2-byte field (an fp16 scale) as a 32-bit integer.

@@ -1,7 +1,7 @@
 // AMX-INT8 tiles for the int8-activation GEMM of Q8_0 / Q8_0R weights (Isa::kAmx; 4+ rows, or
-// 2+ in batch-invariant mode, whose one-row decode kernel here has their numerics): TDPBSSD forms each (weight row, activation row) block's exact
-// int32 sum over 32 levels, 16 x 16 pairs per instruction, and the float step applies the block's
-// scale product once per block: y = sum_b float(isum_b) * fl(d_w d_x), in block order.
+// 2+ in batch-invariant mode): TDPBSSD forms each (weight row, activation row) block's exact int32
+// sum over 32 levels, 16 x 16 pairs per instruction, and the float step applies the block's scale
+// product once per block: y = sum_b float(isum_b) * fl(d_w d_x), in block order.
 //
 // Why: with VNNI the float step (convert, scale product, FMA) runs once per 4-level partial and
 // costs three vector operations per vpdpbusd, so a 16-row decode step costs 5-6 one-row steps
@@ -11,7 +11,9 @@
 // Numerics: each output differs from the one-row decode kernel's (which scales 4-level partials)
 // by float rounding only. It depends on its own activation row alone (fixed block order, no split
 // of K, the weight rows' last partial tile always on the VNNI kernel), so batch-invariant
-// (--deterministic) mode sends every batch here and decodes one row by qdot_amx_numerics.
+// (--deterministic) mode sends every batch here and decodes one row by qdot_amx_numerics: for
+// stored Q8_0 a one-column tile here, for Q8_0R the VNNI block-sum kernel
+// (qgemm_q8_block_sums_avx512vnni.cpp, whose batches at 2-3 rows also give these bits).
 //
 // Tiles (palette 1): A = 16 weight rows x one block (32 bytes each, straight from the weights,
 // row stride apart); B = one block of 16 activation rows in the VNNI layout (8 rows of 64 bytes:
@@ -21,6 +23,7 @@
 #include "core/quant_blocks.hpp"
 #include "cpu/matmul/amx_tiles.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
+#include "cpu/qdot/qdot_prefetch_avx512.hpp"
 #include "cpu/repacked_blocks.hpp"
 
 #include "cpu/simd_intrinsics.hpp"
@@ -33,7 +36,6 @@ namespace {
 
 constexpr int kTile = 16;
 constexpr std::int64_t kPrefetchBlocks = 8;  // how far ahead each weight row is requested
-constexpr int kOneRowPrefetchBlocks = 16;    // (q8r_one_row_vnni: one line per pair of blocks)
 
 // tmm0: A (16 x 32 bytes), tmm1: B (8 x 4n bytes), tmm2: C (16 x 4n bytes) for n activation
 // columns (16, or 1 for a single row). (Four blocks in flight on four C tiles was tried and was
@@ -123,12 +125,6 @@ inline __m512 tile_block_sums(const std::byte* rows, std::size_t row_stride, __m
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, Blocks::kScaleShift)));
 }
 
-// One cache line towards L2. An asm statement: GCC 12 at -O2 deletes a loop whose body is only
-// builtin prefetches (attend_rows.hpp's note), as the panel loop below would be.
-inline void prefetch_l2(const std::byte* p) {
-  asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p)));
-}
-
 // Whole 16-row weight tiles [row_begin, row_end) against every activation group.
 //
 // The 16 rows of a tile are one contiguous region (16 row strides), read by the A tiles 32 bytes
@@ -213,99 +209,6 @@ void q8_tiles_one_row(const std::byte* w, std::size_t row_stride, const Quantize
   _tile_release();
 }
 
-// One activation row of Q8_0R weights without the tile unit, with the tiles' numerics: 16 weight
-// rows at a time, two blocks per 64-byte load, VPDPBUSD's partial sums reduced exactly to each
-// block's int32 sum, then the tiles' float step per block in block order (lanes = weight rows), so
-// the bits equal q8_tiles'. The one-column tile (as q8_tiles_one_row) was slower: it pays a strided
-// 16-row A load and a tile store per 16 x 32 bytes of weights.
-//
-// Reduction of 16 registers (register r: row r's 8 partials of block b, then 8 of block b + 1)
-// to two vectors of 16 block sums: unpack/add pairs of rows (4 partials per 128-bit lane left),
-// then pairs of pairs (one per lane), then 128-bit lanes of each block.
-inline void reduce_two_blocks(__m512i (&p)[kTile], __m512i& sum_b, __m512i& sum_b1) {
-  __m512i q[8], r[4];
-  for (int i = 0; i < 8; ++i) {
-    q[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi32(p[2 * i], p[2 * i + 1]));
-  }
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(q[2 * j], q[2 * j + 1]), _mm512_unpackhi_epi64(q[2 * j], q[2 * j + 1]));
-  }
-  // r[j]'s 128-bit lanes: rows 4j..4j+3 over partials 0-3, 4-7 of block b, then of block b + 1.
-  const __m512i u01 = _mm512_add_epi32(_mm512_shuffle_i32x4(r[0], r[1], 0x88), _mm512_shuffle_i32x4(r[0], r[1], 0xDD));
-  const __m512i u23 = _mm512_add_epi32(_mm512_shuffle_i32x4(r[2], r[3], 0x88), _mm512_shuffle_i32x4(r[2], r[3], 0xDD));
-  sum_b = _mm512_shuffle_i32x4(u01, u23, 0x88);
-  sum_b1 = _mm512_shuffle_i32x4(u01, u23, 0xDD);
-}
-
-// Block sums of blocks b, b + 1 (kPair) or b alone of 16 rows from `levels` (row 0's block b),
-// each accumulator starting at -128 sum(x) of its block (the levels are stored as q + 128).
-template <bool kPair>
-inline void two_block_sums(const std::byte* levels, std::size_t row_stride, __m512i xb, __m512i start, __m512i& sum_b,
-                           __m512i& sum_b1, bool prefetch_rows) {
-  __m512i p[kTile];
-  const std::byte* row = levels;
-  for (int r = 0; r < kTile; ++r, row += row_stride) {
-    if (prefetch_rows) _mm_prefetch(reinterpret_cast<const char*>(row + 32 * kOneRowPrefetchBlocks), _MM_HINT_T0);
-    const __m512i wr = kPair ? _mm512_loadu_si512(row) : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
-    p[r] = _mm512_dpbusd_epi32(start, wr, xb);
-  }
-  reduce_two_blocks(p, sum_b, sum_b1);
-}
-
-// (The next 16-row tile is requested in address order while one runs, as in q8_tiles; a pair of
-// blocks at a time. Deterministic single-stream decode, 0.35B Q8_0: see docs/performance.md.)
-void q8r_one_row_vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
-  const std::int64_t nb = x.blocks;
-  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                 _mm512_set1_epi32(static_cast<int>(row_stride)));
-  const std::int64_t groups = (nb + kRepackGroupBlocks - 1) / kRepackGroupBlocks;
-  const std::size_t tile_bytes = kTile * row_stride;
-  const auto tile_lines = static_cast<std::int64_t>((tile_bytes + 63) / 64);
-  const std::int64_t lines_per_pair = (tile_lines + (nb + 1) / 2 - 1) / ((nb + 1) / 2);
-  for (std::int64_t r0 = 0; r0 + kTile <= n_rows; r0 += kTile) {
-    const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
-    const std::byte* next = rows + tile_bytes;
-    const bool prefetch_rows = r0 == 0;
-    std::int64_t line = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const RepackGroup group = repack_group(g, nb, sizeof(BlockQ8_0));
-      const std::byte* levels = rows + group.offset;
-      const std::byte* scales = levels + static_cast<std::size_t>(group.blocks) * kQBlock;
-      for (int i = 0; i < group.blocks; i += 2) {
-        const std::int64_t b = g * kRepackGroupBlocks + i;
-        for (const std::int64_t end = line + lines_per_pair < tile_lines ? line + lines_per_pair : tile_lines;
-             line < end; ++line) {
-          prefetch_l2(next + 64 * line);
-        }
-        const bool pair = i + 1 < group.blocks;  // a group's odd last block alone (upper half zero)
-        // lane 0: block b's offset, lane 8: block b + 1's (each block's 8 partial lanes sum to it)
-        const __m512i start = _mm512_maskz_set1_epi32(0x0001, -128 * x.sum[b]) |
-                              (pair ? _mm512_maskz_set1_epi32(0x0100, -128 * x.sum[b + 1]) : _mm512_setzero_si512());
-        __m512i sum_b, sum_b1;
-        if (pair) {
-          two_block_sums<true>(levels + 32 * i, row_stride, _mm512_load_si512(x.qs + 32 * b), start, sum_b, sum_b1,
-                               prefetch_rows);
-        } else {
-          two_block_sums<false>(
-              levels + 32 * i, row_stride,
-              _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * b))), start, sum_b,
-              sum_b1, prefetch_rows);
-        }
-        // Block b's scale in the low half of the word at 2i, block b + 1's in its high half.
-        const __m512i words = _mm512_i32gather_epi32(row_offsets, scales + 2 * i - (pair ? 0 : 2), 1);
-        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pair ? words : _mm512_srli_epi32(words, 16)));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum_b), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), acc);
-        if (pair) {
-          const __m512 dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum_b1), _mm512_mul_ps(dw1, _mm512_set1_ps(x.d[b + 1])), acc);
-        }
-      }
-    }
-    _mm512_storeu_ps(y + r0, acc);
-  }
-}
-
 // Whole 16-row tiles by `tiles`, a last partial tile by the VNNI decode kernel (as amx_q8_gemm_rows).
 template <void (*tiles)(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t), WeightLayout kLayout>
 void qdot_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) noexcept {
@@ -320,7 +223,7 @@ void qdot_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow
 }  // namespace
 
 QdotFn qdot_amx_numerics(WeightLayout layout) noexcept {
-  if (layout == WeightLayout::kQ8_0R) return qdot_one_row<q8r_one_row_vnni, WeightLayout::kQ8_0R>;
+  if (layout == WeightLayout::kQ8_0R) return qdot_q8_block_sums(layout);
   if (layout == WeightLayout::kQ8_0) return qdot_one_row<q8_tiles_one_row<StoredBlocks>, WeightLayout::kQ8_0>;
   return nullptr;
 }

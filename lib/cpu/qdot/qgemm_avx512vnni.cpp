@@ -1,16 +1,18 @@
 // AVX-512 VNNI integer-dot kernels for m > 1 activation rows (decode batches and prefill) of
 // Q8_0 / Q8_0R / Q4_0 / Q4_0R weights: each weight block is loaded and unpacked once for a tile
 // of activation rows (register blocking), instead of once per row as m calls of the decode
-// kernel would.
+// kernel would. Q8_0 / Q8_0R's whole 16-row tiles go to the block-sum kernel
+// (qgemm_q8_block_sums_avx512vnni.cpp); the pair kernels here take the rows past them.
 //
-// Batch invariance: every (weight row r, activation row i) output is computed with exactly the
-// float operations of the decode kernel for that pair (qdot_avx512vnni.cpp, qdot_q4_avx512vnni.cpp):
-// the same blocks per vector lane, the same scale products fl(d_w d_x), the same FMA sequence into
-// the same accumulators and the same final reduction. Only the exact int32 block sums are formed
-// differently where that shares work (Q4_0: one accumulator per block lane for the low and high
-// nibbles; stored Q4_0 transposed to block-per-lane words); integer sums are exact, so they are
-// equal. Hence y[i][r] is bit-identical to the m == 1 result for row i, whatever m, whichever
-// rows share the call and however rows are split over threads.
+// Batch invariance: every (weight row r, activation row i) output of the pair and Q4 kernels is
+// computed with exactly the float operations of the decode kernel for that pair
+// (qdot_avx512vnni.cpp, qdot_q4_avx512vnni.cpp): the same blocks per vector lane, the same scale
+// products fl(d_w d_x), the same FMA sequence into the same accumulators and the same final
+// reduction. Only the exact int32 block sums are formed differently where that shares work (Q4_0:
+// one accumulator per block lane for the low and high nibbles; stored Q4_0 transposed to
+// block-per-lane words); integer sums are exact, so they are equal. Hence y[i][r] is bit-identical
+// to the m == 1 result for row i, whatever m, whichever rows share the call and however rows are
+// split over threads. (The Q8 block-sum tiles equal batch-invariant mode's one-row kernel instead.)
 #include "core/quant_blocks.hpp"
 #include "cpu/qdot/q4_0_units_avx512.hpp"
 #include "cpu/qdot/q8_0_pairs_avx512.hpp"
@@ -293,12 +295,27 @@ TileFn q4_pick(int r, int c) {
   return k[r - 1][c - 1];
 }
 
+// Q8_0 / Q8_0R: whole 16-row tiles with block-sum numerics (qgemm_q8_block_sums_avx512vnni.cpp),
+// the rows past them with the pair kernel, whose outputs equal the decode kernel's.
+template <typename W, WeightLayout kLayout>
+void q8_gemm(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
+             std::int64_t ldy, std::int64_t n_rows) {
+  const std::int64_t whole = n_rows / 16 * 16;
+  qgemm_q8_block_sum_tiles(kLayout)(w, row_stride, x, m, y, ldy, whole);
+  if (whole < n_rows) {
+    qgemm_tiles<W, 2, 4, q8_pick<W>>(w + static_cast<std::size_t>(whole) * row_stride, row_stride, x, m, y + whole, ldy,
+                                     n_rows - whole);
+  }
+}
+
 }  // namespace
 
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept {
   switch (layout) {
-    case WeightLayout::kQ8_0: return qgemm_tiles<StoredQ8, 2, 4, q8_pick<StoredQ8>>;
-    case WeightLayout::kQ8_0R: return qgemm_tiles<RepackedQ8, 2, 4, q8_pick<RepackedQ8>>;
+    case WeightLayout::kQ8_0:
+      return q8_gemm<StoredQ8, WeightLayout::kQ8_0>;
+    case WeightLayout::kQ8_0R:
+      return q8_gemm<RepackedQ8, WeightLayout::kQ8_0R>;
     case WeightLayout::kQ4_0: return qgemm_tiles<StoredQ4, 4, 4, q4_pick<StoredQ4>>;
     case WeightLayout::kQ4_0R: return qgemm_tiles<RepackedQ4, 4, 4, q4_pick<RepackedQ4>>;
     default: return nullptr;
