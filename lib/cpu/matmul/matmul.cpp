@@ -102,18 +102,19 @@ std::size_t qgemm_shared_bytes(std::int64_t cols, std::int64_t m) noexcept {
 // shared area (after the descriptors, 64-byte aligned).
 bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
 #if defined(SITSRT_X86_KERNELS)
-  // (Fewer rows take the VNNI block-sum kernels, with the same bits: qdot_kernels.hpp.)
-  return ctx.isa() == Isa::kAmx && m >= detail::kQgemmAmxMinM && detail::amx_q8_layout(w.layout) &&
-         ctx.int8_activations();
+  // Batch-invariant mode takes them for every batch (a row's lane of the tiles never meets another
+  // row's), its one-row decode kernel having their numerics (DecodeKernel::for_weight).
+  const std::int64_t min_m = ctx.batch_invariant() ? 2 : detail::kQgemmAmxMinM;
+  return ctx.isa() == Isa::kAmx && m >= min_m && detail::amx_q8_layout(w.layout) && ctx.int8_activations();
 #else
   (void)ctx, (void)w, (void)m;
   return false;
 #endif
 }
+// (Sized whether or not the context is batch-invariant now: the reservation must hold either way.)
 std::size_t amx_q8_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
 #if defined(SITSRT_X86_KERNELS)
-  if (ctx.isa() == Isa::kAmx && m >= detail::kQgemmAmxMinM && detail::amx_q8_layout(w.layout) &&
-      ctx.int8_activations()) {
+  if (ctx.isa() == Isa::kAmx && m >= 2 && detail::amx_q8_layout(w.layout) && ctx.int8_activations()) {
     return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);
   }
 #endif
@@ -154,9 +155,10 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
     quantize_rows({0, m});
   }
 #if defined(SITSRT_X86_KERNELS)
-  // At the amx level Q8_0 batches of kQgemmAmxMinM rows or more take the AMX-INT8 tiles (the
-  // block-sum numerics of the VNNI decode and GEMM kernels): activations packed once, weight rows
-  // in chunks of whole 16-row tiles.
+  // At the amx level Q8_0 batches take the AMX-INT8 tiles (whole-block sums; float rounding away
+  // from the one-row VNNI decode kernel, so batch-invariant mode sends every batch here and decodes
+  // one row with the tiles' numerics): activations packed once, weight rows in chunks of whole
+  // 16-row tiles.
   if (amx_q8_taken(ctx, w, m)) {
     auto* packed = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(rows + m) + 63) / 64 * 64);
     const detail::AmxQ8Activations a{rows, packed, m, w.cols / kQBlock};
@@ -222,6 +224,14 @@ DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, WeightLayout layout
   DecodeKernel k;
   if (ctx.int8_activations() && (layout != WeightLayout::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
     k.qdot = qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(layout)];
+#if defined(SITSRT_X86_KERNELS)
+    // Batch-invariant mode: where batches scale whole-block sums (Q8_0 / Q8_0R: on the AMX-INT8
+    // tiles at every m >= 2; in whole 16-row tiles with VNNI at avx512vnni), one row takes a
+    // kernel with their numerics.
+    if (ctx.batch_invariant() && ctx.isa() == Isa::kAmx && amx_q8_layout(layout)) k.qdot = qdot_amx_numerics(layout);
+    if (ctx.batch_invariant() && ctx.isa() == Isa::kAvx512Vnni && amx_q8_layout(layout))
+      k.qdot = qdot_q8_block_sums(layout);
+#endif
     k.lanes = k.qdot != nullptr && (layout == WeightLayout::kQ4_0R || layout == WeightLayout::kQ4_KR);
   }
   if (k.qdot == nullptr && layout == WeightLayout::kFP8_E4M3R && fp8r_decode_native(ctx.isa())) {

@@ -435,38 +435,27 @@ QuantizedRow quantize_avx512(const float* x, std::int64_t cols, std::byte* buffe
   return quantized_row(l);
 }
 
-constexpr QdotKernels kAvx512Vnni = {
-    {
-        nullptr,                                      // f32
-        nullptr,                                      // f16
-        nullptr,                                      // bf16
-        qdot_q8_0_avx512vnni,                         // q8_0: block sums (qgemm_q8_block_sums_avx512vnni.cpp)
-        qdot_q4_0_avx512vnni,                         // q4_0: qdot_q4_avx512vnni.cpp
-        qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,   // q4_1
-        qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,  // q5_0
-        qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,   // q5_1
-        nullptr,                                      // fp8_e4m3: float activations
-        qdot_q4_g128_avx512vnni,                      // q4_g128
-        // K-quant section (Q2_K, Q3_K, IQ4_NL: the AVX2 kernels; no Q8_K path)
-        qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_q4_k_avx512vnni,
-        qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
-        // repacked section
-        qdot_q8_0r_avx512vnni, qdot_q4_0r_avx512vnni,  // q8_0r as q8_0
-        nullptr,                                       // fp8_e4m3r: the AVX512-FP16 kernel
-        qdot_q4_kr_avx512vbmi,                         // q4_kr: qdot_q4kr_avx512vbmi.cpp (VBMI CPUs only)
-    },
-    quantize_avx512};
+constexpr QdotKernels kAvx512Vnni = {{
+    nullptr,                                          // f32
+    nullptr,                                          // f16
+    nullptr,                                          // bf16
+    qdot_avx512vnni<UnpackQ8_0>,                      // q8_0
+    qdot_q4_0_avx512vnni,                             // q4_0: qdot_q4_avx512vnni.cpp
+    qdot_avx512vnni<UnpackQ4<BlockQ4_1, true>>,       // q4_1
+    qdot_avx512vnni<UnpackQ5<BlockQ5_0, false>>,      // q5_0
+    qdot_avx512vnni<UnpackQ5<BlockQ5_1, true>>,       // q5_1
+    nullptr,                                          // fp8_e4m3: float activations
+    qdot_q4_g128_avx512vnni,                          // q4_g128
+    // K-quant section (Q2_K, Q3_K, IQ4_NL: the AVX2 kernels; no Q8_K path)
+    qdot_kquant_avx2<DType::kQ2_K>, qdot_kquant_avx2<DType::kQ3_K>, qdot_q4_k_avx512vnni,
+    qdot_k4_vnni<true, BlockQ5_K>, qdot_q6_k_vnni, nullptr, qdot_kquant_avx2<DType::kIQ4_NL>,
+    // repacked section
+    qdot_repacked<RepackedQ8_0>, qdot_q4_0r_avx512vnni,
+    nullptr,                                          // fp8_e4m3r: the AVX512-FP16 kernel
+    qdot_q4_kr_avx512vbmi,                            // q4_kr: qdot_q4kr_avx512vbmi.cpp (VBMI CPUs only)
+}, quantize_avx512};
 
 }  // namespace
-
-void qdot_q8_0_pairs_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                                std::int64_t n_rows) noexcept {
-  qdot_avx512vnni<UnpackQ8_0>(w, row_stride, x, y, n_rows);
-}
-void qdot_q8_0r_pairs_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                                 std::int64_t n_rows) noexcept {
-  qdot_repacked<RepackedQ8_0>(w, row_stride, x, y, n_rows);
-}
 
 const QdotKernels& qdot_kernels_avx512vnni() noexcept {
   return kAvx512Vnni;

@@ -72,6 +72,7 @@ using QdotFn = void (*)(const std::byte* w, std::size_t row_stride, const Quanti
 // m > 1 activation rows (cpu::matmul with int8 activations): y[i * ldy + r] for i < m, r < n_rows,
 // each bit-identical to the QdotFn result of weight row r against x[i] (same float operations in
 // the same order; see qgemm_avx512vnni.cpp), so results depend neither on m nor on the other rows.
+// (Q8_0 / Q8_0R at the AVX-512 VNNI level: to batch-invariant mode's QdotFn, qdot_q8_block_sums.)
 using QgemmFn = void (*)(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
                          std::int64_t ldy, std::int64_t n_rows);
 
@@ -125,11 +126,12 @@ QgemmFn qgemm_avxvnni(WeightLayout layout) noexcept;
 #if defined(SITSRT_X86_KERNELS)
 const QdotKernels& qdot_kernels_avx512vnni() noexcept;
 QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept;  // qgemm_avx512vnni.cpp
-// AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp), with the numerics of the VNNI block-sum
-// kernels (the decode entries and the GEMM's whole tiles), so bit-identical to them: matmul takes
-// them at Isa::kAmx for kQgemmAmxMinM rows or more. The activations are packed into tiles once per matmul: per 16-row
-// group, per block, the B tile (512 bytes), then the groups' block scales and 128 x level sums
-// (16 floats and 16 int32 per block).
+// AMX-INT8 tiles for Q8_0 / Q8_0R (qgemm_amx.cpp). Not bit-identical to the decode kernel (it
+// scales whole-block sums, decode scales 4-level partials): matmul takes them at Isa::kAmx for
+// kQgemmAmxMinM rows or more, and in batch-invariant mode for every batch of 2+ (each activation
+// row is its own lane, so its outputs do not depend on the batch; one row: qdot_amx_numerics). The activations are packed into
+// tiles once per matmul: per 16-row group, per block, the B tile (512 bytes), then the groups'
+// block scales and 128 x level sums (16 floats and 16 int32 per block).
 struct AmxQ8Activations {
   const QuantizedRow* rows = nullptr;  // the m quantized rows
   std::byte* data = nullptr;           // amx_q8_activation_bytes(m, blocks), 64-byte aligned
@@ -143,22 +145,17 @@ inline std::size_t amx_q8_activation_bytes(std::int64_t m, std::int64_t blocks) 
 inline bool amx_q8_layout(WeightLayout layout) noexcept {
   return layout == WeightLayout::kQ8_0 || layout == WeightLayout::kQ8_0R;
 }
+// One activation row of Q8_0 / Q8_0R weights with the numerics of amx_q8_gemm_rows (bit for bit its
+// result for that row whatever the batch): the decode kernel of batch-invariant mode at Isa::kAmx.
+// Whole 16-row tiles (counted from w) by block sums, a last partial tile by the VNNI decode kernel.
+QdotFn qdot_amx_numerics(WeightLayout layout) noexcept;
 // Q8_0 / Q8_0R with the tiles' block-sum numerics on AVX-512 VNNI alone
-// (qgemm_q8_block_sums_avx512vnni.cpp): the whole 16-row tiles of n_rows against m rows (the Q8
-// entries of qgemm_avx512vnni run them, and the pair GEMM the rows past them), and the decode
-// entries of the avx512vnni table (whole tiles by block sums, a last partial tile by the pair
-// decode kernels below, which the pair GEMM equals), so that one row, any batch and the AMX tiles
-// give the same bits in every mode. (nullptr for other layouts.)
+// (qgemm_q8_block_sums_avx512vnni.cpp), or nullptr for other layouts: the whole 16-row tiles of
+// n_rows against m rows (the Q8 entries of qgemm_avx512vnni run them, and their pair kernels the
+// rows past them), and one row (whole tiles by block sums, a last partial tile by the VNNI decode
+// kernel): batch-invariant decode at avx512vnni, and qdot_amx_numerics(kQ8_0R).
 QgemmFn qgemm_q8_block_sum_tiles(WeightLayout layout) noexcept;
-void qdot_q8_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                          std::int64_t n_rows) noexcept;
-void qdot_q8_0r_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                           std::int64_t n_rows) noexcept;
-// Q8_0 / Q8_0R by pairs of blocks, one float step per 4-level partial (qdot_avx512vnni.cpp).
-void qdot_q8_0_pairs_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                                std::int64_t n_rows) noexcept;
-void qdot_q8_0r_pairs_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                                 std::int64_t n_rows) noexcept;
+QdotFn qdot_q8_block_sums(WeightLayout layout) noexcept;
 // Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads).
 void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept;
 // Outputs of weight rows [row_begin, row_end) for all m rows: whole 16-row tiles on the tile

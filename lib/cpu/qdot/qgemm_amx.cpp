@@ -3,14 +3,17 @@
 // sum over 32 levels, 16 x 16 pairs per instruction, and the float step applies the block's scale
 // product once per block: y = sum_b float(isum_b) * fl(d_w d_x), in block order.
 //
-// Why: with a float step per 4-level VPDPBUSD partial (convert, scale product, FMA: three vector
-// operations per VPDPBUSD), a 16-row decode step cost 5-6 one-row steps (docs/performance.md).
-// Here it runs once per 32-level block sum, and the integer work goes to the tile unit.
+// Why: with VNNI the float step (convert, scale product, FMA) runs once per 4-level partial and
+// costs three vector operations per vpdpbusd, so a 16-row decode step costs 5-6 one-row steps
+// (docs/performance.md). Here it runs once per 32-level block sum, and the integer work goes to
+// the tile unit.
 //
-// Numerics: those of the VNNI block-sum kernels (qgemm_q8_block_sums_avx512vnni.cpp), which decode
-// one row and batches of 2-3 rows at this level: each output depends on its own activation row
-// alone (fixed block order, no split of K, the weight rows' last partial tile always on the
-// VNNI pair kernels), so one row and every batch give the same bits, in either mode.
+// Numerics: each output differs from the one-row decode kernel's (which scales 4-level partials)
+// by float rounding only. It depends on its own activation row alone (fixed block order, no split
+// of K, the weight rows' last partial tile always on the VNNI kernel), so batch-invariant
+// (--deterministic) mode sends every batch here and decodes one row by qdot_amx_numerics: for
+// stored Q8_0 a one-column tile here, for Q8_0R the VNNI block-sum kernel
+// (qgemm_q8_block_sums_avx512vnni.cpp, whose batches at 2-3 rows also give these bits).
 //
 // Tiles (palette 1): A = 16 weight rows x one block (32 bytes each, straight from the weights,
 // row stride apart); B = one block of 16 activation rows in the VNNI layout (8 rows of 64 bytes:
@@ -180,7 +183,50 @@ void q8_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations
   _tile_release();
 }
 
+// One activation row of stored Q8_0 weights (batch-invariant decode of a single sequence,
+// --mmap): a one-column B tile read straight from the quantized row (its rows of 4 bytes are the
+// block's 32 levels in order) and a one-column C tile, whose 16 sums are one vector with lanes =
+// weight rows. The same operations per output as q8_tiles (fl(d_w d_x), then one FMA per block in
+// block order), hence the same bits.
+template <typename Blocks>
+void q8_tiles_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
+  const std::int64_t nb = x.blocks;
+  alignas(64) std::int32_t c_tile[kTile];
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(static_cast<int>(row_stride)));
+  configure_tiles(1);
+  for (std::int64_t r0 = 0; r0 + kTile <= n_rows; r0 += kTile) {
+    const std::byte* rows = w + static_cast<std::size_t>(r0) * row_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const __m512 dw = tile_block_sums<Blocks>(rows, row_stride, row_offsets, nb, b, x.qs + 32 * b, 4, c_tile, 4, b % 2 == 0);
+      __m512i isum = _mm512_load_si512(c_tile);
+      if constexpr (Blocks::kUnsigned) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * x.sum[b]));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), acc);
+    }
+    _mm512_storeu_ps(y + r0, acc);
+  }
+  _tile_release();
+}
+
+// Whole 16-row tiles by `tiles`, a last partial tile by the VNNI decode kernel (as amx_q8_gemm_rows).
+template <void (*tiles)(const std::byte*, std::size_t, const QuantizedRow&, float*, std::int64_t), WeightLayout kLayout>
+void qdot_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) noexcept {
+  const std::int64_t whole = n_rows / kTile * kTile;
+  tiles(w, row_stride, x, y, whole);
+  if (whole < n_rows) {
+    qdot_kernels_avx512vnni().matvec[static_cast<int>(kLayout)](w + static_cast<std::size_t>(whole) * row_stride,
+                                                                 row_stride, x, y + whole, n_rows - whole);
+  }
+}
+
 }  // namespace
+
+QdotFn qdot_amx_numerics(WeightLayout layout) noexcept {
+  if (layout == WeightLayout::kQ8_0R) return qdot_q8_block_sums(layout);
+  if (layout == WeightLayout::kQ8_0) return qdot_one_row<q8_tiles_one_row<StoredBlocks>, WeightLayout::kQ8_0>;
+  return nullptr;
+}
 
 void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept {
   for (std::int64_t g = group_begin; g < group_end; ++g) {

@@ -281,13 +281,15 @@ void gemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* 
   }
 }
 
-// Whole tiles by block sums, a last partial tile by the pair decode kernel of the layout.
-template <typename Blocks, QdotFn kPairs>
+// Whole tiles by block sums, a last partial tile by the VNNI decode kernel of the layout.
+template <typename Blocks, WeightLayout kLayout>
 void one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   const std::int64_t whole = n_rows / kTile * kTile;
   one_row_tiles<Blocks>(w, row_stride, x, y, whole);
-  if (whole < n_rows)
-    kPairs(w + static_cast<std::size_t>(whole) * row_stride, row_stride, x, y + whole, n_rows - whole);
+  if (whole < n_rows) {
+    qdot_kernels_avx512vnni().matvec[static_cast<int>(kLayout)](w + static_cast<std::size_t>(whole) * row_stride,
+                                                                row_stride, x, y + whole, n_rows - whole);
+  }
 }
 
 }  // namespace
@@ -298,13 +300,10 @@ QgemmFn qgemm_q8_block_sum_tiles(WeightLayout layout) noexcept {
   return nullptr;
 }
 
-void qdot_q8_0_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                          std::int64_t n_rows) noexcept {
-  one_row<StoredQ8Blocks, qdot_q8_0_pairs_avx512vnni>(w, row_stride, x, y, n_rows);
-}
-void qdot_q8_0r_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
-                           std::int64_t n_rows) noexcept {
-  one_row<RepackedQ8Blocks, qdot_q8_0r_pairs_avx512vnni>(w, row_stride, x, y, n_rows);
+QdotFn qdot_q8_block_sums(WeightLayout layout) noexcept {
+  if (layout == WeightLayout::kQ8_0R) return one_row<RepackedQ8Blocks, WeightLayout::kQ8_0R>;
+  if (layout == WeightLayout::kQ8_0) return one_row<StoredQ8Blocks, WeightLayout::kQ8_0>;
+  return nullptr;
 }
 
 }  // namespace sitsrt::cpu::detail
