@@ -260,12 +260,18 @@ TEST_CASE("tenant quotas: a tenant's requests wait for its own slots, others go 
   const Engine engine(o);
   std::mutex m;
   std::vector<std::pair<std::string, int>> order;  // (tenant, request) per token, in time order
+  std::atomic<bool> queued{false};
   const auto submit = [&](const std::string& tenant, int i, int tokens) {
     SubmitOptions so;
     so.tenant = tenant;
     so.on_token = [&, tenant, i](const TokenEvent&) {
-      std::lock_guard lock(m);
-      order.emplace_back(tenant, i);
+      {
+        std::lock_guard lock(m);
+        order.emplace_back(tenant, i);
+      }
+      // a's first request holds the scheduler until all four are queued (on a loaded host it
+      // could otherwise finish before b's is submitted).
+      while (tenant == "a" && i == 0 && !queued.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return true;
     };
     return engine.submit(prompt(i), config(i, tokens), std::move(so));
@@ -275,6 +281,7 @@ TEST_CASE("tenant quotas: a tenant's requests wait for its own slots, others go 
   hs.push_back(submit("a", 1, 30));
   hs.push_back(submit("a", 2, 30));
   hs.push_back(submit("b", 3, 30));
+  queued.store(true);
   for (auto& h : hs) (void)h.wait();
   // Tenant a's requests never interleave (one at a time); b's run beside a's first.
   int current = -1;
