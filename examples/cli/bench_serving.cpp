@@ -5,7 +5,8 @@
 // inter-token latency percentiles, KV bytes per token, preemptions, peak RSS, and the
 // weight-bandwidth floor for c streams (c x bandwidth / weight bytes per token: one pass over the
 // weights serves every stream of a step). With --profile, each level's op times, its decode steps
-// (one row per sequence) apart from the steps with prompt chunks.
+// (one row per sequence) apart from the steps with prompt chunks. With --reps N, N rounds run the
+// levels in turn and each figure is the median over the rounds.
 #include "bench_serving.hpp"
 #include "op_profile_table.hpp"
 
@@ -98,6 +99,51 @@ LevelResult run_level(const Engine& engine, int c, const std::vector<std::vector
   return r;
 }
 
+// One level over the rounds: medians of its per-round figures, and of its per-round ratio to the
+// single stream measured in the same round (adjacent in time, so a drifting host cancels).
+struct LevelSummary {
+  LevelResult median;  // the last round's counters and profile, median rates and latencies
+  std::vector<double> round_tps, round_speedup;
+};
+
+double median(std::vector<double> v) {
+  return percentile(std::move(v), 0.5);
+}
+
+LevelSummary summarize(const std::vector<std::vector<LevelResult>>& rounds, std::size_t level, std::size_t single) {
+  LevelSummary s;
+  s.median = rounds.back()[level];
+  std::vector<double> all, ttft50, ttft95, itl50, itl95;
+  for (const std::vector<LevelResult>& round : rounds) {
+    const LevelResult& r = round[level];
+    s.round_tps.push_back(r.aggregate_decode_tps);
+    if (single < round.size() && round[single].aggregate_decode_tps > 0) {
+      s.round_speedup.push_back(r.aggregate_decode_tps / round[single].aggregate_decode_tps);
+    }
+    all.push_back(r.aggregate_tps);
+    ttft50.push_back(r.ttft_p50);
+    ttft95.push_back(r.ttft_p95);
+    itl50.push_back(r.itl_p50);
+    itl95.push_back(r.itl_p95);
+  }
+  s.median.aggregate_decode_tps = median(s.round_tps);
+  s.median.aggregate_tps = median(all);
+  s.median.ttft_p50 = median(ttft50);
+  s.median.ttft_p95 = median(ttft95);
+  s.median.itl_p50 = median(itl50);
+  s.median.itl_p95 = median(itl95);
+  return s;
+}
+
+std::string joined(const std::vector<double>& v, const char* format) {
+  std::string out;
+  for (double x : v) {
+    if (!out.empty()) out += ' ';
+    out += fmt::format(fmt::runtime(format), x);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int> parse_concurrency(const std::string& text) {
@@ -122,7 +168,7 @@ std::vector<int> parse_concurrency(const std::string& text) {
 }
 
 int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std::int64_t n_prompt, std::int64_t n_gen,
-                      double bandwidth, bool json, bool profile) {
+                      double bandwidth, bool json, bool profile, int rounds) {
   const ModelInfo& info = engine.model_info();
   // Fixed pseudo-random prompts of ordinary tokens, one per stream (no two share a prefix).
   std::vector<std::vector<std::int32_t>> prompts;
@@ -144,32 +190,52 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
   config.seed = 1;
   (void)engine.generate_from_tokens(std::span(prompts[0]).first(std::min<std::size_t>(prompts[0].size(), 8)), config);
 
-  std::vector<LevelResult> results;
-  for (int c : levels) results.push_back(run_level(engine, c, prompts, config));
+  // Rounds run every level in turn (1, 16, 1, 16, ...), so each round's ratio to the single
+  // stream compares figures taken minutes apart at most.
+  std::vector<std::vector<LevelResult>> by_round;
+  for (int round = 0; round < rounds; ++round) {
+    by_round.emplace_back();
+    for (int c : levels) by_round.back().push_back(run_level(engine, c, prompts, config));
+  }
+  const auto single_at = static_cast<std::size_t>(std::find(levels.begin(), levels.end(), 1) - levels.begin());
+  std::vector<LevelSummary> summaries;
+  for (std::size_t i = 0; i < levels.size(); ++i) summaries.push_back(summarize(by_round, i, single_at));
   const RequestQueueStats q = engine.queue_stats();
   const double kv_bytes_per_token = static_cast<double>(q.kv_block_bytes) / static_cast<double>(q.limits.kv_block_size);
   const double floor1 = bandwidth > 0 ? bandwidth / static_cast<double>(info.weight_bytes_per_token) : 0.0;
-  const auto single = std::find_if(results.begin(), results.end(), [](const LevelResult& r) { return r.concurrency == 1; });
-  const double single_tps = single != results.end() ? single->aggregate_decode_tps : 0.0;
+  const double single_tps = single_at < summaries.size() ? summaries[single_at].median.aggregate_decode_tps : 0.0;
+  const auto speedup = [](const LevelSummary& s) { return s.round_speedup.empty() ? 0.0 : median(s.round_speedup); };
   if (json) {
     nlohmann::json levels_json = nlohmann::json::array();
-    for (const LevelResult& r : results) {
+    for (const LevelSummary& summary : summaries) {
+      const LevelResult& r = summary.median;
       levels_json.push_back({{"concurrency", r.concurrency},
                              {"aggregate_decode_tokens_per_s", r.aggregate_decode_tps},
+                             {"rounds_decode_tokens_per_s", summary.round_tps},
                              {"aggregate_tokens_per_s", r.aggregate_tps},
-                             {"speedup_vs_single_stream", single_tps > 0 ? r.aggregate_decode_tps / single_tps : 0.0},
-                             {"ttft_p50_s", r.ttft_p50}, {"ttft_p95_s", r.ttft_p95},
-                             {"itl_p50_s", r.itl_p50}, {"itl_p95_s", r.itl_p95},
-                             {"generated_tokens", r.generated}, {"preemptions", r.preemptions},
-                             {"decode_floor_tokens_per_s", floor1 * r.concurrency}, {"peak_rss_bytes", r.rss}});
+                             {"speedup_vs_single_stream", speedup(summary)},
+                             {"rounds_speedup_vs_single_stream", summary.round_speedup},
+                             {"ttft_p50_s", r.ttft_p50},
+                             {"ttft_p95_s", r.ttft_p95},
+                             {"itl_p50_s", r.itl_p50},
+                             {"itl_p95_s", r.itl_p95},
+                             {"generated_tokens", r.generated},
+                             {"preemptions", r.preemptions},
+                             {"decode_floor_tokens_per_s", floor1 * r.concurrency},
+                             {"peak_rss_bytes", r.rss}});
       if (profile) {
         levels_json.back()["profile"] = {{"decode", op_profile_json(r.profile.decode)},
                                          {"prefill", op_profile_json(r.profile.prefill)}};
       }
     }
-    const nlohmann::json doc = {{"model", info.path}, {"threads", info.threads}, {"cpu_isa", info.cpu_isa},
-                                {"k_cache_type", info.k_cache_type}, {"v_cache_type", info.v_cache_type},
-                                {"prompt_tokens", n_prompt}, {"gen_tokens", n_gen},
+    const nlohmann::json doc = {{"model", info.path},
+                                {"threads", info.threads},
+                                {"cpu_isa", info.cpu_isa},
+                                {"k_cache_type", info.k_cache_type},
+                                {"v_cache_type", info.v_cache_type},
+                                {"prompt_tokens", n_prompt},
+                                {"gen_tokens", n_gen},
+                                {"rounds", rounds},
                                 {"kv_bytes_per_token", kv_bytes_per_token},
                                 {"weight_bytes_per_token", info.weight_bytes_per_token},
                                 {"read_bandwidth_bytes_per_s", bandwidth},
@@ -190,16 +256,31 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
     fmt::print("floor        {:.2f} GB/s read -> {:.1f} tok/s for one stream; c streams share each pass over the "
                "weights: c x that\n", bandwidth / 1e9, floor1);
   }
+  if (rounds > 1) {
+    fmt::print(
+        "rounds       {}: the levels in turn, each figure the median over the rounds; x single is the "
+        "median of each round's ratio to that round's single stream\n",
+        rounds);
+  }
   fmt::print("\n{:>5} {:>12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n", "conc", "decode tok/s",
              "x single", "TTFT p50", "TTFT p95", "ITL p50", "ITL p95", "preempt", "floor", "peak RSS");
-  for (const LevelResult& r : results) {
+  for (const LevelSummary& summary : summaries) {
+    const LevelResult& r = summary.median;
     fmt::print("{:>5} {:>12.1f} {:>8.2f} {:>8.1f}ms {:>8.1f}ms {:>8.1f}ms {:>8.1f}ms {:>8} {:>10.0f} {:>7.0f}MiB\n",
-               r.concurrency, r.aggregate_decode_tps, single_tps > 0 ? r.aggregate_decode_tps / single_tps : 0.0,
-               1e3 * r.ttft_p50, 1e3 * r.ttft_p95, 1e3 * r.itl_p50, 1e3 * r.itl_p95, r.preemptions,
-               floor1 * r.concurrency, static_cast<double>(r.rss) / (1 << 20));
+               r.concurrency, r.aggregate_decode_tps, speedup(summary), 1e3 * r.ttft_p50, 1e3 * r.ttft_p95,
+               1e3 * r.itl_p50, 1e3 * r.itl_p95, r.preemptions, floor1 * r.concurrency,
+               static_cast<double>(r.rss) / (1 << 20));
   }
-  if (profile) {
-    for (const LevelResult& r : results) {
+  if (rounds > 1) {
+    fmt::print("\nper round (tok/s; x single)\n");
+    for (const LevelSummary& summary : summaries) {
+      fmt::print("{:>5} {}; {}\n", summary.median.concurrency, joined(summary.round_tps, "{:.1f}"),
+                 joined(summary.round_speedup, "{:.2f}"));
+    }
+  }
+  if (profile) {  // the last round's
+    for (const LevelSummary& summary : summaries) {
+      const LevelResult& r = summary.median;
       print_op_profile(fmt::format("{} streams, decode steps (one row per sequence)", r.concurrency), r.profile.decode,
                        false, "step");
       print_op_profile(fmt::format("{} streams, steps with prompt chunks", r.concurrency), r.profile.prefill, false,

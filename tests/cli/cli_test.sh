@@ -107,6 +107,10 @@ check "bench --json" json_check "$work/bench.json" \
 "$cli" bench -m "$model" --concurrency 1,2,4 -p 16 -n 8 --json >"$work/bench-serving.json" 2>/dev/null
 check "bench --concurrency --json: a level per concurrency and the serving limits" json_check "$work/bench-serving.json" \
   "[l['concurrency'] for l in doc['levels']] == [1, 2, 4] and all(l['aggregate_decode_tokens_per_s'] > 0 and l['generated_tokens'] == 8 * l['concurrency'] for l in doc['levels']) and doc['serving']['limits']['max_num_seqs'] == 4 and doc['serving']['finished'] >= 7 and not doc['serving']['limits']['prefix_caching'] and doc['serving']['prefix_cache_hits'] == 0"
+# --reps with --concurrency: rounds of every level in turn; medians, and each round's own ratio.
+"$cli" bench -m "$model" --concurrency 1,2 -p 16 -n 8 --reps 3 --no-bandwidth --json >"$work/bench-rounds.json" 2>/dev/null
+check "bench --concurrency --reps: per-round figures, medians and same-round ratios" json_check "$work/bench-rounds.json" \
+  "(lambda one, two: doc['rounds'] == 3 and all(len(l['rounds_decode_tokens_per_s']) == 3 and sorted(l['rounds_decode_tokens_per_s'])[1] == l['aggregate_decode_tokens_per_s'] for l in (one, two)) and one['rounds_speedup_vs_single_stream'] == [1.0] * 3 and all(abs(s - a / b) < 1e-9 for s, a, b in zip(two['rounds_speedup_vs_single_stream'], two['rounds_decode_tokens_per_s'], one['rounds_decode_tokens_per_s'])) and two['speedup_vs_single_stream'] == sorted(two['rounds_speedup_vs_single_stream'])[1])(*doc['levels'])"
 "$cli" run -m "$model" -p "hello world" -n 6 --ignore-eos --k-type int8 --v-type int4 --max-num-seqs 3 --kv-block-size 8 --json >"$work/run-kv.jsonl" 2>/dev/null
 check "run --k-type/--v-type and serving limits reach the summary's serving object" json_check "$work/run-kv.jsonl" \
   "(lambda s: s['limits']['max_num_seqs'] == 3 and s['limits']['kv_block_size'] == 8 and s['finished'] == 1 and s['kv_blocks_free'] == s['kv_blocks'])(lines[-1]['serving'])"
