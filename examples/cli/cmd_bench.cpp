@@ -33,8 +33,8 @@ int bench_command(int argc, char** argv) {
   const std::vector<OptionSpec> more = {
       {"prompt-tokens", 'p', "N", "prompt length for the prefill measurement", "128"},
       {"gen-tokens", 'n', "N", "tokens generated for the decode measurement", "64"},
-      {"reps", 'r', "N", "repetitions (the median is reported); with --concurrency, rounds of every level in "
-                         "turn (default 1)", "3"},
+      {"reps", 'r', "N", "repetitions, the median reported (default 3); with --concurrency, rounds of every "
+                         "level in turn (default 1)", ""},
       {"no-bandwidth", 0, "", "skip measuring memory bandwidth (no floor ratio)", ""},
       {"profile", 0, "", "time every graph node and print where decode and prefill steps spend it", ""},
       {"concurrency", 0, "LIST", "serving benchmark: streams per level, e.g. 1,4,16,64 (prompt 128 and generate "
