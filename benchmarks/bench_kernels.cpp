@@ -220,8 +220,16 @@ Matrices make_matrices(cpu::WeightLayout layout, const std::vector<float>& sourc
   m.copies = static_cast<int>(std::max<std::size_t>(1, (min_total + m.matrix_bytes - 1) / m.matrix_bytes));
   m.bytes = AlignedBuffer(m.matrix_bytes * static_cast<std::size_t>(m.copies), "bench weights");
   const std::size_t rb = row_bytes(layout, cols);
+  // A tiled layout (q8_0p) has no rows of its own: the stored rows, converted as a whole matrix.
+  const cpu::WeightLayout row_layout = cpu::is_tiled(layout) ? cpu::stored_layout(cpu::stored_type(layout)) : layout;
+  std::vector<std::byte> stored(cpu::is_tiled(layout) ? m.matrix_bytes : 0);
+  std::byte* rows_at = cpu::is_tiled(layout) ? stored.data() : m.bytes.data();
   for (std::int64_t r = 0; r < rows; ++r) {
-    cpu::quantize_row(layout, source.data() + r * cols, m.bytes.data() + static_cast<std::size_t>(r) * rb, cols);
+    cpu::quantize_row(row_layout, source.data() + r * cols, rows_at + static_cast<std::size_t>(r) * rb, cols);
+  }
+  if (cpu::is_tiled(layout)) {
+    cpu::CpuContext one(1, cpu::Isa::kGeneric);
+    cpu::copy_to_layout(one, {row_layout, stored.data(), rows, cols, rb}, layout, m.bytes.data(), rb);
   }
   for (int c = 1; c < m.copies; ++c) {
     std::memcpy(m.bytes.data() + static_cast<std::size_t>(c) * m.matrix_bytes, m.bytes.data(), m.matrix_bytes);
@@ -340,8 +348,9 @@ void bench_m_sweep(cpu::CpuContext& ctx, cpu::CpuContext& ctx_int8, Matrices& ma
               "int8 roof", "int8 GOP/s");
   for (const std::int64_t m : opt.m_sweep) {
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
-    const double f = matmul_us(ctx, mats, layout, opt, m, x, y);
+    // (q8_0p has no float kernels: its f32 column repeats the int8 time)
     const double q = matmul_us(ctx_int8, mats, layout, opt, m, x, y);
+    const double f = cpu::is_tiled(layout) ? q : matmul_us(ctx, mats, layout, opt, m, x, y);
     std::printf("  %5lld %10.1f %10.1f %9.2f %9.1f %10.1f %10.1f %10.1f\n", static_cast<long long>(m), f, q, f / q,
                 floor_us, flops / fma * 1e6, dpbusd > 0 ? flops / dpbusd * 1e6 : 0.0, flops / q / 1e3);
     std::fflush(stdout);
@@ -371,18 +380,24 @@ void bench_isa(cpu::Isa isa, int threads, const Options& opt, const std::vector<
   for (auto& v : x) v = normal(rng);
   for (const cpu::WeightLayout layout : opt.formats) {
     Matrices mats = make_matrices(layout, source, opt.rows, opt.cols, opt.ws_mib << 20);
-    const MatvecTimes f = time_matvec(ctx, mats, layout, opt, x.data(), y.data());
     const bool has_int8 = cpu::matmul_shared_bytes(ctx_int8, mats.at(layout, opt.rows, opt.cols, 0), 1) > 0;
+    if (cpu::is_tiled(layout) && !has_int8) {
+      std::printf("  %-8s needs the int8 avx512vnni kernels\n", std::string(name(layout)).c_str());
+      continue;
+    }
     const MatvecTimes q = has_int8 ? time_matvec(ctx_int8, mats, layout, opt, x.data(), y.data()) : MatvecTimes{};
+    // (q8_0p has no float kernels: its f32 columns and GEMM repeat the int8 ones)
+    const MatvecTimes f = cpu::is_tiled(layout) ? q : time_matvec(ctx, mats, layout, opt, x.data(), y.data());
+    cpu::CpuContext& gemm_ctx = cpu::is_tiled(layout) ? ctx_int8 : ctx;
     const double total = static_cast<double>(mats.matrix_bytes) * mats.copies;
     const double blocks_per_thread =
         static_cast<double>(std::min<std::int64_t>(opt.rows, 64)) * static_cast<double>(opt.cols) / 32.0 /
         std::min(threads, 4);  // 64 rows split in grains of 16
     const cpu::WeightMatrix w = mats.at(layout, opt.rows, opt.cols, 0);
-    ctx.reserve_scratch(cpu::matmul_scratch_floats(w, opt.m));
-    ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(ctx, w, opt.m));  // AMX: the bf16 copy of x
+    gemm_ctx.reserve_scratch(cpu::matmul_scratch_floats(w, opt.m));
+    gemm_ctx.reserve_shared_bytes(cpu::matmul_shared_bytes(gemm_ctx, w, opt.m));  // AMX: the bf16 copy of x
     const double gm =
-        median_seconds(opt.repeats, [&] { cpu::matmul(ctx, w, x.data(), opt.cols, opt.m, y.data(), opt.rows); });
+        median_seconds(opt.repeats, [&] { cpu::matmul(gemm_ctx, w, x.data(), opt.cols, opt.m, y.data(), opt.rows); });
     const double flops =
         2.0 * static_cast<double>(opt.m) * static_cast<double>(opt.rows) * static_cast<double>(opt.cols);
     if (has_int8) {

@@ -49,6 +49,42 @@ void unpack_row_q8_0r(const std::byte* src, BlockQ8_0* dst, std::int64_t nb) noe
   });
 }
 
+// Q8_0P: per group, block i's levels transposed into 8 vectors of 4-level words (lane = row), then
+// the group's 16-row scale arrays.
+void repack_tile_q8_0p(const std::byte* src, std::size_t src_stride, std::byte* dst, std::int64_t nb) noexcept {
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const Q8PanelGroup group = q8_0p_group(g, nb);
+    for (int r = 0; r < kTileRows; ++r) {
+      const auto* row = reinterpret_cast<const BlockQ8_0*>(src + static_cast<std::size_t>(r) * src_stride);
+      for (int i = 0; i < group.blocks; ++i) {
+        const BlockQ8_0& block = row[g * kRepackGroupBlocks + i];
+        std::byte* levels = dst + group.levels + 512 * static_cast<std::size_t>(i) + 4 * static_cast<std::size_t>(r);
+        for (int e = 0; e < kQBlock; ++e) {
+          levels[64 * (e / 4) + e % 4] = static_cast<std::byte>(static_cast<std::uint8_t>(block.qs[e]) ^ 0x80u);
+        }
+        std::memcpy(dst + group.scales + 32 * static_cast<std::size_t>(i) + 2 * static_cast<std::size_t>(r), &block.d,
+                    2);
+      }
+    }
+  }
+}
+
+void unpack_tile_row_q8_0p(const std::byte* src, int lane, BlockQ8_0* dst, std::int64_t nb) noexcept {
+  for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+    const Q8PanelGroup group = q8_0p_group(g, nb);
+    for (int i = 0; i < group.blocks; ++i) {
+      BlockQ8_0& block = dst[g * kRepackGroupBlocks + i];
+      const std::byte* levels =
+          src + group.levels + 512 * static_cast<std::size_t>(i) + 4 * static_cast<std::size_t>(lane);
+      for (int e = 0; e < kQBlock; ++e) {
+        block.qs[e] = static_cast<std::int8_t>(static_cast<std::uint8_t>(levels[64 * (e / 4) + e % 4]) ^ 0x80u);
+      }
+      std::memcpy(&block.d, src + group.scales + 32 * static_cast<std::size_t>(i) + 2 * static_cast<std::size_t>(lane),
+                  2);
+    }
+  }
+}
+
 // Q4_0R: the GGUF qs of a group's blocks interleaved by words in units of 16, then their scales.
 void repack_row_q4_0(const BlockQ4_0* src, std::byte* dst, std::int64_t nb) noexcept {
   for_each_repacked_block(nb, sizeof(BlockQ4_0), kQ4Qs, [&](std::int64_t b, std::size_t group, int t, int i, std::size_t scale) {
@@ -300,14 +336,24 @@ std::int64_t whole_blocks(WeightLayout layout, std::int64_t n) {
   return n / t.block_size;
 }
 
+// A tiled layout's row has no bytes of its own (matrix-wide: copy_to_layout, dequantize_matrix_row).
+void refuse_tiled(WeightLayout layout, const char* op) {
+  if (is_tiled(layout)) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} rows are interleaved in {}-row tiles (convert whole matrices)", op,
+          name(layout), kTileRows);
+  }
+}
+
 }  // namespace
 
 void dequantize_row(WeightLayout layout, const void* src, float* dst, std::int64_t n) {
+  refuse_tiled(layout, "dequantize_row");
   if (!is_repacked(layout)) return sitsrt::dequantize_row(stored_type(layout), src, dst, n);
   dequantize_repacked(layout, src, dst, whole_blocks(layout, n));
 }
 
 void quantize_row(WeightLayout layout, const float* src, void* dst, std::int64_t n) {
+  refuse_tiled(layout, "quantize_row");
   if (!is_repacked(layout)) return sitsrt::quantize_row(stored_type(layout), src, dst, n);
   quantize_repacked(layout, src, dst, whole_blocks(layout, n));
 }

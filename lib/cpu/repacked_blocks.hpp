@@ -112,6 +112,29 @@ inline Q4KUnit q4_k_unit(std::int64_t u, std::int64_t nb) noexcept {
   return {at, at + 128 * n, at + 134 * n, at + 140 * n, at + 142 * n, static_cast<int>(n)};
 }
 void repack_row_q4_k(const BlockQ4_K* src, std::byte* dst, std::int64_t nb) noexcept;
+
+// Q8_0P (kQ8_0P, a tiled layout: weight_layout.hpp): a matrix's rows in tiles of kTileRows (16),
+// tile t at byte t * 16 * row_stride, its first 16 * row_bytes bytes holding the 16 rows' blocks
+// (the rest of the 16 strides zero); rows past the last whole tile are Q8_0R rows. A tile is cut
+// into the rows' repack groups (32 blocks, the last holding the rest t), group g at
+// 16 * g * 32 * 34 bytes: [t x 512 bytes of levels][t x 32 bytes of scales]. Block i's levels are
+// 8 vectors of 64 bytes, vector p holding levels 4p .. 4p + 3 of each row (byte 64p + 4r + k:
+// level 4p + k of row r, stored q ^ 0x80 as in Q8_0R); its scales are the 16 rows' fp16 d (row r
+// at 32 i + 2 r). So VPDPBUSD against a broadcast 4-level activation word gives 16 rows' partial
+// sums at once with no transpose (qdot_q8_panels_avx512vnni.cpp); the sizes equal Q8_0's.
+struct Q8PanelGroup {
+  std::size_t levels, scales;  // byte offsets from the tile start
+  int blocks;
+};
+inline Q8PanelGroup q8_0p_group(std::int64_t g, std::int64_t nb) noexcept {
+  const RepackGroup row = repack_group(g, nb, sizeof(BlockQ8_0));
+  const std::size_t at = static_cast<std::size_t>(kTileRows) * row.offset;
+  return {at, at + 512 * static_cast<std::size_t>(row.blocks), row.blocks};
+}
+// The 16 stored rows at src (src_stride bytes apart) -> one tile at dst (16 * nb * 34 bytes).
+void repack_tile_q8_0p(const std::byte* src, std::size_t src_stride, std::byte* dst, std::int64_t nb) noexcept;
+// Row `lane` (< 16) of the tile at src as stored blocks.
+void unpack_tile_row_q8_0p(const std::byte* src, int lane, BlockQ8_0* dst, std::int64_t nb) noexcept;
 void unpack_row_q4_kr(const std::byte* src, BlockQ4_K* dst, std::int64_t nb) noexcept;
 
 // Reference conversions of whole rows of n elements in any layout (the stored ones as

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstring>
+#include <vector>
 
 namespace sitsrt::cpu {
 
@@ -23,7 +24,9 @@ static_assert(detail::kAmxBlockK % kRepackGroupElements == 0);
 
 DType stored_type(WeightLayout layout) noexcept {
   switch (layout) {
-    case WeightLayout::kQ8_0R: return DType::kQ8_0;
+    case WeightLayout::kQ8_0R:
+    case WeightLayout::kQ8_0P:
+      return DType::kQ8_0;
     case WeightLayout::kQ4_0R: return DType::kQ4_0;
     case WeightLayout::kFP8_E4M3R: return DType::kFP8_E4M3;
     case WeightLayout::kQ4_KR: return DType::kQ4_K;
@@ -47,6 +50,8 @@ std::string_view name(WeightLayout layout) noexcept {
     case WeightLayout::kQ4_0R: return "q4_0r";
     case WeightLayout::kFP8_E4M3R: return "fp8_e4m3r";
     case WeightLayout::kQ4_KR: return "q4_kr";
+    case WeightLayout::kQ8_0P:
+      return "q8_0p";
     default: return sitsrt::name(stored_type(layout));
   }
 }
@@ -94,6 +99,32 @@ bool copy_fp8_repacked(CpuContext& ctx, const WeightMatrix& stored, std::byte* d
   return exact.load();
 }
 
+// Whole 16-row tiles (split over the threads by tiles), then the rows past them as Q8_0R rows.
+void copy_q8_0p(CpuContext& ctx, const WeightMatrix& stored, std::byte* dst, std::size_t dst_stride) {
+  const std::size_t bytes = row_bytes(stored.layout, stored.cols);
+  const std::int64_t nb = stored.cols / kQBlock;
+  const std::int64_t tiles = stored.rows / kTileRows;
+  const std::size_t tile_stride = static_cast<std::size_t>(kTileRows) * dst_stride;
+  ctx.pool().run([&](int t, int n) {
+    const Range r = split_range(tiles + 1, t, n);  // unit `tiles`: the rows past the whole tiles
+    for (std::int64_t k = r.begin; k < r.end; ++k) {
+      const std::size_t from_row = static_cast<std::size_t>(k * kTileRows);
+      if (k < tiles) {
+        std::byte* tile = dst + static_cast<std::size_t>(k) * tile_stride;
+        repack_tile_q8_0p(stored.data + from_row * stored.row_stride, stored.row_stride, tile, nb);
+        std::memset(tile + kTileRows * bytes, 0, tile_stride - kTileRows * bytes);
+        continue;
+      }
+      for (std::int64_t i = tiles * kTileRows; i < stored.rows; ++i) {
+        std::byte* row = dst + static_cast<std::size_t>(i) * dst_stride;
+        repack_row_q8_0(
+            reinterpret_cast<const BlockQ8_0*>(stored.data + static_cast<std::size_t>(i) * stored.row_stride), row, nb);
+        std::memset(row + bytes, 0, dst_stride - bytes);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 WeightLayout resident_layout(const CpuContext& ctx, DType stored, bool matmul) noexcept {
@@ -105,6 +136,13 @@ WeightLayout resident_layout(const CpuContext& ctx, DType stored, bool matmul) n
     return detail::fp8r_decode_native(ctx.isa()) ? repacked : stored_layout(stored);
   }
   if (!ctx.int8_activations()) return stored_layout(stored);
+  // Q8_0 tiles where the VNNI block-sum kernels read them: the AVX-512 VNNI level (AMX reads rows
+  // into its tiles), which transposed every 16-row tile per product otherwise (~30% of a
+  // 16-row GEMM; docs/performance.md).
+  if (stored == DType::kQ8_0 && ctx.isa() == Isa::kAvx512Vnni &&
+      detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(WeightLayout::kQ8_0P)] != nullptr) {
+    return WeightLayout::kQ8_0P;
+  }
   if (repacked == WeightLayout::kQ4_KR) {
     return detail::q4_kr_decode_native(ctx.isa()) ? repacked : stored_layout(stored);
   }
@@ -123,8 +161,13 @@ std::size_t resident_row_stride(WeightLayout layout, std::int64_t cols) {
 WeightLayout copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, WeightLayout layout, std::byte* dst,
                             std::size_t dst_stride) {
   const std::size_t bytes = row_bytes(stored.layout, stored.cols);
-  SITSRT_ASSERT((layout == stored.layout || layout == repacked_layout(stored_type(stored.layout))) &&
+  SITSRT_ASSERT((layout == stored.layout || layout == repacked_layout(stored_type(stored.layout)) ||
+                 (layout == WeightLayout::kQ8_0P && stored.layout == WeightLayout::kQ8_0)) &&
                 dst_stride >= bytes);
+  if (layout == WeightLayout::kQ8_0P) {
+    copy_q8_0p(ctx, stored, dst, dst_stride);
+    return layout;
+  }
   if (layout == WeightLayout::kFP8_E4M3R && !copy_fp8_repacked(ctx, stored, dst, dst_stride)) {
     layout = stored.layout;  // some block scale has no exact FP8R split: copy the stored rows
   }
@@ -148,6 +191,18 @@ WeightLayout copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, WeightL
     }
   });
   return layout;
+}
+
+void dequantize_matrix_row(const WeightMatrix& w, std::int64_t r, float* dst) {
+  if (r < 0 || r >= w.rows) raise(ErrorCode::kInvalidArgument, "row {} is outside the weight's {} rows", r, w.rows);
+  const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_stride;
+  if (!is_tiled(w.layout)) return dequantize_row(w.layout, row, dst, w.cols);
+  if (r >= w.rows / kTileRows * kTileRows) return dequantize_row(WeightLayout::kQ8_0R, row, dst, w.cols);
+  const std::int64_t nb = w.cols / kQBlock;
+  std::vector<BlockQ8_0> blocks(static_cast<std::size_t>(nb));
+  unpack_tile_row_q8_0p(w.data + static_cast<std::size_t>(r / kTileRows * kTileRows) * w.row_stride,
+                        static_cast<int>(r % kTileRows), blocks.data(), nb);
+  sitsrt::dequantize_row(DType::kQ8_0, blocks.data(), dst, w.cols);
 }
 
 }  // namespace sitsrt::cpu

@@ -4,7 +4,9 @@
 // (cpu/repacked_blocks.hpp). The repacked layouts belong to the CPU kernels alone: files, the
 // graph and the model layer know only the stored DTypes. A repacked weight dequantizes bit for
 // bit as its stored format; Q8_0R/Q4_0R also decode bit-identically, FP8R's AVX512-FP16 decode
-// rounds differently from stored FP8's BF16 kernel (both within their tested bounds).
+// rounds differently from stored FP8's BF16 kernel (both within their tested bounds), and Q8_0P
+// (16-row tiles) decodes one row with the block-sum numerics of batches, which stored Q8_0 uses
+// for one row only in batch-invariant mode.
 #pragma once
 
 #include "core/dtype.hpp"
@@ -43,9 +45,12 @@ enum class WeightLayout : std::uint8_t {
   kQ4_0R,
   kFP8_E4M3R,
   kQ4_KR,
+  // 16-row tiles (cpu/repacked_blocks.hpp): resident Q8_0 matmul weights at the AVX-512 VNNI
+  // level only; a row inside a whole tile has no address of its own (is_tiled)
+  kQ8_0P,
 };
 
-inline constexpr int kWeightLayoutCount = kDTypeCount + 4;
+inline constexpr int kWeightLayoutCount = kDTypeCount + 5;
 
 // The layout that holds `type`'s blocks as stored.
 constexpr WeightLayout stored_layout(DType type) noexcept { return static_cast<WeightLayout>(type); }
@@ -57,13 +62,24 @@ static_assert(stored_layout(DType::kQ8_0) == WeightLayout::kQ8_0 && stored_layou
 static_assert(stored_layout(DType::kFP8_E4M3) == WeightLayout::kFP8_E4M3 &&
               stored_layout(DType::kIQ4_NL) == WeightLayout::kIQ4_NL);
 
+// Layouts whose rows are interleaved in tiles of kTileRows rows (kQ8_0P): a matrix's whole tiles
+// lie at tile * kTileRows * row_stride, each holding its rows' blocks regrouped, and only the rows
+// past the last whole tile are rows of their own (Q8_0R rows). Kernels are handed row ranges that
+// start on a tile (decode and GEMM chunks are multiples of 16 rows); get_rows and
+// dequantize_matrix_row find a row inside its tile.
+inline constexpr std::int64_t kTileRows = 16;
+constexpr bool is_tiled(WeightLayout layout) noexcept {
+  return layout == WeightLayout::kQ8_0P;
+}
+
 // The stored format whose blocks `layout` holds: the DType itself, or the one a repacked layout
-// regroups (kQ8_0R -> kQ8_0, kQ4_0R -> kQ4_0, kFP8_E4M3R -> kFP8_E4M3, kQ4_KR -> kQ4_K).
+// regroups (kQ8_0R and kQ8_0P -> kQ8_0, kQ4_0R -> kQ4_0, kFP8_E4M3R -> kFP8_E4M3, kQ4_KR -> kQ4_K).
 DType stored_type(WeightLayout layout) noexcept;
-// The repacked layout of a stored format, or its stored layout when it has none.
+// The row-wise repacked layout of a stored format, or its stored layout when it has none (a
+// tiled layout, kQ8_0P, is chosen by resident_layout alone).
 WeightLayout repacked_layout(DType type) noexcept;
 
-// Lower-case names: the stored DType's ("q8_0"), or the repacked layout's ("q8_0r").
+// Lower-case names: the stored DType's ("q8_0"), or the repacked layout's ("q8_0r", "q8_0p").
 std::string_view name(WeightLayout layout) noexcept;
 // Parses such a name, case-insensitive (bench_kernels --formats takes the repacked ones too).
 std::optional<WeightLayout> weight_layout_from_name(std::string_view name) noexcept;
@@ -82,11 +98,16 @@ WeightLayout resident_layout(const CpuContext& ctx, DType stored, bool matmul) n
 // repacked rows of at least 1 KiB so that every row (and its 64-byte loads) starts on a cache line.
 std::size_t resident_row_stride(WeightLayout layout, std::int64_t cols);
 
-// Writes `stored`'s rows into dst (rows of dst_stride bytes) in `layout` (stored.layout itself or
-// its repacked layout), rows split over the context's threads. Stride padding is zeroed.
+// Writes `stored`'s rows into dst (rows of dst_stride bytes) in `layout` (stored.layout itself,
+// its repacked layout, or for Q8_0 kQ8_0P), rows (tiles) split over the context's threads.
+// Stride padding is zeroed.
 // Returns the layout written: stored.layout instead of FP8R when some block scale has no exact
 // FP8R split (cpu/repacked_blocks.hpp).
 WeightLayout copy_to_layout(CpuContext& ctx, const WeightMatrix& stored, WeightLayout layout, std::byte* dst,
                             std::size_t dst_stride);
+
+// Row r of a weight in any layout (a tiled one included) as floats: bit for bit the stored row's
+// dequantize_row. Throws kInvalidArgument when r is outside [0, w.rows).
+void dequantize_matrix_row(const WeightMatrix& w, std::int64_t r, float* dst);
 
 }  // namespace sitsrt::cpu

@@ -32,13 +32,14 @@ namespace {
 
 const cpu::Isa kIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni};
 
-// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni), Q4_1, Q5_0,
+// Q8_0/Q4_0 and their repacked layouts (the register-blocked kernels at avx512vnni; Q8_0P's
+// 16-row tiles there), Q4_1, Q5_0,
 // Q5_1, Q4_K, Q5_K, Q6_K (register-blocked at avx2), and formats that take the per-row decode
 // kernel inside the GEMM (Q4_KR with VBMI; Q4_1, Q5, the K-quants at avx512vnni).
 constexpr cpu::WeightLayout kLayouts[] = {
     cpu::WeightLayout::kQ8_0,  cpu::WeightLayout::kQ8_0R, cpu::WeightLayout::kQ4_0, cpu::WeightLayout::kQ4_0R,
     cpu::WeightLayout::kQ4_1,  cpu::WeightLayout::kQ5_0,  cpu::WeightLayout::kQ5_1, cpu::WeightLayout::kQ4_K,
-    cpu::WeightLayout::kQ4_KR, cpu::WeightLayout::kQ5_K,  cpu::WeightLayout::kQ6_K};
+    cpu::WeightLayout::kQ4_KR, cpu::WeightLayout::kQ5_K,  cpu::WeightLayout::kQ6_K, cpu::WeightLayout::kQ8_0P};
 
 // rows x cols weights in `layout` (rows of row_bytes + 64 bytes: not the packed stride).
 struct Weights {
@@ -60,8 +61,14 @@ Weights make_weights(test::Rng& rng, cpu::WeightLayout layout, std::int64_t rows
   for (std::int64_t r = 0; r < rows; ++r) {
     const float scale = std::exp2(rng.uniform(-4.0f, 2.0f));
     for (auto& v : src) v = rng.normal() * scale;
-    cpu::quantize_row(layout, src.data(), w.bytes.data() + static_cast<std::size_t>(r) * w.stride, cols);
+    if (!cpu::is_tiled(layout))
+      cpu::quantize_row(layout, src.data(), w.bytes.data() + static_cast<std::size_t>(r) * w.stride, cols);
     quantize_row(type, src.data(), w.stored.data() + static_cast<std::size_t>(r) * w.stored_stride, cols);
+  }
+  if (cpu::is_tiled(layout)) {  // rows interleaved in tiles: converted as a whole matrix
+    cpu::CpuContext ctx(1, cpu::Isa::kGeneric, true);
+    cpu::copy_to_layout(ctx, {cpu::stored_layout(type), w.stored.data(), rows, cols, w.stored_stride}, layout,
+                        w.bytes.data(), w.stride);
   }
   return w;
 }
@@ -96,7 +103,8 @@ std::int64_t int8_max_m(const cpu::CpuContext& ctx, cpu::WeightLayout layout) {
 // Q8_0 / Q8_0R at avx512vnni: batches scale whole-block sums over whole 16-row tiles
 // (qgemm_q8_block_sums_avx512vnni.cpp), as batch-invariant mode's one-row kernel does, while the
 // default mode's one row keeps the decode kernel's 4-level partials. So there the m-row outputs
-// equal the batch-invariant one-row result bit for bit, not the default one's.
+// equal the batch-invariant one-row result bit for bit, not the default one's. (Q8_0P's one row
+// scales block sums in both modes.)
 bool block_sum_batches(cpu::Isa isa, cpu::WeightLayout layout) {
   return isa == cpu::Isa::kAvx512Vnni && (layout == cpu::WeightLayout::kQ8_0 || layout == cpu::WeightLayout::kQ8_0R);
 }

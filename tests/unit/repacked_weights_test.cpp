@@ -132,24 +132,90 @@ TEST_CASE("resident layout: repacked only for matmuls with an integer kernel for
 TEST_CASE("resident layout at avx512vnni: repacked for matmuls with int8 activations", "[repacked][gated]") {
   SITSRT_REQUIRE_ISA(cpu::Isa::kAvx512Vnni);
   const cpu::CpuContext vnni(1, cpu::Isa::kAvx512Vnni, true), vnni_float(1, cpu::Isa::kAvx512Vnni, false);
-  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == WeightLayout::kQ8_0R);
+  CHECK(cpu::resident_layout(vnni, DType::kQ8_0, true) == WeightLayout::kQ8_0P);  // 16-row tiles
   CHECK(cpu::resident_layout(vnni, DType::kQ4_0, true) == WeightLayout::kQ4_0R);
   CHECK(cpu::resident_layout(vnni, DType::kQ4_0, false) == WeightLayout::kQ4_0);  // a lookup-only table
   CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true) == WeightLayout::kQ4_1);
   CHECK(cpu::resident_layout(vnni, DType::kF16, true) == WeightLayout::kF16);
   CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == WeightLayout::kQ8_0);  // float activations
+  if (test::isa_supported(cpu::Isa::kAmx)) {  // the tiles read rows: Q8_0R there
+    const cpu::CpuContext amx(1, cpu::Isa::kAmx, true);
+    CHECK(cpu::resident_layout(amx, DType::kQ8_0, true) == WeightLayout::kQ8_0R);
+  }
+}
+
+TEST_CASE("Q8_0P tiles hold the stored rows where docs/quantization.md puts them", "[repacked]") {
+  test::Rng rng(13);
+  for (const std::int64_t nb : {1, 3, 32, 53, 88}) {
+    CAPTURE(nb);
+    // 16 rows of blocks with distinct scales, stride = row bytes + 6 (rows need not be aligned).
+    const std::size_t row = static_cast<std::size_t>(nb) * sizeof(BlockQ8_0), stride = row + 6;
+    std::vector<std::byte> src(16 * stride, std::byte{0x5A});
+    for (int r = 0; r < 16; ++r) {
+      auto* blocks = reinterpret_cast<BlockQ8_0*>(src.data() + static_cast<std::size_t>(r) * stride);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const auto d = static_cast<std::uint16_t>(0x3000 + 97 * r + b);
+        std::memcpy(&blocks[b].d, &d, 2);
+        for (auto& v : blocks[b].qs) v = static_cast<std::int8_t>(rng.uniform_int(-128, 127));
+      }
+    }
+    std::vector<std::uint8_t> tile(16 * row);
+    cpu::repack_tile_q8_0p(src.data(), stride, reinterpret_cast<std::byte*>(tile.data()), nb);
+    for (int r = 0; r < 16; ++r) {
+      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src.data() + static_cast<std::size_t>(r) * stride);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        // group g of t blocks at 16 * 32 * 34 g: t x 512 level bytes, then t x 32 scale bytes
+        const std::int64_t g = b / 32, i = b % 32, t = std::min<std::int64_t>(32, nb - 32 * g);
+        const std::size_t at = static_cast<std::size_t>(16 * 32 * 34 * g);
+        for (int e = 0; e < 32; ++e) {
+          CHECK(tile[at + 512 * i + 64 * (e / 4) + 4 * r + e % 4] ==
+                (static_cast<std::uint8_t>(blocks[b].qs[e]) ^ 0x80));
+        }
+        std::uint16_t d;
+        std::memcpy(&d, &tile[at + 512 * t + 32 * i + 2 * r], 2);
+        CHECK(d == blocks[b].d);
+      }
+      std::vector<BlockQ8_0> back(static_cast<std::size_t>(nb));
+      cpu::unpack_tile_row_q8_0p(reinterpret_cast<const std::byte*>(tile.data()), r, back.data(), nb);
+      CHECK(std::memcmp(back.data(), blocks, row) == 0);
+    }
+  }
+  // Its rows have no bytes of their own: the row-wise conversions refuse it by name.
+  std::vector<float> x(64, 1.0f);
+  std::vector<std::byte> out(68);
+  CHECK_THROWS_WITH(cpu::quantize_row(WeightLayout::kQ8_0P, x.data(), out.data(), 64), Catch::Contains("q8_0p"));
+}
+
+TEST_CASE("Q8_0P needs the int8 AVX-512 VNNI kernels: elsewhere matmul refuses it by name", "[repacked]") {
+  test::Rng rng(17);
+  const std::int64_t rows = 20, cols = 64;
+  const std::vector<std::byte> bytes = stored_rows(DType::kQ8_0, rows, cols, rng);
+  cpu::CpuContext generic(1, cpu::Isa::kGeneric, true);
+  const cpu::WeightMatrix w{WeightLayout::kQ8_0, bytes.data(), rows, cols, row_bytes(DType::kQ8_0, cols)};
+  std::vector<std::byte> tiles(bytes.size());
+  cpu::copy_to_layout(generic, w, WeightLayout::kQ8_0P, tiles.data(), w.row_stride);
+  const cpu::WeightMatrix p{WeightLayout::kQ8_0P, tiles.data(), rows, cols, w.row_stride};
+  std::vector<float> x(static_cast<std::size_t>(cols), 0.5f), y(static_cast<std::size_t>(rows));
+  CHECK_THROWS_WITH(cpu::matmul(generic, p, x.data(), cols, 1, y.data(), rows),
+                    Catch::Contains("q8_0p") && Catch::Contains("avx512vnni"));
+  // Row lookups work at every level (a tied embedding and output head).
+  std::vector<float> want(static_cast<std::size_t>(cols)), got(want.size());
+  const std::int32_t id = 7;
+  cpu::get_rows(generic, w, &id, 1, want.data(), cols);
+  cpu::get_rows(generic, p, &id, 1, got.data(), cols);
+  CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
 }
 
 SITSRT_ISA_TEST_CASE(isa, "repacked weights decode, prefill and look up rows bit-identically to the stored layout",
                      "[repacked]", cpu::Isa::kGeneric, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni, cpu::Isa::kAmx) {
-  const DType stored = GENERATE(DType::kQ8_0, DType::kQ4_0);
-  const WeightLayout repacked = cpu::repacked_layout(stored);
+  const WeightLayout repacked = GENERATE(WeightLayout::kQ8_0R, WeightLayout::kQ4_0R, WeightLayout::kQ8_0P);
+  const DType stored = cpu::stored_type(repacked);
   const int threads = GENERATE(1, 3);
   test::Rng rng(23);
   for (const std::int64_t rows : {1, 5, 18, 67}) {
     for (const std::int64_t nb : {1, 3, 4, 33, 35, 88, 97}) {
       const std::int64_t cols = nb * 32;
-      CAPTURE(cpu::name(isa), name(stored), threads, rows, cols);
+      CAPTURE(cpu::name(isa), cpu::name(repacked), threads, rows, cols);
       const std::vector<std::byte> bytes = stored_rows(stored, rows, cols, rng);
       cpu::CpuContext ctx(threads, isa, /*int8_activations=*/true);
       const cpu::WeightMatrix w{cpu::stored_layout(stored), bytes.data(), rows, cols, row_bytes(stored, cols)};
@@ -160,13 +226,23 @@ SITSRT_ISA_TEST_CASE(isa, "repacked weights decode, prefill and look up rows bit
       cpu::copy_to_layout(ctx, w, repacked, at, stride);
       const cpu::WeightMatrix r{repacked, at, rows, cols, stride};
 
-      // Decode and prefill are bit-identical where weights get repacked (the integer kernels, m == 1
-      // and the int8 GEMM); at other levels the repacked layout multiplies with float activations
+      // Decode and prefill are bit-identical where the repacked layout has the integer kernels (m == 1
+      // and the int8 GEMM); at other levels Q8_0R / Q4_0R multiply with float activations
       // (matmul_test checks it against a double reference), unlike the stored one, whose int8
       // decode and GEMM qdot_test / qgemm_test check. Lookups, and prefill with float activations, are
       // identical everywhere.
-      const bool int8_identical = cpu::resident_layout(ctx, stored, true) == repacked;
-      if (int8_identical) {
+      const bool int8_kernels = cpu::detail::qdot_kernels_for(isa).matvec[static_cast<int>(repacked)] != nullptr;
+      if (repacked == WeightLayout::kQ8_0P) {
+        if (!int8_kernels) continue;  // refused there (the test above)
+        // Batches scale whole-block sums for both; one row too in batch-invariant mode, while the
+        // stored layout's default one-row kernel keeps 4-level partials (qgemm_test).
+        test::check_same_results(ctx, w, r, {2, 9, 33}, rng);
+        cpu::CpuContext invariant(threads, isa, /*int8_activations=*/true);
+        invariant.set_batch_invariant(true);
+        test::check_same_results(invariant, w, r, {1, 3}, rng);
+        continue;
+      }
+      if (int8_kernels) {
         test::check_same_results(ctx, w, r, {1, 2, 9}, rng);
       } else {
         test::check_same_results(ctx, w, r, {}, rng);

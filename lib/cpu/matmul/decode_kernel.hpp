@@ -56,6 +56,9 @@ void for_each_decode_row_chunk(ThreadPool& pool, std::int64_t rows, Body&& body)
 
 // Throws kInvalidArgument for negative shapes, partial blocks, a short row_stride or null data.
 void check_weight(const WeightMatrix& w, const char* op);
+// Throws kInvalidArgument when the context has no kernels for w's layout (a tiled layout outside
+// the int8 AVX-512 VNNI kernels).
+void check_layout_kernels(const CpuContext& ctx, const WeightMatrix& w, const char* op);
 
 // x as the decode kernels read it: the floats, and where a kernel needs them, the int8 row (q)
 // or fp16 row (h) prepared once per product on the calling thread in the context's shared scratch.

@@ -220,6 +220,17 @@ void check_weight(const WeightMatrix& w, const char* op) {
   if (w.data == nullptr && w.rows > 0 && w.cols > 0) raise(ErrorCode::kInvalidArgument, "{}: null weight data", op);
 }
 
+void check_layout_kernels(const CpuContext& ctx, const WeightMatrix& w, const char* op) {
+  // A tiled layout has no float kernels (its rows have no addresses of their own), only the
+  // integer ones that resident_layout chose it for.
+  if (is_tiled(w.layout) &&
+      (!ctx.int8_activations() || qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(w.layout)] == nullptr ||
+       qgemm_kernel_for(ctx.isa(), w.layout) == nullptr)) {
+    raise(ErrorCode::kInvalidArgument, "{}: {} weights need int8 activations and the avx512vnni kernels (isa {})", op,
+          name(w.layout), name(ctx.isa()));
+  }
+}
+
 DecodeKernel DecodeKernel::for_weight(const CpuContext& ctx, WeightLayout layout) noexcept {
   DecodeKernel k;
   if (ctx.int8_activations() && (layout != WeightLayout::kQ4_KR || q4_kr_decode_native(ctx.isa()))) {
@@ -283,6 +294,7 @@ bool matvec_fusable(const CpuContext& ctx, const WeightMatrix& w) noexcept {
 void matmul(CpuContext& ctx, const WeightMatrix& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
             std::int64_t ldy) {
   detail::check_weight(w, "matmul");
+  detail::check_layout_kernels(ctx, w, "matmul");
   if (m < 0) raise(ErrorCode::kInvalidArgument, "matmul: negative batch m = {}", m);
   if (m > 1 && ldx < w.cols) raise(ErrorCode::kInvalidArgument, "matmul: ldx {} < cols {}", ldx, w.cols);
   if (m > 1 && ldy < w.rows) raise(ErrorCode::kInvalidArgument, "matmul: ldy {} < rows {}", ldy, w.rows);
@@ -342,7 +354,11 @@ void get_rows(CpuContext& ctx, const WeightMatrix& table, const std::int32_t* id
   ctx.pool().run([&](int t, int threads) {
     const Range r = split_range(n, t, threads);
     for (std::int64_t i = r.begin; i < r.end; ++i) {
-      dequant(table.data + static_cast<std::size_t>(ids[i]) * table.row_stride, out + i * ldo, table.cols);
+      if (is_tiled(table.layout)) {  // a tied embedding and output head
+        dequantize_matrix_row(table, ids[i], out + i * ldo);
+      } else {
+        dequant(table.data + static_cast<std::size_t>(ids[i]) * table.row_stride, out + i * ldo, table.cols);
+      }
     }
   });
 }

@@ -650,6 +650,7 @@ constexpr MatmulKernels kAvx512Kernels = {
         {WeightLayout::kQ4_0R, matvec_q4_0r_portable, dequant_repacked_avx512<WeightLayout::kQ4_0R>},
         {WeightLayout::kFP8_E4M3R, matvec_fp8r_avx512, dequant_fp8r_avx512},
         {WeightLayout::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_avx512},
+        {WeightLayout::kQ8_0P, nullptr, nullptr},  // tiled: int8 kernels only (matmul.cpp checks)
     },
     gemm_tile_avx512,
     32,

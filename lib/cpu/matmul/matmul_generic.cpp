@@ -359,6 +359,7 @@ constexpr MatmulKernels kGenericKernels = {
         {WeightLayout::kQ4_0R, matvec_q4_0r_portable, dequant_q4_0r_portable},
         {WeightLayout::kFP8_E4M3R, matvec_fp8r_portable, dequant_fp8r_portable},
         {WeightLayout::kQ4_KR, matvec_q4_kr_portable, dequant_q4_kr_portable},
+        {WeightLayout::kQ8_0P, nullptr, nullptr},  // tiled: int8 kernels only (matmul.cpp checks)
     },
     gemm_tile_generic,
     32,

@@ -25,6 +25,7 @@ PreparedGroup prepare(CpuContext& ctx, std::span<const WeightMatrix* const> weig
   PreparedGroup g;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     detail::check_weight(*weights[i], op);
+    detail::check_layout_kernels(ctx, *weights[i], op);
     if (weights[i]->cols == 0) raise(ErrorCode::kInvalidArgument, "{}: weight {} has no columns", op, i);
     if (weights[i]->cols != weights[0]->cols) {
       raise(ErrorCode::kInvalidArgument, "{}: weight {} has {} columns, weight 0 has {}", op, i, weights[i]->cols,

@@ -453,6 +453,7 @@ constexpr QdotKernels kAvx512Vnni = {{
     qdot_repacked<RepackedQ8_0>, qdot_q4_0r_avx512vnni,
     nullptr,                                          // fp8_e4m3r: the AVX512-FP16 kernel
     qdot_q4_kr_avx512vbmi,                            // q4_kr: qdot_q4kr_avx512vbmi.cpp (VBMI CPUs only)
+    qdot_q8_0p_avx512vnni,                            // q8_0p: qdot_q8_panels_avx512vnni.cpp
 }, quantize_avx512};
 
 }  // namespace

@@ -94,7 +94,7 @@ struct QdotKernels {
 };
 
 const QdotKernels& qdot_kernels_for(Isa isa) noexcept;
-// The register-blocked multi-row kernel of `layout` at `isa` (Q8_0, Q8_0R, Q4_0, Q4_0R with
+// The register-blocked multi-row kernel of `layout` at `isa` (Q8_0, Q8_0R, Q8_0P, Q4_0, Q4_0R with
 // AVX-512 VNNI; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K with AVX2), or nullptr: matmul then
 // runs the decode kernel once per activation row over the same cache-resident weight rows (also
 // bit-identical to m == 1).
@@ -156,6 +156,13 @@ QdotFn qdot_amx_numerics(WeightLayout layout) noexcept;
 // kernel): batch-invariant decode at avx512vnni, and qdot_amx_numerics(kQ8_0R).
 QgemmFn qgemm_q8_block_sum_tiles(WeightLayout layout) noexcept;
 QdotFn qdot_q8_block_sums(WeightLayout layout) noexcept;
+// Q8_0P (16-row tiles, qdot_q8_panels_avx512vnni.cpp): the avx512vnni table's decode entry and its
+// GEMM, both with the block-sum numerics above (bit-identical to them on the same Q8_0 weights);
+// rows past the last whole tile take the Q8_0R pair kernels.
+void qdot_q8_0p_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y,
+                           std::int64_t n_rows);
+void qgemm_q8_0p_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
+                            std::int64_t ldy, std::int64_t n_rows);
 // Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads).
 void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept;
 // Outputs of weight rows [row_begin, row_end) for all m rows: whole 16-row tiles on the tile

@@ -318,6 +318,8 @@ QgemmFn qgemm_avx512vnni(WeightLayout layout) noexcept {
       return q8_gemm<RepackedQ8, WeightLayout::kQ8_0R>;
     case WeightLayout::kQ4_0: return qgemm_tiles<StoredQ4, 4, 4, q4_pick<StoredQ4>>;
     case WeightLayout::kQ4_0R: return qgemm_tiles<RepackedQ4, 4, 4, q4_pick<RepackedQ4>>;
+    case WeightLayout::kQ8_0P:
+      return qgemm_q8_0p_avx512vnni;
     default: return nullptr;
   }
 }

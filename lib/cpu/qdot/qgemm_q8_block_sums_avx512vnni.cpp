@@ -19,6 +19,7 @@
 // decode table), one-row and multi-row alike, as the AMX path does; matmul hands out weight rows in
 // 16-row units, so which rows those are never depends on the thread count.
 #include "core/quant_blocks.hpp"
+#include "cpu/qdot/q8_block_sums_avx512.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
 #include "cpu/qdot/qdot_prefetch_avx512.hpp"
 #include "cpu/qdot/transpose16_avx512.hpp"
@@ -210,12 +211,6 @@ void fill_panel(const std::byte* rows, std::size_t row_stride, __m512i row_offse
   }
 }
 
-inline __m512i broadcast_word(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // acc[c] (lanes = the tile's rows) += the panel's `blocks` blocks against activation rows x[c],
 // whose block b0 is the panel's block 0: per block, 8 VPDPBUSD per row into its exact sum, then
 // acc += float(sum) * fl(d_w d_x).
@@ -227,19 +222,8 @@ void panel_pass(const Panel& panel, int blocks, std::int64_t b0, const Quantized
   for (int i = 0; i < blocks; ++i) {
     const std::int64_t b = b0 + i;
     __m512i sum[C];
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) sum[c] = _mm512_set1_epi32(-128 * x[c].sum[b]);
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; ++p) {
-      const __m512i wp = _mm512_load_si512(&panel.words[i][p]);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) sum[c] = _mm512_dpbusd_epi32(sum[c], wp, broadcast_word(x[c].qs + 32 * b + 4 * p));
-    }
-    const __m512 dw = panel.scales[i];
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[c]), _mm512_mul_ps(dw, _mm512_set1_ps(x[c].d[b])), acc[c]);
-    }
+    block_sums<C>(reinterpret_cast<const std::byte*>(panel.words[i]), x, b, sum);
+    scale_block<C>(panel.scales[i], x, b, sum, acc);
   }
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) _mm512_store_ps(reinterpret_cast<float*>(acc_mem + c), acc[c]);
