@@ -249,6 +249,8 @@ struct AttentionCase {
 // in a shuffled order, as a pool hands them out) caches of each type: GB/s of cache bytes read
 // (K and V rows, scales included) beside the read bandwidth. K+V of 4096 f16 positions is
 // 16 MiB, so the cache may sit partly in the LLC: above 100% of bw means it did.
+void bench_attention_step(cpu::CpuContext& ctx, const Options& opt, double bandwidth);
+
 void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth) {
   const cpu::AttentionShape shape{32, 8, 128, 1.0f / std::sqrt(128.0f)};
   const std::int64_t width = shape.n_kv_heads * shape.head_dim;
@@ -298,6 +300,61 @@ void bench_attention(cpu::CpuContext& ctx, const Options& opt, double bandwidth)
                 100.0 * bytes / s / bandwidth, store * 1e9 / static_cast<double>(2 * opt.ctx * width / 32));
     std::fflush(stdout);
   }
+  bench_attention_step(ctx, opt, bandwidth);
+}
+
+// A serving decode step's attention: 16 sequences of 192 positions (one query row each) over 24
+// layers' f16 caches of the 0.35B acceptance model's shape (16 q / 8 kv heads, d = 64), paged in
+// blocks of 16 handed out as the pool does (each prompt's blocks together, then decode blocks
+// interleaved across the sequences). Its floor: the K and V bytes read over the read bandwidth.
+void bench_attention_step(cpu::CpuContext& ctx, const Options& opt, double bandwidth) {
+  constexpr int kSequences = 16, kLayers = 24, kBlock = 16, kPromptBlocks = 8;
+  constexpr std::int64_t kPositions = 192, kBlocksPerSequence = kPositions / kBlock;
+  const cpu::AttentionShape shape{16, 8, 64, 0.125f};
+  const std::size_t row = cpu::kv_row_bytes(cpu::KvType::kF16, shape.n_kv_heads, shape.head_dim);
+  const std::size_t plane = row * kBlock * kSequences * kBlocksPerSequence;
+  AlignedBuffer cache(2 * plane * kLayers, "bench kv step");
+  std::mt19937 rng(5);
+  auto* halves = reinterpret_cast<std::uint16_t*>(cache.data());
+  for (std::size_t i = 0; i < cache.size() / 2; ++i) halves[i] = static_cast<std::uint16_t>(0x3000 + (rng() & 0x3FF));
+  std::vector<std::vector<std::int32_t>> tables(kSequences);
+  std::int32_t next = 0;
+  for (auto& t : tables) {
+    for (int b = 0; b < kPromptBlocks; ++b) t.push_back(next++);
+  }
+  for (std::int64_t b = kPromptBlocks; b < kBlocksPerSequence; ++b) {
+    for (auto& t : tables) t.push_back(next++);
+  }
+  std::vector<float> q(static_cast<std::size_t>(kSequences * shape.n_heads * shape.head_dim)), out(q.size());
+  std::normal_distribution<float> normal;
+  for (auto& x : q) x = normal(rng);
+  ctx.reserve_scratch(cpu::attention_scratch_floats(kPositions, shape));
+  std::vector<cpu::AttentionSequence> batch(kSequences);
+  const std::int64_t ld = shape.n_heads * shape.head_dim;
+  const double s = median_seconds(opt.repeats, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      std::byte* k = cache.data() + 2 * plane * static_cast<std::size_t>(l);
+      for (int i = 0; i < kSequences; ++i) {
+        cpu::AttentionSequence& a = batch[static_cast<std::size_t>(i)];
+        a.q = q.data() + i * ld;
+        a.ldq = a.ldo = ld;
+        a.rows = 1;
+        a.pos0 = kPositions - 1;
+        a.kv = cpu::contiguous_kv(cpu::KvType::kF16, cpu::KvType::kF16, k, k + plane, row, row, kPositions);
+        a.kv.block_size = kBlock;
+        a.kv.block_table = tables[static_cast<std::size_t>(i)];
+        a.out = out.data() + i * ld;
+      }
+      cpu::attention_batch(ctx, batch, shape);
+    }
+  });
+  const double bytes = 2.0 * static_cast<double>(row) * kPositions * kSequences * kLayers;
+  std::printf(
+      "  attention decode step: %d sequences x %lld positions, %d layers (16 q / 8 kv heads, d=64, f16 "
+      "paged 16): %.2f ms, %.1f GB/s, %.0f%% of bw (floor %.2f ms)\n",
+      kSequences, static_cast<long long>(kPositions), kLayers, s * 1e3, bytes / s / 1e9, 100.0 * bytes / s / bandwidth,
+      bytes / bandwidth * 1e3);
+  std::fflush(stdout);
 }
 
 // Seconds per matvec over all copies (DRAM-bound) and per matvec of one L2-resident copy

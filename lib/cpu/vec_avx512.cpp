@@ -90,9 +90,14 @@ struct RowInt4 : RowBaseInt4 {
 // four key rows at a time: each key vector is converted once and used by all H heads. Scores of
 // the repeated rows of a last partial block land in s[n, pad4(n)) and are ignored. With
 // prefetch_values the V rows are requested towards L2 so the value pass finds them close.
-template <typename Row, typename VRow, int H>
+//
+// D > 0: head_dim is D (a multiple of 16, passed as a constant so the column loops unroll and the
+// lane masks and prefetch offsets fold away; decode of 16 streams at head_dim 64 spent a third of
+// its attention time on that bookkeeping). D == 0: any head_dim.
+template <typename Row, typename VRow, int H, int D>
 void scores_block(const AttendArgs& a, const float* qp, std::int64_t dp, float* s, bool prefetch_values) {
-  const std::int64_t d = a.head_dim, n = a.n;
+  const std::int64_t d = D > 0 ? D : a.head_dim, n = a.n;
+  if constexpr (D > 0) dp = D;
   for (std::int64_t p = 0; p < n; p += 4) {
     prefetch_block<_MM_HINT_T0, Row::kKind>(a.k, p + kPrefetchRows, n, d);
     prefetch_block<_MM_HINT_T1, Row::kKind>(a.k, p + kPrefetchRowsL2, n, d);
@@ -142,11 +147,14 @@ inline void softmax_numerators(float* sh, std::int64_t n, float* max_out, float*
 
 // o[h] = sum_p w[h, p] * v[p], four rows at a time; each value vector is converted once for all
 // heads. A last partial block repeats row n-1 with weight 0 (adds exact zeros).
-template <typename Row>
+template <typename Row, int D>
 void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
-  const std::int64_t d = a.head_dim, g = a.group;
+  const std::int64_t d = D > 0 ? D : a.head_dim, g = a.group;
+  if constexpr (D > 0) dp = D;
   for (std::int64_t i = 0; i < g * dp; i += 16) _mm512_store_ps(a.o + i, _mm512_setzero_ps());
+  for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0, Row::kKind>(a.v, p, a.n, d);
   for (std::int64_t p = 0; p < a.n; p += 4) {
+    prefetch_block<_MM_HINT_T0, Row::kKind>(a.v, p + kPrefetchRows, a.n, d);
     const Block4 rows = block_rows(a.v, p);
     const typename Row::State v[4] = {Row::at(rows.r[0], a.v, d), Row::at(rows.r[1], a.v, d),
                                       Row::at(rows.r[2], a.v, d), Row::at(rows.r[3], a.v, d)};
@@ -171,7 +179,13 @@ void values_pass(const AttendArgs& a, const float* w, std::int64_t dp) {
 template <typename KRow, typename VRow>
 struct AttendAvx512 {
   static void run(const AttendArgs& a) {
-    const std::int64_t d = a.head_dim, dp = pad16(d), g = a.group;
+    if (a.head_dim == 64) return run_d<64>(a);
+    if (a.head_dim == 128) return run_d<128>(a);
+    run_d<0>(a);
+  }
+  template <int D>
+  static void run_d(const AttendArgs& a) {
+    const std::int64_t d = D > 0 ? D : a.head_dim, dp = pad16(d), g = a.group;
     float* qp = a.scratch;
     float* s = qp + g * dp;
     const __m512 scale = _mm512_set1_ps(a.scale);
@@ -182,26 +196,28 @@ struct AttendAvx512 {
       }
     }
     for (std::int64_t p = 0; p < kPrefetchRows; p += 4) prefetch_block<_MM_HINT_T0, KRow::kKind>(a.k, p, a.n, d);
+    for (std::int64_t p = kPrefetchRows; p < kPrefetchRowsL2; p += 4)
+      prefetch_block<_MM_HINT_T1, KRow::kKind>(a.k, p, a.n, d);
     for (std::int64_t h = 0; h < g;) {  // heads in blocks of up to four: 16 accumulators
       const std::int64_t left = g - h;
       float* sh = s + h * kAttendChunk;
       const bool first = h == 0;
       if (left >= 4) {
-        scores_block<KRow, VRow, 4>(a, qp + h * dp, dp, sh, first);
+        scores_block<KRow, VRow, 4, D>(a, qp + h * dp, dp, sh, first);
         h += 4;
       } else if (left == 3) {
-        scores_block<KRow, VRow, 3>(a, qp + h * dp, dp, sh, first);
+        scores_block<KRow, VRow, 3, D>(a, qp + h * dp, dp, sh, first);
         h += 3;
       } else if (left == 2) {
-        scores_block<KRow, VRow, 2>(a, qp + h * dp, dp, sh, first);
+        scores_block<KRow, VRow, 2, D>(a, qp + h * dp, dp, sh, first);
         h += 2;
       } else {
-        scores_block<KRow, VRow, 1>(a, qp + h * dp, dp, sh, first);
+        scores_block<KRow, VRow, 1, D>(a, qp + h * dp, dp, sh, first);
         h += 1;
       }
     }
     for (std::int64_t h = 0; h < g; ++h) softmax_numerators(s + h * kAttendChunk, a.n, a.max + h, a.sum + h);
-    values_pass<VRow>(a, s, dp);
+    values_pass<VRow, D>(a, s, dp);
   }
 };
 
