@@ -271,29 +271,33 @@ SITSRT_ISA_TEST_CASE(isa, "add matches a double reference", "[kernels]", kIsas) 
   check_gaps_untouched(a_in, a, rows, n, ld);
 }
 
-TEST_CASE("one-row rope reuses its cos/sin only for the same position and parameters", "[kernels]") {
-  // The one-row (decode) path memoises the last position's table per thread; every change of a
-  // parameter it depends on, freq_factors' values at an unchanged address included, must give
-  // the result of a fresh computation (the several-row path computes every row afresh, with
-  // the same formula, so the two must agree bit for bit).
+TEST_CASE("decode rope reuses its cos/sin only for the same position and parameters", "[kernels]") {
+  // The one-row path memoises the last position's table per thread, and batches of up to 64 rows
+  // (a decode step of several sequences) each position's table per thread; every change of a
+  // parameter they depend on, freq_factors' values at an unchanged address included, must give
+  // the result of a fresh computation (batches of more rows compute every row afresh, with the
+  // same formula, so all must agree bit for bit).
   cpu::CpuContext ctx(2, cpu::Isa::kGeneric);
   test::Rng rng(5);
-  constexpr std::int64_t d = 64, heads = 3;
+  constexpr std::int64_t d = 64, heads = 3, fresh_rows = 65;
   std::vector<float> factors(d / 2, 1.0f);
   cpu::RopeParams params{d, d, 10000.0f, 1.0f, nullptr, cpu::RopeStyle::kNeox, {}, {}};
   const auto check = [&](std::int32_t pos) {
     const std::vector<float> x = rng.normals(heads * d);
-    std::vector<float> one = x, two(2 * x.size());
-    std::copy(x.begin(), x.end(), two.begin());
-    std::copy(x.begin(), x.end(), two.begin() + static_cast<std::ptrdiff_t>(x.size()));
-    const std::int32_t positions[2] = {pos, pos};
-    cpu::rope(ctx, one.data(), heads * d, 1, heads, positions, params);
-    cpu::rope(ctx, two.data(), heads * d, 2, heads, positions, params);
-    CHECK(std::equal(one.begin(), one.end(), two.begin()));
+    std::vector<float> one = x, two, fresh;
+    for (int i = 0; i < 2; ++i) two.insert(two.end(), x.begin(), x.end());
+    for (int i = 0; i < fresh_rows; ++i) fresh.insert(fresh.end(), x.begin(), x.end());
+    const std::vector<std::int32_t> positions(fresh_rows, pos);
+    cpu::rope(ctx, one.data(), heads * d, 1, heads, positions.data(), params);
+    cpu::rope(ctx, two.data(), heads * d, 2, heads, positions.data(), params);
+    cpu::rope(ctx, fresh.data(), heads * d, fresh_rows, heads, positions.data(), params);
+    CHECK(std::equal(one.begin(), one.end(), fresh.begin()));
+    CHECK(std::equal(two.begin(), two.end(), fresh.begin()));
   };
   check(7);
   check(7);  // memoised
   check(8);
+  check(7 + 64);  // the batch cache's slot of 7, another position
   params.freq_base = 500000.0f;
   check(8);
   params.freq_factors = factors.data();
