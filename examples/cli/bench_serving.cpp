@@ -188,7 +188,10 @@ int run_serving_bench(const Engine& engine, const std::vector<int>& levels, std:
   config.stop_at_end_of_sequence = false;
   config.top_logprobs = 0;
   config.seed = 1;
-  (void)engine.generate_from_tokens(std::span(prompts[0]).first(std::min<std::size_t>(prompts[0].size(), 8)), config);
+  // Warm-up (first touches of the arena and caches): a few tokens, not a whole generation.
+  GenerationConfig warm_up = config;
+  warm_up.max_new_tokens = std::min<std::int32_t>(config.max_new_tokens, 8);
+  (void)engine.generate_from_tokens(std::span(prompts[0]).first(std::min<std::size_t>(prompts[0].size(), 8)), warm_up);
 
   // Rounds run every level in turn (1, 16, 1, 16, ...), so each round's ratio to the single
   // stream compares figures taken minutes apart at most.
