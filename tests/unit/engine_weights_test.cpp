@@ -127,12 +127,15 @@ TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mm
           "[engine]") {
   const DType type = GENERATE(DType::kQ8_0, DType::kQ4_0, DType::kF16);
   const std::string weights = GENERATE(as<std::string>{}, "as-stored", "q8");
-  CAPTURE(name(type), weights);
+  // (avx512vnni: the level AMD machines run by default, and where Q8_0 is held in tiles)
+  const std::string isa = GENERATE(as<std::string>{}, "auto", "avx512vnni");
+  CAPTURE(name(type), weights, isa);
   const std::string path = model(type, false);
   EngineOptions o;
   o.model_path = path;
   o.threads = 2;
   o.weights = weights;
+  o.cpu_isa = isa;
   o.mmap_weights = true;
   const Engine mapped(o);
   o.mmap_weights = false;
@@ -140,23 +143,31 @@ TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mm
   const std::vector<float> a = mapped.logits(kTokens, true), b = resident.logits(kTokens, true);
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);  // prefill of every position
-  GenerationConfig greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_new_tokens = 12;
-  greedy.top_logprobs = 3;
-  greedy.stop_at_end_of_sequence = false;
-  std::vector<std::pair<std::int32_t, float>> ta, tb;  // decode steps: ids and log-probs
-  mapped.generate_from_tokens(kTokens, greedy, [&](const TokenEvent& e) {
-    ta.emplace_back(e.token_id, e.logprob);
-    return true;
-  });
-  resident.generate_from_tokens(kTokens, greedy, [&](const TokenEvent& e) {
-    tb.emplace_back(e.token_id, e.logprob);
-    return true;
-  });
-  CHECK(ta.size() == 12);
-  CHECK(ta == tb);
   const ModelInfo& ri = resident.model_info();
+  // Resident Q8_0 at avx512vnni is tiled (Q8_0P) and decodes one row with the block-sum numerics
+  // of batches; the mmapped Q8_0's one-row kernel keeps 4-level partials. The two round apart, and
+  // a last-bit difference may move a later activation across an int8 level: decode is close, as
+  // for Q4_KR below (batches above and deterministic mode stay bit-identical: repacked_weights_test).
+  if (ri.cpu_isa == "avx512vnni" && ri.int8_activations && (weights == "q8" || type == DType::kQ8_0)) {
+    check_close_decode(mapped, resident, 12, 0.05f);
+  } else {
+    GenerationConfig greedy;
+    greedy.temperature = 0.0f;
+    greedy.max_new_tokens = 12;
+    greedy.top_logprobs = 3;
+    greedy.stop_at_end_of_sequence = false;
+    std::vector<std::pair<std::int32_t, float>> ta, tb;  // decode steps: ids and log-probs
+    mapped.generate_from_tokens(kTokens, greedy, [&](const TokenEvent& e) {
+      ta.emplace_back(e.token_id, e.logprob);
+      return true;
+    });
+    resident.generate_from_tokens(kTokens, greedy, [&](const TokenEvent& e) {
+      tb.emplace_back(e.token_id, e.logprob);
+      return true;
+    });
+    CHECK(ta.size() == 12);
+    CHECK(ta == tb);
+  }
   CHECK(mapped.model_info().weights_mmapped);
   CHECK_FALSE(ri.weights_mmapped);
   CHECK(mapped.model_info().weights_repacked_tensors == 0);
