@@ -20,7 +20,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace sitsrt::cpu::detail {
 namespace {

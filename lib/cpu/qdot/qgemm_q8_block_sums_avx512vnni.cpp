@@ -29,7 +29,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace sitsrt::cpu::detail {
 namespace {
