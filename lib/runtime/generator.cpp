@@ -1,14 +1,14 @@
 #include "runtime/generator.hpp"
 
 #include "core/check.hpp"
+#include "cpu/logits/logit_kernels.hpp"
 #include "runtime/sampler.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cstdint>
 #include <cmath>
-#include <limits>
+#include <cstdint>
 #include <random>
 
 namespace sitsrt {
@@ -106,13 +106,8 @@ namespace {
 // sampler would refuse too, without saying why): kInvalidModel, which the engine completes with
 // the model file and the first non-finite weight.
 void require_finite_logits(std::span<const float> logits, std::int32_t step) {
-  float max = -std::numeric_limits<float>::infinity();
-  bool all_nan = true;
-  for (const float l : logits) {
-    if (std::isnan(l)) continue;
-    all_nan = false;
-    max = std::max(max, l);
-  }
+  const auto [max, index] = cpu::max_logit(logits);
+  const bool all_nan = index < 0;
   if (!std::isfinite(max)) {
     raise(ErrorCode::kInvalidModel, "the model produced no finite logit at step {} ({}): its weights or "
           "activations are NaN or infinite", step, all_nan ? "every logit is NaN" : fmt::format("largest {}", max));

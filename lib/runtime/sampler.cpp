@@ -1,6 +1,7 @@
 #include "runtime/sampler.hpp"
 
 #include "core/check.hpp"
+#include "cpu/logits/logit_kernels.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,9 +26,7 @@ double uniform_unit(std::mt19937_64& rng) noexcept {
 
 // Largest value, skipping NaN; -inf when there is none.
 float max_logit(std::span<const float> logits) noexcept {
-  float best = kNegativeInfinity;
-  for (const float logit : logits) best = logit > best ? logit : best;
-  return best;
+  return cpu::max_logit(logits).value;
 }
 
 }  // namespace
@@ -44,42 +43,15 @@ void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std
 
   // sum = sum e_i and weighted = sum e_i * (l_i - max) with e_i = exp(l_i - max), so that
   // log Z = max + log(sum) and H = -sum p_i log p_i = log(sum) - weighted / sum.
-  double sum = 0.0;
-  double weighted = 0.0;
-  for (const float logit : logits) {
-    const float shifted = logit - max;
-    const float e = std::exp(shifted);
-    if (e > 0.0f) {  // also skips NaN; avoids 0 * -inf for -inf logits
-      sum += e;
-      weighted += static_cast<double>(e) * shifted;
-    }
-  }
+  const auto [sum, weighted] = cpu::exp_sums(logits, max);
   const double log_sum = std::log(sum);
   const double log_z = max + log_sum;
   out.logprob = static_cast<float>(logits[chosen] - log_z);
   out.entropy = static_cast<float>(log_sum - weighted / sum);
 
-  // Keep the k best in a heap whose front is the worst kept (O(V log k)).
-  const auto top_k = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, vocab_size));
-  const auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
-    return ranks_higher(a, b, a.logprob, b.logprob);  // .logprob holds the raw logit here
-  };
+  cpu::top_k_logits(logits, k, out.best);
   out.top.clear();
-  if (top_k == 0) return;
-  for (std::int32_t id = 0; id < vocab_size; ++id) {
-    const TokenLogprob entry{id, logits[id]};
-    if (std::isnan(entry.logprob)) continue;
-    if (out.top.size() < top_k) {
-      out.top.push_back(entry);
-      std::push_heap(out.top.begin(), out.top.end(), better);
-    } else if (better(entry, out.top.front())) {
-      std::pop_heap(out.top.begin(), out.top.end(), better);
-      out.top.back() = entry;
-      std::push_heap(out.top.begin(), out.top.end(), better);
-    }
-  }
-  std::sort_heap(out.top.begin(), out.top.end(), better);  // best first
-  for (TokenLogprob& entry : out.top) entry.logprob = static_cast<float>(entry.logprob - log_z);
+  for (const cpu::IdLogit& entry : out.best) out.top.push_back({entry.id, static_cast<float>(entry.logit - log_z)});
 }
 
 Sampler::Sampler(SamplingParams params, std::int32_t vocab_size)
@@ -103,6 +75,7 @@ Sampler::Sampler(SamplingParams params, std::int32_t vocab_size)
           params_.repeat_last_n);
   }
   candidates_.reserve(static_cast<std::size_t>(vocab_size));
+  if (params_.top_k > 0) best_.reserve(static_cast<std::size_t>(std::min(params_.top_k, vocab_size - 1)) + 1);
   if (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) {
     penalised_.reserve(static_cast<std::size_t>(vocab_size));
     penalty_applied_.assign(static_cast<std::size_t>(vocab_size), 0);
@@ -141,18 +114,23 @@ void Sampler::filter(std::span<const float> logits, std::span<const std::int32_t
   if (!std::isfinite(max)) raise(ErrorCode::kInvalidArgument, "sampler: no finite logit (max {})", max);
 
   candidates_.clear();
-  for (std::int32_t id = 0; id < vocab_size_; ++id) {
-    if (!std::isnan(scores[id])) candidates_.push_back({id, scores[id], 0.0f});
+  bool sorted = false;
+  if (params_.top_k > 0 && params_.top_k < vocab_size_) {
+    // The top_k best in order, without sorting the vocabulary. One more is looked for: top-k
+    // applies only where more than top_k logits are numbers (else all stay, in id order).
+    cpu::top_k_logits(scores, params_.top_k + 1, best_);
+    if (best_.size() > static_cast<std::size_t>(params_.top_k)) {
+      best_.pop_back();
+      for (const cpu::IdLogit& entry : best_) candidates_.push_back({entry.id, entry.logit, 0.0f});
+      sorted = true;
+    }
+  }
+  if (!sorted) {
+    for (std::int32_t id = 0; id < vocab_size_; ++id) {
+      if (!std::isnan(scores[id])) candidates_.push_back({id, scores[id], 0.0f});
+    }
   }
   const auto better = [](const Candidate& a, const Candidate& b) { return ranks_higher(a, b, a.logit, b.logit); };
-
-  bool sorted = false;
-  if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < candidates_.size()) {
-    const auto kept = candidates_.begin() + params_.top_k;
-    std::partial_sort(candidates_.begin(), kept, candidates_.end(), better);
-    candidates_.erase(kept, candidates_.end());
-    sorted = true;
-  }
 
   if (params_.top_p < 1.0f) {
     if (!sorted) std::sort(candidates_.begin(), candidates_.end(), better);
@@ -209,19 +187,9 @@ std::int32_t Sampler::draw() {
 
 std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std::int32_t> history) {
   if (params_.temperature <= 0.0f) {
-    const std::span<const float> scores = penalise(logits, history);
-    std::int32_t best = -1;
-    float best_logit = kNegativeInfinity;
-    for (std::int32_t id = 0; id < vocab_size_; ++id) {
-      const float logit = scores[id];
-      if (std::isnan(logit)) continue;
-      if (best < 0 || logit > best_logit) {  // strictly greater: ties keep the lowest id
-        best = id;
-        best_logit = logit;
-      }
-    }
-    if (best < 0) raise(ErrorCode::kInvalidArgument, "sampler: every logit is NaN");
-    return best;
+    const cpu::LogitMax best = cpu::max_logit(penalise(logits, history));  // ties: the lowest id
+    if (best.index < 0) raise(ErrorCode::kInvalidArgument, "sampler: every logit is NaN");
+    return static_cast<std::int32_t>(best.index);
   }
   filter(logits, history);
   return draw();

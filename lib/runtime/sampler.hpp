@@ -1,6 +1,8 @@
 // Token selection from logits, and the per-token statistics reported in TokenEvent.
 #pragma once
 
+#include "cpu/logits/logit_kernels.hpp"
+
 #include <cstdint>
 #include <random>
 #include <span>
@@ -28,6 +30,7 @@ struct TokenStats {
   float logprob = 0.0f;           // log p(chosen)
   float entropy = 0.0f;           // nats
   std::vector<TokenLogprob> top;  // k most likely tokens, descending
+  std::vector<cpu::IdLogit> best;  // compute_token_stats' scratch (the k best logits)
 };
 
 // Computes log-softmax statistics for `chosen` and the k most likely tokens without sorting
@@ -73,6 +76,7 @@ class Sampler {
   std::int32_t vocab_size_;
   std::mt19937_64 rng_;
   std::vector<Candidate> candidates_;
+  std::vector<cpu::IdLogit> best_;  // top-k selection scratch
   std::vector<float> penalised_;
   std::vector<std::uint8_t> penalty_applied_;  // per id, all zero between calls
 };

@@ -1,0 +1,193 @@
+// AVX-512 logit passes (see logit_kernels.hpp). The exp is the C library's expf algorithm (glibc
+// 2.28+, from ARM's optimized-routines: x N/ln2 = k + r, 2^(k/N) from a 32-entry table, a cubic
+// in r, all in double) with the operation order and fused multiply-adds of its FMA build, so it
+// rounds to the same float for every input; logit_kernels.cpp checks that against expf itself
+// before the level is used.
+#include "cpu/logits/logit_kernels.hpp"
+
+#include "cpu/simd_intrinsics.hpp"
+
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <limits>
+
+namespace sitsrt::cpu::detail {
+namespace {
+
+// 2^(i/32) as doubles, each less i << 47 (the exponent bits that k adds back): the table of the
+// algorithm, bit patterns of correctly rounded values (the tests check them against exp2l).
+constexpr std::array<std::uint64_t, 32> kExp2Table = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+constexpr double kInvLn2N = std::bit_cast<double>(std::uint64_t{0x40471547652b82fe});  // 32 / ln 2
+constexpr double kShift = 0x1.8p52;  // adding it rounds to an integer, left in the low bits
+constexpr double kC0 = std::bit_cast<double>(std::uint64_t{0x3ebc6af84b912394});
+constexpr double kC1 = std::bit_cast<double>(std::uint64_t{0x3f2ebfce50fac4f3});
+constexpr double kC2 = std::bit_cast<double>(std::uint64_t{0x3f962e42ff0c52d6});
+// Beyond |x| >= 88 the library branches: above kOverflow inf, below kUnderflow 0, between that
+// and kMayUnderflow the smallest subnormal (each computed as a product so that flush-to-zero
+// treats it as the library's multiply); NaN and +inf give x + x.
+constexpr float kOverflow = 0x1.62e42ep6f;
+constexpr float kUnderflow = -0x1.9fe368p6f;
+constexpr float kMayUnderflow = -0x1.9d1d9ep6f;
+constexpr std::uint32_t kSpecialBits = 0x42b00000;  // |x| >= 88.0f, inf and NaN included
+
+inline __m512i table_part(int part) {
+  return _mm512_loadu_si512(kExp2Table.data() + 8 * part);
+}
+
+// exp of 8 floats, in double as the library computes it.
+inline __m256 exp8(__m256 x) {
+  const __m512d xd = _mm512_cvtps_pd(x);
+  const __m512d inv_ln2_n = _mm512_set1_pd(kInvLn2N);
+  const __m512d shift = _mm512_set1_pd(kShift);
+  __m512d kd = _mm512_fmadd_pd(inv_ln2_n, xd, shift);
+  const __m512i ki = _mm512_castpd_si512(kd);
+  kd = _mm512_sub_pd(kd, shift);
+  const __m512d r = _mm512_fmsub_pd(inv_ln2_n, xd, kd);
+  // Table slot ki % 32: two 16-entry permutes (index bits 0-3), bit 4 picks between them.
+  const __m512i low = _mm512_permutex2var_epi64(table_part(0), ki, table_part(1));
+  const __m512i high = _mm512_permutex2var_epi64(table_part(2), ki, table_part(3));
+  __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), low, high);
+  t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
+  const __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(kC0), r, _mm512_set1_pd(kC1));
+  const __m512d r2 = _mm512_mul_pd(r, r);
+  __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(kC2), r, _mm512_set1_pd(1.0));
+  y = _mm512_fmadd_pd(z, r2, y);
+  return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
+}
+
+inline __m512 exp16(__m512 x) {
+  const __m256 lo = exp8(_mm512_castps512_ps256(x));
+  const __m256 hi = exp8(_mm512_extractf32x8_ps(x, 1));
+  __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  const __m512i abs_bits = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 special = _mm512_cmpge_epu32_mask(abs_bits, _mm512_set1_epi32(static_cast<int>(kSpecialBits)));
+  if (special == 0) [[likely]] {
+    return e;
+  }
+  const auto square = [](float v) { return _mm512_mul_ps(_mm512_set1_ps(v), _mm512_set1_ps(v)); };
+  e = _mm512_mask_mov_ps(e, _mm512_mask_cmp_ps_mask(special, x, _mm512_set1_ps(kMayUnderflow), _CMP_LT_OQ),
+                         square(0x1.4p-75f));
+  e = _mm512_mask_mov_ps(e, _mm512_mask_cmp_ps_mask(special, x, _mm512_set1_ps(kUnderflow), _CMP_LT_OQ),
+                         square(0x1p-95f));
+  e = _mm512_mask_mov_ps(e, _mm512_mask_cmp_ps_mask(special, x, _mm512_set1_ps(kOverflow), _CMP_GT_OQ),
+                         square(0x1p97f));
+  // NaN and +inf give x + x; -inf took the underflow value (0) above, as in the library.
+  const __mmask16 nan_or_inf =
+      _mm512_mask_cmpge_epu32_mask(special, abs_bits, _mm512_set1_epi32(0x7f800000)) &
+      ~_mm512_cmp_ps_mask(x, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
+  return _mm512_mask_add_ps(e, nan_or_inf, x, x);
+}
+
+inline __mmask16 lanes_below(std::int64_t i, std::int64_t n) {
+  const std::int64_t left = n - i;
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+LogitMax max_logit_avx512(const float* logits, std::int64_t n) {
+  // Pass 1: the maximum (vmaxps keeps its second operand when the first is NaN, so NaN lanes
+  // never win). Pass 2: the first index holding it, whose value is returned so that a signed
+  // zero comes out as the scalar loop sees it.
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  __m512 m0 = _mm512_set1_ps(kNegInf);
+  __m512 m1 = m0;
+  __m512 m2 = m0;
+  __m512 m3 = m0;
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm512_max_ps(_mm512_loadu_ps(logits + i), m0);
+    m1 = _mm512_max_ps(_mm512_loadu_ps(logits + i + 16), m1);
+    m2 = _mm512_max_ps(_mm512_loadu_ps(logits + i + 32), m2);
+    m3 = _mm512_max_ps(_mm512_loadu_ps(logits + i + 48), m3);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 lanes = lanes_below(i, n);
+    m0 = _mm512_mask_max_ps(m0, lanes, _mm512_maskz_loadu_ps(lanes, logits + i), m0);
+  }
+  const float max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+  const __m512 target = _mm512_set1_ps(max);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_below(i, n);
+    const __mmask16 hit = _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, logits + i), target, _CMP_EQ_OQ);
+    if (hit != 0) {
+      const std::int64_t index = i + std::countr_zero(static_cast<unsigned>(hit));
+      return {logits[index], index};
+    }
+  }
+  return {kNegInf, -1};  // no number at all
+}
+
+ExpSums exp_sums_avx512(const float* logits, std::int64_t n, float max) {
+  // The exps are vector work; the two sums stay one add at a time in index order (a chain of
+  // dependent double adds, ~4 cycles a logit), as the scalar definition rounds them.
+  alignas(64) double terms[16];
+  alignas(64) double products[16];
+  double sum = 0.0;
+  double weighted = 0.0;
+  const __m512 shift = _mm512_set1_ps(max);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_below(i, n);
+    const __m512 shifted = _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, logits + i), shift);
+    const __m512 e = exp16(shifted);
+    // Left-out terms become +0, which leaves both sums unchanged (neither is ever -0).
+    const __mmask16 kept = _mm512_mask_cmp_ps_mask(lanes, e, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const auto kept_lo = static_cast<__mmask8>(kept);
+    const auto kept_hi = static_cast<__mmask8>(kept >> 8);
+    const __m512d e_lo = _mm512_maskz_cvtps_pd(kept_lo, _mm512_castps512_ps256(e));
+    const __m512d e_hi = _mm512_maskz_cvtps_pd(kept_hi, _mm512_extractf32x8_ps(e, 1));
+    // float x float is exact in double, so the product rounds nowhere.
+    _mm512_store_pd(terms, e_lo);
+    _mm512_store_pd(terms + 8, e_hi);
+    _mm512_store_pd(products, _mm512_maskz_mul_pd(kept_lo, e_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(shifted))));
+    _mm512_store_pd(products + 8,
+                    _mm512_maskz_mul_pd(kept_hi, e_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(shifted, 1))));
+    for (int j = 0; j < 16; ++j) {
+      sum += terms[j];
+      weighted += products[j];
+    }
+  }
+  return {sum, weighted};
+}
+
+std::int64_t first_above_avx512(const float* logits, std::int64_t from, std::int64_t n, float threshold) {
+  const __m512 bound = _mm512_set1_ps(threshold);
+  std::int64_t i = from;
+  for (; i + 32 <= n; i += 32) {  // two vectors a step: most rows have nothing above
+    const __mmask16 a = _mm512_cmp_ps_mask(_mm512_loadu_ps(logits + i), bound, _CMP_GT_OQ);
+    const __mmask16 b = _mm512_cmp_ps_mask(_mm512_loadu_ps(logits + i + 16), bound, _CMP_GT_OQ);
+    if ((a | b) != 0) {
+      const auto both = static_cast<std::uint32_t>(a) | (static_cast<std::uint32_t>(b) << 16);
+      return i + std::countr_zero(both);
+    }
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 lanes = lanes_below(i, n);
+    const __mmask16 hit = _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, logits + i), bound, _CMP_GT_OQ);
+    if (hit != 0) return i + std::countr_zero(static_cast<unsigned>(hit));
+  }
+  return n;
+}
+
+void exp_row_avx512(const float* x, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_below(i, n);
+    _mm512_mask_storeu_ps(out + i, lanes, exp16(_mm512_maskz_loadu_ps(lanes, x + i)));
+  }
+}
+
+constexpr LogitKernels kAvx512{max_logit_avx512, exp_sums_avx512, first_above_avx512, exp_row_avx512};
+
+}  // namespace
+
+const LogitKernels& logit_kernels_avx512() noexcept {
+  return kAvx512;
+}
+
+}  // namespace sitsrt::cpu::detail
