@@ -448,8 +448,9 @@ bool Scheduler::iterate(std::vector<std::unique_ptr<Entry>>& fresh) {
   }
   // Each sequence's token is sampled from its row on the backend's host threads (per-request
   // state only, so the same bits in any order), then delivered in order on this thread. Sampling
-  // and the token statistics take ~0.4 ms a sequence over a 32k vocabulary: 16 sequences were
-  // 5.7-6.4 ms of one thread per step while the other waited, 2.8 ms on two.
+  // and the token statistics took ~0.4 ms a sequence over a 32k vocabulary in scalar code (16
+  // sequences: 5.7-6.4 ms of one thread per step while the other waited, 2.8 ms on two); the
+  // vector logit passes (cpu/logits) brought greedy decoding's share to ~0.04 ms.
   const std::size_t vocab = static_cast<std::size_t>(plan_.n_vocab);
   struct Sampled {
     Entry* entry;

@@ -2,6 +2,7 @@
 // token logprobs they feed are what audit replay compares), the vector exp against the C
 // library's expf over a sweep of all floats, and the probe that guards the level choice.
 #include "cpu/logits/logit_kernels.hpp"
+#include "cpu/logits/expf_constants.hpp"
 #include "support/isa.hpp"
 #include "support/random.hpp"
 
@@ -18,7 +19,7 @@ using namespace sitsrt;
 
 namespace {
 
-constexpr cpu::Isa kLevels[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx512};
+constexpr cpu::Isa kLevels[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -71,6 +72,15 @@ SITSRT_ISA_TEST_CASE(isa, "vector exp rounds as the C library's expf, every 61st
   sweep(0, 0xFFFFFFFFull, 61);                                                           // every sign, exponent, NaN
   sweep(std::bit_cast<std::uint32_t>(-0.0f), std::bit_cast<std::uint32_t>(-104.0f), 7);  // the softmax range
   CHECK(checked > 200'000'000);
+}
+
+TEST_CASE("the exp table holds 2^(i/32), correctly rounded, less i << 47", "[logits]") {
+  using cpu::detail::expf_constants::kExp2Table;
+  for (std::uint64_t i = 0; i < kExp2Table.size(); ++i) {
+    const auto value = static_cast<double>(std::exp2(static_cast<long double>(i) / 32.0L));
+    INFO("slot " << i);
+    CHECK(std::bit_cast<std::uint64_t>(value) - (i << 47) == kExp2Table[i]);
+  }
 }
 
 SITSRT_ISA_TEST_CASE(isa, "max_logit finds the scalar loop's value and first index", "[logits]", kLevels) {

@@ -82,6 +82,7 @@ const LogitKernels& logit_kernels_generic() noexcept {
 const LogitKernels& logit_kernels_for(Isa isa) noexcept {
 #if defined(SITSRT_X86_KERNELS)
   if (isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni || isa == Isa::kAmx) return logit_kernels_avx512();
+  if (isa == Isa::kAvx2) return logit_kernels_avx2();
 #endif
   (void)isa;
   return kGeneric;

@@ -57,9 +57,10 @@ struct LogitKernels {
 
 const LogitKernels& logit_kernels_generic() noexcept;
 #if defined(SITSRT_X86_KERNELS)
+const LogitKernels& logit_kernels_avx2() noexcept;
 const LogitKernels& logit_kernels_avx512() noexcept;
 #endif
-// The table for `isa` (the generic one below AVX-512; callers check isa_supported).
+// The table for `isa` (callers check isa_supported).
 const LogitKernels& logit_kernels_for(Isa isa) noexcept;
 // True when `kernels.exp_row` equals std::exp on the probe set (0 ulp; specials included).
 bool exp_matches_libm(const LogitKernels& kernels) noexcept;
