@@ -47,7 +47,7 @@ std::vector<float> awkward_row(test::Rng& rng, std::size_t n, float spread) {
 
 }  // namespace
 
-SITSRT_ISA_TEST_CASE(isa, "vector exp rounds as the C library's expf, every 61st float and all of [-104, 0] by 7",
+SITSRT_ISA_TEST_CASE(isa, "vector exp rounds as the C library's expf, every 127th float and every 23rd in [-104, 0]",
                      "[logits]", kLevels) {
   const auto& kernels = cpu::detail::logit_kernels_for(isa);
   std::vector<float> x;
@@ -69,9 +69,11 @@ SITSRT_ISA_TEST_CASE(isa, "vector exp rounds as the C library's expf, every 61st
       checked += static_cast<std::int64_t>(x.size());
     }
   };
-  sweep(0, 0xFFFFFFFFull, 61);                                                           // every sign, exponent, NaN
-  sweep(std::bit_cast<std::uint32_t>(-0.0f), std::bit_cast<std::uint32_t>(-104.0f), 7);  // the softmax range
-  CHECK(checked > 200'000'000);
+  // All 2^32 inputs were compared once for each level (docs/performance.md, session 24); this
+  // sweep keeps ~80 million of them, as many as CI's sanitizer runs afford.
+  sweep(0, 0xFFFFFFFFull, 127);                                                           // every sign, exponent, NaN
+  sweep(std::bit_cast<std::uint32_t>(-0.0f), std::bit_cast<std::uint32_t>(-104.0f), 23);  // the softmax range
+  CHECK(checked > 80'000'000);
 }
 
 TEST_CASE("the exp table holds 2^(i/32), correctly rounded, less i << 47", "[logits]") {
@@ -101,11 +103,13 @@ SITSRT_ISA_TEST_CASE(isa, "max_logit finds the scalar loop's value and first ind
     CHECK(got.index == want.index);
     CHECK(same_float(got.value, want.value));
     // The definition itself: nothing larger, nothing equal earlier.
+    bool is_first_max = true;
     for (std::size_t i = 0; i < n && want.index >= 0; ++i) {
       if (std::isnan(row[i])) continue;
-      REQUIRE_FALSE(row[i] > want.value);
-      if (static_cast<std::int64_t>(i) < want.index) REQUIRE_FALSE(row[i] == want.value);
+      if (row[i] > want.value || (static_cast<std::int64_t>(i) < want.index && row[i] == want.value))
+        is_first_max = false;
     }
+    CHECK(is_first_max);
   }
   const std::vector<float> all_nan(37, kNaN);
   const std::vector<float> nan_then_minus_inf = {kNaN, kNaN, -kInf, kNaN, -kInf};
