@@ -105,8 +105,8 @@ namespace {
 // Weights or activations that hold NaN or infinity leave no finite logit to sample from (the
 // sampler would refuse too, without saying why): kInvalidModel, which the engine completes with
 // the model file and the first non-finite weight.
-void require_finite_logits(std::span<const float> logits, std::int32_t step) {
-  const auto [max, index] = cpu::max_logit(logits);
+void require_finite_logits(const cpu::LogitMax& largest, std::int32_t step) {
+  const auto [max, index] = largest;
   const bool all_nan = index < 0;
   if (!std::isfinite(max)) {
     raise(ErrorCode::kInvalidModel, "the model produced no finite logit at step {} ({}): its weights or "
@@ -162,9 +162,10 @@ TokenGenerator::~TokenGenerator() = default;
 
 const TokenEvent& TokenGenerator::sample(std::span<const float> logits, std::int64_t position) {
   const auto i = static_cast<std::int32_t>(result_.tokens.size());
-  require_finite_logits(logits, i);
+  const cpu::LogitMax largest = cpu::max_logit(logits);  // one pass for the check and the statistics
+  require_finite_logits(largest, i);
   const std::int32_t token = sampler_->sample(logits, history_);
-  compute_token_stats(logits, token, config_.top_logprobs, stats_);
+  compute_token_stats(logits, largest.value, token, config_.top_logprobs, stats_);
   history_.push_back(token);
   result_.tokens.push_back(token);
 

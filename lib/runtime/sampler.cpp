@@ -32,13 +32,17 @@ float max_logit(std::span<const float> logits) noexcept {
 }  // namespace
 
 void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std::int32_t k, TokenStats& out) {
+  compute_token_stats(logits, max_logit(logits), chosen, k, out);
+}
+
+void compute_token_stats(std::span<const float> logits, float max, std::int32_t chosen, std::int32_t k,
+                         TokenStats& out) {
   const auto vocab_size = static_cast<std::int64_t>(logits.size());
   if (vocab_size == 0) raise(ErrorCode::kInvalidArgument, "compute_token_stats: empty logits");
   if (chosen < 0 || chosen >= vocab_size) {
     raise(ErrorCode::kInvalidArgument, "compute_token_stats: chosen id {} is outside the {} logits", chosen,
           vocab_size);
   }
-  const float max = max_logit(logits);
   if (!std::isfinite(max)) raise(ErrorCode::kInvalidArgument, "compute_token_stats: no finite logit (max {})", max);
 
   // sum = sum e_i and weighted = sum e_i * (l_i - max) with e_i = exp(l_i - max), so that

@@ -38,6 +38,10 @@ struct TokenStats {
 // and k <= 0 leaves `top` empty. `out.top` is reused to avoid allocation. Throws
 // kInvalidArgument for empty logits or `chosen` outside them.
 void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std::int32_t k, TokenStats& out);
+// The same with the logits' largest value (cpu::max_logit(logits).value) given by a caller that
+// already has it.
+void compute_token_stats(std::span<const float> logits, float max, std::int32_t chosen, std::int32_t k,
+                         TokenStats& out);
 
 // Stateful sampler: owns its RNG (seeded from params.seed) and candidate scratch. Pipeline:
 // repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. top-p and min-p use

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -132,6 +133,16 @@ TEST_CASE("compute_token_stats matches a double-precision reference", "[sampler]
     CAPTURE(i);
     CHECK(stats.top[i].id == ranked[i]);
     CHECK(stats.top[i].logprob == Approx(ref.logprobs[ranked[i]]).epsilon(1e-5));
+  }
+  // The form a caller that already holds the largest logit uses gives the same bits.
+  TokenStats given;
+  compute_token_stats(logits, *std::max_element(logits.begin(), logits.end()), chosen, 20, given);
+  CHECK(std::bit_cast<std::uint32_t>(given.logprob) == std::bit_cast<std::uint32_t>(stats.logprob));
+  CHECK(std::bit_cast<std::uint32_t>(given.entropy) == std::bit_cast<std::uint32_t>(stats.entropy));
+  REQUIRE(given.top.size() == stats.top.size());
+  for (std::size_t i = 0; i < given.top.size(); ++i) {
+    CHECK(given.top[i].id == stats.top[i].id);
+    CHECK(std::bit_cast<std::uint32_t>(given.top[i].logprob) == std::bit_cast<std::uint32_t>(stats.top[i].logprob));
   }
 }
 
