@@ -331,30 +331,35 @@ void bench_attention_step(cpu::CpuContext& ctx, const Options& opt, double bandw
   ctx.reserve_scratch(cpu::attention_scratch_floats(kPositions, shape));
   std::vector<cpu::AttentionSequence> batch(kSequences);
   const std::int64_t ld = shape.n_heads * shape.head_dim;
-  const double s = median_seconds(opt.repeats, [&] {
-    for (int l = 0; l < kLayers; ++l) {
-      std::byte* k = cache.data() + 2 * plane * static_cast<std::size_t>(l);
-      for (int i = 0; i < kSequences; ++i) {
-        cpu::AttentionSequence& a = batch[static_cast<std::size_t>(i)];
-        a.q = q.data() + i * ld;
-        a.ldq = a.ldo = ld;
-        a.rows = 1;
-        a.pos0 = kPositions - 1;
-        a.kv = cpu::contiguous_kv(cpu::KvType::kF16, cpu::KvType::kF16, k, k + plane, row, row, kPositions);
-        a.kv.block_size = kBlock;
-        a.kv.block_table = tables[static_cast<std::size_t>(i)];
-        a.out = out.data() + i * ld;
+  // Row-major blocks (each position's heads together), then head-major (each kv head's
+  // positions of a block together, the CPU backend's pools): the values read are the same.
+  for (const bool head_major : {false, true}) {
+    const double s = median_seconds(opt.repeats, [&] {
+      for (int l = 0; l < kLayers; ++l) {
+        std::byte* k = cache.data() + 2 * plane * static_cast<std::size_t>(l);
+        for (int i = 0; i < kSequences; ++i) {
+          cpu::AttentionSequence& a = batch[static_cast<std::size_t>(i)];
+          a.q = q.data() + i * ld;
+          a.ldq = a.ldo = ld;
+          a.rows = 1;
+          a.pos0 = kPositions - 1;
+          a.kv = cpu::contiguous_kv(cpu::KvType::kF16, cpu::KvType::kF16, k, k + plane, row, row, kPositions);
+          a.kv.block_size = kBlock;
+          a.kv.block_table = tables[static_cast<std::size_t>(i)];
+          a.kv.k_head_major = a.kv.v_head_major = head_major;
+          a.out = out.data() + i * ld;
+        }
+        cpu::attention_batch(ctx, batch, shape);
       }
-      cpu::attention_batch(ctx, batch, shape);
-    }
-  });
-  const double bytes = 2.0 * static_cast<double>(row) * kPositions * kSequences * kLayers;
-  std::printf(
-      "  attention decode step: %d sequences x %lld positions, %d layers (16 q / 8 kv heads, d=64, f16 "
-      "paged 16): %.2f ms, %.1f GB/s, %.0f%% of bw (floor %.2f ms)\n",
-      kSequences, static_cast<long long>(kPositions), kLayers, s * 1e3, bytes / s / 1e9, 100.0 * bytes / s / bandwidth,
-      bytes / bandwidth * 1e3);
-  std::fflush(stdout);
+    });
+    const double bytes = 2.0 * static_cast<double>(row) * kPositions * kSequences * kLayers;
+    std::printf(
+        "  attention decode step: %d sequences x %lld positions, %d layers (16 q / 8 kv heads, d=64, f16 "
+        "paged 16, %s): %.2f ms, %.1f GB/s, %.0f%% of bw (floor %.2f ms)\n",
+        kSequences, static_cast<long long>(kPositions), kLayers, head_major ? "head-major" : "row-major", s * 1e3,
+        bytes / s / 1e9, 100.0 * bytes / s / bandwidth, bytes / bandwidth * 1e3);
+    std::fflush(stdout);
+  }
 }
 
 // Seconds per matvec over all copies (DRAM-bound) and per matvec of one L2-resident copy

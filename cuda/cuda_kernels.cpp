@@ -187,6 +187,11 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
             "on CUDA yet; load with kv_recent_window = 0 (sitsrt --kv-recent-window 0)",
             kv.recent_window);
     }
+    if (kv.k_head_major || kv.v_head_major) {  // its pools are row-major (BackendInfo::head_major_kv)
+      raise(ErrorCode::kUnsupported,
+            "cuda attention: head-major KV blocks are a CPU layout; the CUDA kernels read "
+            "row-major blocks");
+    }
     AttentionSequenceDesc& d = descs[i];
     d.k = reinterpret_cast<std::uint8_t*>(kv.k);
     d.v = reinterpret_cast<std::uint8_t*>(kv.v);

@@ -449,6 +449,7 @@ struct Engine::Impl {
     g.k_scales = kv_layout.k_scales;
     g.recent_window = kv_layout.recent_window;
     g.block_size = s.kv_block_size;
+    g.head_major = backend->info().head_major_kv;
     // Positions adopted from the prefix cache are read quantized even inside a window, so hits
     // would change a deterministic request's bits (KvLayerRef::exact_from).
     if (options.deterministic && g.window().active()) s.prefix_caching = false;

@@ -22,7 +22,8 @@ inline constexpr std::int64_t kAttendChunk = 256;
 // e0 .. e0 + head_dim - 1 of a row of `width` values of `type` (layouts: KvType in
 // attention/attention.hpp; int8/int4 scales follow the row's values). attention.cpp resolves
 // the block table into `rows`, so the kernels walk blocks of any size at the cost of one
-// pointer load per row.
+// pointer load per row. For a head-major side (KvLayerView::k_head_major) rows[p] is the head's
+// vector itself and e0 is 0.
 struct AttendSide {
   const std::byte* const* rows;
   std::int64_t e0;

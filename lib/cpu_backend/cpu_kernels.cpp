@@ -41,11 +41,25 @@ cpu::KvType cpu_kv_type(ops::KvType type) {
 }
 
 cpu::KvLayerView cpu_view(const ops::KvLayerRef& kv) {
-  return {cpu_kv_type(kv.k_type), cpu_kv_type(kv.v_type), kv.k,         kv.v,
-          kv.k_row_bytes,         kv.v_row_bytes,         kv.capacity,  kv.block_size,
-          kv.block_table,         kv.k_rotated,           kv.v_rotated, kv.k_offset,
-          kv.k_scale,             kv.k_recent,            kv.v_recent,  kv.recent_window,
-          kv.exact_from};
+  return {.k_type = cpu_kv_type(kv.k_type),
+          .v_type = cpu_kv_type(kv.v_type),
+          .k = kv.k,
+          .v = kv.v,
+          .k_row_bytes = kv.k_row_bytes,
+          .v_row_bytes = kv.v_row_bytes,
+          .capacity = kv.capacity,
+          .block_size = kv.block_size,
+          .block_table = kv.block_table,
+          .k_rotated = kv.k_rotated,
+          .v_rotated = kv.v_rotated,
+          .k_offset = kv.k_offset,
+          .k_scale = kv.k_scale,
+          .k_recent = kv.k_recent,
+          .v_recent = kv.v_recent,
+          .recent_window = kv.recent_window,
+          .exact_from = kv.exact_from,
+          .k_head_major = kv.k_head_major,
+          .v_head_major = kv.v_head_major};
 }
 
 }  // namespace

@@ -71,9 +71,15 @@ struct KvLayerRef {
   std::byte* v_recent = nullptr;
   std::int64_t recent_window = 0;
   std::int64_t exact_from = 0;
+  // Head-major blocks (F32/F16 sides; a backend's choice, BackendInfo::head_major_kv): within
+  // each block, head g's block_size vectors lie together, at g * block_size * head_dim values
+  // from the block's start, rather than each position's row together. A block keeps its bytes'
+  // place in the pool, so block copies and swaps do not depend on it; readers of single rows do.
+  bool k_head_major = false;
+  bool v_head_major = false;
 
   // True when the blocks are the storage in order (a contiguous cache, or a paged one whose
-  // table is 0, 1, 2, ...): position p is then at k + p * k_row_bytes.
+  // table is 0, 1, 2, ...): position p is then at k + p * k_row_bytes (row-major sides).
   [[nodiscard]] bool contiguous() const noexcept {
     for (std::size_t b = 0; b < block_table.size(); ++b) {
       if (block_table[b] != static_cast<std::int32_t>(b)) return false;

@@ -119,7 +119,12 @@ inline void hadamard(std::vector<double>& x) {
 struct Layout {
   KvType k = KvType::kF16, v = KvType::kF16;
   bool k_rotated = false, v_rotated = false;
+  bool head_major = false;  // its F32/F16 sides head-major in their blocks (KvLayerView::k_head_major)
 };
+
+inline bool head_major_side(const Layout& l, KvType t) {
+  return l.head_major && (t == KvType::kF32 || t == KvType::kF16);
+}
 
 // One layer's cache in a pool of physical blocks: logical block b in physical block table[b], a
 // random permutation of twice as many blocks as needed; rows 8 bytes longer than the layout and
@@ -162,9 +167,39 @@ struct Cache {
     }
     view.k_rotated = layout.k_rotated;
     view.v_rotated = layout.v_rotated;
+    view.k_head_major = head_major_side(layout, layout.k);
+    view.v_head_major = head_major_side(layout, layout.v);
     return view;
   }
 
+  // The same cache with row-major sides: a head-major side's vectors gathered by the layout's
+  // definition (in each block of block_size rows of `row_bytes`, head g of row r at
+  // (g * block_size + r) * head bytes from the block's start); bytes outside them 0xFF.
+  [[nodiscard]] Cache row_major() const {
+    Cache out = *this;
+    out.layout.head_major = false;
+    const std::int64_t bs = block_size > 0 ? block_size : capacity;
+    const auto gather = [&](KvType t, const std::vector<std::byte>& src, std::vector<std::byte>& dst,
+                            std::size_t row_bytes) {
+      if (!head_major_side(layout, t)) return;
+      const std::size_t hb = static_cast<std::size_t>(d) * (t == KvType::kF32 ? 4 : 2);
+      std::fill(dst.begin(), dst.end(), std::byte{0xFF});
+      for (std::size_t row = 0; row < src.size() / row_bytes; ++row) {
+        const std::size_t block = row / static_cast<std::size_t>(bs), r = row % static_cast<std::size_t>(bs);
+        for (std::size_t g = 0; g < static_cast<std::size_t>(n_kv); ++g) {
+          std::memcpy(dst.data() + row * row_bytes + g * hb,
+                      src.data() + block * static_cast<std::size_t>(bs) * row_bytes +
+                          (g * static_cast<std::size_t>(bs) + r) * hb,
+                      hb);
+        }
+      }
+    };
+    gather(layout.k, k, out.k, kb);
+    gather(layout.v, v, out.v, vb);
+    return out;
+  }
+
+  // Position p's row (row-major sides; row_major() first for a head-major cache).
   [[nodiscard]] const std::byte* k_row(std::int64_t p) const { return k.data() + row(p) * kb; }
   [[nodiscard]] const std::byte* v_row(std::int64_t p) const { return v.data() + row(p) * vb; }
 
@@ -268,6 +303,7 @@ struct RowOverride {
 // Rows first_row .. of the inputs' query rows.
 inline Reference reference(const Inputs& in, const Cache& cache, const RowOverride* override_rows = nullptr,
                            std::int64_t first_row = 0) {
+  if (cache.layout.head_major) return reference(in, cache.row_major(), override_rows, first_row);
   const Case& c = in.c;
   const std::int64_t d = c.head_dim, width = in.width;
   const double scale = in.shape.scale;

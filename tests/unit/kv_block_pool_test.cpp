@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 using namespace sitsrt;
@@ -75,6 +76,26 @@ TEST_CASE("KV geometry: bytes per token and per block for every K/V type", "[kv_
   KvGeometry odd = geometry(ops::KvType::kInt4);
   odd.head_dim = 12;  // 24 values per row: no whole group of 32
   CHECK_THROWS_WITH(odd.token_bytes(), Catch::Contains("int4") && Catch::Contains("24"));
+}
+
+TEST_CASE("KV pool: a head-major geometry marks its f32/f16 sides head-major, never int8/int4", "[kv_pool]") {
+  CpuBackend backend = make_backend();
+  CHECK(backend.info().head_major_kv);  // the CPU backend's pools (engine.cpp reads the flag)
+  const std::int32_t table[] = {0};
+  for (const bool head_major : {false, true}) {
+    for (const auto& [k, v] :
+         {std::pair{ops::KvType::kF16, ops::KvType::kF32}, std::pair{ops::KvType::kInt8, ops::KvType::kF16},
+          std::pair{ops::KvType::kF32, ops::KvType::kInt4}}) {
+      KvGeometry g = geometry(k, v);
+      g.head_major = head_major;
+      const KvBlockPool pool(backend, g, 2);
+      const ops::KvLayerRef ref = pool.layer(1, std::span(table, 1));
+      CAPTURE(head_major, ops::name(k), ops::name(v));
+      CHECK(ref.k_head_major == (head_major && k != ops::KvType::kInt8));
+      CHECK(ref.v_head_major == (head_major && v != ops::KvType::kInt4));
+      CHECK(pool.bytes() == 2 * g.block_bytes());  // the layout moves values within a block only
+    }
+  }
 }
 
 TEST_CASE("KV pool: allocate, retain, release and reuse", "[kv_pool]") {

@@ -98,8 +98,8 @@ struct WindowCase {
 void check_window(cpu::Isa isa, const WindowCase& w, const std::vector<std::vector<std::int64_t>>& cuts) {
   const Layout& l = w.layout;
   const Case& c = w.c;
-  CAPTURE(cpu::name(isa), type_name(l.k), type_name(l.v), l.k_rotated, l.v_rotated, w.window, w.exact_from,
-          w.block_size, c.group, c.head_dim, c.rows, c.window, c.n_kv);
+  CAPTURE(cpu::name(isa), type_name(l.k), type_name(l.v), l.k_rotated, l.v_rotated, l.head_major, w.window,
+          w.exact_from, w.block_size, c.group, c.head_dim, c.rows, c.window, c.n_kv);
   const Inputs in(c, seed_of(c, l, w.block_size) + static_cast<std::uint64_t>(w.window * 13 + w.exact_from));
   std::vector<float> first_out;
   for (const int threads : {3, 1}) {
@@ -157,7 +157,9 @@ SITSRT_ISA_TEST_CASE(isa, "an exact recent window reads f16 copies of the latest
                      "[attention][paged][window]", kWindowIsas) {
   const Layout layout =
       GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt4, true, true},
-               Layout{KvType::kInt4, KvType::kF16, true, false}, Layout{KvType::kF16, KvType::kInt8, false, false});
+               Layout{KvType::kInt4, KvType::kF16, true, false}, Layout{KvType::kF16, KvType::kInt8, false, false},
+               Layout{KvType::kInt4, KvType::kF16, true, false, true},  // the f16 side head-major
+               Layout{KvType::kF32, KvType::kInt8, false, true, true});
   const std::int64_t window = GENERATE(1, 32);
   const std::vector<std::vector<std::int64_t>> cuts = {{1000}, {7}, {40, 1}, {1}};
   check_window(isa, {layout, {2, 64, 0, 70}, window}, cuts);

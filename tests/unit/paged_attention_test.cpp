@@ -30,9 +30,10 @@ using cpu::KvType;
 
 namespace {
 
-
-// Paged (block_size) and contiguous caches of the same inputs: attention must agree bit for
-// bit; the paged result is then checked against both references.
+// Paged (block_size) and contiguous caches of the same inputs, the paged one also with its
+// F32/F16 sides head-major (the same table): attention must agree bit for bit, the head-major
+// bytes gathered must be the row-major ones; the paged result is then checked against both
+// references.
 void check_paged(cpu::Isa isa, int threads, const Layout& l, std::int64_t block_size, const Case& c,
                  bool check_reference = true) {
   CAPTURE(cpu::name(isa), threads, type_name(l.k), type_name(l.v), l.k_rotated, l.v_rotated, block_size, c.group,
@@ -41,12 +42,20 @@ void check_paged(cpu::Isa isa, int threads, const Layout& l, std::int64_t block_
   test::Rng rng(seed_of(c, l, block_size) + 1);
   const std::int64_t capacity = c.pos0 + c.rows + 3;
   Cache contiguous(l, c.n_kv, c.head_dim, capacity, 0, rng), paged(l, c.n_kv, c.head_dim, capacity, block_size, rng);
+  Cache head_major = paged;
+  head_major.layout.head_major = true;
   cpu::CpuContext store_ctx(2, isa);
   in.store(store_ctx, contiguous);
   in.store(store_ctx, paged);
+  in.store(store_ctx, head_major);
   const std::vector<float> a = run_attention(isa, threads, in, contiguous);
   const std::vector<float> b = run_attention(isa, threads, in, paged);
+  const std::vector<float> h = run_attention(isa, threads, in, head_major);
   REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  REQUIRE(std::memcmp(a.data(), h.data(), a.size() * sizeof(float)) == 0);
+  const Cache gathered = head_major.row_major();
+  REQUIRE(gathered.k == paged.k);
+  REQUIRE(gathered.v == paged.v);
   if (!check_reference) return;
   const Reference ref = reference(in, paged);
   const std::vector<float> actual = output_elements(in, b);
@@ -110,6 +119,17 @@ TEST_CASE("rotation needs a power-of-two head_dim; int4 needs widths in groups o
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInvalidArgument);
+  }
+  // Head-major blocks hold unscaled rows only: an int8 side flagged head-major is refused.
+  Cache int8({KvType::kInt8, KvType::kF16}, 1, 32, 16, 16, rng);
+  cpu::KvLayerView flagged = int8.view();
+  flagged.k_head_major = true;
+  try {
+    cpu::kv_store(ctx, flagged, x.data(), 32, x.data(), 32, 1, 1, 32, 0);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnsupported);
+    CHECK_THAT(e.what(), Catch::Contains("head-major"));
   }
 }
 
@@ -246,6 +266,8 @@ SITSRT_ISA_TEST_CASE(isa, "attention_batch equals per-sequence attention bit for
       {{KvType::kF32, KvType::kInt4}, {2, 64, 30, 5}, 3},
       {{KvType::kInt8, KvType::kInt4, true, true}, {2, 64, 900, 1}, 16},
       {{KvType::kF16, KvType::kF16}, {2, 64, 0, 4}, 0},
+      {{KvType::kF16, KvType::kF16, false, false, true}, {2, 64, 700, 1}, 16},  // head-major beside row-major
+      {{KvType::kInt8, KvType::kF32, false, true, true}, {2, 64, 40, 3}, 5},
   };
   std::vector<Inputs> inputs;
   std::vector<Cache> caches;

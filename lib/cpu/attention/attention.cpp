@@ -119,10 +119,10 @@ struct SequencePlan {
   // Row addresses of the exact positions begin .. begin + n - 1 (padded as resolve_rows): a
   // windowed side's from this call's staging (positions from pos0) or the ring, the other
   // side's from the blocks.
-  void resolve_exact_rows(std::int64_t begin, std::int64_t n, const std::byte** k_rows,
+  void resolve_exact_rows(std::int64_t begin, std::int64_t n, std::int64_t g, const std::byte** k_rows,
                           const std::byte** v_rows) const {
     const KvLayerView& kv = seq->kv;
-    resolve_rows(begin, n, k_rows, v_rows);
+    resolve_rows(begin, n, g, k_rows, v_rows);
     const std::int64_t width = shape->n_kv_heads * shape->head_dim;
     const auto row_bytes = static_cast<std::size_t>(width) * 2;
     const auto exact = [&](const std::uint16_t* staged, const std::byte* ring, std::int64_t p) {
@@ -140,22 +140,28 @@ struct SequencePlan {
     }
   }
 
-  // Row addresses of positions begin .. begin + n - 1, walking the blocks they fall in, padded
-  // to a multiple of four with the last row.
-  void resolve_rows(std::int64_t begin, std::int64_t n, const std::byte** k_rows, const std::byte** v_rows) const {
+  // Row addresses of positions begin .. begin + n - 1 for kv head g, walking the blocks they
+  // fall in, padded to a multiple of four with the last row: a row-major side's rows (the
+  // kernels add the head's offset), a head-major side's head vectors (KvLayerView::k_head_major).
+  void resolve_rows(std::int64_t begin, std::int64_t n, std::int64_t g, const std::byte** k_rows,
+                    const std::byte** v_rows) const {
     const KvLayerView& kv = seq->kv;
+    const std::int64_t d = shape->head_dim;
+    const std::size_t k_head = static_cast<std::size_t>(d) * (kv.k_type == KvType::kF32 ? 4 : 2);
+    const std::size_t v_head = static_cast<std::size_t>(d) * (kv.v_type == KvType::kF32 ? 4 : 2);
+    const std::size_t k_step = kv.k_head_major ? k_head : kv.k_row_bytes;
+    const std::size_t v_step = kv.v_head_major ? v_head : kv.v_row_bytes;
     std::int64_t idx = 0;
     while (idx < n) {
-      const std::int64_t p = begin + idx, b = p / kv.block_size, r = p - b * kv.block_size;
+      const std::int64_t p = begin + idx, r = p % kv.block_size;
       const std::int64_t run = std::min(kv.block_size - r, n - idx);
-      const std::size_t row = static_cast<std::size_t>(kv.block_table[static_cast<std::size_t>(b)]) *
-                                  static_cast<std::size_t>(kv.block_size) +
-                              static_cast<std::size_t>(r);
-      const std::byte* k = kv.k + row * kv.k_row_bytes;
-      const std::byte* v = kv.v + row * kv.v_row_bytes;
+      const std::byte* k = kv.k + (kv.k_head_major ? kv.head_offset(p, g, kv.k_row_bytes, k_head, true)
+                                                   : kv.row_index(p) * kv.k_row_bytes);
+      const std::byte* v = kv.v + (kv.v_head_major ? kv.head_offset(p, g, kv.v_row_bytes, v_head, true)
+                                                   : kv.row_index(p) * kv.v_row_bytes);
       for (std::int64_t j = 0; j < run; ++j) {
-        k_rows[idx + j] = k + static_cast<std::size_t>(j) * kv.k_row_bytes;
-        v_rows[idx + j] = v + static_cast<std::size_t>(j) * kv.v_row_bytes;
+        k_rows[idx + j] = k + static_cast<std::size_t>(j) * k_step;
+        v_rows[idx + j] = v + static_cast<std::size_t>(j) * v_step;
       }
       idx += run;
     }
@@ -190,13 +196,14 @@ struct SequencePlan {
     }
     if (exact) {
       args.n = seq->pos0 + i + 1 - begin;
-      resolve_exact_rows(begin, args.n, k_rows, v_rows);
+      resolve_exact_rows(begin, args.n, g, k_rows, v_rows);
     } else {
       args.n = std::min(kAttendChunk, exact_at - begin);
-      resolve_rows(begin, args.n, k_rows, v_rows);
+      resolve_rows(begin, args.n, g, k_rows, v_rows);
     }
-    args.k = {k_rows, g * d, width};
-    args.v = {v_rows, g * d, width};
+    // A head-major side's addresses are already the head's (windowed sides never are).
+    args.k = {k_rows, seq->kv.k_head_major ? 0 : g * d, width};
+    args.v = {v_rows, seq->kv.v_head_major ? 0 : g * d, width};
     args.group = group;
     args.head_dim = d;
     args.scale = shape->scale;
@@ -256,6 +263,12 @@ class PairCursor {
 // Sequences planned at once on the stack; longer batches run in groups of this many, each
 // group one dispatch (per-sequence results do not depend on the grouping).
 constexpr std::size_t kMaxBatch = 1024;
+// A thread claims up to this many consecutive pairs at once (the kv heads of one row): with
+// head-major blocks their vectors are neighbours, and the hardware prefetcher, which runs ahead
+// within a 4 KiB page, fills this thread's L2 with the next head's while it reads one. With
+// claims of one pair the other thread often took the next head and missed on what had been
+// fetched here: attention of a 16-stream step ~10% slower (docs/performance.md, session 25).
+constexpr std::int64_t kMaxPairsPerClaim = 8;
 
 void attend_group(CpuContext& ctx, std::span<const SequencePlan> plans, const AttentionShape& shape) {
   const std::int64_t group = shape.n_heads / shape.n_kv_heads, n_kv = shape.n_kv_heads;
@@ -310,26 +323,30 @@ void attend_group(CpuContext& ctx, std::span<const SequencePlan> plans, const At
     return;
   }
 
-  // Pairs are claimed one at a time, longest rows (latest positions) first within a sequence,
+  // Pairs are claimed in runs of consecutive ones (kMaxPairsPerClaim, fewer when that would
+  // leave a thread under four claims), longest rows (latest positions) first within a sequence,
   // so a prefill's triangular work spreads evenly; which thread runs a pair does not change its
   // result.
   const std::size_t need = kernel_need + static_cast<std::size_t>(2 * part);
+  const std::int64_t claim = std::clamp<std::int64_t>(pairs / (4 * threads), 1, kMaxPairsPerClaim);
   std::atomic<std::int64_t> next{0};
   ctx.pool().run([&](int t, int) {
     float* scratch = nullptr;
     PairCursor cursor(plans, n_kv);
-    for (std::int64_t pair = next.fetch_add(1, std::memory_order_relaxed); pair < pairs;
-         pair = next.fetch_add(1, std::memory_order_relaxed)) {
-      if (scratch == nullptr) scratch = ctx.scratch(t, need);
-      const Partial run = partial_at(scratch + kernel_need, group, d);
-      const Partial chunk = partial_at(scratch + kernel_need + part, group, d);
-      const PairCursor::Pair x = cursor.at(pair);
-      const std::int64_t chunks = x.plan->chunks(x.row);
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        x.plan->run_chunk(x.row, x.kv_head, c, c == 0 ? run : chunk, scratch);
-        if (c > 0) fold(run, chunk, group, dp);
+    for (std::int64_t first = next.fetch_add(claim, std::memory_order_relaxed); first < pairs;
+         first = next.fetch_add(claim, std::memory_order_relaxed)) {
+      for (std::int64_t pair = first; pair < std::min(pairs, first + claim); ++pair) {
+        if (scratch == nullptr) scratch = ctx.scratch(t, need);
+        const Partial run = partial_at(scratch + kernel_need, group, d);
+        const Partial chunk = partial_at(scratch + kernel_need + part, group, d);
+        const PairCursor::Pair x = cursor.at(pair);
+        const std::int64_t chunks = x.plan->chunks(x.row);
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          x.plan->run_chunk(x.row, x.kv_head, c, c == 0 ? run : chunk, scratch);
+          if (c > 0) fold(run, chunk, group, dp);
+        }
+        finish(run, group, d, x.plan->seq->kv.v_rotated, output(x));
       }
-      finish(run, group, d, x.plan->seq->kv.v_rotated, output(x));
     }
   });
 }

@@ -68,6 +68,14 @@ struct KvLayerView {
   std::byte* v_recent = nullptr;
   std::int64_t recent_window = 0;
   std::int64_t exact_from = 0;
+  // Head-major blocks (F32/F16 sides only): within each block, head g's block_size vectors of
+  // head_dim values lie together, at g * block_size * head_dim values from the block's start,
+  // instead of each position's n_kv_heads vectors together. One (query row, kv head) item then
+  // reads a contiguous run per block, which hardware prefetchers follow; with rows apart it read
+  // two lines per row and waited on misses in flight (16-stream decode, docs/performance.md).
+  // A block's bytes stay where they were, so copies and swaps of whole blocks are unchanged.
+  bool k_head_major = false;
+  bool v_head_major = false;
 
   [[nodiscard]] bool k_windowed() const noexcept {
     return recent_window > 0 && (k_type == KvType::kInt8 || k_type == KvType::kInt4);
@@ -81,6 +89,15 @@ struct KvLayerView {
     const std::int64_t b = p / block_size;
     return static_cast<std::size_t>(block_table[static_cast<std::size_t>(b)]) * static_cast<std::size_t>(block_size) +
            static_cast<std::size_t>(p - b * block_size);
+  }
+  // Byte offset of position p's head g vector (head_bytes long) on a side of row_bytes rows.
+  [[nodiscard]] std::size_t head_offset(std::int64_t p, std::int64_t g, std::size_t row_bytes, std::size_t head_bytes,
+                                        bool head_major) const noexcept {
+    const std::int64_t b = p / block_size, r = p - b * block_size;
+    const std::size_t block = static_cast<std::size_t>(block_table[static_cast<std::size_t>(b)]) *
+                              static_cast<std::size_t>(block_size) * row_bytes;
+    if (head_major) return block + static_cast<std::size_t>(g * block_size + r) * head_bytes;
+    return block + static_cast<std::size_t>(r) * row_bytes + static_cast<std::size_t>(g) * head_bytes;
   }
 };
 
@@ -98,7 +115,8 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // sides are then rotated. A decode step's few rows are written by the calling thread, more are
 // split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
-// rotation without a power-of-two head_dim <= 1024 or an int4 width not a multiple of 32.
+// rotation without a power-of-two head_dim <= 1024, an int4 width not a multiple of 32 or a
+// head-major int8/int4 side. A head-major side's row is converted whole, then scattered by head.
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
               std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0);
 

@@ -65,6 +65,11 @@ void check_cache(const KvLayerView& kv, std::int64_t n_kv_heads, std::int64_t he
             kMaxRotatedHeadDim, head_dim);
     }
   }
+  if ((kv.k_head_major && (kv.k_type == KvType::kInt8 || kv.k_type == KvType::kInt4)) ||
+      (kv.v_head_major && (kv.v_type == KvType::kInt8 || kv.v_type == KvType::kInt4))) {
+    raise(ErrorCode::kUnsupported, "{}: head-major blocks hold f32 or f16 rows only (K {}, V {})", op,
+          kv.k_head_major ? "head-major" : "row-major", kv.v_head_major ? "head-major" : "row-major");
+  }
   if (kv.recent_window < 0 || kv.recent_window > kMaxRecentWindow || kv.exact_from < 0) {
     raise(ErrorCode::kInvalidArgument, "{}: recent window {} (0 .. {}) from position {}", op, kv.recent_window,
           kMaxRecentWindow, kv.exact_from);
@@ -165,8 +170,8 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
     for (std::int64_t g = begin; g < end; ++g) {
       while (g >= base + sequences[s].rows) base += sequences[s++].rows;
       const KvStoreSequence& q = sequences[s];
-      const std::int64_t i = g - base;
-      const std::size_t row = q.kv.row_index(q.pos0 + i);
+      const std::int64_t i = g - base, p = q.pos0 + i;
+      const std::size_t row = q.kv.row_index(p);
       const float* k_src = q.k + i * q.ldk;
       if (q.kv.k_offset != nullptr || q.kv.k_scale != nullptr) {  // (k - offset) / scale, then as any row
         thread_local std::vector<float> centered;
@@ -178,10 +183,26 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
         k_src = centered.data();
       }
       const std::int64_t width = n_kv_heads * head_dim;
-      store_row(q.kv.k_type, q.kv.k_rotated, k_src, q.kv.k + row * q.kv.k_row_bytes, n_kv_heads, head_dim, vec,
-                q.kv.k_windowed() ? q.staging.k + i * width : nullptr);
-      store_row(q.kv.v_type, q.kv.v_rotated, q.v + i * q.ldv, q.kv.v + row * q.kv.v_row_bytes, n_kv_heads, head_dim,
-                vec, q.kv.v_windowed() ? q.staging.v + i * width : nullptr);
+      // A head-major side's row goes through `staged`, then each head vector to its place.
+      const auto store_side = [&](KvType type, bool rotated, bool head_major, const float* src, std::byte* plane,
+                                  std::size_t row_bytes, std::uint16_t* exact) {
+        if (!head_major) {
+          store_row(type, rotated, src, plane + row * row_bytes, n_kv_heads, head_dim, vec, exact);
+          return;
+        }
+        thread_local std::vector<std::byte> staged;
+        staged.resize(row_bytes);
+        store_row(type, rotated, src, staged.data(), n_kv_heads, head_dim, vec, exact);
+        const auto head_bytes = static_cast<std::size_t>(head_dim) * (type == KvType::kF32 ? 4 : 2);
+        for (std::int64_t h = 0; h < n_kv_heads; ++h) {
+          std::memcpy(plane + q.kv.head_offset(p, h, row_bytes, head_bytes, true),
+                      staged.data() + static_cast<std::size_t>(h) * head_bytes, head_bytes);
+        }
+      };
+      store_side(q.kv.k_type, q.kv.k_rotated, q.kv.k_head_major, k_src, q.kv.k, q.kv.k_row_bytes,
+                 q.kv.k_windowed() ? q.staging.k + i * width : nullptr);
+      store_side(q.kv.v_type, q.kv.v_rotated, q.kv.v_head_major, q.v + i * q.ldv, q.kv.v, q.kv.v_row_bytes,
+                 q.kv.v_windowed() ? q.staging.v + i * width : nullptr);
     }
   };
   // A decode step's row or two per sequence is stored by the calling thread when the batch is
