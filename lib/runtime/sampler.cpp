@@ -4,8 +4,12 @@
 #include "cpu/logits/logit_kernels.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <utility>
 
 namespace sitsrt {
 namespace {
@@ -22,6 +26,43 @@ bool ranks_higher(const T& a, const T& b, float a_value, float b_value) noexcept
 // are implementation-defined, this is the same everywhere.
 double uniform_unit(std::mt19937_64& rng) noexcept {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+// A key whose ascending order is the logits' descending order (-0 and +0 the same key): the
+// float's bits with the sign bit flipped for positives, all bits for negatives, inverted.
+std::uint32_t descending_key(float logit) noexcept {
+  const auto bits = std::bit_cast<std::uint32_t>(logit == 0.0f ? 0.0f : logit);
+  return (bits & 0x80000000u) != 0 ? bits : ~(bits | 0x80000000u);
+}
+
+// Sorts candidates (non-NaN logits, ascending ids) into rank order: logit descending, equal
+// logits by lower id, the permutation std::sort with ranks_higher gives (a total order). A
+// stable LSD radix sort on descending_key in three passes of 11 bits (a pass whose digit every
+// key shares is skipped): linear in the vocabulary where std::sort took 1.8 ms a token over 32k
+// candidates and 17.8 ms over Gemma 3's 262k (top-p without top-k, as OpenAI-style requests ask).
+template <typename T>
+void sort_by_rank(std::vector<T>& items, std::vector<T>& scratch) {
+  const std::size_t n = items.size();
+  if (n < 256) {
+    std::sort(items.begin(), items.end(), [](const T& a, const T& b) { return ranks_higher(a, b, a.logit, b.logit); });
+    return;
+  }
+  constexpr int kDigitBits = 11;
+  constexpr std::uint32_t kDigitMask = (1u << kDigitBits) - 1;
+  scratch.resize(n);
+  T* src = items.data();
+  T* dst = scratch.data();
+  std::array<std::uint32_t, kDigitMask + 1> start{};
+  for (int shift = 0; shift < 32; shift += kDigitBits) {
+    start.fill(0);
+    for (std::size_t i = 0; i < n; ++i) ++start[(descending_key(src[i].logit) >> shift) & kDigitMask];
+    if (std::find(start.begin(), start.end(), static_cast<std::uint32_t>(n)) != start.end()) continue;
+    std::uint32_t offset = 0;
+    for (std::uint32_t& s : start) offset += std::exchange(s, offset);
+    for (std::size_t i = 0; i < n; ++i) dst[start[(descending_key(src[i].logit) >> shift) & kDigitMask]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != items.data()) std::copy(src, src + n, items.data());
 }
 
 // Largest value, skipping NaN; -inf when there is none.
@@ -79,6 +120,7 @@ Sampler::Sampler(SamplingParams params, std::int32_t vocab_size)
           params_.repeat_last_n);
   }
   candidates_.reserve(static_cast<std::size_t>(vocab_size));
+  if (params_.top_p < 1.0f) sort_scratch_.reserve(static_cast<std::size_t>(vocab_size));
   if (params_.top_k > 0) best_.reserve(static_cast<std::size_t>(std::min(params_.top_k, vocab_size - 1)) + 1);
   if (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) {
     penalised_.reserve(static_cast<std::size_t>(vocab_size));
@@ -134,10 +176,9 @@ void Sampler::filter(std::span<const float> logits, std::span<const std::int32_t
       if (!std::isnan(scores[id])) candidates_.push_back({id, scores[id], 0.0f});
     }
   }
-  const auto better = [](const Candidate& a, const Candidate& b) { return ranks_higher(a, b, a.logit, b.logit); };
 
   if (params_.top_p < 1.0f) {
-    if (!sorted) std::sort(candidates_.begin(), candidates_.end(), better);
+    if (!sorted) sort_by_rank(candidates_, sort_scratch_);
     sorted = true;
     // Smallest prefix whose probability (softmax over the survivors) reaches top_p.
     double total = 0.0;

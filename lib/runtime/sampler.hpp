@@ -80,6 +80,7 @@ class Sampler {
   std::int32_t vocab_size_;
   std::mt19937_64 rng_;
   std::vector<Candidate> candidates_;
+  std::vector<Candidate> sort_scratch_;  // top-p over candidates top-k did not rank: the radix sort's
   std::vector<cpu::IdLogit> best_;  // top-k selection scratch
   std::vector<float> penalised_;
   std::vector<std::uint8_t> penalty_applied_;  // per id, all zero between calls

@@ -17,6 +17,7 @@
 #include <memory>
 #include <new>
 #include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -240,6 +241,104 @@ TEST_CASE("top-p keeps the smallest prefix reaching p, over the surviving candid
   params.top_p = 0.7f;
   Sampler sampler(params, 6);
   CHECK(as_set(sampler.candidates(logits, {})) == std::set<std::int32_t>{1, 4});
+}
+
+namespace {
+
+// The sampler's pipeline without top-k and repetition penalty, written from its definition: the
+// numbers in rank order (logit descending, ties by lower id, -0 == +0) by a stable comparison
+// sort; top-p keeps the shortest prefix whose float weights exp(l - max), summed in double in
+// that order, reach top_p of their total; min-p drops exp(l - max) < min_p; the draw takes
+// weights exp((l - max') / T) over the survivors in order and the first whose running double
+// sum passes u * total, u from the top 53 bits of the request's mt19937_64.
+std::vector<std::int32_t> reference_top_p_draws(const std::vector<float>& logits, const SamplingParams& p, int draws) {
+  float max = -INFINITY;
+  for (const float l : logits) {
+    if (!std::isnan(l)) max = std::max(max, l);
+  }
+  std::vector<std::int32_t> ranked;
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(logits.size()); ++id) {
+    if (!std::isnan(logits[id])) ranked.push_back(id);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+  std::vector<float> weights;
+  double total = 0.0;
+  for (const std::int32_t id : ranked) {
+    weights.push_back(std::exp(logits[id] - max));
+    total += weights.back();
+  }
+  const double target = static_cast<double>(p.top_p) * total;
+  double cumulative = 0.0;
+  std::size_t keep = ranked.size();
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    cumulative += weights[i];
+    if (cumulative >= target) {
+      keep = i + 1;
+      break;
+    }
+  }
+  ranked.resize(std::max<std::size_t>(keep, 1));
+  std::erase_if(ranked, [&](std::int32_t id) { return std::exp(static_cast<double>(logits[id]) - max) < p.min_p; });
+  float kept_max = -INFINITY;
+  for (const std::int32_t id : ranked) kept_max = std::max(kept_max, logits[id]);
+  std::mt19937_64 rng(p.seed);
+  std::vector<std::int32_t> out;
+  for (int d = 0; d < draws; ++d) {
+    std::vector<float> w;
+    double sum = 0.0;
+    for (const std::int32_t id : ranked) {
+      w.push_back(static_cast<float>(std::exp(static_cast<double>(logits[id] - kept_max) * (1.0 / p.temperature))));
+      sum += w.back();
+    }
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * sum;
+    double running = 0.0;
+    std::int32_t pick = ranked.front();
+    for (std::size_t i = 0; i < ranked.size(); ++i) {
+      if (w[i] <= 0.0f) continue;
+      running += w[i];
+      pick = ranked[i];
+      if (u < running) break;
+    }
+    out.push_back(pick);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("top-p over a whole vocabulary draws the tokens of its definition, ties and signed zeros included",
+          "[sampler]") {
+  // Vocabularies past the sampler's comparison-sort size rank by a radix sort of the logit bits.
+  for (const int vocab : {200, 3000, 40000}) {
+    for (const int kind : {0, 1, 2, 3}) {
+      test::Rng rng(static_cast<std::uint64_t>(vocab * 7 + kind));
+      std::vector<float> logits(static_cast<std::size_t>(vocab));
+      for (float& l : logits) {
+        l = rng.normal() * 3.0f;
+        if (kind == 1) l = std::round(l * 4.0f) / 4.0f;  // many ties, and zeros of both signs
+        if (kind == 1 && l == 0.0f && (rng.next() & 1) != 0) l = -0.0f;
+        if (kind == 2) l = std::round(l) * 0.5f - 40.0f;   // few distinct values far below 0
+        if (kind == 3) l = std::min(0.0f, std::round(l));  // the maximum 0, held by half the ids
+        if (kind == 3 && l == 0.0f && (rng.next() & 1) != 0) l = -0.0f;
+      }
+      logits[5] = -INFINITY;
+      logits[static_cast<std::size_t>(vocab / 2)] = NAN;
+      if (kind == 2) logits[static_cast<std::size_t>(vocab - 1)] = -0.0f;
+      for (const float top_p : {0.3f, 0.9f, 0.999f}) {
+        for (const float min_p : {0.0f, 0.01f}) {
+          CAPTURE(vocab, kind, top_p, min_p);
+          SamplingParams params = unfiltered(static_cast<std::uint64_t>(vocab + kind));
+          params.temperature = 0.7f;
+          params.top_p = top_p;
+          params.min_p = min_p;
+          Sampler sampler(params, vocab);
+          std::vector<std::int32_t> got;
+          for (int d = 0; d < 40; ++d) got.push_back(sampler.sample(logits, {}));
+          REQUIRE(got == reference_top_p_draws(logits, params, 40));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("min-p keeps exactly the tokens with p >= min_p * p_max", "[sampler]") {
