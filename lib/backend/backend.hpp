@@ -75,7 +75,7 @@ struct BackendInfo {
   int multiprocessors = 0;    // GPU: SMs
   bool int8_activations = false;  // decode matmuls quantize their input rows to int8
   bool decode_fusion = false;     // one-row steps run fused matmul groups
-  bool head_major_kv = false;     // its KV pools store F32/F16 blocks head-major (ops::KvLayerRef)
+  bool head_major_kv = false;     // its KV pools store blocks head by head (ops::KvLayerRef)
   std::uint64_t memory_bytes = 0;  // device memory (CPU: physical RAM); 0: unknown
 };
 

@@ -236,9 +236,12 @@ ops::KvLayerRef KvBlockPool::layer(std::int64_t index, std::span<const std::int3
   if (!geometry_.k_offsets.empty()) ref.k_offset = geometry_.k_offsets.data() + index * ref.kv_width;
   if (!geometry_.k_scales.empty()) ref.k_scale = geometry_.k_scales.data() + index * ref.kv_width;
   if (geometry_.window().active()) ref.recent_window = geometry_.recent_window;  // rows: the sequence's ring
-  const auto unscaled = [](ops::KvType t) { return t == ops::KvType::kF32 || t == ops::KvType::kF16; };
-  ref.k_head_major = geometry_.head_major && unscaled(ref.k_type);
-  ref.v_head_major = geometry_.head_major && unscaled(ref.v_type);
+  // int4 is stored by head only where its scale groups of 32 fall within heads.
+  const auto by_head = [&](ops::KvType t) {
+    return geometry_.head_major && (t != ops::KvType::kInt4 || geometry_.head_dim % 32 == 0);
+  };
+  ref.k_head_major = by_head(ref.k_type);
+  ref.v_head_major = by_head(ref.v_type);
   ref.device = buffer_->device();
   return ref;
 }

@@ -38,7 +38,7 @@ struct KvGeometry {
   std::span<const float> k_offsets;  // n_layers x kv_width K centering offsets, empty: none (KvCacheLayout)
   std::span<const float> k_scales;   // n_layers x kv_width K channel scales, empty: none
   std::int64_t recent_window = 0;    // exact recent window of int8/int4 sides (ops::KvLayerRef), 0: none
-  bool head_major = false;           // F32/F16 sides stored head-major in their blocks (ops::KvLayerRef)
+  bool head_major = false;           // blocks stored head by head (ops::KvLayerRef::k_head_major)
 
   [[nodiscard]] std::int64_t kv_width() const noexcept { return n_kv_heads * head_dim; }
   // Bytes of one block over all layers, K and V (scales included).

@@ -15,7 +15,7 @@
 namespace sitsrt::ops {
 
 // Element types of cached K or V rows. One row holds one position's n_kv_heads * head_dim
-// values (head-major, as the projection writes them):
+// values (head after head, as the projection writes them):
 //   kF32, kF16: the values.
 //   kInt8: the values as int8 q in [-127, 127], then one f16 scale per head (x ~ q * scale).
 //   kInt4: the values as 4-bit indices into 16 non-uniform levels (two per byte, the even
@@ -71,10 +71,12 @@ struct KvLayerRef {
   std::byte* v_recent = nullptr;
   std::int64_t recent_window = 0;
   std::int64_t exact_from = 0;
-  // Head-major blocks (F32/F16 sides; a backend's choice, BackendInfo::head_major_kv): within
-  // each block, head g's block_size vectors lie together, at g * block_size * head_dim values
-  // from the block's start, rather than each position's row together. A block keeps its bytes'
-  // place in the pool, so block copies and swaps do not depend on it; readers of single rows do.
+  // Head-major blocks (a backend's choice, BackendInfo::head_major_kv; int4 only with
+  // head_dim % 32 == 0): within each block, head g's block_size head rows lie together, from
+  // g * block_size * (bytes of a head row) on, rather than each position's row together. A head
+  // row is the head's values as the type stores them, then the head's scales (int8: its f16
+  // scale; int4: its head_dim / 32 codes). A block keeps its bytes' place in the pool, so block
+  // copies and swaps do not depend on it; readers of single rows do.
   bool k_head_major = false;
   bool v_head_major = false;
 

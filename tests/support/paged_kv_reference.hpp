@@ -119,11 +119,20 @@ inline void hadamard(std::vector<double>& x) {
 struct Layout {
   KvType k = KvType::kF16, v = KvType::kF16;
   bool k_rotated = false, v_rotated = false;
-  bool head_major = false;  // its F32/F16 sides head-major in their blocks (KvLayerView::k_head_major)
+  bool head_major = false;  // blocks stored by head (KvLayerView::k_head_major), where the type allows
 };
 
-inline bool head_major_side(const Layout& l, KvType t) {
-  return l.head_major && (t == KvType::kF32 || t == KvType::kF16);
+// Bytes of a head's values in a row, and of its scales (the KvType comment): f32/f16 none, int8
+// one f16, int4 one code per 32 values (only whole groups per head are stored by head).
+inline std::size_t head_value_bytes(KvType t, std::int64_t d) {
+  const auto n = static_cast<std::size_t>(d);
+  return t == KvType::kF32 ? 4 * n : t == KvType::kF16 ? 2 * n : t == KvType::kInt8 ? n : n / 2;
+}
+inline std::size_t head_scale_bytes(KvType t, std::int64_t d) {
+  return t == KvType::kInt8 ? 2 : t == KvType::kInt4 ? static_cast<std::size_t>(d) / 32 : 0;
+}
+inline bool head_major_side(const Layout& l, KvType t, std::int64_t d) {
+  return l.head_major && (t != KvType::kInt4 || d % 32 == 0);
 }
 
 // One layer's cache in a pool of physical blocks: logical block b in physical block table[b], a
@@ -167,30 +176,31 @@ struct Cache {
     }
     view.k_rotated = layout.k_rotated;
     view.v_rotated = layout.v_rotated;
-    view.k_head_major = head_major_side(layout, layout.k);
-    view.v_head_major = head_major_side(layout, layout.v);
+    view.k_head_major = head_major_side(layout, layout.k, d);
+    view.v_head_major = head_major_side(layout, layout.v, d);
     return view;
   }
 
-  // The same cache with row-major sides: a head-major side's vectors gathered by the layout's
-  // definition (in each block of block_size rows of `row_bytes`, head g of row r at
-  // (g * block_size + r) * head bytes from the block's start); bytes outside them 0xFF.
+  // The same cache with row-major sides: a head-major side's head rows gathered by the
+  // layout's definition (in each block of block_size rows of `row_bytes`, head g of row r at
+  // (g * block_size + r) * head-row bytes from the block's start, its values then its scales);
+  // bytes outside them 0xFF.
   [[nodiscard]] Cache row_major() const {
     Cache out = *this;
     out.layout.head_major = false;
-    const std::int64_t bs = block_size > 0 ? block_size : capacity;
+    const auto bs = static_cast<std::size_t>(block_size > 0 ? block_size : capacity);
     const auto gather = [&](KvType t, const std::vector<std::byte>& src, std::vector<std::byte>& dst,
                             std::size_t row_bytes) {
-      if (!head_major_side(layout, t)) return;
-      const std::size_t hb = static_cast<std::size_t>(d) * (t == KvType::kF32 ? 4 : 2);
+      if (!head_major_side(layout, t, d)) return;
+      const std::size_t values = head_value_bytes(t, d), scales = head_scale_bytes(t, d), hb = values + scales;
+      const std::size_t all_values = values * static_cast<std::size_t>(n_kv);
       std::fill(dst.begin(), dst.end(), std::byte{0xFF});
       for (std::size_t row = 0; row < src.size() / row_bytes; ++row) {
-        const std::size_t block = row / static_cast<std::size_t>(bs), r = row % static_cast<std::size_t>(bs);
+        const std::size_t block = row / bs, r = row % bs;
         for (std::size_t g = 0; g < static_cast<std::size_t>(n_kv); ++g) {
-          std::memcpy(dst.data() + row * row_bytes + g * hb,
-                      src.data() + block * static_cast<std::size_t>(bs) * row_bytes +
-                          (g * static_cast<std::size_t>(bs) + r) * hb,
-                      hb);
+          const std::byte* head = src.data() + block * bs * row_bytes + (g * bs + r) * hb;
+          std::memcpy(dst.data() + row * row_bytes + g * values, head, values);
+          std::memcpy(dst.data() + row * row_bytes + all_values + g * scales, head + values, scales);
         }
       }
     };

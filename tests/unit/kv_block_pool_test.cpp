@@ -78,7 +78,8 @@ TEST_CASE("KV geometry: bytes per token and per block for every K/V type", "[kv_
   CHECK_THROWS_WITH(odd.token_bytes(), Catch::Contains("int4") && Catch::Contains("24"));
 }
 
-TEST_CASE("KV pool: a head-major geometry marks its f32/f16 sides head-major, never int8/int4", "[kv_pool]") {
+TEST_CASE("KV pool: a head-major geometry marks its sides head-major, int4 only with whole groups per head",
+          "[kv_pool]") {
   CpuBackend backend = make_backend();
   CHECK(backend.info().head_major_kv);  // the CPU backend's pools (engine.cpp reads the flag)
   const std::int32_t table[] = {0};
@@ -91,9 +92,14 @@ TEST_CASE("KV pool: a head-major geometry marks its f32/f16 sides head-major, ne
       const KvBlockPool pool(backend, g, 2);
       const ops::KvLayerRef ref = pool.layer(1, std::span(table, 1));
       CAPTURE(head_major, ops::name(k), ops::name(v));
-      CHECK(ref.k_head_major == (head_major && k != ops::KvType::kInt8));
-      CHECK(ref.v_head_major == (head_major && v != ops::KvType::kInt4));
+      CHECK(ref.k_head_major == head_major);  // head_dim 32: one int4 group per head
+      CHECK(ref.v_head_major == head_major);
       CHECK(pool.bytes() == 2 * g.block_bytes());  // the layout moves values within a block only
+      g.head_dim = 16;                             // int4 groups of 32 would span two heads
+      const KvBlockPool narrow(backend, g, 2);
+      const ops::KvLayerRef n = narrow.layer(0, std::span(table, 1));
+      CHECK(n.k_head_major == (head_major && k != ops::KvType::kInt4));
+      CHECK(n.v_head_major == (head_major && v != ops::KvType::kInt4));
     }
   }
 }

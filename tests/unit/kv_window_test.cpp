@@ -155,11 +155,11 @@ const cpu::Isa kWindowIsas[] = {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::k
 
 SITSRT_ISA_TEST_CASE(isa, "an exact recent window reads f16 copies of the latest rows, however the calls are cut",
                      "[attention][paged][window]", kWindowIsas) {
-  const Layout layout =
-      GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt4, true, true},
-               Layout{KvType::kInt4, KvType::kF16, true, false}, Layout{KvType::kF16, KvType::kInt8, false, false},
-               Layout{KvType::kInt4, KvType::kF16, true, false, true},  // the f16 side head-major
-               Layout{KvType::kF32, KvType::kInt8, false, true, true});
+  const Layout layout = GENERATE(
+      Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt4, true, true},
+      Layout{KvType::kInt4, KvType::kF16, true, false}, Layout{KvType::kF16, KvType::kInt8, false, false},
+      Layout{KvType::kInt4, KvType::kF16, true, false, true},  // stored by head
+      Layout{KvType::kF32, KvType::kInt8, false, true, true}, Layout{KvType::kInt8, KvType::kInt4, true, true, true});
   const std::int64_t window = GENERATE(1, 32);
   const std::vector<std::vector<std::int64_t>> cuts = {{1000}, {7}, {40, 1}, {1}};
   check_window(isa, {layout, {2, 64, 0, 70}, window}, cuts);
@@ -172,7 +172,8 @@ SITSRT_ISA_TEST_CASE(isa, "an exact window after a long context split over threa
                      kWindowIsas) {
   // One decode row at 1100 positions: its chunks are split over threads; the exact one is last.
   const Layout layout =
-      GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt8, false, false});
+      GENERATE(Layout{KvType::kInt4, KvType::kInt4, true, true}, Layout{KvType::kInt8, KvType::kInt8, false, false},
+               Layout{KvType::kInt4, KvType::kInt8, true, false, true});
   check_window(isa, {layout, {4, 64, 0, 1100, 0, 1}, 32, 0, 16, 1090}, {{1099, 1}, {256, 300, 1}});
 }
 

@@ -30,10 +30,10 @@ using cpu::KvType;
 
 namespace {
 
-// Paged (block_size) and contiguous caches of the same inputs, the paged one also with its
-// F32/F16 sides head-major (the same table): attention must agree bit for bit, the head-major
-// bytes gathered must be the row-major ones; the paged result is then checked against both
-// references.
+// Paged (block_size) and contiguous caches of the same inputs, the paged one also stored by head
+// (the same table; int4 where head_dim % 32 == 0): attention must agree bit for bit, the
+// head-major bytes gathered must be the row-major ones; the paged result is then checked against
+// both references.
 void check_paged(cpu::Isa isa, int threads, const Layout& l, std::int64_t block_size, const Case& c,
                  bool check_reference = true) {
   CAPTURE(cpu::name(isa), threads, type_name(l.k), type_name(l.v), l.k_rotated, l.v_rotated, block_size, c.group,
@@ -120,16 +120,16 @@ TEST_CASE("rotation needs a power-of-two head_dim; int4 needs widths in groups o
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInvalidArgument);
   }
-  // Head-major blocks hold unscaled rows only: an int8 side flagged head-major is refused.
-  Cache int8({KvType::kInt8, KvType::kF16}, 1, 32, 16, 16, rng);
-  cpu::KvLayerView flagged = int8.view();
+  // An int4 side is stored by head only when its scale groups of 32 fall within heads.
+  Cache int4({KvType::kInt4, KvType::kF16}, 2, 16, 16, 16, rng);
+  cpu::KvLayerView flagged = int4.view();
   flagged.k_head_major = true;
   try {
-    cpu::kv_store(ctx, flagged, x.data(), 32, x.data(), 32, 1, 1, 32, 0);
+    cpu::kv_store(ctx, flagged, x.data(), 32, x.data(), 32, 1, 2, 16, 0);
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kUnsupported);
-    CHECK_THAT(e.what(), Catch::Contains("head-major"));
+    CHECK_THAT(e.what(), Catch::Contains("head-major int4") && Catch::Contains("16"));
   }
 }
 

@@ -147,8 +147,7 @@ struct SequencePlan {
                     const std::byte** v_rows) const {
     const KvLayerView& kv = seq->kv;
     const std::int64_t d = shape->head_dim;
-    const std::size_t k_head = static_cast<std::size_t>(d) * (kv.k_type == KvType::kF32 ? 4 : 2);
-    const std::size_t v_head = static_cast<std::size_t>(d) * (kv.v_type == KvType::kF32 ? 4 : 2);
+    const std::size_t k_head = kv_head_bytes(kv.k_type, d), v_head = kv_head_bytes(kv.v_type, d);
     const std::size_t k_step = kv.k_head_major ? k_head : kv.k_row_bytes;
     const std::size_t v_step = kv.v_head_major ? v_head : kv.v_row_bytes;
     std::int64_t idx = 0;
@@ -201,9 +200,12 @@ struct SequencePlan {
       args.n = std::min(kAttendChunk, exact_at - begin);
       resolve_rows(begin, args.n, g, k_rows, v_rows);
     }
-    // A head-major side's addresses are already the head's (windowed sides never are).
-    args.k = {k_rows, seq->kv.k_head_major ? 0 : g * d, width};
-    args.v = {v_rows, seq->kv.v_head_major ? 0 : g * d, width};
+    // A head-major side's addresses are the head rows: a row of one head (head_dim values, then
+    // that head's scales). A windowed side's exact chunk reads f16 rows of every head instead.
+    const bool k_by_head = seq->kv.k_head_major && !(exact && seq->kv.k_windowed());
+    const bool v_by_head = seq->kv.v_head_major && !(exact && seq->kv.v_windowed());
+    args.k = k_by_head ? detail::AttendSide{k_rows, 0, d} : detail::AttendSide{k_rows, g * d, width};
+    args.v = v_by_head ? detail::AttendSide{v_rows, 0, d} : detail::AttendSide{v_rows, g * d, width};
     args.group = group;
     args.head_dim = d;
     args.scale = shape->scale;

@@ -12,7 +12,7 @@ namespace sitsrt::cpu {
 
 // Element types of cached K or V rows; the same values and row layouts as ops::KvType (the
 // kernels layer cannot include ops). One row holds one position's n_kv_heads * head_dim values,
-// head-major:
+// head after head:
 //   kF32, kF16: the values.
 //   kInt8: int8 q in [-127, 127], then one f16 scale per head (x ~ q * scale).
 //   kInt4: 4-bit indices into 16 non-uniform levels, two per byte (the even element in the low
@@ -23,6 +23,9 @@ enum class KvType : std::uint8_t { kF32, kF16, kInt8, kInt4 };
 // Bytes of one row of `type` (see KvType); 0 when the type cannot hold the width (int4 needs
 // n_kv_heads * head_dim % 32 == 0).
 std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head_dim) noexcept;
+// Bytes of one head row of a head-major block (KvLayerView::k_head_major): the head's values
+// and scales; 0 when `type` cannot be stored by head (int4 with head_dim % 32 != 0).
+std::size_t kv_head_bytes(KvType type, std::int64_t head_dim) noexcept;
 
 // One layer's K and V cache of one sequence. Positions are grouped in blocks of block_size:
 // logical block b lives in physical block block_table[b], whose row r starts at
@@ -68,12 +71,14 @@ struct KvLayerView {
   std::byte* v_recent = nullptr;
   std::int64_t recent_window = 0;
   std::int64_t exact_from = 0;
-  // Head-major blocks (F32/F16 sides only): within each block, head g's block_size vectors of
-  // head_dim values lie together, at g * block_size * head_dim values from the block's start,
-  // instead of each position's n_kv_heads vectors together. One (query row, kv head) item then
-  // reads a contiguous run per block, which hardware prefetchers follow; with rows apart it read
-  // two lines per row and waited on misses in flight (16-stream decode, docs/performance.md).
-  // A block's bytes stay where they were, so copies and swaps of whole blocks are unchanged.
+  // Head-major blocks: within each block, head g's block_size head rows lie together, at
+  // g * block_size * kv_head_bytes from the block's start, instead of each position's row
+  // together. A head row is one position's head vector as its type stores it, then that head's
+  // scales (int8: its f16 scale; int4: its head_dim / 32 scale codes, so head_dim % 32 == 0).
+  // One (query row, kv head) item then reads a contiguous run per block, which hardware
+  // prefetchers follow; with rows apart it read a few lines per row and waited on misses in
+  // flight (16-stream decode, docs/performance.md). A block's bytes stay where they were, so
+  // copies and swaps of whole blocks are unchanged.
   bool k_head_major = false;
   bool v_head_major = false;
 
@@ -116,7 +121,8 @@ KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte*
 // split over the pool. Throws kInvalidArgument past capacity, for a
 // negative pos0, a short block table or row bytes below kv_row_bytes; kUnsupported for
 // rotation without a power-of-two head_dim <= 1024, an int4 width not a multiple of 32 or a
-// head-major int8/int4 side. A head-major side's row is converted whole, then scattered by head.
+// head-major int4 side with head_dim % 32 != 0. A head-major side's row is converted whole,
+// then scattered by head (each head's values, then its scales).
 void kv_store(CpuContext& ctx, const KvLayerView& kv, const float* k, std::int64_t ldk, const float* v,
               std::int64_t ldv, std::int64_t rows, std::int64_t n_kv_heads, std::int64_t head_dim, std::int64_t pos0);
 

@@ -30,6 +30,21 @@ std::size_t kv_row_bytes(KvType type, std::int64_t n_kv_heads, std::int64_t head
   return 0;
 }
 
+std::size_t kv_head_bytes(KvType type, std::int64_t head_dim) noexcept {
+  const auto d = static_cast<std::size_t>(head_dim);
+  switch (type) {
+    case KvType::kF32:
+      return 4 * d;
+    case KvType::kF16:
+      return 2 * d;
+    case KvType::kInt8:
+      return d + 2;
+    case KvType::kInt4:
+      return d % 32 == 0 ? d / 2 + d / 32 : 0;
+  }
+  return 0;
+}
+
 KvLayerView contiguous_kv(KvType k_type, KvType v_type, std::byte* k, std::byte* v, std::size_t k_row_bytes,
                           std::size_t v_row_bytes, std::int64_t capacity) noexcept {
   static constexpr std::array<std::int32_t, 1> kOneBlock{0};
@@ -65,10 +80,10 @@ void check_cache(const KvLayerView& kv, std::int64_t n_kv_heads, std::int64_t he
             kMaxRotatedHeadDim, head_dim);
     }
   }
-  if ((kv.k_head_major && (kv.k_type == KvType::kInt8 || kv.k_type == KvType::kInt4)) ||
-      (kv.v_head_major && (kv.v_type == KvType::kInt8 || kv.v_type == KvType::kInt4))) {
-    raise(ErrorCode::kUnsupported, "{}: head-major blocks hold f32 or f16 rows only (K {}, V {})", op,
-          kv.k_head_major ? "head-major" : "row-major", kv.v_head_major ? "head-major" : "row-major");
+  if ((kv.k_head_major && kv_head_bytes(kv.k_type, head_dim) == 0) ||
+      (kv.v_head_major && kv_head_bytes(kv.v_type, head_dim) == 0)) {
+    raise(ErrorCode::kUnsupported, "{}: a head-major int4 cache needs head_dim % 32 == 0 (its scale groups), not {}",
+          op, head_dim);
   }
   if (kv.recent_window < 0 || kv.recent_window > kMaxRecentWindow || kv.exact_from < 0) {
     raise(ErrorCode::kInvalidArgument, "{}: recent window {} (0 .. {}) from position {}", op, kv.recent_window,
@@ -193,10 +208,18 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
         thread_local std::vector<std::byte> staged;
         staged.resize(row_bytes);
         store_row(type, rotated, src, staged.data(), n_kv_heads, head_dim, vec, exact);
-        const auto head_bytes = static_cast<std::size_t>(head_dim) * (type == KvType::kF32 ? 4 : 2);
-        for (std::int64_t h = 0; h < n_kv_heads; ++h) {
-          std::memcpy(plane + q.kv.head_offset(p, h, row_bytes, head_bytes, true),
-                      staged.data() + static_cast<std::size_t>(h) * head_bytes, head_bytes);
+        // Head h's values and scales in the row-major row (KvType), then in its head row.
+        const std::size_t head_bytes = kv_head_bytes(type, head_dim), d = static_cast<std::size_t>(head_dim);
+        const std::size_t values = type == KvType::kF32    ? 4 * d
+                                   : type == KvType::kF16  ? 2 * d
+                                   : type == KvType::kInt8 ? d
+                                                           : d / 2;
+        const std::size_t all_values = values * static_cast<std::size_t>(n_kv_heads);
+        for (std::size_t h = 0; h < static_cast<std::size_t>(n_kv_heads); ++h) {
+          std::byte* dst = plane + q.kv.head_offset(p, static_cast<std::int64_t>(h), row_bytes, head_bytes, true);
+          std::memcpy(dst, staged.data() + h * values, values);
+          const std::size_t scales = head_bytes - values;  // int8: 2 bytes, int4: d / 32 codes
+          std::memcpy(dst + values, staged.data() + all_values + h * scales, scales);
         }
       };
       store_side(q.kv.k_type, q.kv.k_rotated, q.kv.k_head_major, k_src, q.kv.k, q.kv.k_row_bytes,
