@@ -70,6 +70,10 @@ class Sampler {
   std::span<const float> penalise(std::span<const float> logits, std::span<const std::int32_t> history);
   void filter(std::span<const float> logits, std::span<const std::int32_t> history);
   std::int32_t draw();
+  // No filter applies (no top-k below the vocabulary, top_p >= 1, min_p <= 0): every number is a
+  // candidate in id order, so the draw reads the logits in place (draw_all).
+  [[nodiscard]] bool draws_whole_vocabulary() const noexcept;
+  std::int32_t draw_all(std::span<const float> scores);
 
   struct Candidate {
     std::int32_t id;
@@ -82,6 +86,7 @@ class Sampler {
   std::vector<Candidate> candidates_;
   std::vector<Candidate> sort_scratch_;  // top-p over candidates top-k did not rank: the radix sort's
   std::vector<cpu::IdLogit> best_;  // top-k selection scratch
+  std::vector<float> weights_;      // draw_all's weights, one per id
   std::vector<float> penalised_;
   std::vector<std::uint8_t> penalty_applied_;  // per id, all zero between calls
 };

@@ -156,6 +156,59 @@ SITSRT_ISA_TEST_CASE(isa, "the level's exp passes the probe that guards its use"
   CHECK(cpu::detail::exp_matches_libm(cpu::detail::logit_kernels_for(isa)));
 }
 
+SITSRT_ISA_TEST_CASE(isa, "draw weights are the C library's double exp rounded to float, every level", "[logits]",
+                     kLevels) {
+  const auto& kernels = cpu::detail::logit_kernels_for(isa);
+  CHECK(cpu::detail::draw_weights_match_libm(kernels));
+  test::Rng rng(73);
+  std::size_t zeros = 0, ones = 0, checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = trial < 200 ? 1 + rng.next() % 300 : 32000 + rng.next() % 40;
+    const float spread = trial % 3 == 0 ? 40.0f : 3.0f;
+    const std::vector<float> row = awkward_row(rng, n, spread);
+    const float max = cpu::detail::logit_kernels_generic().max_logit(row.data(), static_cast<std::int64_t>(n)).value;
+    if (!std::isfinite(max)) continue;
+    // Temperatures from sharp (exponents far below the zero threshold) to flat.
+    const double inv_temperature = 1.0 / std::exp2(rng.uniform(-5.0f, 3.0f));
+    std::vector<float> got(n, -1.0f);
+    kernels.draw_weights(row.data(), static_cast<std::int64_t>(n), max, inv_temperature, got.data());
+    INFO("trial " << trial << ", n " << n << ", spread " << spread << ", 1/T " << inv_temperature);
+    for (std::size_t i = 0; i < n; ++i) {
+      // The definition, written out again: NaN weighs 0, the rest the library's exp.
+      const float want =
+          std::isnan(row[i]) ? 0.0f : static_cast<float>(std::exp(static_cast<double>(row[i] - max) * inv_temperature));
+      if (!same_float(got[i], want)) FAIL_CHECK("logit " << row[i] << " at " << i << ": " << got[i] << " vs " << want);
+      zeros += want == 0.0f ? 1 : 0;
+      ones += want == 1.0f ? 1 : 0;
+      ++checked;
+    }
+  }
+  CHECK(zeros > checked / 50);  // both ends were reached
+  CHECK(ones > 100);
+}
+
+TEST_CASE("the draw probe rejects weights one ulp off anywhere in its range", "[logits]") {
+  static double off_from = 0.0;
+  static double off_to = 0.0;
+  cpu::detail::LogitKernels wrong = cpu::detail::logit_kernels_generic();
+  wrong.draw_weights = [](const float* logits, std::int64_t n, float max, double inv_t, float* out) {
+    cpu::detail::logit_kernels_generic().draw_weights(logits, n, max, inv_t, out);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double x = static_cast<double>(logits[i] - max) * inv_t;
+      if (x >= off_from && x <= off_to) out[i] = std::nextafter(out[i], kInf);
+    }
+  };
+  for (const auto& [from, to] : {std::pair{-0.3, -0.29}, {-103.5, -103.4}, {-60.0, -59.99}, {-1e-9, 0.0}}) {
+    off_from = from;
+    off_to = to;
+    INFO("off in [" << from << ", " << to << "]");
+    CHECK_FALSE(cpu::detail::draw_weights_match_libm(wrong));
+  }
+  off_from = 1.0;  // empty range: the probe accepts the scalar form itself
+  off_to = 0.0;
+  CHECK(cpu::detail::draw_weights_match_libm(wrong));
+}
+
 TEST_CASE("the exp probe rejects an exp one ulp off anywhere in its range", "[logits]") {
   // A table whose exp is off by one ulp on a sliver of inputs: the probe must say no (so a C
   // library with another expf falls back to the scalar loop).

@@ -256,11 +256,14 @@ std::vector<std::int32_t> reference_top_p_draws(const std::vector<float>& logits
   for (const float l : logits) {
     if (!std::isnan(l)) max = std::max(max, l);
   }
-  std::vector<std::int32_t> ranked;
+  std::vector<std::int32_t> ranked;  // id order, ranked only where top-p applies
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(logits.size()); ++id) {
     if (!std::isnan(logits[id])) ranked.push_back(id);
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+  if (p.top_p < 1.0f) {
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+  }
   std::vector<float> weights;
   double total = 0.0;
   for (const std::int32_t id : ranked) {
@@ -277,7 +280,7 @@ std::vector<std::int32_t> reference_top_p_draws(const std::vector<float>& logits
       break;
     }
   }
-  ranked.resize(std::max<std::size_t>(keep, 1));
+  if (p.top_p < 1.0f) ranked.resize(std::max<std::size_t>(keep, 1));
   std::erase_if(ranked, [&](std::int32_t id) { return std::exp(static_cast<double>(logits[id]) - max) < p.min_p; });
   float kept_max = -INFINITY;
   for (const std::int32_t id : ranked) kept_max = std::max(kept_max, logits[id]);
@@ -306,7 +309,7 @@ std::vector<std::int32_t> reference_top_p_draws(const std::vector<float>& logits
 
 }  // namespace
 
-TEST_CASE("top-p over a whole vocabulary draws the tokens of its definition, ties and signed zeros included",
+TEST_CASE("top-p, or no filter, over a whole vocabulary draws the tokens of its definition, ties and signed zeros",
           "[sampler]") {
   // Vocabularies past the sampler's comparison-sort size rank by a radix sort of the logit bits.
   for (const int vocab : {200, 3000, 40000}) {
@@ -324,7 +327,7 @@ TEST_CASE("top-p over a whole vocabulary draws the tokens of its definition, tie
       logits[5] = -INFINITY;
       logits[static_cast<std::size_t>(vocab / 2)] = NAN;
       if (kind == 2) logits[static_cast<std::size_t>(vocab - 1)] = -0.0f;
-      for (const float top_p : {0.3f, 0.9f, 0.999f}) {
+      for (const float top_p : {0.3f, 0.9f, 0.999f, 1.0f}) {  // 1: no filter, the whole vocabulary drawn
         for (const float min_p : {0.0f, 0.01f}) {
           CAPTURE(vocab, kind, top_p, min_p);
           SamplingParams params = unfiltered(static_cast<std::uint64_t>(vocab + kind));

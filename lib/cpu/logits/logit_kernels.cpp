@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -45,7 +46,16 @@ void exp_row_generic(const float* x, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = std::exp(x[i]);
 }
 
-constexpr LogitKernels kGeneric{max_logit_generic, exp_sums_generic, first_above_generic, exp_row_generic};
+void draw_weights_generic(const float* logits, std::int64_t n, float max, double inv_temperature, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = std::isnan(logits[i])
+                 ? 0.0f
+                 : static_cast<float>(std::exp(static_cast<double>(logits[i] - max) * inv_temperature));
+  }
+}
+
+constexpr LogitKernels kGeneric{max_logit_generic, exp_sums_generic, first_above_generic, exp_row_generic,
+                                draw_weights_generic};
 
 // Inputs where an exp implementation shows its structure: every table slot and rounding
 // direction across the softmax range [-104, 0], both sides of each underflow threshold, the
@@ -73,7 +83,40 @@ std::vector<float> exp_probe_inputs() {
   return x;
 }
 
+// Logits (max 0) whose draw exponents cover the range where weights are not 0: a fine sweep of
+// [-120, 0], the neighbours of draw_exp_constants::kZeroBelow, ties with max, -inf and NaN.
+std::vector<float> draw_probe_logits() {
+  std::vector<float> x;
+  for (int i = 0; i <= 24000; ++i) x.push_back(-0.005f * static_cast<float>(i) - 1e-7f * static_cast<float>(i % 11));
+  float edge = -200.0f;
+  for (int i = 0; i < 8; ++i) {
+    x.push_back(edge);
+    edge = std::nextafter(edge, 0.0f);
+  }
+  for (const float special : {0.0f, -0.0f, -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::max()}) {
+    x.push_back(special);
+  }
+  return x;
+}
+
 }  // namespace
+
+bool draw_weights_match_libm(const LogitKernels& kernels) noexcept {
+  try {
+    const std::vector<float> logits = draw_probe_logits();
+    const auto n = static_cast<std::int64_t>(logits.size());
+    std::vector<float> got(logits.size()), want(logits.size());
+    for (const double inv_temperature : {1.0, 1.0 / 0.7, 1.0 / 1.3, 4.0}) {
+      kernels.draw_weights(logits.data(), n, 0.0f, inv_temperature, got.data());
+      draw_weights_generic(logits.data(), n, 0.0f, inv_temperature, want.data());
+      if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) return false;
+    }
+    return true;
+  } catch (...) {  // allocation failure: take the scalar loop
+    return false;
+  }
+}
 
 const LogitKernels& logit_kernels_generic() noexcept {
   return kGeneric;
@@ -116,14 +159,21 @@ const detail::LogitKernels& fastest_kernels() noexcept {
   return fastest;
 }
 
+// The fastest level if `agrees` (a probe against the scalar form) accepts it, else the generic one.
+const detail::LogitKernels& probed(bool (*agrees)(const detail::LogitKernels&) noexcept) noexcept {
+  const detail::LogitKernels& fastest = fastest_kernels();
+  return &fastest == &detail::logit_kernels_generic() || agrees(fastest) ? fastest : detail::logit_kernels_generic();
+}
+
 // exp_sums' level: the fastest, if its exp agrees with this C library's expf.
 const detail::LogitKernels& exp_kernels() noexcept {
-  static const detail::LogitKernels& chosen = []() -> const detail::LogitKernels& {
-    const detail::LogitKernels& fastest = fastest_kernels();
-    return &fastest == &detail::logit_kernels_generic() || detail::exp_matches_libm(fastest)
-               ? fastest
-               : detail::logit_kernels_generic();
-  }();
+  static const detail::LogitKernels& chosen = probed(detail::exp_matches_libm);
+  return chosen;
+}
+
+// draw_weights' level: the fastest, if it agrees with the scalar form on the probe set.
+const detail::LogitKernels& draw_kernels() noexcept {
+  static const detail::LogitKernels& chosen = probed(detail::draw_weights_match_libm);
   return chosen;
 }
 
@@ -144,6 +194,11 @@ ExpSums exp_sums(std::span<const float> logits, float max) noexcept {
 
 std::int64_t first_above(std::span<const float> logits, std::int64_t from, float threshold) noexcept {
   return fastest_kernels().first_above(logits.data(), from, static_cast<std::int64_t>(logits.size()), threshold);
+}
+
+void draw_weights(std::span<const float> logits, float max, double inv_temperature, std::span<float> out) noexcept {
+  draw_kernels().draw_weights(logits.data(), static_cast<std::int64_t>(logits.size()), max, inv_temperature,
+                              out.data());
 }
 
 void top_k_logits(std::span<const float> logits, std::int64_t k, std::vector<IdLogit>& out) {

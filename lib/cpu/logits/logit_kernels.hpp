@@ -44,6 +44,15 @@ struct IdLogit {
 };
 void top_k_logits(std::span<const float> logits, std::int64_t k, std::vector<IdLogit>& out);
 
+// The weights a sampler draws from when every logit is a candidate: out[i] =
+// (float) std::exp((double)(logits[i] - max) * inv_temperature) (float subtraction, the C
+// library's double exp), 0 for NaN; max is the largest logit, so every exponent is <= 0. The
+// vector levels compute the exp in double to a few ulp and hand each value lying near a float
+// rounding boundary to std::exp, so the floats are the library's (draw_exp_constants.hpp); the
+// level is taken only where it agreed with the scalar form on a probe set at first use.
+// out.size() >= logits.size().
+void draw_weights(std::span<const float> logits, float max, double inv_temperature, std::span<float> out) noexcept;
+
 namespace detail {
 
 struct LogitKernels {
@@ -53,6 +62,7 @@ struct LogitKernels {
   std::int64_t (*first_above)(const float* logits, std::int64_t from, std::int64_t n, float threshold);
   // out[i] = expf(x[i]) as exp_sums computes it (for the probe and the tests).
   void (*exp_row)(const float* x, float* out, std::int64_t n);
+  void (*draw_weights)(const float* logits, std::int64_t n, float max, double inv_temperature, float* out);
 };
 
 const LogitKernels& logit_kernels_generic() noexcept;
@@ -64,6 +74,9 @@ const LogitKernels& logit_kernels_avx512() noexcept;
 const LogitKernels& logit_kernels_for(Isa isa) noexcept;
 // True when `kernels.exp_row` equals std::exp on the probe set (0 ulp; specials included).
 bool exp_matches_libm(const LogitKernels& kernels) noexcept;
+// True when `kernels.draw_weights` equals the scalar form on a probe set: exponents across
+// [-120, 0] at several temperatures, the zero threshold's neighbours, -inf, NaN, ties with max.
+bool draw_weights_match_libm(const LogitKernels& kernels) noexcept;
 
 }  // namespace detail
 }  // namespace sitsrt::cpu

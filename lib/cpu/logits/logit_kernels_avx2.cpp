@@ -3,10 +3,12 @@
 // with a gather for the table.
 #include "cpu/logits/logit_kernels.hpp"
 
+#include "cpu/logits/draw_exp_constants.hpp"
 #include "cpu/logits/expf_constants.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -165,7 +167,59 @@ void exp_row_avx2(const float* x, float* out, std::int64_t n) {
   }
 }
 
-constexpr LogitKernels kAvx2{max_logit_avx2, exp_sums_avx2, first_above_avx2, exp_row_avx2};
+// The sampler's draw weights (logit_kernels.hpp), 4 lanes in double: as draw_exp8 in the AVX-512
+// file, with 2^n put together from its exponent bits (n >= -289 wherever the result is kept).
+inline __m128 draw_exp4(__m256d x, int& unsure) {
+  using namespace draw_exp_constants;
+  const __m256d n =
+      _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(kInvLn2)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(kLn2Hi), x);
+  r = _mm256_fnmadd_pd(n, _mm256_set1_pd(kLn2Lo), r);
+  __m256d p = _mm256_set1_pd(kTaylor[13]);
+  for (int k = 12; k >= 0; --k) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kTaylor[static_cast<std::size_t>(k)]));
+  // vmaxpd takes its second operand when the first is NaN (x = -inf): those lanes are zeroed below.
+  const __m128i ni = _mm256_cvtpd_epi32(_mm256_max_pd(n, _mm256_set1_pd(-1000.0)));
+  const __m256i bits = _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(ni), _mm256_set1_epi64x(1023)), 52);
+  const __m256d tiny = _mm256_cmp_pd(x, _mm256_set1_pd(kZeroBelow), _CMP_LT_OQ);
+  // Lanes below kZeroBelow would build a bad exponent: they take 1 and are zeroed below.
+  p = _mm256_mul_pd(p, _mm256_blendv_pd(_mm256_castsi256_pd(bits), _mm256_set1_pd(1.0), tiny));
+  const __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(p, _mm256_set1_pd(1.0 - kBand)));
+  const __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(p, _mm256_set1_pd(1.0 + kBand)));
+  const int tiny_bits = _mm256_movemask_pd(tiny);
+  unsure = _mm_movemask_ps(_mm_cmp_ps(lo, hi, _CMP_NEQ_UQ)) & ~tiny_bits;
+  // The double lanes' masks (64 set bits each) packed to 4 float lanes.
+  const __m128 tiny_ps = _mm256_castps256_ps128(
+      _mm256_permutevar8x32_ps(_mm256_castpd_ps(tiny), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+  return _mm_andnot_ps(tiny_ps, lo);
+}
+
+void draw_weights_avx2(const float* logits, std::int64_t n, float max, double inv_temperature, float* out) {
+  const __m256 m = _mm256_set1_ps(max);
+  const __m256d inv_t = _mm256_set1_pd(inv_temperature);
+  for (std::int64_t i = 0; i < n; i += 8) {
+    const __m256i lanes = lanes_below(i, n);
+    const __m256 l = load_lanes(logits, i, n, lanes);
+    const __m256 numbers = _mm256_and_ps(_mm256_cmp_ps(l, l, _CMP_ORD_Q), _mm256_castsi256_ps(lanes));
+    const __m256 d = _mm256_sub_ps(l, m);  // the scalar form's float subtraction
+    int unsure_lo = 0, unsure_hi = 0;
+    const __m128 w_lo = draw_exp4(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(d)), inv_t), unsure_lo);
+    const __m128 w_hi = draw_exp4(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)), inv_t), unsure_hi);
+    const __m256 w = _mm256_and_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(w_lo), w_hi, 1), numbers);
+    if (n - i >= 8) {
+      _mm256_storeu_ps(out + i, w);
+    } else {
+      _mm256_maskstore_ps(out + i, lanes, w);
+    }
+    const unsigned unsure =
+        static_cast<unsigned>(unsure_lo | (unsure_hi << 4)) & static_cast<unsigned>(_mm256_movemask_ps(numbers));
+    for (unsigned b = unsure; b != 0; b &= b - 1) {
+      const std::int64_t j = i + std::countr_zero(b);
+      out[j] = static_cast<float>(std::exp(static_cast<double>(logits[j] - max) * inv_temperature));
+    }
+  }
+}
+
+constexpr LogitKernels kAvx2{max_logit_avx2, exp_sums_avx2, first_above_avx2, exp_row_avx2, draw_weights_avx2};
 
 }  // namespace
 

@@ -5,10 +5,12 @@
 // before the level is used.
 #include "cpu/logits/logit_kernels.hpp"
 
+#include "cpu/logits/draw_exp_constants.hpp"
 #include "cpu/logits/expf_constants.hpp"
 #include "cpu/simd_intrinsics.hpp"
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -161,7 +163,53 @@ void exp_row_avx512(const float* x, float* out, std::int64_t n) {
   }
 }
 
-constexpr LogitKernels kAvx512{max_logit_avx512, exp_sums_avx512, first_above_avx512, exp_row_avx512};
+// (float) exp(x) for the sampler's draw weights (logit_kernels.hpp): x = (l - max) * inv_temperature <= 0, 8 lanes in
+// double: x = n ln2
+// + r (|r| <= ln2 / 2), a degree-13 Taylor polynomial in r (truncation below 2^-57, Horner
+// rounding a few ulp), scaled by 2^n. A lane whose result lies within 2^-46 (relative) of a
+// float rounding boundary is left to the C library: `unsure` marks it. Elsewhere every value
+// within that band, the C library's exp among them, rounds to the same float, so the result is
+// (float) std::exp(x) without transcribing the library's algorithm. x < -200 gives 0 (exp(x) is
+// below 2^-288, far under the smallest float).
+inline __m256 draw_exp8(__m512d x, __mmask8& unsure) {
+  using namespace draw_exp_constants;
+  const __m512d n =
+      _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kInvLn2)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(kLn2Hi), x);
+  r = _mm512_fnmadd_pd(n, _mm512_set1_pd(kLn2Lo), r);
+  __m512d p = _mm512_set1_pd(kTaylor[13]);
+  for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kTaylor[static_cast<std::size_t>(k)]));
+  p = _mm512_scalef_pd(p, n);
+  const __mmask8 tiny = _mm512_cmp_pd_mask(x, _mm512_set1_pd(kZeroBelow), _CMP_LT_OQ);
+  const __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(p, _mm512_set1_pd(1.0 - kBand)));
+  const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(p, _mm512_set1_pd(1.0 + kBand)));
+  unsure = static_cast<__mmask8>(_mm256_cmp_ps_mask(lo, hi, _CMP_NEQ_UQ) & ~tiny);
+  return _mm256_maskz_mov_ps(static_cast<__mmask8>(~tiny), lo);
+}
+
+void draw_weights_avx512(const float* logits, std::int64_t n, float max, double inv_temperature, float* out) {
+  const __m512 m = _mm512_set1_ps(max);
+  const __m512d inv_t = _mm512_set1_pd(inv_temperature);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_below(i, n);
+    const __m512 l = _mm512_maskz_loadu_ps(lanes, logits + i);
+    const __mmask16 numbers = _mm512_mask_cmp_ps_mask(lanes, l, l, _CMP_ORD_Q);
+    const __m512 d = _mm512_sub_ps(l, m);  // the scalar form's float subtraction
+    __mmask8 unsure_lo = 0, unsure_hi = 0;
+    const __m256 w_lo = draw_exp8(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(d)), inv_t), unsure_lo);
+    const __m256 w_hi = draw_exp8(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(d, 1)), inv_t), unsure_hi);
+    const __m512 w = _mm512_insertf32x8(_mm512_castps256_ps512(w_lo), w_hi, 1);
+    _mm512_mask_storeu_ps(out + i, lanes, _mm512_maskz_mov_ps(numbers, w));
+    const auto unsure = static_cast<__mmask16>((unsure_lo | (static_cast<unsigned>(unsure_hi) << 8)) & numbers);
+    for (unsigned bits = unsure; bits != 0; bits &= bits - 1) {
+      const std::int64_t j = i + std::countr_zero(bits);
+      out[j] = static_cast<float>(std::exp(static_cast<double>(logits[j] - max) * inv_temperature));
+    }
+  }
+}
+
+constexpr LogitKernels kAvx512{max_logit_avx512, exp_sums_avx512, first_above_avx512, exp_row_avx512,
+                               draw_weights_avx512};
 
 }  // namespace
 
