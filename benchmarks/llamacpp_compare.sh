@@ -74,13 +74,13 @@ if [ -z "$model" ]; then
 fi
 
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+trap 'rm -f "$results" "$results.l" "$results.s" "$results.e"' EXIT
 for r in $(seq "$rounds"); do
   log "round $r of $rounds"
   "$bench" -m "$model" -t "$threads" -p 512 -n 128 -r 3 -o json >"$results.l" 2>/dev/null ||
     { log "llamacpp_compare: llama-bench failed on $model"; exit 3; }
   "$sitsrt" bench -m "$model" -t "$threads" -p 512 -n 128 -b 512 -r 3 --no-bandwidth --isa "$isa" --json \
-    >"$results.s" 2>/dev/null
+    >"$results.s" 2>"$results.e" || { log "llamacpp_compare: sitsrt bench failed: $(tail -1 "$results.e")"; exit 1; }
   python3 - "$results.l" "$results.s" "$r" >>"$results" <<'EOF'
 import json, sys
 llama = json.load(open(sys.argv[1]))
@@ -93,7 +93,7 @@ row["sitsrt_prefill"] = ours["prefill_tokens_per_s"]
 row["sitsrt_decode"] = ours["decode_tokens_per_s"]
 print(json.dumps(row))
 EOF
-  rm -f "$results.l" "$results.s"
+  rm -f "$results.l" "$results.s" "$results.e"
 done
 
 python3 - "$results" "$json" "$threads" "$isa" "$flavour" "$model" "$version" <<'EOF'
