@@ -111,8 +111,12 @@ inline constexpr std::int64_t kQgemmPerRowMaxM = 64;
 // does Q4_K repack (weight_layout.cpp) and decode take the table's Q4_KR entry.
 bool q4_kr_decode_native(Isa isa) noexcept;
 const QdotKernels& qdot_kernels_generic() noexcept;
-// Outside batch-invariant mode, the fewest rows that take the AMX-INT8 tiles (below).
-inline constexpr std::int64_t kQgemmAmxMinM = 4;
+// Outside batch-invariant mode, the fewest rows that take the AMX-INT8 tiles (below). Fewer rows
+// take the VNNI GEMM on the same Q8_0R rows, whose tile transposes cost less than the AMX path
+// spends on a 16-row tile mostly empty: serving the 0.35B Q8_0 model at 2 threads, tok/s at
+// 4 / 6 streams 170-172 / 235-245 with the tiles from 4 rows, 195-202 / 256-263 from 8; at 8 and
+// more the tiles win (16 streams: 491-499 against 406-410 with the VNNI GEMM).
+inline constexpr std::int64_t kQgemmAmxMinM = 8;
 // The AVX2 decode table and int8 GEMM (qdot_avx2.cpp, qgemm_avx2.cpp), and the same kernels
 // built with AVX-VNNI (qdot_avxvnni.cpp, qgemm_avxvnni.cpp): bit-identical; the latter only where
 // avx_vnni_supported() (CPUID 7.1 EAX bit 4, asked once), and then the AVX2 and plain AVX-512
