@@ -136,10 +136,10 @@ WeightLayout resident_layout(const CpuContext& ctx, DType stored, bool matmul) n
     return detail::fp8r_decode_native(ctx.isa()) ? repacked : stored_layout(stored);
   }
   if (!ctx.int8_activations()) return stored_layout(stored);
-  // Q8_0 tiles where the VNNI block-sum kernels read them: the AVX-512 VNNI level (AMX reads rows
-  // into its tiles), which transposed every 16-row tile per product otherwise (~30% of a
-  // 16-row GEMM; docs/performance.md).
-  if (stored == DType::kQ8_0 && ctx.isa() == Isa::kAvx512Vnni &&
+  // Q8_0 tiles where the VNNI block-sum kernels read them, which transposed every 16-row tile per
+  // product otherwise (~30% of a 16-row GEMM; docs/performance.md): the AVX-512 VNNI level, and
+  // the amx level, whose tiles take a Q8_0P block as their B operand as it lies.
+  if (stored == DType::kQ8_0 && (ctx.isa() == Isa::kAvx512Vnni || ctx.isa() == Isa::kAmx) &&
       detail::qdot_kernels_for(ctx.isa()).matvec[static_cast<int>(WeightLayout::kQ8_0P)] != nullptr) {
     return WeightLayout::kQ8_0P;
   }

@@ -144,11 +144,13 @@ TEST_CASE("resident weights (repacked where the CPU has the kernels) give the mm
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);  // prefill of every position
   const ModelInfo& ri = resident.model_info();
-  // Resident Q8_0 at avx512vnni is tiled (Q8_0P) and decodes one row with the block-sum numerics
-  // of batches; the mmapped Q8_0's one-row kernel keeps 4-level partials. The two round apart, and
-  // a last-bit difference may move a later activation across an int8 level: decode is close, as
-  // for Q4_KR below (batches above and deterministic mode stay bit-identical: repacked_weights_test).
-  if (ri.cpu_isa == "avx512vnni" && ri.int8_activations && (weights == "q8" || type == DType::kQ8_0)) {
+  // Resident Q8_0 at avx512vnni and amx is tiled (Q8_0P) and decodes one row with the block-sum
+  // numerics of batches; the mmapped Q8_0's one-row kernel keeps 4-level partials. The two round
+  // apart, and a last-bit difference may move a later activation across an int8 level: decode is
+  // close, as for Q4_KR below (batches above and deterministic mode stay bit-identical:
+  // repacked_weights_test).
+  if ((ri.cpu_isa == "avx512vnni" || ri.cpu_isa == "amx") && ri.int8_activations &&
+      (weights == "q8" || type == DType::kQ8_0)) {
     check_close_decode(mapped, resident, 12, 0.05f);
   } else {
     GenerationConfig greedy;

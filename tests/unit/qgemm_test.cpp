@@ -279,7 +279,9 @@ const cpu::Isa kAmxOnly[] = {cpu::Isa::kAmx};
 // and the default mode's where that takes the tiles too.
 SITSRT_ISA_TEST_CASE(isa, "AMX-INT8 GEMM of Q8_0 matches the integer reference; batch-invariant mode stays bitwise",
                      "[qdot][qgemm][matmul][amx]", kAmxOnly) {
-  const cpu::WeightLayout layout = GENERATE(cpu::WeightLayout::kQ8_0, cpu::WeightLayout::kQ8_0R);
+  // Q8_0P: the tiles read its blocks as their B operand (activations as A, in place).
+  const cpu::WeightLayout layout =
+      GENERATE(cpu::WeightLayout::kQ8_0, cpu::WeightLayout::kQ8_0R, cpu::WeightLayout::kQ8_0P);
   const int threads = GENERATE(1, 2);
   CAPTURE(cpu::name(layout), threads);
   cpu::CpuContext ctx = int8_context(isa, threads), invariant = int8_context(isa, threads, true);
@@ -300,7 +302,7 @@ SITSRT_ISA_TEST_CASE(isa, "AMX-INT8 GEMM of Q8_0 matches the integer reference; 
         const std::vector<float> yi = run(invariant, w, x.data(), m);
         check_reference(isa, layout, wts, rows, cols, x, m, yi);
         require_rows_equal_decode(invariant, w, x, m, yi);
-        if (m >= 2) {  // (2-3 rows: the VNNI block-sum kernel, with the same bits)
+        if (m >= 2) {  // (2-7 rows: the VNNI block-sum or panel kernels, with the same bits)
           for (std::size_t k = 0; k < y.size(); ++k) {
             if (std::bit_cast<std::uint32_t>(y[k]) != std::bit_cast<std::uint32_t>(yi[k])) {
               CAPTURE(k, y[k], yi[k]);

@@ -138,9 +138,9 @@ TEST_CASE("resident layout at avx512vnni: repacked for matmuls with int8 activat
   CHECK(cpu::resident_layout(vnni, DType::kQ4_1, true) == WeightLayout::kQ4_1);
   CHECK(cpu::resident_layout(vnni, DType::kF16, true) == WeightLayout::kF16);
   CHECK(cpu::resident_layout(vnni_float, DType::kQ8_0, true) == WeightLayout::kQ8_0);  // float activations
-  if (test::isa_supported(cpu::Isa::kAmx)) {  // the tiles read rows: Q8_0R there
+  if (test::isa_supported(cpu::Isa::kAmx)) {  // the tiles take a Q8_0P block as their B operand
     const cpu::CpuContext amx(1, cpu::Isa::kAmx, true);
-    CHECK(cpu::resident_layout(amx, DType::kQ8_0, true) == WeightLayout::kQ8_0R);
+    CHECK(cpu::resident_layout(amx, DType::kQ8_0, true) == WeightLayout::kQ8_0P);
   }
 }
 

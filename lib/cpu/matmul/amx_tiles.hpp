@@ -21,5 +21,13 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
+// LDTILECFG from `cfg`, with all 64 bytes as the asm's input. GCC 12's _tile_loadconfig names
+// only the first 8 bytes as its memory operand, so stores to the row and column fields may be
+// dropped as dead: a configuration whose rows depend on a variable came out all zero, and the
+// first tile load raised SIGILL.
+inline void load_tile_config(const TileConfig& cfg) {
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
 }  // namespace
 }  // namespace sitsrt::cpu::detail

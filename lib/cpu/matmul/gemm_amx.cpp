@@ -37,7 +37,7 @@ void configure_tiles() {
     cfg.colsb[t] = 64;
     cfg.rows[t] = kAmxTile;
   }
-  _tile_loadconfig(&cfg);
+  load_tile_config(cfg);
 }
 
 // 32 fp32 -> 32 bf16 (round to nearest even), element order kept.

@@ -105,7 +105,7 @@ bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) 
   // Batch-invariant mode takes them for every batch (a row's lane of the tiles never meets another
   // row's), its one-row decode kernel having their numerics (DecodeKernel::for_weight).
   const std::int64_t min_m = ctx.batch_invariant() ? 2 : detail::kQgemmAmxMinM;
-  return ctx.isa() == Isa::kAmx && m >= min_m && detail::amx_q8_layout(w.layout) && ctx.int8_activations();
+  return ctx.isa() == Isa::kAmx && m >= min_m && detail::amx_q8_gemm_layout(w.layout) && ctx.int8_activations();
 #else
   (void)ctx, (void)w, (void)m;
   return false;
@@ -115,7 +115,7 @@ bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) 
 std::size_t amx_q8_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
 #if defined(SITSRT_X86_KERNELS)
   if (ctx.isa() == Isa::kAmx && m >= 2 && detail::amx_q8_layout(w.layout) && ctx.int8_activations()) {
-    return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);
+    return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);  // (Q8_0P reads the rows in place)
   }
 #endif
   (void)ctx, (void)w, (void)m;
@@ -162,7 +162,7 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   if (amx_q8_taken(ctx, w, m)) {
     auto* packed = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(rows + m) + 63) / 64 * 64);
     const detail::AmxQ8Activations a{rows, packed, m, w.cols / kQBlock};
-    const std::int64_t groups = (m + 15) / 16;
+    const std::int64_t groups = w.layout == WeightLayout::kQ8_0P ? 0 : (m + 15) / 16;  // Q8_0P: no packing
     if (groups > 1 && ctx.pool().size() > 1) {
       ctx.pool().run([&](int t, int n) {
         const Range r = split_range(groups, t, n);

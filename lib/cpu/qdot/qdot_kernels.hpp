@@ -149,6 +149,11 @@ inline std::size_t amx_q8_activation_bytes(std::int64_t m, std::int64_t blocks) 
 inline bool amx_q8_layout(WeightLayout layout) noexcept {
   return layout == WeightLayout::kQ8_0 || layout == WeightLayout::kQ8_0R;
 }
+// The layouts amx_q8_gemm_rows takes: those, and the Q8_0P tiles, whose blocks are B tiles
+// already (no packed activations; their one-row kernels already have the tiles' numerics).
+inline bool amx_q8_gemm_layout(WeightLayout layout) noexcept {
+  return amx_q8_layout(layout) || layout == WeightLayout::kQ8_0P;
+}
 // One activation row of Q8_0 / Q8_0R weights with the numerics of amx_q8_gemm_rows (bit for bit its
 // result for that row whatever the batch): the decode kernel of batch-invariant mode at Isa::kAmx.
 // Whole 16-row tiles (counted from w) by block sums, a last partial tile by the VNNI decode kernel.

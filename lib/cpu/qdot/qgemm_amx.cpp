@@ -1,4 +1,4 @@
-// AMX-INT8 tiles for the int8-activation GEMM of Q8_0 / Q8_0R weights (Isa::kAmx; 4+ rows, or
+// AMX-INT8 tiles for the int8-activation GEMM of Q8_0 / Q8_0R / Q8_0P weights (Isa::kAmx; 8+ rows, or
 // 2+ in batch-invariant mode): TDPBSSD forms each (weight row, activation row) block's exact int32
 // sum over 32 levels, 16 x 16 pairs per instruction, and the float step applies the block's scale
 // product once per block: y = sum_b float(isum_b) * fl(d_w d_x), in block order.
@@ -13,9 +13,10 @@
 // of K, the weight rows' last partial tile always on the VNNI kernel), so batch-invariant
 // (--deterministic) mode sends every batch here and decodes one row by qdot_amx_numerics: for
 // stored Q8_0 a one-column tile here, for Q8_0R the VNNI block-sum kernel
-// (qgemm_q8_block_sums_avx512vnni.cpp, whose batches at 2-3 rows also give these bits).
+// (qgemm_q8_block_sums_avx512vnni.cpp, whose batches at 2-7 rows also give these bits).
 //
-// Tiles (palette 1): A = 16 weight rows x one block (32 bytes each, straight from the weights,
+// Tiles (palette 1; Q8_0P swaps the operands, q8_panel_tiles): A = 16 weight rows x one block (32
+// bytes each, straight from the weights,
 // row stride apart); B = one block of 16 activation rows in the VNNI layout (8 rows of 64 bytes:
 // row p holds levels 4p .. 4p + 3 of each activation row), packed once per matmul; C = 16 x 16 int32,
 // weight rows by activation rows. Only reached at Isa::kAmx; everything is in an anonymous
@@ -48,7 +49,7 @@ void configure_tiles(int n) {
   cfg.rows[1] = 8;
   cfg.colsb[2] = static_cast<std::uint16_t>(4 * n);
   cfg.rows[2] = kTile;
-  _tile_loadconfig(&cfg);
+  load_tile_config(cfg);
 }
 
 // Where group g's arrays lie in the packed activations: per block b the B tile (512 bytes), then
@@ -220,6 +221,74 @@ void qdot_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow
   }
 }
 
+// Q8_0P weights (repacked_blocks.hpp): a 16-row tile's block is already the B tile of those 16
+// rows (8 rows of 64 bytes, levels + 128), its 16 f16 scales beside it. So the operands swap:
+// A = up to 16 activation rows x one block, read in place from the quantized rows (row_bytes
+// apart), B = the weight block, C = activation rows x weight rows, TDPBSUD (signed activations,
+// unsigned levels); no activation packing, no scale gather, no output transpose. The same
+// integers and float step as q8_tiles (float(isum - 128 sum(x)) * fl(d_w d_x), one FMA per block
+// in block order), and as the VNNI panel kernels, so the one-row decode needs no kernel of its own.
+void configure_panel_tiles(int n) {
+  TileConfig cfg;
+  cfg.colsb[0] = 32;
+  cfg.rows[0] = static_cast<std::uint8_t>(n);
+  cfg.colsb[1] = 64;
+  cfg.rows[1] = 8;
+  cfg.colsb[2] = 64;
+  cfg.rows[2] = static_cast<std::uint8_t>(n);
+  load_tile_config(cfg);
+}
+
+void q8_panel_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a, float* y, std::int64_t ldy,
+                    std::int64_t row_begin, std::int64_t row_end) {
+  const std::int64_t nb = a.blocks;
+  const long x_stride = a.m > 1 ? static_cast<long>(a.rows[1].qs - a.rows[0].qs) : 32;
+  alignas(64) std::int32_t c_tile[kTile * kTile];
+  int configured = 0;
+  // As q8_tiles: the next tile's bytes requested towards L2 a few lines per block.
+  const std::size_t tile_bytes = kTile * row_stride;
+  const auto tile_lines = static_cast<std::int64_t>((tile_bytes + 63) / 64);
+  const std::int64_t lines_per_block = (tile_lines + nb - 1) / nb;
+  for (std::int64_t r0 = row_begin; r0 + kTile <= row_end; r0 += kTile) {
+    const std::byte* tile = w + static_cast<std::size_t>(r0) * row_stride;
+    const std::byte* next = tile + tile_bytes;
+    for (std::int64_t c0 = 0; c0 < a.m; c0 += kTile) {
+      const int n = static_cast<int>(a.m - c0 < kTile ? a.m - c0 : kTile);
+      if (n != configured) {
+        configure_panel_tiles(n);
+        configured = n;
+      }
+      const QuantizedRow* x = a.rows + c0;
+      __m512 acc[kTile];
+      for (auto& v : acc) v = _mm512_setzero_ps();
+      for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
+        const Q8PanelGroup group = q8_0p_group(g, nb);
+        for (int i = 0; i < group.blocks; ++i) {
+          const std::int64_t b = g * kRepackGroupBlocks + i;
+          if (c0 == 0) {
+            const std::int64_t end = (b + 1) * lines_per_block < tile_lines ? (b + 1) * lines_per_block : tile_lines;
+            for (std::int64_t l = b * lines_per_block; l < end; ++l) prefetch_l2(next + 64 * l);
+          }
+          _tile_loadd(0, x[0].qs + 32 * b, x_stride);
+          _tile_loadd(1, tile + group.levels + 512 * static_cast<std::size_t>(i), 64);
+          _tile_zero(2);
+          _tile_dpbsud(2, 0, 1);
+          _tile_stored(2, c_tile, 64);
+          const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(tile + group.scales + 32 * static_cast<std::size_t>(i))));
+          for (int c = 0; c < n; ++c) {
+            const __m512i isum =
+                _mm512_sub_epi32(_mm512_load_si512(c_tile + kTile * c), _mm512_set1_epi32(128 * x[c].sum[b]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x[c].d[b])), acc[c]);
+          }
+        }
+      }
+      for (int c = 0; c < n; ++c) _mm512_storeu_ps(y + (c0 + c) * ldy + r0, acc[c]);
+    }
+  }
+  if (configured != 0) _tile_release();
+}
+
 }  // namespace
 
 QdotFn qdot_amx_numerics(WeightLayout layout) noexcept {
@@ -255,7 +324,9 @@ void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64
 void amx_q8_gemm_rows(WeightLayout layout, const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a,
                       float* y, std::int64_t ldy, std::int64_t row_begin, std::int64_t row_end) noexcept {
   const std::int64_t whole = row_begin + (row_end - row_begin) / kTile * kTile;
-  if (layout == WeightLayout::kQ8_0R) {
+  if (layout == WeightLayout::kQ8_0P) {
+    q8_panel_tiles(w, row_stride, a, y, ldy, row_begin, whole);
+  } else if (layout == WeightLayout::kQ8_0R) {
     q8_tiles<RepackedBlocks>(w, row_stride, a, y, ldy, row_begin, whole);
   } else {
     q8_tiles<StoredBlocks>(w, row_stride, a, y, ldy, row_begin, whole);
