@@ -114,8 +114,8 @@ bool amx_q8_taken(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) 
 // (Sized whether or not the context is batch-invariant now: the reservation must hold either way.)
 std::size_t amx_q8_bytes(const CpuContext& ctx, const WeightMatrix& w, std::int64_t m) noexcept {
 #if defined(SITSRT_X86_KERNELS)
-  if (ctx.isa() == Isa::kAmx && m >= 2 && detail::amx_q8_layout(w.layout) && ctx.int8_activations()) {
-    return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);  // (Q8_0P reads the rows in place)
+  if (ctx.isa() == Isa::kAmx && m >= 2 && detail::amx_q8_gemm_layout(w.layout) && ctx.int8_activations()) {
+    return 64 + detail::amx_q8_activation_bytes(m, w.cols / kQBlock);
   }
 #endif
   (void)ctx, (void)w, (void)m;
@@ -162,14 +162,15 @@ void qgemm(CpuContext& ctx, const detail::DecodeKernel& kernel, const WeightMatr
   if (amx_q8_taken(ctx, w, m)) {
     auto* packed = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(rows + m) + 63) / 64 * 64);
     const detail::AmxQ8Activations a{rows, packed, m, w.cols / kQBlock};
-    const std::int64_t groups = w.layout == WeightLayout::kQ8_0P ? 0 : (m + 15) / 16;  // Q8_0P: no packing
+    const std::int64_t groups = (m + 15) / 16;
+    const bool as_a = w.layout == WeightLayout::kQ8_0P;  // its blocks are the B tiles: activations as A
     if (groups > 1 && ctx.pool().size() > 1) {
       ctx.pool().run([&](int t, int n) {
         const Range r = split_range(groups, t, n);
-        detail::amx_q8_pack(a, r.begin, r.end);
+        detail::amx_q8_pack(a, r.begin, r.end, as_a);
       });
     } else {
-      detail::amx_q8_pack(a, 0, groups);
+      detail::amx_q8_pack(a, 0, groups, as_a);
     }
     detail::for_each_decode_chunk(ctx.pool(), (w.rows + 15) / 16, [&](Range units) {
       detail::amx_q8_gemm_rows(w.layout, w.data, w.row_stride, a, y, ldy, 16 * units.begin,

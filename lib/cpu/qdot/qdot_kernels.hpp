@@ -172,8 +172,10 @@ void qdot_q8_0p_avx512vnni(const std::byte* w, std::size_t row_stride, const Qua
                            std::int64_t n_rows);
 void qgemm_q8_0p_avx512vnni(const std::byte* w, std::size_t row_stride, const QuantizedRow* x, std::int64_t m, float* y,
                             std::int64_t ldy, std::int64_t n_rows);
-// Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads).
-void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept;
+// Packs the 16-row groups [group_begin, group_end) (disjoint ranges on any threads): the levels
+// as B tiles (VNNI word layout), or `as_a` as A tiles (each row's block in a row: Q8_0P).
+void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end,
+                 bool as_a = false) noexcept;
 // Outputs of weight rows [row_begin, row_end) for all m rows: whole 16-row tiles on the tile
 // unit, a last partial tile through the VNNI kernel.
 void amx_q8_gemm_rows(WeightLayout layout, const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a,

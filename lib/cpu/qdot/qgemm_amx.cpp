@@ -223,9 +223,10 @@ void qdot_one_row(const std::byte* w, std::size_t row_stride, const QuantizedRow
 
 // Q8_0P weights (repacked_blocks.hpp): a 16-row tile's block is already the B tile of those 16
 // rows (8 rows of 64 bytes, levels + 128), its 16 f16 scales beside it. So the operands swap:
-// A = up to 16 activation rows x one block, read in place from the quantized rows (row_bytes
-// apart), B = the weight block, C = activation rows x weight rows, TDPBSUD (signed activations,
-// unsigned levels); no activation packing, no scale gather, no output transpose. The same
+// A = up to 16 activation rows x one block (packed once per matmul as 512 bytes in a row: read
+// from the quantized rows in place, 16 lines a row stride apart, the loads took a quarter of a
+// prefill), B = the weight block, C = activation rows x weight rows, TDPBSUD (signed
+// activations, unsigned levels); no transpose of either operand, no scale gather. The same
 // integers and float step as q8_tiles (float(isum - 128 sum(x)) * fl(d_w d_x), one FMA per block
 // in block order), and as the VNNI panel kernels, so the one-row decode needs no kernel of its own.
 void configure_panel_tiles(int n) {
@@ -236,14 +237,17 @@ void configure_panel_tiles(int n) {
   cfg.rows[1] = 8;
   cfg.colsb[2] = 64;
   cfg.rows[2] = static_cast<std::uint8_t>(n);
+  for (int t = 3; t < 6; ++t) {  // a second block in flight: tmm3-5 as tmm0-2
+    cfg.colsb[t] = cfg.colsb[t - 3];
+    cfg.rows[t] = cfg.rows[t - 3];
+  }
   load_tile_config(cfg);
 }
 
 void q8_panel_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activations& a, float* y, std::int64_t ldy,
                     std::int64_t row_begin, std::int64_t row_end) {
   const std::int64_t nb = a.blocks;
-  const long x_stride = a.m > 1 ? static_cast<long>(a.rows[1].qs - a.rows[0].qs) : 32;
-  alignas(64) std::int32_t c_tile[kTile * kTile];
+  alignas(64) std::int32_t c_tile[2 * kTile * kTile];
   int configured = 0;
   // As q8_tiles: the next tile's bytes requested towards L2 a few lines per block.
   const std::size_t tile_bytes = kTile * row_stride;
@@ -258,28 +262,43 @@ void q8_panel_tiles(const std::byte* w, std::size_t row_stride, const AmxQ8Activ
         configure_panel_tiles(n);
         configured = n;
       }
-      const QuantizedRow* x = a.rows + c0;
+      const Group packed = group_at(a, c0 / kTile);  // the rows' levels as A tiles, scales, 128 x level sums
       __m512 acc[kTile];
       for (auto& v : acc) v = _mm512_setzero_ps();
       for (std::int64_t g = 0; g * kRepackGroupBlocks < nb; ++g) {
         const Q8PanelGroup group = q8_0p_group(g, nb);
-        for (int i = 0; i < group.blocks; ++i) {
+        // Two blocks at a time (the second on tmm3-5) so one product runs while the other's sums
+        // are stored; the float steps still run in block order.
+        for (int i = 0; i < group.blocks; i += 2) {
           const std::int64_t b = g * kRepackGroupBlocks + i;
+          const int pair = i + 1 < group.blocks ? 2 : 1;
           if (c0 == 0) {
-            const std::int64_t end = (b + 1) * lines_per_block < tile_lines ? (b + 1) * lines_per_block : tile_lines;
+            const std::int64_t last = b + pair;
+            const std::int64_t end = last * lines_per_block < tile_lines ? last * lines_per_block : tile_lines;
             for (std::int64_t l = b * lines_per_block; l < end; ++l) prefetch_l2(next + 64 * l);
           }
-          _tile_loadd(0, x[0].qs + 32 * b, x_stride);
+          _tile_loadd(0, packed.tiles + 512 * b, 32);
           _tile_loadd(1, tile + group.levels + 512 * static_cast<std::size_t>(i), 64);
           _tile_zero(2);
           _tile_dpbsud(2, 0, 1);
+          if (pair == 2) {
+            _tile_loadd(3, packed.tiles + 512 * (b + 1), 32);
+            _tile_loadd(4, tile + group.levels + 512 * static_cast<std::size_t>(i + 1), 64);
+            _tile_zero(5);
+            _tile_dpbsud(5, 3, 4);
+          }
           _tile_stored(2, c_tile, 64);
-          const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(tile + group.scales + 32 * static_cast<std::size_t>(i))));
-          for (int c = 0; c < n; ++c) {
-            const __m512i isum =
-                _mm512_sub_epi32(_mm512_load_si512(c_tile + kTile * c), _mm512_set1_epi32(128 * x[c].sum[b]));
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x[c].d[b])), acc[c]);
+          if (pair == 2) _tile_stored(5, c_tile + kTile * kTile, 64);
+          for (int k = 0; k < pair; ++k) {
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(tile + group.scales + 32 * static_cast<std::size_t>(i + k))));
+            const float* dx = packed.dx + 16 * (b + k);
+            const std::int32_t* offset = packed.offset + 16 * (b + k);
+            const std::int32_t* sums = c_tile + kTile * kTile * k;
+            for (int c = 0; c < n; ++c) {
+              const __m512i isum = _mm512_sub_epi32(_mm512_load_si512(sums + kTile * c), _mm512_set1_epi32(offset[c]));
+              acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx[c])), acc[c]);
+            }
           }
         }
       }
@@ -297,7 +316,7 @@ QdotFn qdot_amx_numerics(WeightLayout layout) noexcept {
   return nullptr;
 }
 
-void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end) noexcept {
+void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64_t group_end, bool as_a) noexcept {
   for (std::int64_t g = group_begin; g < group_end; ++g) {
     const Group grp = group_at(a, g);
     const std::int64_t c0 = g * kTile;
@@ -309,6 +328,14 @@ void amx_q8_pack(const AmxQ8Activations& a, std::int64_t group_begin, std::int64
     for (std::int64_t b = 0; b < a.blocks; b += 2) {
       __m512i r[16];
       for (int c = 0; c < kTile; ++c) r[c] = c < n ? _mm512_load_si512(x[c].qs + 32 * b) : _mm512_setzero_si512();
+      if (as_a) {  // A tiles: row c's 32 levels of block b at 32 c (a tile load reads 512 bytes in a row)
+        for (int c = 0; c < kTile; ++c) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(tiles + 512 * b + 32 * c), _mm512_castsi512_si256(r[c]));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(tiles + 512 * (b + 1) + 32 * c),
+                             _mm512_extracti64x4_epi64(r[c], 1));
+        }
+        continue;
+      }
       transpose16x32bit(r);  // r[p]: word p (levels 4p .. 4p + 3 of the pair of blocks) of every row
       for (int p = 0; p < kTile; ++p) _mm512_store_si512(tiles + 512 * b + 64 * p, r[p]);
     }
