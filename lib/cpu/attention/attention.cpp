@@ -154,9 +154,9 @@ struct SequencePlan {
     while (idx < n) {
       const std::int64_t p = begin + idx, r = p % kv.block_size;
       const std::int64_t run = std::min(kv.block_size - r, n - idx);
-      const std::byte* k = kv.k + (kv.k_head_major ? kv.head_offset(p, g, kv.k_row_bytes, k_head, true)
+      const std::byte* k = kv.k + (kv.k_head_major ? kv.head_row_offset(p, g, kv.k_row_bytes, k_head)
                                                    : kv.row_index(p) * kv.k_row_bytes);
-      const std::byte* v = kv.v + (kv.v_head_major ? kv.head_offset(p, g, kv.v_row_bytes, v_head, true)
+      const std::byte* v = kv.v + (kv.v_head_major ? kv.head_row_offset(p, g, kv.v_row_bytes, v_head)
                                                    : kv.row_index(p) * kv.v_row_bytes);
       for (std::int64_t j = 0; j < run; ++j) {
         k_rows[idx + j] = k + static_cast<std::size_t>(j) * k_step;

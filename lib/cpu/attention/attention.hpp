@@ -95,14 +95,14 @@ struct KvLayerView {
     return static_cast<std::size_t>(block_table[static_cast<std::size_t>(b)]) * static_cast<std::size_t>(block_size) +
            static_cast<std::size_t>(p - b * block_size);
   }
-  // Byte offset of position p's head g vector (head_bytes long) on a side of row_bytes rows.
-  [[nodiscard]] std::size_t head_offset(std::int64_t p, std::int64_t g, std::size_t row_bytes, std::size_t head_bytes,
-                                        bool head_major) const noexcept {
+  // Byte offset of position p's head g row on a head-major side of row_bytes rows and
+  // head_bytes head rows (k_head_major).
+  [[nodiscard]] std::size_t head_row_offset(std::int64_t p, std::int64_t g, std::size_t row_bytes,
+                                            std::size_t head_bytes) const noexcept {
     const std::int64_t b = p / block_size, r = p - b * block_size;
-    const std::size_t block = static_cast<std::size_t>(block_table[static_cast<std::size_t>(b)]) *
-                              static_cast<std::size_t>(block_size) * row_bytes;
-    if (head_major) return block + static_cast<std::size_t>(g * block_size + r) * head_bytes;
-    return block + static_cast<std::size_t>(r) * row_bytes + static_cast<std::size_t>(g) * head_bytes;
+    return static_cast<std::size_t>(block_table[static_cast<std::size_t>(b)]) * static_cast<std::size_t>(block_size) *
+               row_bytes +
+           static_cast<std::size_t>(g * block_size + r) * head_bytes;
   }
 };
 

@@ -216,7 +216,7 @@ void kv_store_batch(CpuContext& ctx, std::span<const KvStoreSequence> sequences,
                                                            : d / 2;
         const std::size_t all_values = values * static_cast<std::size_t>(n_kv_heads);
         for (std::size_t h = 0; h < static_cast<std::size_t>(n_kv_heads); ++h) {
-          std::byte* dst = plane + q.kv.head_offset(p, static_cast<std::int64_t>(h), row_bytes, head_bytes, true);
+          std::byte* dst = plane + q.kv.head_row_offset(p, static_cast<std::int64_t>(h), row_bytes, head_bytes);
           std::memcpy(dst, staged.data() + h * values, values);
           const std::size_t scales = head_bytes - values;  // int8: 2 bytes, int4: d / 32 codes
           std::memcpy(dst + values, staged.data() + all_values + h * scales, scales);
