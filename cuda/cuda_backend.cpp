@@ -3,6 +3,7 @@
 #include "backend/node_dispatch.hpp"
 #include "core/check.hpp"
 #include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/planar_weights.hpp"
 
 #include <chrono>
 
@@ -101,6 +102,7 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
   weights_memory_ = allocator_.allocate(std::max<std::size_t>(total, 1), "model weights");
   weights_bytes_ = std::max<std::size_t>(total, 1);
   WeightBindReport report;
+  std::vector<std::uint8_t> planar_staging;  // one repacked matrix at a time
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     const graph::Weight& w = graph.weights()[id];
     const std::span<const std::byte> bytes = source.data(w);
@@ -109,9 +111,27 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
     if (bytes.size() < need)
       raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes, expected {}", w.name, bytes.size(), need);
     std::byte* dst = weights_memory_ + offsets[id];
-    SITSRT_CUDA_CHECK(cudaMemcpy(dst, bytes.data(), need, cudaMemcpyHostToDevice));
-    DeviceWeight dw{reinterpret_cast<const std::uint8_t*>(dst), w.type, weight_rows(w), w.dims[0],
-                    static_cast<std::int64_t>(stride),          {}};
+    const bool planar = uses.decoded[id] && planar_supports(w.type, w.dims[0]);
+    if (planar) {  // FP8 / INT4 g128: the planes the decode kernels read 16 bytes at a time
+      planar_staging.resize(need);
+      const PlanarGeometry g = planar_geometry(w.type, weight_rows(w), w.dims[0]);
+      const auto* stored = reinterpret_cast<const std::uint8_t*>(bytes.data());
+      for (std::int64_t r = 0; r < weight_rows(w); ++r) {
+        planar_pack_row(w.type, stored + static_cast<std::size_t>(r) * stride, w.dims[0],
+                        planar_staging.data() + r * g.code_row_bytes,
+                        planar_staging.data() + g.scales_offset + r * g.scale_row_words * 4);
+      }
+      SITSRT_CUDA_CHECK(cudaMemcpy(dst, planar_staging.data(), need, cudaMemcpyHostToDevice));
+    } else {
+      SITSRT_CUDA_CHECK(cudaMemcpy(dst, bytes.data(), need, cudaMemcpyHostToDevice));
+    }
+    DeviceWeight dw{reinterpret_cast<const std::uint8_t*>(dst),
+                    w.type,
+                    weight_rows(w),
+                    w.dims[0],
+                    static_cast<std::int64_t>(stride),
+                    planar,
+                    {}};
     if (uses.rope_factors[id]) {
       const auto* values = reinterpret_cast<const float*>(bytes.data());
       dw.host_copy.assign(values, values + need / sizeof(float));

@@ -72,8 +72,12 @@ void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_
       raise(ErrorCode::kInvalidArgument, "embed: token id {} outside the vocabulary of {}", id, w.rows);
   }
   const auto* device_ids = reinterpret_cast<const std::int32_t*>(staging_.upload(bytes_of(ids)));
-  launch_embed(w.format, w.data, w.row_bytes, w.cols, device_ids, static_cast<std::int64_t>(ids.size()), f32(out),
-               out.ld, context_.stream());
+  const auto count = static_cast<std::int64_t>(ids.size());
+  if (w.planar) {
+    launch_planar_embed(w.format, w.data, w.rows, w.cols, device_ids, count, f32(out), out.ld, context_.stream());
+  } else {
+    launch_embed(w.format, w.data, w.row_bytes, w.cols, device_ids, count, f32(out), out.ld, context_.stream());
+  }
   SITSRT_CUDA_CHECK_LAUNCH("embed kernel");
 }
 
@@ -100,8 +104,12 @@ void CudaKernels::head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, c
 
 void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) {
   const DeviceWeight& dw = weight(w);
-  launch_matmul(dw.format, dw.data, dw.row_bytes, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld,
-                context_.stream());
+  if (dw.planar) {
+    launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld, context_.stream());
+  } else {
+    launch_matmul(dw.format, dw.data, dw.row_bytes, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld,
+                  context_.stream());
+  }
   SITSRT_CUDA_CHECK_LAUNCH("matmul kernel");
 }
 

@@ -25,6 +25,7 @@ struct DeviceWeight {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   std::int64_t row_bytes = 0;
+  bool planar = false;           // FP8 / INT4 g128 in the planar layout (planar_weights.hpp)
   std::vector<float> host_copy;  // f32 vectors the host needs (rope frequency factors)
 };
 

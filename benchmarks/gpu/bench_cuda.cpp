@@ -7,6 +7,7 @@
 #include "core/dtype.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/planar_weights.hpp"
 #include "gpu/ceilings.hpp"
 
 #include <cuda_runtime_api.h>
@@ -33,7 +34,9 @@ constexpr Shape kShapes[] = {{"attn qkvo 4096x4096", 4096, 4096},
 constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kBF16, DType::kF16};
 
 // Seconds per call of the matmul at m rows, weights cycling over copies totalling >= 512 MiB.
-double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats) {
+// planar: the FP8 / INT4 g128 kernels over the layout the backend uploads (planar_weights.hpp);
+// otherwise the stored-block kernels (matmul.cu).
+double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar) {
   const std::size_t stride = row_bytes(format, s.k);
   const std::size_t bytes = stride * static_cast<std::size_t>(s.n);
   const std::size_t copies = std::max<std::size_t>(1, ((512u << 20) + bytes - 1) / bytes);
@@ -47,9 +50,14 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats) {
   SITSRT_CUDA_CHECK(cudaMalloc(&y, static_cast<std::size_t>(m * s.n) * 4));
   SITSRT_CUDA_CHECK(cudaMemset(x, 0x11, static_cast<std::size_t>(m * s.k) * 4));
   const auto call = [&](std::size_t i) {
-    cuda::launch_matmul(format, static_cast<const std::uint8_t*>(weights[i % copies]),
-                        static_cast<std::int64_t>(stride), s.n, s.k, static_cast<const float*>(x), s.k, m,
-                        static_cast<float*>(y), s.n, nullptr);
+    const auto* w = static_cast<const std::uint8_t*>(weights[i % copies]);
+    if (planar) {
+      cuda::launch_planar_matmul(format, w, s.n, s.k, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n,
+                                 nullptr);
+    } else {
+      cuda::launch_matmul(format, w, static_cast<std::int64_t>(stride), s.n, s.k, static_cast<const float*>(x), s.k, m,
+                          static_cast<float*>(y), s.n, nullptr);
+    }
   };
   for (std::size_t i = 0; i < copies; ++i) call(i);
   SITSRT_CUDA_CHECK(cudaGetLastError());
@@ -82,25 +90,32 @@ int main(int argc, char** argv) {
       fmt::print("device: {} (sm_{}{}), {} SMs\n", props.name, props.major, props.minor, props.multiProcessorCount);
       fmt::print("ceilings: read bandwidth {:.0f} GB/s; cuBLASLt BF16 GEMM 8192^3 {:.0f} TFLOP/s\n\n", bandwidth,
                  bf16_tflops);
-      fmt::print("| format | shape | rows | us/call | weight GB/s | % of read bandwidth | TFLOP/s |\n");
-      fmt::print("|---|---|---|---|---|---|---|\n");
+      fmt::print("| format | layout | shape | rows | us/call | weight GB/s | % of read bandwidth | TFLOP/s |\n");
+      fmt::print("|---|---|---|---|---|---|---|---|\n");
     }
     for (const DType format : kFormats) {
-      for (const Shape& s : kShapes) {
-        for (const std::int64_t m : {1, 16, 512}) {
-          if (m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
-          const double seconds = time_matmul(format, s, m, m == 512 ? 5 : 50);
-          const double weight_bytes = static_cast<double>(row_bytes(format, s.k)) * static_cast<double>(s.n);
-          const double gbs = weight_bytes / seconds / 1e9;
-          const double tflops = 2.0 * static_cast<double>(m * s.n * s.k) / seconds / 1e12;
-          if (json) {
-            rows += fmt::format(
-                "{}{{\"format\":\"{}\",\"shape\":\"{}\",\"rows\":{},\"us\":{:.2f},\"gbs\":{:.1f},"
-                "\"pct_bandwidth\":{:.1f},\"tflops\":{:.3f}}}",
-                rows.empty() ? "" : ",", name(format), s.name, m, seconds * 1e6, gbs, 100.0 * gbs / bandwidth, tflops);
-          } else {
-            fmt::print("| {} | {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.2f} |\n", name(format), s.name, m,
-                       seconds * 1e6, gbs, 100.0 * gbs / bandwidth, tflops);
+      // The backend's layout first; FP8 / INT4 g128 also in stored blocks at one row, the gain.
+      const bool planar_format = cuda::planar_supports(format, 4096);
+      for (const bool planar : planar_format ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
+        for (const Shape& s : kShapes) {
+          for (const std::int64_t m : {1, 16, 512}) {
+            if (m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
+            if (planar_format && !planar && m != 1) continue;
+            const double seconds = time_matmul(format, s, m, m == 512 ? 5 : 50, planar);
+            const char* layout = planar ? "planar" : "blocks";
+            const double weight_bytes = static_cast<double>(row_bytes(format, s.k)) * static_cast<double>(s.n);
+            const double gbs = weight_bytes / seconds / 1e9;
+            const double tflops = 2.0 * static_cast<double>(m * s.n * s.k) / seconds / 1e12;
+            if (json) {
+              rows += fmt::format(
+                  "{}{{\"format\":\"{}\",\"layout\":\"{}\",\"shape\":\"{}\",\"rows\":{},\"us\":{:.2f},"
+                  "\"gbs\":{:.1f},\"pct_bandwidth\":{:.1f},\"tflops\":{:.3f}}}",
+                  rows.empty() ? "" : ",", name(format), layout, s.name, m, seconds * 1e6, gbs, 100.0 * gbs / bandwidth,
+                  tflops);
+            } else {
+              fmt::print("| {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.2f} |\n", name(format), layout, s.name,
+                         m, seconds * 1e6, gbs, 100.0 * gbs / bandwidth, tflops);
+            }
           }
         }
       }

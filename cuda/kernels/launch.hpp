@@ -20,6 +20,15 @@ namespace sitsrt::cuda {
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
                    const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
 
+// launch_matmul over a planar FP8 E4M3 / INT4 g128 matrix of n rows of k elements
+// (planar_weights.hpp: planar_supports(format, k) must hold; data 16-byte aligned).
+void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
+                          std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
+
+// launch_embed over a planar matrix of n rows of k elements.
+void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,
+                         const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);
+
 // out row r = table row ids[r] decoded to float (cols elements).
 void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
                   const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);

@@ -5,12 +5,12 @@
 // prefill).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/kernels/row_tiles.hpp"
 
 namespace sitsrt::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxTileRows = 8;
 
 __device__ inline float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -72,37 +72,9 @@ void launch_tile(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, 
 template <DType F>
 void launch_matmul_format(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
-  for (std::int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
-    const std::int64_t rows = m - r0 < kMaxTileRows ? m - r0 : kMaxTileRows;
-    const float* xt = x + r0 * ldx;
-    float* yt = y + r0 * ldy;
-    switch (rows) {
-      case 1:
-        launch_tile<F, 1>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      case 2:
-        launch_tile<F, 2>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      case 3:
-        launch_tile<F, 3>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      case 4:
-        launch_tile<F, 4>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      case 5:
-        launch_tile<F, 5>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      case 6:
-        launch_tile<F, 6>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      case 7:
-        launch_tile<F, 7>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-      default:
-        launch_tile<F, 8>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
-        break;
-    }
-  }
+  for_each_row_tile(m, x, ldx, y, ldy, [&](auto rows, const float* xt, float* yt) {
+    launch_tile<F, decltype(rows)::value>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+  });
 }
 
 template <DType F>

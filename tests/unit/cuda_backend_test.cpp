@@ -12,6 +12,7 @@
 #include "cuda_backend/cuda_backend_factory.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/planar_weights.hpp"
 #include "model/random_model.hpp"
 #include "support/cuda_device.hpp"
 #include "support/model_files.hpp"
@@ -73,6 +74,46 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   }
 }
 
+// y (m rows, ldy apart) against the double products of the decoded weights (n x k) and x (m
+// rows, ldx apart): within 1e-6 + 2e-6 * sum |products| per output (float sums of exact products);
+// y's padding past n stays poisoned.
+void check_matmul(const std::vector<float>& y, std::int64_t ldy, const std::vector<float>& decoded,
+                  const std::vector<float>& x, std::int64_t ldx, std::int64_t m, std::int64_t n, std::int64_t k,
+                  const char* what) {
+  std::vector<float> got;
+  std::vector<double> want, scale;
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = 0, magnitude = 0;
+      for (std::int64_t e = 0; e < k; ++e) {
+        const double p = static_cast<double>(decoded[static_cast<std::size_t>(j * k + e)]) *
+                         x[static_cast<std::size_t>(r * ldx + e)];
+        sum += p;
+        magnitude += std::fabs(p);
+      }
+      got.push_back(y[static_cast<std::size_t>(r * ldy + j)]);
+      want.push_back(sum);
+      scale.push_back(magnitude);
+    }
+    for (std::int64_t j = n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
+  }
+  check_close(got, want, 1e-6, scale, 2e-6, what);
+}
+
+// Stored rows -> the planar layout the backend uploads FP8 / INT4 g128 matrices in.
+std::vector<std::uint8_t> planar_matrix(DType format, const std::vector<std::uint8_t>& stored, std::int64_t rows,
+                                        std::int64_t cols) {
+  const cuda::PlanarGeometry g = cuda::planar_geometry(format, rows, cols);
+  const std::size_t stride = row_bytes(format, cols);
+  std::vector<std::uint8_t> planes(stored.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    cuda::planar_pack_row(format, stored.data() + static_cast<std::size_t>(r) * stride, cols,
+                          planes.data() + r * g.code_row_bytes,
+                          planes.data() + g.scales_offset + r * g.scale_row_words * 4);
+  }
+  return planes;
+}
+
 }  // namespace
 
 TEST_CASE("cuda matmul of every format equals the double reference of its decoded weights", "[cuda][gated]") {
@@ -103,31 +144,14 @@ TEST_CASE("cuda matmul of every format equals the double reference of its decode
         cuda::launch_matmul(format, dw.get(), static_cast<std::int64_t>(stride), n, k, dx.get(), ldx, m, dy.get(), ldy,
                             nullptr);
         SITSRT_CUDA_CHECK(cudaGetLastError());
-        const std::vector<float> y = dy.download();
-        std::vector<float> got;
-        std::vector<double> want, scale;
-        for (std::int64_t r = 0; r < m; ++r) {
-          for (std::int64_t j = 0; j < n; ++j) {
-            double sum = 0, magnitude = 0;
-            for (std::int64_t e = 0; e < k; ++e) {
-              const double p = static_cast<double>(decoded[static_cast<std::size_t>(j * k + e)]) *
-                               x[static_cast<std::size_t>(r * ldx + e)];
-              sum += p;
-              magnitude += std::fabs(p);
-            }
-            got.push_back(y[static_cast<std::size_t>(r * ldy + j)]);
-            want.push_back(sum);
-            scale.push_back(magnitude);
-          }
-        }
         INFO(name(format) << " m=" << m << " k=" << k);
-        check_close(got, want, 1e-6, scale, 2e-6, "matmul");
+        check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, "matmul");
       }
     }
   }
 }
 
-TEST_CASE("cuda embedding rows equal dequantize_row exactly", "[cuda][gated]") {
+TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(102);
   for (const DType format : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
@@ -140,17 +164,64 @@ TEST_CASE("cuda embedding rows equal dequantize_row exactly", "[cuda][gated]") {
       quantize_row(format, row.data(), table.data() + t * stride, cols);
     }
     const std::vector<std::int32_t> ids = {3, 49, 0, 17, 17, 8};
-    DeviceArray<std::uint8_t> dt(table);
     DeviceArray<std::int32_t> di(ids);
-    DeviceArray<float> out(ids.size() * (cols + 1));
-    cuda::launch_embed(format, dt.get(), static_cast<std::int64_t>(stride), cols, di.get(),
-                       static_cast<std::int64_t>(ids.size()), out.get(), cols + 1, nullptr);
-    const std::vector<float> got = out.download();
-    std::vector<float> want(static_cast<std::size_t>(cols));
-    for (std::size_t r = 0; r < ids.size(); ++r) {
-      dequantize_row(format, table.data() + ids[r] * stride, want.data(), cols);
-      INFO(name(format) << " row " << r);
-      REQUIRE(std::memcmp(got.data() + r * (cols + 1), want.data(), cols * sizeof(float)) == 0);
+    const auto count = static_cast<std::int64_t>(ids.size());
+    // the stored blocks, and for FP8 / INT4 g128 also the planar layout the backend uploads
+    for (const bool planar : {false, true}) {
+      if (planar && !cuda::planar_supports(format, cols)) continue;
+      DeviceArray<std::uint8_t> dt(planar ? planar_matrix(format, table, vocab, cols) : table);
+      DeviceArray<float> out(ids.size() * (cols + 1));
+      if (planar) {
+        cuda::launch_planar_embed(format, dt.get(), vocab, cols, di.get(), count, out.get(), cols + 1, nullptr);
+      } else {
+        cuda::launch_embed(format, dt.get(), static_cast<std::int64_t>(stride), cols, di.get(), count, out.get(),
+                           cols + 1, nullptr);
+      }
+      const std::vector<float> got = out.download();
+      std::vector<float> want(static_cast<std::size_t>(cols));
+      for (std::size_t r = 0; r < ids.size(); ++r) {
+        dequantize_row(format, table.data() + ids[r] * stride, want.data(), cols);
+        INFO(name(format) << (planar ? " planar" : "") << " row " << r);
+        REQUIRE(std::memcmp(got.data() + r * (cols + 1), want.data(), cols * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda planar FP8 / INT4 g128 matmul equals the double reference of the decoded weights", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(104);
+  struct Shape {
+    std::int64_t n, k;
+    std::vector<std::int64_t> ms;
+  };
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
+    const std::int64_t block = traits(format).block_size;
+    // odd output counts (a partial last block of outputs), one and several chunks per thread
+    for (const Shape& shape : {Shape{67, block, {1, 2, 3, 5, 8, 11, 16}}, Shape{5, 3 * block, {1, 4, 9}},
+                               Shape{1029, 4096, {1, 16}}, Shape{130, 14336, {1, 7}}}) {
+      const std::int64_t n = shape.n, k = shape.k;
+      const std::size_t stride = row_bytes(format, k);
+      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+      std::vector<float> decoded(static_cast<std::size_t>(n * k));
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f * static_cast<float>(1 + j % 7));
+        quantize_row(format, row.data(), w.data() + j * stride, k);
+        dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
+      }
+      DeviceArray<std::uint8_t> dw(planar_matrix(format, w, n, k));
+      for (const std::int64_t m : shape.ms) {
+        for (const std::int64_t ldx : {k, k + 3}) {  // float4 loads of x, and the scalar path
+          const std::int64_t ldy = n + 5;
+          std::vector<float> x(static_cast<std::size_t>(m * ldx));
+          for (float& v : x) v = rng.normal();
+          DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
+          cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr);
+          SITSRT_CUDA_CHECK(cudaGetLastError());
+          INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
+          check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, "planar matmul");
+        }
+      }
     }
   }
 }

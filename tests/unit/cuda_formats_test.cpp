@@ -6,6 +6,7 @@
 #include "core/quant_blocks.hpp"
 #include "cpu/attention/kv_quant.hpp"
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/planar_weights.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -108,6 +109,51 @@ TEST_CASE("cuda formats: weight rows decode as dequantize_row, element by elemen
   check_format<DType::kQ4_K>(512, 9);
   check_format<DType::kQ5_K>(512, 10);
   check_format<DType::kQ6_K>(512, 11);
+}
+
+// The planar layout the decode kernels read (cuda/planar_weights.hpp): every element of a packed
+// matrix equals the stored row's decode, bit for bit, and the planes take the stored bytes.
+template <DType F>
+void check_planar(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  test::Rng rng(seed);
+  const std::size_t stride = row_bytes(F, cols);
+  std::vector<std::uint8_t> stored(stride * static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::vector<float> x = rng.normals(static_cast<std::size_t>(cols), 0.01f * static_cast<float>(r + 1));
+    x[static_cast<std::size_t>(r)] *= 300.0f;  // one wide block per row, so the scales differ
+    quantize_row(F, x.data(), stored.data() + static_cast<std::size_t>(r) * stride, cols);
+  }
+  REQUIRE(cuda::planar_supports(F, cols));
+  const cuda::PlanarGeometry g = cuda::planar_geometry(F, rows, cols);
+  REQUIRE(g.scales_offset % 64 == 0);
+  const std::size_t total = static_cast<std::size_t>(g.scales_offset + rows * g.scale_row_words * 4);
+  REQUIRE(total == stored.size());
+  std::vector<std::uint8_t> planes(total, 0xa5);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    cuda::planar_pack_row(F, stored.data() + static_cast<std::size_t>(r) * stride, cols,
+                          planes.data() + r * g.code_row_bytes,
+                          planes.data() + g.scales_offset + r * g.scale_row_words * 4);
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint8_t* row = stored.data() + static_cast<std::size_t>(r) * stride;
+    const std::uint8_t* codes = planes.data() + r * g.code_row_bytes;
+    const std::uint8_t* scales = planes.data() + g.scales_offset + r * g.scale_row_words * 4;
+    for (std::int64_t e = 0; e < cols; ++e) {
+      const float got = cuda::planar_element<F>(codes, scales, e), want = cuda::decode_element<F>(row, e);
+      if (!same_bits(got, want)) FAIL(name(F) << " row " << r << " element " << e << ": " << got << " vs " << want);
+    }
+  }
+}
+
+TEST_CASE("cuda formats: planar FP8 and INT4 g128 matrices decode as their stored rows", "[cuda-formats]") {
+  check_planar<DType::kFP8_E4M3>(5, 384, 21);
+  check_planar<DType::kFP8_E4M3>(3, 64, 22);
+  check_planar<DType::kQ4_G128>(5, 384, 23);
+  check_planar<DType::kQ4_G128>(2, 128, 24);
+  CHECK_FALSE(cuda::planar_supports(DType::kFP8_E4M3, 96));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ4_G128, 64));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ8_0, 256));
+  CHECK_FALSE(cuda::planar_supports(DType::kF16, 256));
 }
 
 // The device's int4 store (cuda/kernels/attention.cu) emulated lane by lane: maxima over the warp,
