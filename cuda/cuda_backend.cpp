@@ -11,6 +11,7 @@ namespace sitsrt::cuda {
 namespace {
 
 constexpr std::size_t kStagingBytes = 8u << 20;
+constexpr std::int64_t kMaxGraphRows = 64;  // decode batches up to this many rows replay graphs
 constexpr std::size_t kWeightAlignment = 256;
 
 class CudaBuffer final : public BackendBuffer {
@@ -65,9 +66,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   info_.memory_bytes = context_.total_memory();
   staging_ = std::make_unique<StagingRing>(context_, allocator_, kStagingBytes);
   kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_);
+  if (options.graphs) graphs_ = std::make_unique<DecodeGraphs>(context_, allocator_);
 }
 
 CudaBackend::~CudaBackend() {
+  graphs_.reset();
   kernels_.reset();
   staging_.reset();
   if (weights_memory_ != nullptr) allocator_.deallocate(weights_memory_, weights_bytes_);
@@ -206,9 +209,25 @@ MemoryUsage CudaBackend::memory() const {
   return {weights_bytes_, live - std::min(live, weights), allocator_.high_water_bytes(), allocator_.budget()};
 }
 
+GraphCounters CudaBackend::graph_counters() const {
+  if (graphs_ == nullptr) return {};
+  return {graphs_->stats().captures, graphs_->stats().replays};
+}
+
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
   context_.make_current();
-  for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
+  const auto run_nodes = [&] {
+    for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
+  };
+  // Decode steps (one row per sequence, the whole step at once) replay a captured graph.
+  const bool decode = step.n_tokens == static_cast<std::int64_t>(step.sequences.size());
+  if (graphs_ != nullptr && decode && first == 0 && step.n_tokens <= kMaxGraphRows) {
+    std::uint64_t plan_hash = step.plan->offsets.size();
+    for (const std::size_t offset : step.plan->offsets) plan_hash = plan_hash * 0x100000001b3ull ^ offset;
+    const DecodeGraphKey key{&graph, first, last, step.n_tokens, step.n_outputs, step.arena->data(), plan_hash};
+    if (graphs_->run(key, *kernels_, run_nodes)) return;
+  }
+  run_nodes();
 }
 
 void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {

@@ -8,6 +8,7 @@
 #include "cuda_backend/cuda_backend_factory.hpp"
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/cuda_kernels.hpp"
+#include "cuda_backend/decode_graphs.hpp"
 #include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/staging_ring.hpp"
 
@@ -37,6 +38,7 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override;
   [[nodiscard]] MemoryUsage memory() const override;
+  [[nodiscard]] GraphCounters graph_counters() const override;
 
  private:
   // Device bytes [offset, offset + bytes) of one of this backend's buffers; kInternal otherwise.
@@ -52,6 +54,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceWeight> weights_;
   std::unique_ptr<StagingRing> staging_;
   std::unique_ptr<CudaKernels> kernels_;
+  std::unique_ptr<DecodeGraphs> graphs_;                        // null with CudaBackendOptions::graphs off
   std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
 };
 

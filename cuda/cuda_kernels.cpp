@@ -30,7 +30,17 @@ bool power_of_two(std::int64_t n) {
 
 CudaKernels::CudaKernels(const CudaContext& context, DeviceAllocator& allocator, StagingRing& staging,
                          const std::vector<DeviceWeight>& weights)
-    : context_(context), allocator_(allocator), staging_(staging), weights_(weights) {}
+    : context_(context), allocator_(allocator), staging_(staging), inputs_(&staging), weights_(weights) {}
+
+void CudaKernels::use(StepInputs& inputs, Mode mode) noexcept {
+  inputs_ = &inputs;
+  launching_ = mode != Mode::kFillInputs;
+  capturing_ = mode == Mode::kCapture;
+}
+
+void CudaKernels::use_staging() noexcept {
+  use(staging_, Mode::kEager);
+}
 
 CudaKernels::~CudaKernels() {
   for (auto& [host, constant] : constants_) {
@@ -53,6 +63,8 @@ const float* CudaKernels::device_floats(const float* host, std::int64_t n) {
       std::memcmp(c.values.data(), host, count * sizeof(float)) == 0) {
     return reinterpret_cast<const float*>(c.device);
   }
+  ++constants_generation_;         // a captured graph holding the old address is stale
+  if (capturing_) return nullptr;  // no copy inside a capture: the caller drops the graph
   if (c.device != nullptr) {
     context_.synchronize();  // queued kernels may still read the old copy
     allocator_.deallocate(c.device, c.values.size() * sizeof(float));
@@ -71,8 +83,9 @@ void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_
     if (id < 0 || id >= w.rows)
       raise(ErrorCode::kInvalidArgument, "embed: token id {} outside the vocabulary of {}", id, w.rows);
   }
-  const auto* device_ids = reinterpret_cast<const std::int32_t*>(staging_.upload(bytes_of(ids)));
+  const auto* device_ids = reinterpret_cast<const std::int32_t*>(inputs_->upload(bytes_of(ids)));
   const auto count = static_cast<std::int64_t>(ids.size());
+  if (!launching_) return;
   if (w.planar) {
     launch_planar_embed(w.format, w.data, w.rows, w.cols, device_ids, count, f32(out), out.ld, context_.stream());
   } else {
@@ -82,6 +95,7 @@ void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_
 }
 
 void CudaKernels::rms_norm(const ops::TensorRef& x, const ops::WeightRef& w, float eps, const ops::TensorRef& y) {
+  if (!launching_) return;
   launch_rms_norm(f32(x), x.ld, x.rows, x.cols, reinterpret_cast<const float*>(weight(w).data), eps, f32(y), y.ld,
                   context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("rms_norm kernel");
@@ -91,6 +105,7 @@ void CudaKernels::head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, c
                                 const ops::TensorRef& y) {
   const std::int64_t head_dim = w.cols;
   const auto* norm = reinterpret_cast<const float*>(weight(w).data);
+  if (!launching_) return;
   if (x.ld == x.cols && y.ld == y.cols) {  // contiguous rows: one launch over rows * n_heads slices
     launch_rms_norm(f32(x), head_dim, x.rows * n_heads, head_dim, norm, eps, f32(y), head_dim, context_.stream());
   } else {
@@ -104,6 +119,7 @@ void CudaKernels::head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, c
 
 void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) {
   const DeviceWeight& dw = weight(w);
+  if (!launching_) return;
   if (dw.planar) {
     launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld, context_.stream());
   } else {
@@ -145,12 +161,13 @@ void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<
   if (inv_freq.empty() || x.rows == 0) return;
   // One slot for both (see StagingRing): the positions, then the frequencies 8-aligned.
   const std::size_t positions_bytes = align16(positions.size_bytes());
-  const StagingRing::Slot slot = staging_.reserve(positions_bytes + inv_freq.size() * sizeof(double));
+  const StepInputs::Slot slot = inputs_->reserve(positions_bytes + inv_freq.size() * sizeof(double));
   std::memcpy(slot.host, positions.data(), positions.size_bytes());
   std::memcpy(slot.host + positions_bytes, inv_freq.data(), inv_freq.size() * sizeof(double));
-  staging_.commit(slot);
+  inputs_->commit(slot);
   const auto* device_positions = reinterpret_cast<const std::int32_t*>(slot.device);
   const auto* device_freq = reinterpret_cast<const double*>(slot.device + positions_bytes);
+  if (!launching_) return;
   launch_rope(f32(x), x.ld, x.rows, n_heads, r.head_dim, r.rot_dims, r.neox, device_positions, device_freq, mscale,
               context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("rope kernel");
@@ -181,7 +198,7 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     }
     table_entries += s.kv.block_table.size();
   }
-  const StagingRing::Slot slot = staging_.reserve(desc_bytes + rows_bytes + table_entries * sizeof(std::int32_t));
+  const StepInputs::Slot slot = inputs_->reserve(desc_bytes + rows_bytes + table_entries * sizeof(std::int32_t));
   blob_.assign(slot.bytes, std::byte{0});
   auto* descs = reinterpret_cast<AttentionSequenceDesc*>(blob_.data());
   auto* row_sequence = reinterpret_cast<std::int32_t*>(blob_.data() + desc_bytes);
@@ -221,7 +238,7 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     for (std::int64_t r = 0; r < s.n_rows; ++r) row_sequence[s.row_begin + r] = static_cast<std::int32_t>(i);
   }
   std::memcpy(slot.host, blob_.data(), slot.bytes);
-  staging_.commit(slot);
+  inputs_->commit(slot);
 
   AttentionLaunch a;
   a.q = f32(q);
@@ -240,6 +257,7 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   a.window = shape.window;
   a.sequences = reinterpret_cast<const AttentionSequenceDesc*>(slot.device);
   a.row_sequence = reinterpret_cast<const std::int32_t*>(slot.device + desc_bytes);
+  if (!launching_) return;
   launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
 }
@@ -253,6 +271,7 @@ void CudaKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, co
 
 void CudaKernels::elementwise(Elementwise op, const ops::TensorRef& a, const float* b, std::int64_t ldb, float scalar,
                               const ops::TensorRef& out) {
+  if (!launching_) return;
   launch_elementwise(op, f32(a), a.ld, b, ldb, scalar, a.rows, a.cols, f32(out), out.ld, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("elementwise kernel");
 }
@@ -286,7 +305,8 @@ void CudaKernels::gather_rows(const ops::TensorRef& x, std::span<const std::int3
   const std::byte* x_end = x.data + static_cast<std::size_t>(x.rows * x.ld) * sizeof(float);
   const std::byte* out_end = out.data + static_cast<std::size_t>(out.rows * out.ld) * sizeof(float);
   const bool overlap = out.data < x_end && x.data < out_end;
-  const auto* device_rows = reinterpret_cast<const std::int32_t*>(staging_.upload(bytes_of(rows)));
+  const auto* device_rows = reinterpret_cast<const std::int32_t*>(inputs_->upload(bytes_of(rows)));
+  if (!launching_) return;
   launch_gather_rows(f32(x), x.ld, device_rows, out.rows, x.cols, f32(out), out.ld, overlap, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("gather_rows kernel");
 }

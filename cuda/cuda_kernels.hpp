@@ -1,14 +1,15 @@
 // The CUDA backend's OpKernels: each op's neutral views turned into device pointers and the
 // kernels of kernels/launch.hpp queued on the context's stream. Host-side inputs (token ids,
-// positions, output rows, block tables, rope frequencies) go up through the staging ring; the
-// K centering offsets and channel scales, constant for an engine's life, are copied once per
-// host array and kept.
+// positions, output rows, block tables, rope frequencies) go up through the staging ring, or
+// into a replayed graph's input image (decode_graphs.hpp); the K centering offsets and channel
+// scales, constant for an engine's life, are copied once per host array and kept.
 #pragma once
 
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/staging_ring.hpp"
+#include "cuda_backend/step_inputs.hpp"
 #include "ops/op_kernels.hpp"
 
 #include <cstdint>
@@ -36,6 +37,16 @@ class CudaKernels final : public ops::OpKernels {
   ~CudaKernels() override;
   CudaKernels(const CudaKernels&) = delete;
   CudaKernels& operator=(const CudaKernels&) = delete;
+
+  // How ops reach the device: kEager queues every launch with its inputs through the staging
+  // ring; kCapture puts inputs into `inputs` and launches (inside a stream capture: no copy or
+  // wait may happen); kFillInputs only fills `inputs` for a replayed graph, launching nothing.
+  enum class Mode { kEager, kCapture, kFillInputs };
+  void use(StepInputs& inputs, Mode mode) noexcept;
+  void use_staging() noexcept;  // kEager through the staging ring
+  // Bumped whenever a device constant (K centering offsets, scales) is copied or would be: the
+  // addresses a captured graph holds may have changed.
+  [[nodiscard]] std::uint64_t constants_generation() const noexcept { return constants_generation_; }
 
   [[nodiscard]] Device device() const noexcept override { return {DeviceKind::kCuda, context_.device()}; }
   void embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) override;
@@ -69,6 +80,10 @@ class CudaKernels final : public ops::OpKernels {
   const CudaContext& context_;
   DeviceAllocator& allocator_;
   StagingRing& staging_;
+  StepInputs* inputs_;
+  bool launching_ = true;
+  bool capturing_ = false;
+  std::uint64_t constants_generation_ = 0;
   const std::vector<DeviceWeight>& weights_;
   struct Constant {
     std::vector<float> values;

@@ -10,42 +10,32 @@
 
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
+#include "cuda_backend/mirrored_buffer.hpp"
+#include "cuda_backend/step_inputs.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <span>
 
 namespace sitsrt::cuda {
 
-class StagingRing {
+class StagingRing final : public StepInputs {
  public:
   StagingRing(const CudaContext& context, DeviceAllocator& allocator, std::size_t bytes);
-  ~StagingRing();
   StagingRing(const StagingRing&) = delete;
   StagingRing& operator=(const StagingRing&) = delete;
 
-  struct Slot {
-    std::byte* host = nullptr;    // fill these bytes...
-    std::byte* device = nullptr;  // ...which kernels read here once committed
-    std::size_t bytes = 0;
-  };
   // The next `bytes` of the ring (16-byte aligned), growing it when it is smaller.
-  [[nodiscard]] Slot reserve(std::size_t bytes);
+  [[nodiscard]] Slot reserve(std::size_t bytes) override;
   // Queues the copy of a reserved slot.
-  void commit(const Slot& slot);
-  // reserve + copy + commit.
-  [[nodiscard]] const std::byte* upload(std::span<const std::byte> bytes);
+  void commit(const Slot& slot) override;
 
  private:
-  void allocate_ring(std::size_t bytes);
-  void release_ring() noexcept;
-
   const CudaContext& context_;
   DeviceAllocator& allocator_;
   std::mutex mutex_;
-  std::byte* host_ = nullptr;  // pinned
-  std::byte* device_ = nullptr;
-  std::size_t capacity_ = 0;
+  std::unique_ptr<MirroredBuffer> ring_;
   std::size_t offset_ = 0;
 };
 

@@ -33,16 +33,24 @@ std::vector<OptionSpec> engine_option_specs() {
       {"model", 'm', "PATH", "model: a GGUF file or a Hugging Face directory (config.json + safetensors)", ""},
       {"threads", 't', "N", "compute threads", "all cores"},
       {"ctx", 'c', "N", "context length", "min(training context, 4096)"},
-      {"kv-type", 0, "TYPE", "KV cache element type: f32, f16, int8 (f16 scale per position and head) or int4 "
-                             "(16 levels, 8-bit scale per 32 values)", "f16"},
+      {"kv-type", 0, "TYPE",
+       "KV cache element type: f32, f16, int8 (f16 scale per position and head) or int4 "
+       "(16 levels, 8-bit scale per 32 values)",
+       "f16"},
       {"k-type", 0, "TYPE", "element type of cached keys alone (f32, f16, int8, int4)", "--kv-type"},
       {"v-type", 0, "TYPE", "element type of cached values alone (f32, f16, int8, int4)", "--kv-type"},
-      {"no-kv-hadamard", 0, "", "store int8/int4 K and V without the Hadamard rotation (higher quantization "
-                                "error; for comparison)", ""},
-      {"no-kv-centering", 0, "", "store int8/int4 K without the per-layer mean key and channel scales measured "
-                                 "at load (higher quantization error; for comparison)", ""},
-      {"kv-recent-window", 0, "N", "int8/int4 K and V keep f16 copies of each request's latest N positions, "
-                                   "which every query reads instead of the quantized rows (0: off)", "32"},
+      {"no-kv-hadamard", 0, "",
+       "store int8/int4 K and V without the Hadamard rotation (higher quantization "
+       "error; for comparison)",
+       ""},
+      {"no-kv-centering", 0, "",
+       "store int8/int4 K without the per-layer mean key and channel scales measured "
+       "at load (higher quantization error; for comparison)",
+       ""},
+      {"kv-recent-window", 0, "N",
+       "int8/int4 K and V keep f16 copies of each request's latest N positions, "
+       "which every query reads instead of the quantized rows (0: off)",
+       "32"},
       {"max-num-seqs", 0, "N", "requests the scheduler runs in one batch", "16"},
       {"max-num-batched-tokens", 0, "N", "tokens per batched step (decode rows + prompt chunks)", "--batch"},
       {"kv-block-size", 0, "N", "positions per KV cache block", "16"},
@@ -56,10 +64,18 @@ std::vector<OptionSpec> engine_option_specs() {
       {"isa", 0, "LEVEL", "CPU kernel level: auto, amx, avx512vnni, avx512, avx2, generic", "auto"},
       {"activations", 0, "KIND", "decode activations for quantized weights: int8 or f32", "int8"},
       weights_option_spec(),
-      {"mmap", 0, "", "read weights in place from the mmapped file (default: copy them into huge pages, Q8_0/Q4_0 "
-                      "repacked for the decode kernels; faster decode, slower load)", ""},
-      {"no-decode-fusion", 0, "", "run every node of a decode step on its own (to measure what the fused matmul "
-                                  "groups save; same results)", ""},
+      {"mmap", 0, "",
+       "read weights in place from the mmapped file (default: copy them into huge pages, Q8_0/Q4_0 "
+       "repacked for the decode kernels; faster decode, slower load)",
+       ""},
+      {"no-decode-fusion", 0, "",
+       "run every node of a decode step on its own (to measure what the fused matmul "
+       "groups save; same results)",
+       ""},
+      {"no-device-graphs", 0, "",
+       "launch every kernel of a GPU decode step from the host instead of replaying a "
+       "captured CUDA graph (to measure what the graphs save; same results)",
+       ""},
       {"rope-style", 0, "STYLE", "rotary embedding pairs: auto, normal (adjacent), neox (halves)", "auto"},
       {"deterministic", 0, "", "deterministic mode (recorded in audit logs; see docs/audit-log.md)", ""},
       {"memory-budget", 0, "BYTES",
@@ -141,6 +157,7 @@ EngineOptions engine_options_from(const Args& args) {
   o.device = args.get_or("device", "cpu");  // the Engine rejects an unknown one, listing the registered backends
   o.cpu_isa = args.get_or("isa", "auto");
   o.decode_fusion = !args.has("no-decode-fusion");
+  o.device_graphs = !args.has("no-device-graphs");
   const std::string rope = args.get_or("rope-style", "auto");
   if (rope == "auto") {
     o.rope_style = RopeStyleOption::kAuto;
@@ -201,18 +218,34 @@ std::string weights_text(const ModelInfo& info) {
 nlohmann::json serving_json(const RequestQueueStats& q) {
   const ServingOptions& l = q.limits;
   return {{"limits",
-           {{"max_num_seqs", l.max_num_seqs}, {"max_num_batched_tokens", l.max_num_batched_tokens},
-            {"kv_block_size", l.kv_block_size}, {"kv_pool_tokens", l.kv_pool_tokens},
-            {"kv_block_bytes", q.kv_block_bytes}, {"preemption", l.preempt_by_swap ? "swap" : "recompute"},
-            {"prefix_caching", l.prefix_caching}, {"tenant_max_kv_blocks", l.tenant_max_kv_blocks},
-            {"tenant_max_seqs", l.tenant_max_seqs}, {"reject_over_quota", l.reject_over_quota}}},
-          {"submitted", q.submitted}, {"finished", q.finished}, {"rejected", q.rejected},
-          {"waiting", q.waiting}, {"running", q.running}, {"preemptions", q.preemptions},
-          {"admission_waits", q.admission_waits}, {"steps", q.steps}, {"step_tokens", q.step_tokens},
-          {"max_step_sequences", q.max_step_sequences}, {"kv_blocks", q.kv_blocks},
-          {"kv_blocks_free", q.kv_blocks_free}, {"kv_blocks_cached", q.kv_blocks_cached},
-          {"prefix_cache_hits", q.prefix_cache_hits}, {"prefix_cache_misses", q.prefix_cache_misses},
-          {"kv_copies", q.kv_copies}};
+           {{"max_num_seqs", l.max_num_seqs},
+            {"max_num_batched_tokens", l.max_num_batched_tokens},
+            {"kv_block_size", l.kv_block_size},
+            {"kv_pool_tokens", l.kv_pool_tokens},
+            {"kv_block_bytes", q.kv_block_bytes},
+            {"preemption", l.preempt_by_swap ? "swap" : "recompute"},
+            {"prefix_caching", l.prefix_caching},
+            {"tenant_max_kv_blocks", l.tenant_max_kv_blocks},
+            {"tenant_max_seqs", l.tenant_max_seqs},
+            {"reject_over_quota", l.reject_over_quota}}},
+          {"submitted", q.submitted},
+          {"finished", q.finished},
+          {"rejected", q.rejected},
+          {"waiting", q.waiting},
+          {"running", q.running},
+          {"preemptions", q.preemptions},
+          {"admission_waits", q.admission_waits},
+          {"steps", q.steps},
+          {"step_tokens", q.step_tokens},
+          {"max_step_sequences", q.max_step_sequences},
+          {"kv_blocks", q.kv_blocks},
+          {"kv_blocks_free", q.kv_blocks_free},
+          {"kv_blocks_cached", q.kv_blocks_cached},
+          {"prefix_cache_hits", q.prefix_cache_hits},
+          {"prefix_cache_misses", q.prefix_cache_misses},
+          {"kv_copies", q.kv_copies},
+          {"device_graph_captures", q.device_graph_captures},
+          {"device_graph_replays", q.device_graph_replays}};
 }
 
 std::string serving_text(const RequestQueueStats& q) {

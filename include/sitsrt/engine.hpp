@@ -130,6 +130,10 @@ struct EngineOptions {
   // residual add epilogues, as one parallel region each (same results bit for bit). false runs
   // every node on its own, to measure what the fusion saves.
   bool decode_fusion = true;
+  // Decode steps on a GPU backend are captured once per batch size as a CUDA graph and replayed
+  // (the same kernels, bit for bit the same results; queue_stats() counts them). false launches
+  // every kernel from the host, to measure what the graphs save.
+  bool device_graphs = true;
 };
 
 // Wall time per kind of graph node (op_profile()), for decode steps and prefill steps apart.
@@ -169,6 +173,8 @@ struct RequestQueueStats {
   std::uint64_t prefix_cache_hits = 0;  // blocks reused
   std::uint64_t prefix_cache_misses = 0;
   std::uint64_t kv_copies = 0;          // copy-on-write copies
+  std::uint64_t device_graph_captures = 0;  // decode-step graphs captured (GPU backends)
+  std::uint64_t device_graph_replays = 0;   // steps run from a graph, its capture included
   ServingOptions limits;                // as resolved at load
   std::int64_t kv_block_bytes = 0;
   // logits() / evaluate() sessions:

@@ -143,6 +143,7 @@ BackendOptions backend_options(const EngineOptions& o) {
   b.int8_activations = o.int8_activations;
   b.resident_weights = !o.mmap_weights;
   b.decode_fusion = o.decode_fusion;
+  b.device_graphs = o.device_graphs;
   b.batch_invariant = o.deterministic && o.deterministic_batching;
   return b;
 }
@@ -944,6 +945,9 @@ RequestQueueStats Engine::queue_stats() const {
   out.queued_seconds = s.waited_seconds;
   out.in_flight = s.in_use;
   out.peak_in_flight = s.peak_in_use;
+  const GraphCounters graphs = impl_->backend->graph_counters();
+  out.device_graph_captures = graphs.captures;
+  out.device_graph_replays = graphs.replays;
   return out;
 }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }

@@ -58,6 +58,12 @@ struct StepContext {
   const graph::MemoryPlan* plan = nullptr;
 };
 
+// Decode steps a GPU backend ran as graphs (CudaBackend: decode_graphs.hpp).
+struct GraphCounters {
+  std::uint64_t captures = 0;
+  std::uint64_t replays = 0;  // captures included
+};
+
 struct MemoryUsage {
   std::uint64_t weight_bytes = 0;      // weights resident (mapped or uploaded)
   std::uint64_t allocated_bytes = 0;   // live buffers from allocate()
@@ -134,6 +140,7 @@ class Backend {
   // Waits for the queued work.
   virtual void synchronize() = 0;
   [[nodiscard]] virtual MemoryUsage memory() const = 0;
+  [[nodiscard]] virtual GraphCounters graph_counters() const { return {}; }
 };
 
 }  // namespace sitsrt

@@ -21,6 +21,7 @@ struct BackendOptions {
   bool int8_activations = false;
   bool resident_weights = false;
   bool decode_fusion = true;
+  bool device_graphs = true;  // GPU backends: decode steps replayed as graphs
   // Each row's results independent of the other rows of its step (deterministic serving): a
   // one-row step runs the kernels of many-row steps, never a one-row special case.
   bool batch_invariant = false;

@@ -293,6 +293,8 @@ void bind_engine(py::module_& m) {
         d["kv_blocks_free"] = s.kv_blocks_free;
         d["kv_blocks_cached"] = s.kv_blocks_cached;
         d["prefix_cache_hits"] = s.prefix_cache_hits;
+        d["device_graph_captures"] = s.device_graph_captures;
+        d["device_graph_replays"] = s.device_graph_replays;
         d["max_num_seqs"] = s.limits.max_num_seqs;
         d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
         d["kv_block_size"] = s.limits.kv_block_size;

@@ -310,3 +310,70 @@ TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real m
   check_same_run(gemma, KvCacheType::kF16, "as-stored", 32, 2e-2);  // Q4_K, Q5_0, Q6_K, Q8_0 tensors
   check_same_run(gemma, KvCacheType::kInt8, "q8", 32, 2e-2);
 }
+
+namespace {
+
+struct BatchTrace {
+  std::vector<std::vector<std::int32_t>> tokens;
+  std::vector<std::vector<float>> logprobs;
+  RequestQueueStats stats;
+};
+
+// Six greedy requests at once, of different lengths: decode batches of 6 down to 1 sequence,
+// block tables growing past several size classes (blocks of 16 positions).
+BatchTrace run_batch(const std::string& path, const std::string& weights, bool graphs) {
+  EngineOptions o;
+  o.model_path = path;
+  o.device = "cuda";
+  o.weights = weights;
+  o.int8_activations = false;
+  o.context_length = 512;
+  o.device_graphs = graphs;
+  Engine engine(o);
+  constexpr int kRequests = 6;
+  BatchTrace out;
+  out.logprobs.resize(kRequests);
+  std::vector<RequestHandle> handles;
+  for (int i = 0; i < kRequests; ++i) {
+    GenerationConfig c;
+    c.temperature = 0.0f;
+    c.max_new_tokens = 40 + 45 * i;
+    c.stop_at_end_of_sequence = false;
+    SubmitOptions so;
+    so.on_token = [&out, i](const TokenEvent& e) {
+      out.logprobs[static_cast<std::size_t>(i)].push_back(e.logprob);
+      return true;
+    };
+    handles.push_back(
+        engine.submit("Once upon a time " + std::string(static_cast<std::size_t>(i), 'a'), c, std::move(so)));
+  }
+  for (RequestHandle& h : handles) out.tokens.push_back(h.wait().tokens);
+  out.stats = engine.queue_stats();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda decode graphs give the eager launches' tokens and logprobs bit for bit", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  RandomModelOptions options = test::tiny_options(DType::kQ8_0);
+  options.dim = 128;  // rows the planar INT4 g128 layout takes
+  options.ffn = 256;
+  options.context = 512;
+  const std::string path = test::random_model(options, "cuda-graphs");
+  for (const char* weights : {"as-stored", "fp8", "q4g128"}) {
+    INFO("weights " << weights);
+    const BatchTrace eager = run_batch(path, weights, false);
+    const BatchTrace graphs = run_batch(path, weights, true);
+    CHECK(eager.stats.device_graph_replays == 0);
+    CHECK(graphs.stats.device_graph_captures >= 6);  // one per batch size at least
+    // most steps are decode steps, and all but the first of each batch size replay a graph
+    CHECK(2 * graphs.stats.device_graph_replays > graphs.stats.steps);
+    REQUIRE(graphs.tokens == eager.tokens);
+    for (std::size_t i = 0; i < eager.logprobs.size(); ++i) {
+      REQUIRE(graphs.logprobs[i].size() == eager.logprobs[i].size());
+      REQUIRE(std::memcmp(graphs.logprobs[i].data(), eager.logprobs[i].data(),
+                          eager.logprobs[i].size() * sizeof(float)) == 0);
+    }
+  }
+}
