@@ -77,6 +77,38 @@ const float* CudaKernels::device_floats(const float* host, std::int64_t n) {
   return reinterpret_cast<const float*>(c.device);
 }
 
+const CudaKernels::RopeFrequencies& CudaKernels::rope_frequencies(const graph::RopeAttrs& r,
+                                                                  const ops::WeightRef* freq_factors) {
+  // The CPU's frequency math (double), so both backends rotate by the same angles.
+  const float* factors = nullptr;
+  if (freq_factors != nullptr) {
+    const DeviceWeight& f = weight(*freq_factors);
+    if (static_cast<std::int64_t>(f.host_copy.size()) < r.rot_dims / 2) {
+      raise(ErrorCode::kInternal, "rope: frequency factors #{} hold {} values, {} needed", freq_factors->id,
+            f.host_copy.size(), r.rot_dims / 2);
+    }
+    factors = f.host_copy.data();
+  }
+  for (const RopeFrequencies& cached : rope_cache_) {  // a model has one or two rope settings
+    if (cached.attrs == r && cached.factors == factors) return cached;
+  }
+  cpu::RopeParams params{r.head_dim,   r.rot_dims, r.freq_base,
+                         r.freq_scale, factors,    r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
+  if (r.scaling == graph::RopeScaling::kYarn) {
+    params.yarn = {true, r.original_context, r.yarn_beta_fast, r.yarn_beta_slow, r.yarn_attn_factor};
+  } else if (r.scaling == graph::RopeScaling::kLlama3) {
+    params.llama3 = {true, r.llama3_factor, r.llama3_low_freq_factor, r.llama3_high_freq_factor, r.original_context};
+  }
+  RopeFrequencies f{r, factors, std::vector<double>(static_cast<std::size_t>(r.rot_dims / 2)), 1.0};
+  cpu::rope_inverse_frequencies(params, f.inv_freq.data(), &f.mscale);
+  if (rope_cache_.size() >= 16) {  // attributes that never compare equal (a NaN) are not kept
+    rope_scratch_ = std::move(f);
+    return rope_scratch_;
+  }
+  rope_cache_.push_back(std::move(f));
+  return rope_cache_.back();
+}
+
 void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) {
   const DeviceWeight& w = weight(table);
   for (const std::int32_t id : ids) {
@@ -138,28 +170,11 @@ void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<
   if (r.scaling == graph::RopeScaling::kYarn && !(r.original_context > 0.0f && r.freq_scale > 0.0f)) {
     raise(ErrorCode::kInvalidArgument, "rope: YaRN needs original_context > 0 and freq_scale > 0");
   }
-  // The CPU's frequency math (double), so both backends rotate by the same angles.
-  const float* factors = nullptr;
-  if (freq_factors != nullptr) {
-    const DeviceWeight& f = weight(*freq_factors);
-    if (static_cast<std::int64_t>(f.host_copy.size()) < r.rot_dims / 2) {
-      raise(ErrorCode::kInternal, "rope: frequency factors #{} hold {} values, {} needed", freq_factors->id,
-            f.host_copy.size(), r.rot_dims / 2);
-    }
-    factors = f.host_copy.data();
-  }
-  cpu::RopeParams params{r.head_dim,   r.rot_dims, r.freq_base,
-                         r.freq_scale, factors,    r.neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal};
-  if (r.scaling == graph::RopeScaling::kYarn) {
-    params.yarn = {true, r.original_context, r.yarn_beta_fast, r.yarn_beta_slow, r.yarn_attn_factor};
-  } else if (r.scaling == graph::RopeScaling::kLlama3) {
-    params.llama3 = {true, r.llama3_factor, r.llama3_low_freq_factor, r.llama3_high_freq_factor, r.original_context};
-  }
-  std::vector<double> inv_freq(static_cast<std::size_t>(r.rot_dims / 2));
-  double mscale = 1.0;
-  cpu::rope_inverse_frequencies(params, inv_freq.data(), &mscale);
+  const RopeFrequencies& f = rope_frequencies(r, freq_factors);
+  const std::vector<double>& inv_freq = f.inv_freq;
+  const double mscale = f.mscale;
   if (inv_freq.empty() || x.rows == 0) return;
-  // One slot for both (see StagingRing): the positions, then the frequencies 8-aligned.
+  // One slot for both (see StepInputs): the positions, then the frequencies 8-aligned.
   const std::size_t positions_bytes = align16(positions.size_bytes());
   const StepInputs::Slot slot = inputs_->reserve(positions_bytes + inv_freq.size() * sizeof(double));
   std::memcpy(slot.host, positions.data(), positions.size_bytes());

@@ -13,6 +13,7 @@
 #include "ops/op_kernels.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -74,6 +75,14 @@ class CudaKernels final : public ops::OpKernels {
   // The device copy of `n` floats the host keeps at `host` (null for null); copied on first use
   // and again when the values change.
   [[nodiscard]] const float* device_floats(const float* host, std::int64_t n);
+  // The inverse frequencies and magnitude scale of a rope setting, computed once (pow per pair).
+  struct RopeFrequencies {
+    graph::RopeAttrs attrs;
+    const float* factors = nullptr;  // the frequency factors' host copy, or null
+    std::vector<double> inv_freq;
+    double mscale = 1.0;
+  };
+  [[nodiscard]] const RopeFrequencies& rope_frequencies(const graph::RopeAttrs& r, const ops::WeightRef* freq_factors);
   void elementwise(Elementwise op, const ops::TensorRef& a, const float* b, std::int64_t ldb, float scalar,
                    const ops::TensorRef& out);
 
@@ -90,6 +99,8 @@ class CudaKernels final : public ops::OpKernels {
     std::byte* device = nullptr;
   };
   std::unordered_map<const float*, Constant> constants_;
+  std::deque<RopeFrequencies> rope_cache_;  // deque: references stay valid as it grows
+  RopeFrequencies rope_scratch_;
   std::vector<std::byte> blob_;  // attention's descriptors, row map and block tables, reused
 };
 

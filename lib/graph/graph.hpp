@@ -68,6 +68,7 @@ struct RopeAttrs {
   float original_context = 0.0f;  // kYarn, kLlama3
   float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_attn_factor = 1.0f;
   float llama3_factor = 1.0f, llama3_low_freq_factor = 1.0f, llama3_high_freq_factor = 4.0f;
+  bool operator==(const RopeAttrs&) const = default;
 };
 
 struct NodeAttrs {
