@@ -65,7 +65,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   info_.multiprocessors = context_.multiprocessors();
   info_.memory_bytes = context_.total_memory();
   staging_ = std::make_unique<StagingRing>(context_, allocator_, kStagingBytes);
-  kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_);
+  kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_, options.batch_invariant);
   if (options.graphs) graphs_ = std::make_unique<DecodeGraphs>(context_, allocator_);
 }
 

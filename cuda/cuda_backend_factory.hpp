@@ -13,6 +13,7 @@ struct CudaBackendOptions {
   int device = 0;
   std::uint64_t budget_bytes = 0;  // weights + buffers; 0: 95% of the device's free memory
   bool graphs = true;              // replay decode steps as CUDA graphs (decode_graphs.hpp)
+  bool batch_invariant = false;    // rows independent of their step (deterministic serving)
 };
 
 // Throws kUnsupported when the device is not there (no driver, no GPU, index out of range).

@@ -29,8 +29,14 @@ bool power_of_two(std::int64_t n) {
 }  // namespace
 
 CudaKernels::CudaKernels(const CudaContext& context, DeviceAllocator& allocator, StagingRing& staging,
-                         const std::vector<DeviceWeight>& weights)
-    : context_(context), allocator_(allocator), staging_(staging), inputs_(&staging), weights_(weights) {}
+                         const std::vector<DeviceWeight>& weights, bool batch_invariant)
+    : context_(context),
+      allocator_(allocator),
+      staging_(staging),
+      inputs_(&staging),
+      weights_(weights),
+      batch_invariant_(batch_invariant),
+      prefill_(context, allocator) {}
 
 void CudaKernels::use(StepInputs& inputs, Mode mode) noexcept {
   inputs_ = &inputs;
@@ -152,6 +158,11 @@ void CudaKernels::head_rms_norm(const ops::TensorRef& x, std::int64_t n_heads, c
 void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const ops::TensorRef& y) {
   const DeviceWeight& dw = weight(w);
   if (!launching_) return;
+  // Prompt chunks on the tensor cores (not under batch invariance: rows would round as their
+  // step's row count decides); the decode kernels where cuBLASLt is unavailable.
+  if (!batch_invariant_ && x.rows >= PrefillGemm::kMinRows && prefill_.run(dw, f32(x), x.ld, x.rows, f32(y), y.ld)) {
+    return;
+  }
   if (dw.planar) {
     launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld, context_.stream());
   } else {

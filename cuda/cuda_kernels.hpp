@@ -8,6 +8,7 @@
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/prefill_gemm.hpp"
 #include "cuda_backend/staging_ring.hpp"
 #include "cuda_backend/step_inputs.hpp"
 #include "ops/op_kernels.hpp"
@@ -33,8 +34,10 @@ struct DeviceWeight {
 
 class CudaKernels final : public ops::OpKernels {
  public:
+  // batch_invariant: every row's results independent of its step's other rows (no BF16 GEMM
+  // for many-row steps).
   CudaKernels(const CudaContext& context, DeviceAllocator& allocator, StagingRing& staging,
-              const std::vector<DeviceWeight>& weights);
+              const std::vector<DeviceWeight>& weights, bool batch_invariant);
   ~CudaKernels() override;
   CudaKernels(const CudaKernels&) = delete;
   CudaKernels& operator=(const CudaKernels&) = delete;
@@ -94,6 +97,8 @@ class CudaKernels final : public ops::OpKernels {
   bool capturing_ = false;
   std::uint64_t constants_generation_ = 0;
   const std::vector<DeviceWeight>& weights_;
+  bool batch_invariant_;
+  PrefillGemm prefill_;
   struct Constant {
     std::vector<float> values;
     std::byte* device = nullptr;

@@ -1,13 +1,18 @@
 // CUDA kernel benchmark: the measured ceilings (read bandwidth, a cuBLASLt BF16 GEMM), then every
 // decode matmul format on Llama-3-8B layer shapes at batch 1 and 16, in GB/s of weights and %
 // of the measured read bandwidth (the floor of a decode matmul is its weight bytes / bandwidth),
-// and the same kernels at a prefill shape in TFLOP/s against the BF16 GEMM. Weights cycle over
+// and the prefill path at 512 rows (what the backend runs from PrefillGemm::kMinRows rows: weights
+// decoded to BF16 + a cuBLASLt GEMM) in TFLOP/s against the BF16 GEMM. Weights cycle over
 // enough copies to exceed L2 so every call streams from HBM. Prints a markdown table (--json: one
 // JSON object).
 #include "core/dtype.hpp"
 #include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/cuda_context.hpp"
+#include "cuda_backend/cuda_kernels.hpp"
+#include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/planar_weights.hpp"
+#include "cuda_backend/prefill_gemm.hpp"
 #include "gpu/ceilings.hpp"
 
 #include <cuda_runtime_api.h>
@@ -15,6 +20,7 @@
 
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,7 +42,8 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // Seconds per call of the matmul at m rows, weights cycling over copies totalling >= 512 MiB.
 // planar: the FP8 / INT4 g128 kernels over the layout the backend uploads (planar_weights.hpp);
 // otherwise the stored-block kernels (matmul.cu).
-double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar) {
+// Rows from PrefillGemm::kMinRows take the BF16 tensor-core GEMM, as in the backend.
+double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm) {
   const std::size_t stride = row_bytes(format, s.k);
   const std::size_t bytes = stride * static_cast<std::size_t>(s.n);
   const std::size_t copies = std::max<std::size_t>(1, ((512u << 20) + bytes - 1) / bytes);
@@ -51,7 +58,12 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   SITSRT_CUDA_CHECK(cudaMemset(x, 0x11, static_cast<std::size_t>(m * s.k) * 4));
   const auto call = [&](std::size_t i) {
     const auto* w = static_cast<const std::uint8_t*>(weights[i % copies]);
-    if (planar) {
+    if (m >= cuda::PrefillGemm::kMinRows) {
+      const cuda::DeviceWeight dw{w, format, s.n, s.k, static_cast<std::int64_t>(stride), planar, {}};
+      if (!gemm.run(dw, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n)) {
+        throw std::runtime_error("prefill GEMM unavailable: " + gemm.unavailable_reason());
+      }
+    } else if (planar) {
       cuda::launch_planar_matmul(format, w, s.n, s.k, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n,
                                  nullptr);
     } else {
@@ -85,6 +97,9 @@ int main(int argc, char** argv) {
     SITSRT_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
     const double bandwidth = bench::measure_read_bandwidth(std::size_t{4} << 30, 10);
     const double bf16_tflops = bench::measure_bf16_gemm_tflops(8192, 8192, 8192, 10);
+    cuda::CudaContext context(0);
+    cuda::DeviceAllocator allocator(context, 0);
+    cuda::PrefillGemm gemm(context, allocator);
     std::string rows;
     if (!json) {
       fmt::print("device: {} (sm_{}{}), {} SMs\n", props.name, props.major, props.minor, props.multiProcessorCount);
@@ -101,7 +116,7 @@ int main(int argc, char** argv) {
           for (const std::int64_t m : {1, 16, 512}) {
             if (m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
             if (planar_format && !planar && m != 1) continue;
-            const double seconds = time_matmul(format, s, m, m == 512 ? 5 : 50, planar);
+            const double seconds = time_matmul(format, s, m, m == 512 ? 5 : 50, planar, gemm);
             const char* layout = planar ? "planar" : "blocks";
             const double weight_bytes = static_cast<double>(row_bytes(format, s.k)) * static_cast<double>(s.n);
             const double gbs = weight_bytes / seconds / 1e9;

@@ -29,6 +29,15 @@ void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,
                          const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);
 
+// Rows [row0, row0 + rows) of an n x k weight matrix (stored rows of row_bytes, or planar FP8 /
+// INT4 g128) decoded and rounded to BF16, packed: `out` holds rows * k __nv_bfloat16.
+void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes, std::int64_t n,
+                            std::int64_t k, std::int64_t row0, std::int64_t rows, void* out, cudaStream_t stream);
+
+// m rows of k floats (ldx apart) rounded to BF16, packed (m * k __nv_bfloat16 at out).
+void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, void* out,
+                           cudaStream_t stream);
+
 // out row r = table row ids[r] decoded to float (cols elements).
 void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
                   const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);

@@ -4,6 +4,7 @@
 // Larger steps run the same kernel per tile of 8 rows (correct, not yet the tensor-core GEMM of
 // prefill).
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/row_tiles.hpp"
 
@@ -83,87 +84,22 @@ void launch_embed_format(const std::uint8_t* table, std::int64_t row_bytes, std:
   embed_kernel<F><<<static_cast<unsigned>(rows), 256, 0, stream>>>(table, row_bytes, cols, ids, out, ldo);
 }
 
-// Calls fn.template operator()<F>() for a supported format; false otherwise.
-template <typename Fn>
-bool dispatch_format(DType format, Fn&& fn) {
-  switch (format) {
-    case DType::kF32:
-      fn.template operator()<DType::kF32>();
-      return true;
-    case DType::kF16:
-      fn.template operator()<DType::kF16>();
-      return true;
-    case DType::kBF16:
-      fn.template operator()<DType::kBF16>();
-      return true;
-    case DType::kQ8_0:
-      fn.template operator()<DType::kQ8_0>();
-      return true;
-    case DType::kQ4_0:
-      fn.template operator()<DType::kQ4_0>();
-      return true;
-    case DType::kQ4_1:
-      fn.template operator()<DType::kQ4_1>();
-      return true;
-    case DType::kQ5_0:
-      fn.template operator()<DType::kQ5_0>();
-      return true;
-    case DType::kQ5_1:
-      fn.template operator()<DType::kQ5_1>();
-      return true;
-    case DType::kFP8_E4M3:
-      fn.template operator()<DType::kFP8_E4M3>();
-      return true;
-    case DType::kQ4_G128:
-      fn.template operator()<DType::kQ4_G128>();
-      return true;
-    case DType::kQ4_K:
-      fn.template operator()<DType::kQ4_K>();
-      return true;
-    case DType::kQ5_K:
-      fn.template operator()<DType::kQ5_K>();
-      return true;
-    case DType::kQ6_K:
-      fn.template operator()<DType::kQ6_K>();
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 bool kernel_supports(DType format) noexcept {
-  switch (format) {  // the formats dispatch_format knows
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kFP8_E4M3:
-    case DType::kQ4_G128:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
+  return dispatch_weight_format(format, []<DType>() {});
 }
 
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
                    const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
-  dispatch_format(format, [&]<DType F>() { launch_matmul_format<F>(w, row_bytes, n, k, x, ldx, m, y, ldy, stream); });
+  dispatch_weight_format(format, [&]<DType F>() { launch_matmul_format<F>(w, row_bytes, n, k, x, ldx, m, y, ldy, stream); });
 }
 
 void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
                   const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream) {
   if (rows <= 0) return;
-  dispatch_format(format,
+  dispatch_weight_format(format,
                   [&]<DType F>() { launch_embed_format<F>(table, row_bytes, cols, ids, rows, out, ldo, stream); });
 }
 

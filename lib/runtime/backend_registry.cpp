@@ -54,7 +54,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     return std::make_unique<CpuBackend>(cpu);
   }
 #if defined(SITSRT_HAVE_CUDA_BACKEND)
-  if (kind == "cuda") return cuda::make_cuda_backend({index, options.budget_bytes, options.device_graphs});
+  if (kind == "cuda") {
+    return cuda::make_cuda_backend({index, options.budget_bytes, options.device_graphs, options.batch_invariant});
+  }
 #endif
   raise(ErrorCode::kUnsupported, "device '{}': this build has no '{}' backend (registered backends: {})", device, kind,
         registered_names());

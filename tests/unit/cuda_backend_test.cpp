@@ -11,8 +11,12 @@
 #include "cpu/elementwise/rope.hpp"
 #include "cuda_backend/cuda_backend_factory.hpp"
 #include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/cuda_context.hpp"
+#include "cuda_backend/cuda_kernels.hpp"
+#include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/planar_weights.hpp"
+#include "cuda_backend/prefill_gemm.hpp"
 #include "model/random_model.hpp"
 #include "support/cuda_device.hpp"
 #include "support/model_files.hpp"
@@ -222,6 +226,61 @@ TEST_CASE("cuda planar FP8 / INT4 g128 matmul equals the double reference of the
           check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, "planar matmul");
         }
       }
+    }
+  }
+}
+
+TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference within BF16 rounding", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(106);
+  cuda::CudaContext context(0);
+  cuda::DeviceAllocator allocator(context, 0);
+  cuda::PrefillGemm gemm(context, allocator);
+  struct Case {
+    DType format;
+    bool planar;
+    std::int64_t n, k, m;
+  };
+  // stored and planar formats; odd output counts; several row chunks of x (16 MiB of BF16 rows:
+  // 512 rows of 16384) and of W (64 MiB: 2048 rows of 16384), with partial last chunks
+  for (const Case& c : {Case{DType::kF32, false, 67, 256, 48}, Case{DType::kQ8_0, false, 300, 512, 130},
+                        Case{DType::kQ4_K, false, 67, 512, 64}, Case{DType::kFP8_E4M3, true, 131, 1024, 77},
+                        Case{DType::kQ4_G128, true, 67, 1024, 200}, Case{DType::kQ4_0, false, 2050, 16384, 514}}) {
+    const std::size_t stride = row_bytes(c.format, c.k);
+    std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(c.n));
+    std::vector<float> decoded(static_cast<std::size_t>(c.n * c.k));
+    for (std::int64_t j = 0; j < c.n; ++j) {
+      const std::vector<float> row = rng.normals(static_cast<std::size_t>(c.k), 0.05f);
+      quantize_row(c.format, row.data(), w.data() + j * stride, c.k);
+      dequantize_row(c.format, w.data() + j * stride, decoded.data() + j * c.k, c.k);
+    }
+    DeviceArray<std::uint8_t> dw(c.planar ? planar_matrix(c.format, w, c.n, c.k) : w);
+    const cuda::DeviceWeight weight{dw.get(), c.format, c.n, c.k, static_cast<std::int64_t>(stride), c.planar, {}};
+    const std::int64_t ldx = c.k + 3, ldy = c.n + 5;
+    std::vector<float> x(static_cast<std::size_t>(c.m * ldx));
+    for (float& v : x) v = rng.normal();
+    DeviceArray<float> dx(x), dy(static_cast<std::size_t>(c.m * ldy));
+    INFO(name(c.format) << (c.planar ? " planar" : "") << " n=" << c.n << " k=" << c.k << " m=" << c.m);
+    INFO(gemm.unavailable_reason());
+    REQUIRE(gemm.run(weight, dx.get(), ldx, c.m, dy.get(), ldy));
+    const std::vector<float> y = dy.download();
+    // Checked on a sample of rows (the reference is O(m n k) on the host), every output of each.
+    for (std::int64_t r = 0; r < c.m; r += std::max<std::int64_t>(1, c.m / 7)) {
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (std::int64_t e = 0; e < c.k; ++e) {
+          const double p = static_cast<double>(decoded[static_cast<std::size_t>(j * c.k + e)]) *
+                           x[static_cast<std::size_t>(r * ldx + e)];
+          sum += p;
+          magnitude += std::fabs(p);
+        }
+        const double got = y[static_cast<std::size_t>(r * ldy + j)];
+        // BF16 inputs: each product within 2^-8 of its exact value, then float sums
+        if (!(std::fabs(got - sum) <= 1e-6 + magnitude / 128.0)) {
+          FAIL("row " << r << " output " << j << ": " << got << ", expected " << sum << " within " << magnitude / 128);
+        }
+      }
+      for (std::int64_t j = c.n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
     }
   }
 }

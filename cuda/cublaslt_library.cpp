@@ -1,0 +1,62 @@
+#include "cuda_backend/cublaslt_library.hpp"
+
+#include "core/check.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace sitsrt::cuda {
+namespace {
+
+struct Loaded {
+  CublasLt api;
+  bool ok = false;
+  std::string why;
+};
+
+template <typename Fn>
+bool resolve(void* library, const char* symbol, Fn& fn, std::string& why) {
+  fn = reinterpret_cast<Fn>(dlsym(library, symbol));
+  if (fn == nullptr) why = std::string("libcublasLt has no ") + symbol;
+  return fn != nullptr;
+}
+
+Loaded load_library() {
+  Loaded out;
+  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  std::string candidates[] = {soname, "", "/usr/local/cuda/lib64/" + soname};
+  if (const char* home = std::getenv("CUDA_HOME")) candidates[1] = std::string(home) + "/lib64/" + soname;
+  void* library = nullptr;
+  for (const std::string& name : candidates) {
+    if (name.empty()) continue;
+    library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library != nullptr) break;
+  }
+  if (library == nullptr) {
+    const char* error = dlerror();
+    out.why = soname + " could not be loaded" + (error != nullptr ? std::string(": ") + error : std::string());
+    return out;
+  }
+  CublasLt& a = out.api;
+#define SITSRT_CUBLASLT_RESOLVE(member, symbol) &&resolve(library, #symbol, a.member, out.why)
+  out.ok = true SITSRT_CUBLASLT_FUNCTIONS(SITSRT_CUBLASLT_RESOLVE);
+#undef SITSRT_CUBLASLT_RESOLVE
+  return out;  // the library stays loaded for the process's life
+}
+
+}  // namespace
+
+const CublasLt* CublasLt::load(std::string* why) {
+  static const Loaded loaded = load_library();
+  if (!loaded.ok && why != nullptr) *why = loaded.why;
+  return loaded.ok ? &loaded.api : nullptr;
+}
+
+void check_cublaslt(cublasStatus_t status, const char* call, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  raise(ErrorCode::kInternal, "cuBLASLt: {} failed with status {} ({}:{})", call, static_cast<int>(status), file, line);
+}
+
+}  // namespace sitsrt::cuda

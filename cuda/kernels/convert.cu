@@ -1,0 +1,78 @@
+// Conversions feeding the tensor-core prefill GEMMs (prefill_gemm.hpp): weight rows of any
+// format decoded to BF16 (each value decode_element's float, rounded once to nearest even), and
+// float activation rows to packed BF16.
+#include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/format_dispatch.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/planar_weights.hpp"
+
+#include <cuda_bf16.h>
+
+namespace sitsrt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per weight row: out row r = row (row0 + r) of the matrix, k values.
+template <DType F, bool kPlanar>
+__global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, std::int64_t row_bytes,
+                                       std::int64_t n, std::int64_t k, std::int64_t row0,
+                                       __nv_bfloat16* __restrict__ out) {
+  const std::int64_t j = row0 + blockIdx.x;
+  __nv_bfloat16* dst = out + static_cast<std::int64_t>(blockIdx.x) * k;
+  if constexpr (kPlanar) {
+    const PlanarGeometry g = planar_geometry(F, n, k);
+    const std::uint8_t* codes = data + j * g.code_row_bytes;
+    const std::uint8_t* scales = data + g.scales_offset + j * g.scale_row_words * 4;
+    for (std::int64_t e = threadIdx.x; e < k; e += kThreads) dst[e] = __float2bfloat16_rn(planar_element<F>(codes, scales, e));
+  } else {
+    const std::uint8_t* row = data + j * row_bytes;
+    const std::int64_t chunks = k / 8;
+    for (std::int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+      float v[8];
+      decode8<F>(row, 8 * c, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[8 * c + i] = __float2bfloat16_rn(v[i]);
+    }
+    for (std::int64_t e = chunks * 8 + threadIdx.x; e < k; e += kThreads) {
+      dst[e] = __float2bfloat16_rn(decode_element<F>(row, e));
+    }
+  }
+}
+
+__global__ void floats_to_bf16_kernel(const float* __restrict__ x, std::int64_t ldx, std::int64_t k,
+                                      __nv_bfloat16* __restrict__ out) {
+  const float* src = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+  __nv_bfloat16* dst = out + static_cast<std::int64_t>(blockIdx.x) * k;
+  for (std::int64_t e = threadIdx.x; e < k; e += kThreads) dst[e] = __float2bfloat16_rn(src[e]);
+}
+
+}  // namespace
+
+void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes,
+                            std::int64_t n, std::int64_t k, std::int64_t row0, std::int64_t rows, void* out,
+                            cudaStream_t stream) {
+  if (rows <= 0) return;
+  auto* dst = static_cast<__nv_bfloat16*>(out);
+  const auto blocks = static_cast<unsigned>(rows);
+  if (planar) {
+    if (format == DType::kFP8_E4M3) {
+      weights_to_bf16_kernel<DType::kFP8_E4M3, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+    } else if (format == DType::kQ4_G128) {
+      weights_to_bf16_kernel<DType::kQ4_G128, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+    }
+    return;
+  }
+  dispatch_weight_format(format, [&]<DType F>() {
+    weights_to_bf16_kernel<F, false><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+  });
+}
+
+void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, void* out,
+                           cudaStream_t stream) {
+  if (m <= 0) return;
+  floats_to_bf16_kernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, ldx, k,
+                                                                           static_cast<__nv_bfloat16*>(out));
+}
+
+}  // namespace sitsrt::cuda

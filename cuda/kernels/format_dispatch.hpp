@@ -1,0 +1,57 @@
+// The weight formats the CUDA kernels decode (device_formats.hpp), from a runtime DType to a
+// template argument, for the kernel files that instantiate one kernel per format.
+#pragma once
+
+#include "core/dtype.hpp"
+
+namespace sitsrt::cuda {
+
+// Calls fn.template operator()<F>() for a supported format; false otherwise.
+template <typename Fn>
+bool dispatch_weight_format(DType format, Fn&& fn) {
+  switch (format) {
+    case DType::kF32:
+      fn.template operator()<DType::kF32>();
+      return true;
+    case DType::kF16:
+      fn.template operator()<DType::kF16>();
+      return true;
+    case DType::kBF16:
+      fn.template operator()<DType::kBF16>();
+      return true;
+    case DType::kQ8_0:
+      fn.template operator()<DType::kQ8_0>();
+      return true;
+    case DType::kQ4_0:
+      fn.template operator()<DType::kQ4_0>();
+      return true;
+    case DType::kQ4_1:
+      fn.template operator()<DType::kQ4_1>();
+      return true;
+    case DType::kQ5_0:
+      fn.template operator()<DType::kQ5_0>();
+      return true;
+    case DType::kQ5_1:
+      fn.template operator()<DType::kQ5_1>();
+      return true;
+    case DType::kFP8_E4M3:
+      fn.template operator()<DType::kFP8_E4M3>();
+      return true;
+    case DType::kQ4_G128:
+      fn.template operator()<DType::kQ4_G128>();
+      return true;
+    case DType::kQ4_K:
+      fn.template operator()<DType::kQ4_K>();
+      return true;
+    case DType::kQ5_K:
+      fn.template operator()<DType::kQ5_K>();
+      return true;
+    case DType::kQ6_K:
+      fn.template operator()<DType::kQ6_K>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace sitsrt::cuda
