@@ -177,6 +177,7 @@ std::byte* CudaBackend::checked_range(const BackendBuffer& buffer, std::size_t o
 void CudaBackend::read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) {
   const std::byte* src = checked_range(buffer, offset, dst.size(), "read");
   if (dst.empty()) return;
+  const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
   SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, dst.size(), cudaMemcpyDeviceToHost, context_.stream()));
   context_.synchronize();
@@ -185,6 +186,7 @@ void CudaBackend::read(const BackendBuffer& buffer, std::size_t offset, std::spa
 void CudaBackend::write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) {
   std::byte* dst = checked_range(buffer, offset, src.size(), "write");
   if (src.empty()) return;
+  const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
   SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size(), cudaMemcpyHostToDevice, context_.stream()));
   context_.synchronize();  // the caller may free src on return
@@ -195,11 +197,13 @@ void CudaBackend::copy(const BackendBuffer& src, std::size_t src_offset, Backend
   const std::byte* from = checked_range(src, src_offset, bytes, "copy");
   std::byte* to = checked_range(dst, dst_offset, bytes, "copy");
   if (bytes == 0) return;
+  const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
   SITSRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, context_.stream()));
 }
 
 void CudaBackend::synchronize() {
+  const std::lock_guard stream(context_.stream_mutex());
   context_.synchronize();
 }
 
@@ -215,6 +219,7 @@ GraphCounters CudaBackend::graph_counters() const {
 }
 
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
+  const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
   const auto run_nodes = [&] {
     for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
@@ -231,6 +236,7 @@ void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::siz
 }
 
 void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
   run_node(graph, index, step);
 }

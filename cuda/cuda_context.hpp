@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace sitsrt::cuda {
@@ -32,6 +33,10 @@ class CudaContext {
   [[nodiscard]] std::uint64_t free_memory() const;
   // Waits for everything queued on the stream; throws the first asynchronous error.
   void synchronize() const;
+  // Held while a host thread queues work on the stream (kernels, copies, stream-ordered
+  // allocations), so a decode graph's stream capture never takes in another thread's work.
+  // Recursive: a step's kernels allocate through the allocator, which takes it too.
+  [[nodiscard]] std::recursive_mutex& stream_mutex() const noexcept { return stream_mutex_; }
 
  private:
   int device_ = 0;
@@ -40,6 +45,7 @@ class CudaContext {
   int multiprocessors_ = 0;
   int compute_capability_ = 0;
   std::uint64_t total_memory_ = 0;
+  mutable std::recursive_mutex stream_mutex_;
 };
 
 }  // namespace sitsrt::cuda

@@ -26,7 +26,7 @@ std::size_t DeviceAllocator::rounded(std::size_t bytes) noexcept {
 
 std::byte* DeviceAllocator::allocate(std::size_t bytes, std::string_view what) {
   const std::size_t size = rounded(bytes);
-  std::lock_guard lock(mutex_);
+  const std::scoped_lock lock(context_.stream_mutex(), mutex_);
   const auto note_live = [&] {
     live_ += size;
     high_water_ = std::max(high_water_, live_);
@@ -72,7 +72,7 @@ void DeviceAllocator::deallocate(std::byte* ptr, std::size_t bytes) noexcept {
 }
 
 void DeviceAllocator::trim() noexcept {
-  std::lock_guard lock(mutex_);
+  const std::scoped_lock lock(context_.stream_mutex(), mutex_);
   trim_locked();
 }
 
