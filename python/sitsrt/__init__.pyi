@@ -125,7 +125,8 @@ class Engine:
                  max_num_batched_tokens: int | None = None,
                  kv_block_size: int = 16, kv_pool_tokens: int | None = None, preemption: str = "recompute",
                  prefix_caching: bool = True, tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0,
-                 reject_over_quota: bool = False) -> None:
+                 reject_over_quota: bool = False, kv_recent_window: int = 32,
+                 device_graphs: bool = True) -> None:
         """threads None: all cores; ctx None: min(training context, 4096); kv_dtype / k_dtype / v_dtype
         "f32"|"f16"|"int8"|"int4"; serving limits (max_num_seqs, ..., tenant quotas) as EngineOptions::serving;
         weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output

@@ -203,6 +203,8 @@ class Engine:
         devices: where the model runs: None (the default backend), a device such as "cpu" or
             "cpu:0", or a list of one (multi-device plans come with the partitioner); the backends
             this build has: sitsrt.available_backends(). See plan().
+        device_graphs: on a GPU device, replay decode steps as captured CUDA graphs (default; the
+            same results); False launches every kernel from the host. queue_stats() counts them.
 
     Raises:
         sitsrt.InvalidModelError, sitsrt.IOError, ...: the model cannot be loaded.
@@ -219,7 +221,8 @@ class Engine:
                  kv_recent_window: int = 32, max_num_seqs: int = 16,
                  max_num_batched_tokens: int | None = None, kv_block_size: int = 16,
                  kv_pool_tokens: int | None = None, preemption: str = "recompute", prefix_caching: bool = True,
-                 tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0, reject_over_quota: bool = False) -> None:
+                 tenant_max_seqs: int = 0, tenant_max_kv_blocks: int = 0, reject_over_quota: bool = False,
+                 device_graphs: bool = True) -> None:
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model: expected a path, got {type(model).__name__}")
         for name, value in (("kv_dtype", kv_dtype), ("k_dtype", k_dtype), ("v_dtype", v_dtype)):
@@ -271,7 +274,8 @@ class Engine:
             kv_hadamard=_bool("kv_hadamard", kv_hadamard),
             kv_k_centering=_bool("kv_centering", kv_centering),
             kv_recent_window=_int("kv_recent_window", kv_recent_window, 0, 256),
-            serving=serving)
+            serving=serving,
+            device_graphs=_bool("device_graphs", device_graphs))
 
     @property
     def _engine(self) -> _sitsrt.Engine:

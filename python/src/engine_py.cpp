@@ -189,7 +189,8 @@ void bind_engine(py::module_& m) {
                        bool deterministic, std::vector<std::shared_ptr<AuditSink>> sinks, std::string weights,
                        bool mmap_weights, std::string chat_template, bool int8_activations, std::string device,
                        const std::optional<std::string>& k_dtype, const std::optional<std::string>& v_dtype,
-                       bool kv_hadamard, const py::dict& serving, bool kv_k_centering, std::int64_t kv_recent_window) {
+                       bool kv_hadamard, const py::dict& serving, bool kv_k_centering, std::int64_t kv_recent_window,
+                       bool device_graphs) {
              EngineOptions o;
              o.model_path = std::move(model);
              o.threads = threads;
@@ -211,6 +212,7 @@ void bind_engine(py::module_& m) {
              o.chat_template = std::move(chat_template);
              o.int8_activations = int8_activations;
              o.device = std::move(device);
+             o.device_graphs = device_graphs;
              py::gil_scoped_release release;
              // The engine's destructor joins its scheduler thread, which may be releasing a
              // finished request's Python objects (audit sinks in its config) and so need the GIL:
@@ -226,115 +228,149 @@ void bind_engine(py::module_& m) {
            }),
            py::arg("model"), py::arg("threads"), py::arg("ctx"), py::arg("kv_dtype"), py::arg("max_batch_tokens"),
            py::arg("cpu_isa"), py::arg("memory_budget_bytes"), py::arg("deterministic"), py::arg("sinks"),
-           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "", py::arg("int8_activations") = true,
-           py::arg("device") = "cpu", py::arg("k_dtype") = py::none(), py::arg("v_dtype") = py::none(),
-           py::arg("kv_hadamard") = true, py::arg("serving") = py::dict(), py::arg("kv_k_centering") = true,
-           py::arg("kv_recent_window") = 32)
-      .def("generate", [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
-      .def("apply_chat_template", [](const Engine& e, const ChatPrompt& chat) {
-        std::string text;
-        {
-          py::gil_scoped_release release;
-          text = e.apply_chat_template(chat.messages, chat.options);
-        }
-        return utf8(text);
-      })
-      .def("chat_tokens", [](const Engine& e, const ChatPrompt& chat) { return e.chat_tokens(chat.messages, chat.options); },
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("weights") = "as-stored", py::arg("mmap_weights") = false, py::arg("chat_template") = "",
+           py::arg("int8_activations") = true, py::arg("device") = "cpu", py::arg("k_dtype") = py::none(),
+           py::arg("v_dtype") = py::none(), py::arg("kv_hadamard") = true, py::arg("serving") = py::dict(),
+           py::arg("kv_k_centering") = true, py::arg("kv_recent_window") = 32, py::arg("device_graphs") = true)
+      .def("generate",
+           [](const Engine& e, const Prompt& prompt, const GenerationConfig& c) { return run(e, prompt, c); })
+      .def("apply_chat_template",
+           [](const Engine& e, const ChatPrompt& chat) {
+             std::string text;
+             {
+               py::gil_scoped_release release;
+               text = e.apply_chat_template(chat.messages, chat.options);
+             }
+             return utf8(text);
+           })
+      .def(
+          "chat_tokens",
+          [](const Engine& e, const ChatPrompt& chat) { return e.chat_tokens(chat.messages, chat.options); },
+          py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("has_chat_template", [](const Engine& e) { return e.chat_template() != nullptr; })
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_bos") = true,
            py::call_guard<py::gil_scoped_release>())
-      .def("detokenize", [](const Engine& e, const std::vector<std::int32_t>& tokens) {
-        std::string text;
-        {
-          py::gil_scoped_release release;
-          text = e.detokenize(tokens);
-        }
-        return utf8(text);
-      })
+      .def("detokenize",
+           [](const Engine& e, const std::vector<std::int32_t>& tokens) {
+             std::string text;
+             {
+               py::gil_scoped_release release;
+               text = e.detokenize(tokens);
+             }
+             return utf8(text);
+           })
       .def("token_bytes", [](const Engine& e, std::int32_t token) { return py::bytes(e.token_bytes(token)); })
-      .def("logits", [](const Engine& e, const std::vector<std::int32_t>& tokens, bool all_positions) {
-        auto values = std::make_unique<std::vector<float>>();
-        {
-          py::gil_scoped_release release;
-          *values = e.logits(tokens, all_positions);
-        }
-        const auto vocab = static_cast<py::ssize_t>(e.model_info().n_vocab);
-        const auto rows = static_cast<py::ssize_t>(values->size()) / vocab;
-        float* data = values->data();
-        // Zero-copy: the array owns the vector through a capsule.
-        py::capsule owner(values.release(), [](void* p) { delete static_cast<std::vector<float>*>(p); });
-        return py::array_t<float>({rows, vocab}, {vocab * static_cast<py::ssize_t>(sizeof(float)), static_cast<py::ssize_t>(sizeof(float))},
-                                  data, owner);
-      }, py::arg("tokens"), py::arg("all_positions") = true)
+      .def(
+          "logits",
+          [](const Engine& e, const std::vector<std::int32_t>& tokens, bool all_positions) {
+            auto values = std::make_unique<std::vector<float>>();
+            {
+              py::gil_scoped_release release;
+              *values = e.logits(tokens, all_positions);
+            }
+            const auto vocab = static_cast<py::ssize_t>(e.model_info().n_vocab);
+            const auto rows = static_cast<py::ssize_t>(values->size()) / vocab;
+            float* data = values->data();
+            // Zero-copy: the array owns the vector through a capsule.
+            py::capsule owner(values.release(), [](void* p) { delete static_cast<std::vector<float>*>(p); });
+            return py::array_t<float>(
+                {rows, vocab},
+                {vocab * static_cast<py::ssize_t>(sizeof(float)), static_cast<py::ssize_t>(sizeof(float))}, data,
+                owner);
+          },
+          py::arg("tokens"), py::arg("all_positions") = true)
       .def("graph_json", &Engine::graph_json, py::call_guard<py::gil_scoped_release>())
       .def("plan_json", [](const Engine& e) { return e.plan().to_json(); })
-      .def("queue_stats", [](const Engine& e) {
-        const RequestQueueStats s = e.queue_stats();
-        py::dict d;
-        d["requests"] = s.requests;
-        d["sessions"] = s.sessions;
-        d["queued"] = s.queued;
-        d["queued_seconds"] = s.queued_seconds;
-        d["in_flight"] = s.in_flight;
-        d["peak_in_flight"] = s.peak_in_flight;
-        // The serving scheduler (generate, stream, chat) and its KV block pool.
-        d["waiting"] = s.waiting;
-        d["running"] = s.running;
-        d["preempted"] = s.preempted;
-        d["submitted"] = s.submitted;
-        d["finished"] = s.finished;
-        d["rejected"] = s.rejected;
-        d["preemptions"] = s.preemptions;
-        d["admission_waits"] = s.admission_waits;
-        d["steps"] = s.steps;
-        d["max_step_sequences"] = s.max_step_sequences;
-        d["kv_blocks"] = s.kv_blocks;
-        d["kv_blocks_free"] = s.kv_blocks_free;
-        d["kv_blocks_cached"] = s.kv_blocks_cached;
-        d["prefix_cache_hits"] = s.prefix_cache_hits;
-        d["device_graph_captures"] = s.device_graph_captures;
-        d["device_graph_replays"] = s.device_graph_replays;
-        d["max_num_seqs"] = s.limits.max_num_seqs;
-        d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
-        d["kv_block_size"] = s.limits.kv_block_size;
-        d["kv_pool_tokens"] = s.limits.kv_pool_tokens;
-        d["kv_block_bytes"] = s.kv_block_bytes;
-        d["preemption"] = s.limits.preempt_by_swap ? "swap" : "recompute";
-        d["prefix_caching"] = s.limits.prefix_caching;
-        d["tenant_max_seqs"] = s.limits.tenant_max_seqs;
-        d["tenant_max_kv_blocks"] = s.limits.tenant_max_kv_blocks;
-        d["reject_over_quota"] = s.limits.reject_over_quota;
-        d["prefix_cache_misses"] = s.prefix_cache_misses;
-        d["kv_copies"] = s.kv_copies;
-        d["step_tokens"] = s.step_tokens;
-        return d;
-      })
+      .def("queue_stats",
+           [](const Engine& e) {
+             const RequestQueueStats s = e.queue_stats();
+             py::dict d;
+             d["requests"] = s.requests;
+             d["sessions"] = s.sessions;
+             d["queued"] = s.queued;
+             d["queued_seconds"] = s.queued_seconds;
+             d["in_flight"] = s.in_flight;
+             d["peak_in_flight"] = s.peak_in_flight;
+             // The serving scheduler (generate, stream, chat) and its KV block pool.
+             d["waiting"] = s.waiting;
+             d["running"] = s.running;
+             d["preempted"] = s.preempted;
+             d["submitted"] = s.submitted;
+             d["finished"] = s.finished;
+             d["rejected"] = s.rejected;
+             d["preemptions"] = s.preemptions;
+             d["admission_waits"] = s.admission_waits;
+             d["steps"] = s.steps;
+             d["max_step_sequences"] = s.max_step_sequences;
+             d["kv_blocks"] = s.kv_blocks;
+             d["kv_blocks_free"] = s.kv_blocks_free;
+             d["kv_blocks_cached"] = s.kv_blocks_cached;
+             d["prefix_cache_hits"] = s.prefix_cache_hits;
+             d["device_graph_captures"] = s.device_graph_captures;
+             d["device_graph_replays"] = s.device_graph_replays;
+             d["max_num_seqs"] = s.limits.max_num_seqs;
+             d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
+             d["kv_block_size"] = s.limits.kv_block_size;
+             d["kv_pool_tokens"] = s.limits.kv_pool_tokens;
+             d["kv_block_bytes"] = s.kv_block_bytes;
+             d["preemption"] = s.limits.preempt_by_swap ? "swap" : "recompute";
+             d["prefix_caching"] = s.limits.prefix_caching;
+             d["tenant_max_seqs"] = s.limits.tenant_max_seqs;
+             d["tenant_max_kv_blocks"] = s.limits.tenant_max_kv_blocks;
+             d["reject_over_quota"] = s.limits.reject_over_quota;
+             d["prefix_cache_misses"] = s.prefix_cache_misses;
+             d["kv_copies"] = s.kv_copies;
+             d["step_tokens"] = s.step_tokens;
+             return d;
+           })
       .def("graph_table", &Engine::graph_table, py::call_guard<py::gil_scoped_release>())
       .def("model_sha256", &Engine::model_sha256, py::call_guard<py::gil_scoped_release>())
-      .def("info", [](const Engine& e) {
-        const ModelInfo& i = e.model_info();
-        py::dict d;
-        d["path"] = i.path; d["architecture"] = i.architecture; d["name"] = i.name;
-        d["n_vocab"] = i.n_vocab; d["n_embd"] = i.n_embd; d["n_layer"] = i.n_layer; d["n_head"] = i.n_head;
-        d["n_head_kv"] = i.n_head_kv; d["head_dim"] = i.head_dim; d["n_ff"] = i.n_ff; d["n_ctx_train"] = i.n_ctx_train;
-        d["n_params"] = i.n_params; d["weight_bytes"] = i.weight_bytes; d["context_length"] = i.context_length;
-        d["kv_cache_type"] = i.kv_cache_type; d["kv_cache_bytes"] = i.kv_cache_bytes;
-        d["k_cache_type"] = i.k_cache_type; d["v_cache_type"] = i.v_cache_type;
-        d["kv_pool_bytes"] = i.kv_pool_bytes; d["kv_pool_tokens"] = i.kv_pool_tokens;
-        d["activation_bytes"] = i.activation_bytes; d["threads"] = i.threads; d["cpu_isa"] = i.cpu_isa;
-        d["backend"] = i.backend; d["device"] = i.device; d["device_description"] = i.device_description;
-        d["decode_fusion"] = i.decode_fusion;
-        d["bos"] = i.bos; d["eos"] = i.eos; d["add_bos"] = i.add_bos;
-        d["weights"] = i.weights; d["weights_converted_tensors"] = i.weights_converted_tensors;
-        d["weights_kept_tensors"] = i.weights_kept_tensors; d["weights_converted_bytes"] = i.weights_converted_bytes;
-        d["weights_converted_to_bytes"] = i.weights_converted_to_bytes;
-        d["weights_convert_seconds"] = i.weights_convert_seconds;
-        d["weights_output_head"] = i.weights_output_head;
-        d["weights_mmapped"] = i.weights_mmapped; d["weights_repacked_tensors"] = i.weights_repacked_tensors;
-        d["weights_copy_seconds"] = i.weights_copy_seconds;
-        return d;
-      })
+      .def("info",
+           [](const Engine& e) {
+             const ModelInfo& i = e.model_info();
+             py::dict d;
+             d["path"] = i.path;
+             d["architecture"] = i.architecture;
+             d["name"] = i.name;
+             d["n_vocab"] = i.n_vocab;
+             d["n_embd"] = i.n_embd;
+             d["n_layer"] = i.n_layer;
+             d["n_head"] = i.n_head;
+             d["n_head_kv"] = i.n_head_kv;
+             d["head_dim"] = i.head_dim;
+             d["n_ff"] = i.n_ff;
+             d["n_ctx_train"] = i.n_ctx_train;
+             d["n_params"] = i.n_params;
+             d["weight_bytes"] = i.weight_bytes;
+             d["context_length"] = i.context_length;
+             d["kv_cache_type"] = i.kv_cache_type;
+             d["kv_cache_bytes"] = i.kv_cache_bytes;
+             d["k_cache_type"] = i.k_cache_type;
+             d["v_cache_type"] = i.v_cache_type;
+             d["kv_pool_bytes"] = i.kv_pool_bytes;
+             d["kv_pool_tokens"] = i.kv_pool_tokens;
+             d["activation_bytes"] = i.activation_bytes;
+             d["threads"] = i.threads;
+             d["cpu_isa"] = i.cpu_isa;
+             d["backend"] = i.backend;
+             d["device"] = i.device;
+             d["device_description"] = i.device_description;
+             d["decode_fusion"] = i.decode_fusion;
+             d["bos"] = i.bos;
+             d["eos"] = i.eos;
+             d["add_bos"] = i.add_bos;
+             d["weights"] = i.weights;
+             d["weights_converted_tensors"] = i.weights_converted_tensors;
+             d["weights_kept_tensors"] = i.weights_kept_tensors;
+             d["weights_converted_bytes"] = i.weights_converted_bytes;
+             d["weights_converted_to_bytes"] = i.weights_converted_to_bytes;
+             d["weights_convert_seconds"] = i.weights_convert_seconds;
+             d["weights_output_head"] = i.weights_output_head;
+             d["weights_mmapped"] = i.weights_mmapped;
+             d["weights_repacked_tensors"] = i.weights_repacked_tensors;
+             d["weights_copy_seconds"] = i.weights_copy_seconds;
+             return d;
+           })
       .def_property_readonly("circuit_breaker_open", &Engine::circuit_breaker_open)
       .def("reset_circuit_breaker", &Engine::reset_circuit_breaker);
 }

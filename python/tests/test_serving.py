@@ -36,6 +36,17 @@ def test_serving_limits_reach_queue_stats(model_path):
     assert engine.queue_stats()["finished"] == 1
 
 
+def test_device_graphs_option_and_counters(model_path):
+    # The CPU backend replays no graphs; the option is accepted either way and type-checked.
+    for graphs in (True, False):
+        engine = sitsrt.Engine(model_path, threads=1, ctx=64, device_graphs=graphs)
+        assert len(engine.generate("Once upon a time", max_tokens=4, stop_at_eos=False).tokens) == 4
+        q = engine.queue_stats()
+        assert (q["device_graph_captures"], q["device_graph_replays"]) == (0, 0)
+    with pytest.raises(TypeError):
+        sitsrt.Engine(model_path, threads=1, device_graphs="yes")
+
+
 def test_k_and_v_types_apart(model_path):
     base = sitsrt.Engine(model_path, threads=1, kv_dtype="f32")
     mixed = sitsrt.Engine(model_path, threads=1, k_dtype="int8", v_dtype="int4")
