@@ -58,12 +58,13 @@ WeightUses weight_uses(const graph::Graph& graph) {
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options)
-    : context_(options.device), allocator_(context_, options.budget_bytes) {
+    : context_(options.device), allocator_(context_, options.budget_bytes), options_(options) {
   info_.name = "cuda";
   info_.device = {DeviceKind::kCuda, options.device};
   info_.description = context_.name() + " (sm_" + std::to_string(context_.compute_capability()) + ")";
   info_.multiprocessors = context_.multiprocessors();
   info_.memory_bytes = context_.total_memory();
+  info_.decode_fusion = options.decode_fusion;
   staging_ = std::make_unique<StagingRing>(context_, allocator_, kStagingBytes);
   kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_, options.batch_invariant);
   if (options.graphs) graphs_ = std::make_unique<DecodeGraphs>(context_, allocator_);
@@ -149,6 +150,24 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
 }
 
 void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan&, std::int64_t) {
+  // Decode fusions run as one planar launch: every matmul of the fusion planar, of one format
+  // and input width (SwiGLU: gate and up of one size); the others run node by node.
+  fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
+  for (const Fusion& fusion : fusions_.fusions) {
+    const DeviceWeight* first = nullptr;
+    bool fusable = true;
+    for (const std::size_t n : fusion.nodes) {
+      const graph::Node& node = graph.nodes()[n];
+      if (node.op != graph::OpKind::kMatMul) continue;
+      const DeviceWeight& w = weights_[static_cast<std::size_t>(node.weights[0])];
+      if (first == nullptr) first = &w;
+      fusable = fusable && w.planar && w.format == first->format && w.cols == first->cols &&
+                (fusion.kind != FusionKind::kSwiGlu || w.rows == first->rows);
+    }
+    if (!fusable) {
+      for (const std::size_t n : fusion.nodes) fusions_.fusion_of[n] = -1;
+    }
+  }
   for (const graph::Node& node : graph.nodes()) {
     if (node.op != graph::OpKind::kAttention) continue;
     if (node.attrs.head_dim > kMaxHeadDim) {
@@ -242,7 +261,51 @@ void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepCo
 }
 
 void CudaBackend::run_node(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  if (run_fused(graph, index, step)) return;
   run_node_through_kernels(*kernels_, graph, index, step, attention_sequences_);
+}
+
+bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  if (fusions_.fusion_of.empty() || fusions_.fusion_of[index] < 0) return false;
+  const Fusion& fusion = fusions_.fusions[static_cast<std::size_t>(fusions_.fusion_of[index])];
+  const auto& nodes = graph.nodes();
+  const auto view = [&](graph::ValueId id) {
+    const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];
+    const std::int64_t rows = v.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
+    std::byte* data = step.arena->data() + step.plan->offsets[static_cast<std::size_t>(id)];
+    return ops::TensorRef{data, DType::kF32, rows, v.width, v.width, info_.device};
+  };
+  const graph::Node& lead = nodes[fusion.nodes[0]];
+  const ops::TensorRef x = view(lead.inputs[0]);
+  // Only where the members alone would take the planar kernels (not the prefill GEMM), so a
+  // fused step writes their bits.
+  if (!kernels_->planar_rows(x.rows)) return false;
+  if (index != fusion.nodes[0]) return true;  // done with the lead
+  std::vector<CudaKernels::FusedMatmul> matmuls;
+  std::size_t n_matmuls = fusion.kind == FusionKind::kAddInto ? 1 : fusion.nodes.size();
+  if (fusion.kind == FusionKind::kSwiGlu) n_matmuls = 2;
+  for (std::size_t k = 0; k < n_matmuls; ++k) {
+    const graph::Node& node = nodes[fusion.nodes[k]];
+    matmuls.push_back({static_cast<std::size_t>(node.weights[0]), view(node.output)});
+  }
+  switch (fusion.kind) {
+    case FusionKind::kMatvecs:
+      kernels_->fused_matmuls(matmuls, x, PlanarEpilogue::kNone, nullptr, nullptr);
+      return true;
+    case FusionKind::kSwiGlu: {
+      const ops::TensorRef out = view(nodes[fusion.nodes[2]].output);
+      kernels_->fused_matmuls(matmuls, x, PlanarEpilogue::kSwiGlu, nullptr, &out);
+      return true;
+    }
+    case FusionKind::kAddInto: {
+      const graph::Node& sum = nodes[fusion.nodes[1]];
+      const ops::TensorRef residual = view(sum.inputs[0] == lead.output ? sum.inputs[1] : sum.inputs[0]);
+      const ops::TensorRef out = view(sum.output);
+      kernels_->fused_matmuls(matmuls, x, PlanarEpilogue::kAdd, &residual, &out);
+      return true;
+    }
+  }
+  return false;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {

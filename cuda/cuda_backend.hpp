@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backend/backend.hpp"
+#include "backend/decode_fusion.hpp"
 #include "cuda_backend/cuda_backend_factory.hpp"
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/cuda_kernels.hpp"
@@ -45,6 +46,9 @@ class CudaBackend final : public Backend {
   [[nodiscard]] std::byte* checked_range(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes,
                                          const char* what) const;
   void run_node(const graph::Graph& graph, std::size_t index, const StepContext& step);
+  // The node's decode fusion, when it has one that applies to this step: true when handled (the
+  // lead runs the fused kernel, the other members nothing).
+  bool run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step);
 
   CudaContext context_;
   DeviceAllocator allocator_;
@@ -55,7 +59,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<StagingRing> staging_;
   std::unique_ptr<CudaKernels> kernels_;
   std::unique_ptr<DecodeGraphs> graphs_;                        // null with CudaBackendOptions::graphs off
-  std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
+  std::vector<ops::AttentionSequenceRef> attention_sequences_;
+  CudaBackendOptions options_;
+  DecodeFusions
+      fusions_;  // those whose matmuls are all planar, of one format and width  // the current attention node's, reused
 };
 
 }  // namespace sitsrt::cuda

@@ -14,6 +14,7 @@ struct CudaBackendOptions {
   std::uint64_t budget_bytes = 0;  // weights + buffers; 0: 95% of the device's free memory
   bool graphs = true;              // replay decode steps as CUDA graphs (decode_graphs.hpp)
   bool batch_invariant = false;    // rows independent of their step (deterministic serving)
+  bool decode_fusion = true;       // decode fusions (backend/decode_fusion.hpp) as one launch each
 };
 
 // Throws kUnsupported when the device is not there (no driver, no GPU, index out of range).

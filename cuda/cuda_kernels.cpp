@@ -4,6 +4,7 @@
 #include "cpu/elementwise/rope.hpp"
 #include "cuda_backend/cuda_check.hpp"
 
+#include <array>
 #include <cstring>
 
 namespace sitsrt::cuda {
@@ -170,6 +171,35 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
                   context_.stream());
   }
   SITSRT_CUDA_CHECK_LAUNCH("matmul kernel");
+}
+
+void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
+                                const ops::TensorRef* residual, const ops::TensorRef* out) {
+  if (!launching_ || matmuls.empty()) return;
+  std::array<PlanarTarget, kMaxPlanarTargets> targets{};
+  const std::size_t count = std::min<std::size_t>(matmuls.size(), kMaxPlanarTargets);
+  const DeviceWeight* first = nullptr;
+  for (std::size_t i = 0; i < count; ++i) {
+    const DeviceWeight& w = weights_.at(matmuls[i].weight);
+    if (first == nullptr) first = &w;
+    if (!w.planar || w.format != first->format || w.cols != first->cols || w.cols != x.cols ||
+        matmuls[i].y.cols != w.rows || matmuls[i].y.rows != x.rows) {
+      raise(ErrorCode::kInternal, "cuda: a fused matmul of weight #{} does not fit its group", matmuls[i].weight);
+    }
+    targets[i] = {w.data, w.rows, f32(matmuls[i].y), matmuls[i].y.ld};
+  }
+  PlanarEpilogueArgs e;
+  e.kind = epilogue;
+  if (residual != nullptr) {
+    e.residual = f32(*residual);
+    e.ld_residual = residual->ld;
+  }
+  if (out != nullptr) {
+    e.out = f32(*out);
+    e.ld_out = out->ld;
+  }
+  launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld, x.rows, e, context_.stream());
+  SITSRT_CUDA_CHECK_LAUNCH("fused planar matmul kernel");
 }
 
 void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,

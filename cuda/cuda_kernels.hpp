@@ -52,6 +52,20 @@ class CudaKernels final : public ops::OpKernels {
   // addresses a captured graph holds may have changed.
   [[nodiscard]] std::uint64_t constants_generation() const noexcept { return constants_generation_; }
 
+  // Whether a matmul of `rows` rows takes the planar decode kernels (not the prefill GEMM).
+  [[nodiscard]] bool planar_rows(std::int64_t rows) const noexcept {
+    return batch_invariant_ || rows < PrefillGemm::kMinRows;
+  }
+  // A decode fusion's matmuls (backend/decode_fusion.hpp) over planar weights of one format and
+  // width, reading x, in one launch; with kAdd also out = y + residual, with kSwiGlu (gate, up)
+  // also out = swiglu(gate, up). Each output has the bits of the unfused node.
+  struct FusedMatmul {
+    std::size_t weight;  // the graph's weight id
+    ops::TensorRef y;
+  };
+  void fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
+                     const ops::TensorRef* residual, const ops::TensorRef* out);
+
   [[nodiscard]] Device device() const noexcept override { return {DeviceKind::kCuda, context_.device()}; }
   void embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) override;
   void rms_norm(const ops::TensorRef& x, const ops::WeightRef& weight, float eps, const ops::TensorRef& y) override;

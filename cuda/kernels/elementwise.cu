@@ -2,6 +2,7 @@
 // and the output-row gather. The math follows the CPU kernels' formulas (lib/cpu/elementwise):
 // RMSNorm's scale in double from a float sum of squares, rope angles and their cos/sin in
 // double rounded once, the activations with expf / tanhf.
+#include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 
 namespace sitsrt::cuda {
@@ -54,11 +55,9 @@ __global__ void rope_kernel(float* __restrict__ x, std::int64_t ldx, std::int64_
 __device__ inline float apply(Elementwise op, float a, float b, float scalar) {
   switch (op) {
     case Elementwise::kSwiGlu:
-      return a * b / (1.0f + expf(-a));
-    case Elementwise::kGeGluTanh: {
-      constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;
-      return a * b / (1.0f + expf(-kTwoSqrt2OverPi * (a + 0.044715f * a * a * a)));
-    }
+      return swiglu_value(a, b);
+    case Elementwise::kGeGluTanh:
+      return geglu_tanh_value(a, b);
     case Elementwise::kAdd:
     case Elementwise::kAddBias:
       return a + b;

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 namespace sitsrt::cuda {
 
@@ -24,6 +25,31 @@ void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, 
 // (planar_weights.hpp: planar_supports(format, k) must hold; data 16-byte aligned).
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
+
+// One matrix of a grouped planar launch: n rows (k elements each, the group's), outputs to y.
+struct PlanarTarget {
+  const std::uint8_t* data = nullptr;
+  std::int64_t n = 0;
+  float* y = nullptr;
+  std::int64_t ldy = 0;
+};
+inline constexpr int kMaxPlanarTargets = 8;
+
+enum class PlanarEpilogue : int { kNone, kAdd, kSwiGlu };
+struct PlanarEpilogueArgs {
+  PlanarEpilogue kind = PlanarEpilogue::kNone;
+  const float* residual = nullptr;  // kAdd: out = y + residual (one target)
+  std::int64_t ld_residual = 0;
+  float* out = nullptr;  // kAdd: the sum; kSwiGlu: swiglu(target 0 = gate, target 1 = up)
+  std::int64_t ld_out = 0;
+};
+
+// The matmuls of up to kMaxPlanarTargets planar matrices (one format, rows of k) reading the same
+// m rows of x, in one launch, each output the bits launch_planar_matmul gives it; the epilogue
+// also writes the residual sum (kAdd) or the SwiGLU of two equal-sized targets (kSwiGlu) as the
+// elementwise kernels would, after the targets' own outputs.
+void launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
+                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream);
 
 // launch_embed over a planar matrix of n rows of k elements.
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

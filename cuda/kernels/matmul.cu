@@ -87,7 +87,7 @@ void launch_embed_format(const std::uint8_t* table, std::int64_t row_bytes, std:
 }  // namespace
 
 bool kernel_supports(DType format) noexcept {
-  return dispatch_weight_format(format, []<DType>() {});
+  return dispatch_weight_format(format, [&]<DType>() {});
 }
 
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,

@@ -9,7 +9,11 @@
 //     adds, INT4 through a byte permute into 2^23 + q and one subtraction of 2^23 + zero;
 //   - every decoded weight is d * w rounded once, the value decode_element gives, so each
 //     product equals the CPU reference's; only the order of the float sums differs.
-// Rows of x are taken 8 at a time (tiles), as in matmul.cu.
+// Rows of x are taken 8 at a time (tiles), as in matmul.cu. One launch may also run several
+// matrices that read the same x (Q, K, V: the decode fusions of backend/decode_fusion.hpp), the
+// residual add after a matmul, or gate and up with their SwiGLU (4 rows per tile there): the same
+// accumulation code, so every output has the bits of the matrix's own launch.
+#include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/row_tiles.hpp"
 #include "cuda_backend/planar_weights.hpp"
@@ -17,12 +21,16 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <utility>
+
 namespace sitsrt::cuda {
 namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kOutputs = 4;  // weight rows per block
+constexpr int kMaxSwiGluTileRows = 4;  // two matrices' accumulators per thread
 
 __device__ inline float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -83,76 +91,148 @@ __device__ inline float dot4(const float w[4], const float4& x, float acc) {
   return fmaf(w[3], x.w, acc);
 }
 
-// y[r][j] = sum_e x[r][e] * W[j][e] for the tile's kRows rows and outputs j of this block.
-template <DType F, int kRows, bool kVector>
-__global__ void __launch_bounds__(kThreads)
-    planar_matmul_kernel(const std::uint8_t* __restrict__ data, std::int64_t n, PlanarGeometry g,
-                         const float* __restrict__ x, std::int64_t ldx, float* __restrict__ y, std::int64_t ldy) {
-  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs;
-  const auto* scales = reinterpret_cast<const std::uint32_t*>(data + g.scales_offset);
-  const std::int64_t chunks = g.code_row_bytes / 16;
-  float acc[kOutputs][kRows];
+// A launch: up to kMaxPlanarTargets matrices (same format and k) reading the same rows of x,
+// their blocks of outputs numbered one after the other, and what the epilogue writes.
+struct GroupArgs {
+  struct Target {
+    const std::uint8_t* data;
+    std::int64_t n;
+    PlanarGeometry g;
+    float* y;
+    std::int64_t ldy;
+  } t[kMaxPlanarTargets];
+  unsigned first_block[kMaxPlanarTargets + 1];
+  int count;
+  const float* x;
+  std::int64_t ldx;
+  PlanarEpilogue kind;
+  const float* residual;
+  std::int64_t ld_residual;
+  float* out;
+  std::int64_t ld_out;
+};
+
+// The block's kOutputs outputs from j0 of each of kMats matrices (targets[m]), over the tile's
+// kRows rows of x, summed over the block into totals[(m * kOutputs + o) * kRows + r]. One order
+// of float sums per output whatever the launch (grouped, fused or alone): the same bits.
+template <DType F, int kRows, bool kVector, int kMats>
+__device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMats], std::int64_t j0, float* totals) {
+  const std::int64_t chunks = a.t[targets[0]].g.code_row_bytes / 16;
+  float acc[kMats][kOutputs][kRows];
 #pragma unroll
-  for (int o = 0; o < kOutputs; ++o) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[o][r] = 0.0f;
-  }
-  for (std::int64_t c = threadIdx.x; c < chunks; c += kThreads) {
-    uint4 w[kOutputs];
-    std::uint32_t s[kOutputs];
+  for (int m = 0; m < kMats; ++m) {
 #pragma unroll
     for (int o = 0; o < kOutputs; ++o) {
-      const std::int64_t j = j0 + o < n ? j0 + o : n - 1;  // past n: the last row again, not stored
-      w[o] = load_weights(data + j * g.code_row_bytes + 16 * c);
-      s[o] = __ldg(scales + j * g.scale_row_words + c / 4);  // 4 chunks per block / group
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[m][o][r] = 0.0f;
+    }
+  }
+  for (std::int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+    uint4 w[kMats][kOutputs];
+    std::uint32_t s[kMats][kOutputs];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      const GroupArgs::Target& tg = a.t[targets[m]];
+      const auto* scales = reinterpret_cast<const std::uint32_t*>(tg.data + tg.g.scales_offset);
+#pragma unroll
+      for (int o = 0; o < kOutputs; ++o) {
+        const std::int64_t j = j0 + o < tg.n ? j0 + o : tg.n - 1;  // past n: the last row again, not stored
+        w[m][o] = load_weights(tg.data + j * tg.g.code_row_bytes + 16 * c);
+        s[m][o] = __ldg(scales + j * tg.g.scale_row_words + c / 4);  // 4 chunks per block / group
+      }
     }
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      if constexpr (F == DType::kFP8_E4M3) {
-        float wf[kOutputs][4];
+    for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-        for (int o = 0; o < kOutputs; ++o) decode_fp8x4(word_of(w[o], t), __uint_as_float(s[o]), wf[o]);
+      for (int t = 0; t < 4; ++t) {
+        if constexpr (F == DType::kFP8_E4M3) {
+          float wf[kOutputs][4];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const float4 xv = load_x4<kVector>(x + r * ldx + 16 * c + 4 * t);
+          for (int o = 0; o < kOutputs; ++o) decode_fp8x4(word_of(w[m][o], t), __uint_as_float(s[m][o]), wf[o]);
 #pragma unroll
-          for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
-        }
-      } else {
-        float low[kOutputs][4], high[kOutputs][4];
+          for (int r = 0; r < kRows; ++r) {
+            const float4 xv = load_x4<kVector>(a.x + r * a.ldx + 16 * c + 4 * t);
 #pragma unroll
-        for (int o = 0; o < kOutputs; ++o) {
-          const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(s[o] & 0xffffu)));
-          const float bias = 8388608.0f + static_cast<float>((s[o] >> 16) & 15u);
-          decode_q4x8(word_of(w[o], t), d, bias, low[o], high[o]);
-        }
+            for (int o = 0; o < kOutputs; ++o) acc[m][o][r] = dot4(wf[o], xv, acc[m][o][r]);
+          }
+        } else {
+          float low[kOutputs][4], high[kOutputs][4];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const float* xr = x + r * ldx + 32 * c + 4 * t;
-          const float4 xl = load_x4<kVector>(xr), xh = load_x4<kVector>(xr + 16);
+          for (int o = 0; o < kOutputs; ++o) {
+            const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(s[m][o] & 0xffffu)));
+            const float bias = 8388608.0f + static_cast<float>((s[m][o] >> 16) & 15u);
+            decode_q4x8(word_of(w[m][o], t), d, bias, low[o], high[o]);
+          }
 #pragma unroll
-          for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(high[o], xh, dot4(low[o], xl, acc[o][r]));
+          for (int r = 0; r < kRows; ++r) {
+            const float* xr = a.x + r * a.ldx + 32 * c + 4 * t;
+            const float4 xl = load_x4<kVector>(xr), xh = load_x4<kVector>(xr + 16);
+#pragma unroll
+            for (int o = 0; o < kOutputs; ++o) acc[m][o][r] = dot4(high[o], xh, dot4(low[o], xl, acc[m][o][r]));
+          }
         }
       }
     }
   }
-  __shared__ float partial[kWarps][kOutputs * kRows];
+  constexpr int kTotals = kMats * kOutputs * kRows;
+  __shared__ float partial[kWarps][kTotals];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-  for (int o = 0; o < kOutputs; ++o) {
+  for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float v = warp_sum(acc[o][r]);
-      if (lane == 0) partial[warp][o * kRows + r] = v;
+    for (int o = 0; o < kOutputs; ++o) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float v = warp_sum(acc[m][o][r]);
+        if (lane == 0) partial[warp][(m * kOutputs + o) * kRows + r] = v;
+      }
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
+  for (int i = threadIdx.x; i < kTotals; i += kThreads) {
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][i];
+    totals[i] = sum;
+  }
+  __syncthreads();
+}
+
+// Plain and grouped matmuls, and kAdd (one target: out = y + residual as well).
+template <DType F, int kRows, bool kVector>
+__global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs a) {
+  int target = 0;
+  while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
+  const GroupArgs::Target& tg = a.t[target];
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * kOutputs;
+  __shared__ float totals[kOutputs * kRows];
+  const int targets[1] = {target};
+  accumulate_outputs<F, kRows, kVector, 1>(a, targets, j0, totals);
+  for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
     const std::int64_t j = j0 + i / kRows;
-    if (j < n) y[(i % kRows) * ldy + j] = sum;
+    const int r = i % kRows;
+    if (j >= tg.n) continue;
+    const float y = totals[i];
+    tg.y[r * tg.ldy + j] = y;
+    if (a.kind == PlanarEpilogue::kAdd) a.out[r * a.ld_out + j] = y + a.residual[r * a.ld_residual + j];
+  }
+}
+
+// Gate (target 0) and up (target 1) outputs j0.. together: both written, then swiglu(gate, up).
+template <DType F, int kRows, bool kVector>
+__global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs a) {
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs;
+  __shared__ float totals[2 * kOutputs * kRows];
+  const int targets[2] = {0, 1};
+  accumulate_outputs<F, kRows, kVector, 2>(a, targets, j0, totals);
+  for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
+    const std::int64_t j = j0 + i / kRows;
+    const int r = i % kRows;
+    if (j >= a.t[0].n) continue;
+    const float gate = totals[i], up = totals[kOutputs * kRows + i];
+    a.t[0].y[r * a.t[0].ldy + j] = gate;
+    a.t[1].y[r * a.t[1].ldy + j] = up;
+    a.out[r * a.ld_out + j] = swiglu_value(gate, up);  // last: out may be the gate's buffer
   }
 }
 
@@ -167,36 +247,75 @@ __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, Plana
 }
 
 template <DType F, int kRows>
-void launch_tile(const std::uint8_t* data, std::int64_t n, const PlanarGeometry& g, const float* x, std::int64_t ldx,
-                 float* y, std::int64_t ldy, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((n + kOutputs - 1) / kOutputs);
-  const bool vector = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
-  if (vector) {
-    planar_matmul_kernel<F, kRows, true><<<blocks, kThreads, 0, stream>>>(data, n, g, x, ldx, y, ldy);
+void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
+  const bool vector = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0;
+  if (a.kind == PlanarEpilogue::kSwiGlu) {
+    if constexpr (kRows <= kMaxSwiGluTileRows) {
+      if (vector) {
+        planar_swiglu_kernel<F, kRows, true><<<blocks, kThreads, 0, stream>>>(a);
+      } else {
+        planar_swiglu_kernel<F, kRows, false><<<blocks, kThreads, 0, stream>>>(a);
+      }
+    }
+  } else if (vector) {
+    planar_group_kernel<F, kRows, true><<<blocks, kThreads, 0, stream>>>(a);
   } else {
-    planar_matmul_kernel<F, kRows, false><<<blocks, kThreads, 0, stream>>>(data, n, g, x, ldx, y, ldy);
+    planar_group_kernel<F, kRows, false><<<blocks, kThreads, 0, stream>>>(a);
   }
 }
 
+// Tiles of rows: every row pointer of the launch moved to the tile's first row.
 template <DType F>
-void launch_format(const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x, std::int64_t ldx,
-                   std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
-  const PlanarGeometry g = planar_geometry(F, n, k);
-  for_each_row_tile(m, x, ldx, y, ldy, [&](auto rows, const float* xt, float* yt) {
-    launch_tile<F, decltype(rows)::value>(data, n, g, xt, ldx, yt, ldy, stream);
-  });
+void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
+  const int max_rows = a.kind == PlanarEpilogue::kSwiGlu ? kMaxSwiGluTileRows : kMaxTileRows;
+  const unsigned blocks = a.kind == PlanarEpilogue::kSwiGlu ? a.first_block[1] : a.first_block[a.count];
+  const GroupArgs base = a;
+  for (std::int64_t r0 = 0; r0 < m; r0 += max_rows) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(max_rows, m - r0));
+    a.x = base.x + r0 * base.ldx;
+    for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
+    if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
+    if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
+    [&]<int... kR>(std::integer_sequence<int, kR...>) {
+      static_cast<void>(((rows == kR + 1 ? (launch_tile<F, kR + 1>(a, blocks, stream), true) : false) || ...));
+    }(std::make_integer_sequence<int, kMaxTileRows>{});
+  }
 }
 
 }  // namespace
 
+void launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
+                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream) {
+  if (m <= 0 || targets.empty()) return;
+  GroupArgs a{};
+  a.count = static_cast<int>(std::min<std::size_t>(targets.size(), kMaxPlanarTargets));
+  unsigned blocks = 0;
+  for (int t = 0; t < a.count; ++t) {
+    const PlanarTarget& in = targets[static_cast<std::size_t>(t)];
+    a.t[t] = {in.data, in.n, planar_geometry(format, in.n, k), in.y, in.ldy};
+    a.first_block[t] = blocks;
+    blocks += static_cast<unsigned>((in.n + kOutputs - 1) / kOutputs);
+  }
+  a.first_block[a.count] = blocks;
+  a.x = x;
+  a.ldx = ldx;
+  a.kind = epilogue.kind;
+  a.residual = epilogue.residual;
+  a.ld_residual = epilogue.ld_residual;
+  a.out = epilogue.out;
+  a.ld_out = epilogue.ld_out;
+  if (format == DType::kFP8_E4M3) {
+    launch_format<DType::kFP8_E4M3>(a, m, stream);
+  } else if (format == DType::kQ4_G128) {
+    launch_format<DType::kQ4_G128>(a, m, stream);
+  }
+}
+
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return;
-  if (format == DType::kFP8_E4M3) {
-    launch_format<DType::kFP8_E4M3>(data, n, k, x, ldx, m, y, ldy, stream);
-  } else if (format == DType::kQ4_G128) {
-    launch_format<DType::kQ4_G128>(data, n, k, x, ldx, m, y, ldy, stream);
-  }
+  if (n <= 0) return;
+  const PlanarTarget target{data, n, y, ldy};
+  launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream);
 }
 
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

@@ -6,11 +6,11 @@
 #pragma once
 
 #include "backend/backend.hpp"
+#include "backend/decode_fusion.hpp"
 #include "core/aligned_buffer.hpp"
 #include "cpu/cpu_context.hpp"
 #include "cpu/matmul/matmul.hpp"
 #include "cpu_backend/cpu_kernels.hpp"
-#include "cpu_backend/decode_fusion.hpp"
 
 #include <atomic>
 #include <memory>

@@ -55,7 +55,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   }
 #if defined(SITSRT_HAVE_CUDA_BACKEND)
   if (kind == "cuda") {
-    return cuda::make_cuda_backend({index, options.budget_bytes, options.device_graphs, options.batch_invariant});
+    return cuda::make_cuda_backend(
+        {index, options.budget_bytes, options.device_graphs, options.batch_invariant, options.decode_fusion});
   }
 #endif
   raise(ErrorCode::kUnsupported, "device '{}': this build has no '{}' backend (registered backends: {})", device, kind,

@@ -321,7 +321,7 @@ struct BatchTrace {
 
 // Six greedy requests at once, of different lengths: decode batches of 6 down to 1 sequence,
 // block tables growing past several size classes (blocks of 16 positions).
-BatchTrace run_batch(const std::string& path, const std::string& weights, bool graphs) {
+BatchTrace run_batch(const std::string& path, const std::string& weights, bool graphs, bool fusion = true) {
   EngineOptions o;
   o.model_path = path;
   o.device = "cuda";
@@ -329,6 +329,7 @@ BatchTrace run_batch(const std::string& path, const std::string& weights, bool g
   o.int8_activations = false;
   o.context_length = 512;
   o.device_graphs = graphs;
+  o.decode_fusion = fusion;
   Engine engine(o);
   constexpr int kRequests = 6;
   BatchTrace out;
@@ -354,13 +355,38 @@ BatchTrace run_batch(const std::string& path, const std::string& weights, bool g
 
 }  // namespace
 
-TEST_CASE("cuda decode graphs give the eager launches' tokens and logprobs bit for bit", "[cuda][gated]") {
-  SITSRT_SKIP_WITHOUT_CUDA();
+namespace {
+
+void require_same_bits(const BatchTrace& a, const BatchTrace& b) {
+  REQUIRE(a.tokens == b.tokens);
+  for (std::size_t i = 0; i < a.logprobs.size(); ++i) {
+    REQUIRE(a.logprobs[i].size() == b.logprobs[i].size());
+    REQUIRE(std::memcmp(a.logprobs[i].data(), b.logprobs[i].data(), a.logprobs[i].size() * sizeof(float)) == 0);
+  }
+}
+
+std::string planar_test_model() {
   RandomModelOptions options = test::tiny_options(DType::kQ8_0);
   options.dim = 128;  // rows the planar INT4 g128 layout takes
   options.ffn = 256;
   options.context = 512;
-  const std::string path = test::random_model(options, "cuda-graphs");
+  return test::random_model(options, "cuda-planar");
+}
+
+}  // namespace
+
+TEST_CASE("cuda decode fusions (QKV, gate + up + SwiGLU, matmul + residual) give the unfused bits", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::string path = planar_test_model();
+  for (const char* weights : {"fp8", "q4g128"}) {
+    INFO("weights " << weights);
+    require_same_bits(run_batch(path, weights, false, true), run_batch(path, weights, false, false));
+  }
+}
+
+TEST_CASE("cuda decode graphs give the eager launches' tokens and logprobs bit for bit", "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::string path = planar_test_model();
   for (const char* weights : {"as-stored", "fp8", "q4g128"}) {
     INFO("weights " << weights);
     const BatchTrace eager = run_batch(path, weights, false);
@@ -369,11 +395,6 @@ TEST_CASE("cuda decode graphs give the eager launches' tokens and logprobs bit f
     CHECK(graphs.stats.device_graph_captures >= 6);  // one per batch size at least
     // most steps are decode steps, and all but the first of each batch size replay a graph
     CHECK(2 * graphs.stats.device_graph_replays > graphs.stats.steps);
-    REQUIRE(graphs.tokens == eager.tokens);
-    for (std::size_t i = 0; i < eager.logprobs.size(); ++i) {
-      REQUIRE(graphs.logprobs[i].size() == eager.logprobs[i].size());
-      REQUIRE(std::memcmp(graphs.logprobs[i].data(), eager.logprobs[i].data(),
-                          eager.logprobs[i].size() * sizeof(float)) == 0);
-    }
+    require_same_bits(graphs, eager);
   }
 }

@@ -1,14 +1,14 @@
 // Decode fusions: which graph nodes fuse, the fused products against the unfused ops (bit for
 // bit) and against a double-precision reference, and whole-model decode with and without them.
+#include "backend/decode_fusion.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
-#include "cpu/matmul/decode_kernel.hpp"
 #include "cpu/elementwise/elementwise.hpp"
+#include "cpu/matmul/decode_kernel.hpp"
 #include "cpu/matmul/matmul.hpp"
 #include "cpu/matmul/matvec_group.hpp"
 #include "model/model_graph.hpp"
 #include "model/model_loader.hpp"
-#include "cpu_backend/decode_fusion.hpp"
 #include "support/model_files.hpp"
 #include "support/random.hpp"
 #include "support/sanitizer.hpp"

@@ -1,6 +1,7 @@
-// Decode fusions: runs of graph nodes that a backend may execute as one parallel region when a
-// step has a single row (cpu/matmul/matvec_group.hpp). Found once per graph; the nodes keep their own
-// outputs, so every value the graph defines is still written, bit for bit as unfused.
+// Decode fusions: runs of graph nodes that a backend may execute as one unit in decode steps (the
+// CPU: one parallel region for a one-row step, cpu/matmul/matvec_group.hpp; CUDA: one kernel,
+// cuda/kernels/planar_matmul.cu). Found once per graph; the nodes keep their own outputs, so every
+// value the graph defines is still written, bit for bit as unfused.
 #pragma once
 
 #include "graph/graph.hpp"

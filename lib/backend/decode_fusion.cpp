@@ -1,9 +1,9 @@
-#include "cpu_backend/decode_fusion.hpp"
+#include "backend/decode_fusion.hpp"
 
 namespace sitsrt {
 namespace {
 
-constexpr std::size_t kMaxGroup = 8;  // cpu::matvec_group's limit
+constexpr std::size_t kMaxGroup = 8;  // cpu::matvec_group's and the CUDA grouped kernel's limit
 
 bool is_matmul_reading(const graph::Node& node, graph::ValueId input) {
   return node.op == graph::OpKind::kMatMul && node.inputs.size() == 1 && node.inputs[0] == input;
