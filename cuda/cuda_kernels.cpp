@@ -49,7 +49,28 @@ void CudaKernels::use_staging() noexcept {
   use(staging_, Mode::kEager);
 }
 
+float* CudaKernels::attention_partials(std::int64_t rows, const ops::AttentionShape& shape) {
+  if (!attention_splits_apply(rows, shape.n_heads, shape.n_kv_heads, shape.head_dim)) return nullptr;
+  // Sized once for the largest step that splits, so graphs keep one address.
+  const auto need =
+      static_cast<std::size_t>(attention_partials_floats(kAttentionSplitMaxRows, shape.n_heads, shape.head_dim));
+  if (need > partials_floats_) {
+    ++constants_generation_;  // a captured graph holding the old address is stale
+    if (capturing_) return nullptr;
+    if (partials_ != nullptr) {
+      context_.synchronize();
+      allocator_.deallocate(partials_, partials_floats_ * sizeof(float));
+      partials_ = nullptr;
+      partials_floats_ = 0;
+    }
+    partials_ = allocator_.allocate(need * sizeof(float), "attention split partials");
+    partials_floats_ = need;
+  }
+  return reinterpret_cast<float*>(partials_);
+}
+
 CudaKernels::~CudaKernels() {
+  if (partials_ != nullptr) allocator_.deallocate(partials_, partials_floats_ * sizeof(float));
   for (auto& [host, constant] : constants_) {
     allocator_.deallocate(constant.device, constant.values.size() * sizeof(float));
   }
@@ -314,6 +335,7 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   a.sequences = reinterpret_cast<const AttentionSequenceDesc*>(slot.device);
   a.row_sequence = reinterpret_cast<const std::int32_t*>(slot.device + desc_bytes);
   if (!launching_) return;
+  a.partials = attention_partials(q.rows, shape);
   launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
 }

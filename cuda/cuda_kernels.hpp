@@ -92,6 +92,8 @@ class CudaKernels final : public ops::OpKernels {
   // The device copy of `n` floats the host keeps at `host` (null for null); copied on first use
   // and again when the values change.
   [[nodiscard]] const float* device_floats(const float* host, std::int64_t n);
+  // The flash-decoding scratch for a step of `rows` rows (null: the step attends in one pass).
+  [[nodiscard]] float* attention_partials(std::int64_t rows, const ops::AttentionShape& shape);
   // The inverse frequencies and magnitude scale of a rope setting, computed once (pow per pair).
   struct RopeFrequencies {
     graph::RopeAttrs attrs;
@@ -120,7 +122,9 @@ class CudaKernels final : public ops::OpKernels {
   std::unordered_map<const float*, Constant> constants_;
   std::deque<RopeFrequencies> rope_cache_;  // deque: references stay valid as it grows
   RopeFrequencies rope_scratch_;
-  std::vector<std::byte> blob_;  // attention's descriptors, row map and block tables, reused
+  std::vector<std::byte> blob_;
+  std::byte* partials_ = nullptr;    // attention_partials
+  std::size_t partials_floats_ = 0;  // attention's descriptors, row map and block tables, reused
 };
 
 }  // namespace sitsrt::cuda

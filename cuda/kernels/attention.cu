@@ -3,8 +3,8 @@
 // (centering, channel scales, Hadamard rotation and int8/int4 quantization as
 // device_formats.hpp computes them), then one block per (row, query head) attends over the
 // row's positions in chunks of 256 with a running max (online softmax), dequantizing K and V
-// element by element from the cache. Not yet split over the sequence (flash-decoding) or shared
-// across the heads of a GQA group: one block reads its KV head's rows on its own.
+// element by element from the cache. Decode rows (up to kAttentionSplitMaxRows) are split over
+// the sequence instead (flash-decoding, below), the query heads of a GQA group in one block.
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 
@@ -226,12 +226,182 @@ __global__ void attention_kernel(AttentionLaunch a) {
   for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) out[d] = q[d];
 }
 
+
+// ---- flash-decoding: decode rows split over the sequence, GQA heads together ----------------
+// Block (row, kv head, split) attends the split's share of the row's positions for every query
+// head of the KV head's group, so each K and V element is read once for the group; it leaves the
+// running max, the sum of weights and the unnormalised output per head in `partials`. A second
+// kernel merges the kAttentionSplits partials of each (row, head). The grid depends only on the
+// rows and heads (a split with no positions leaves an empty partial), so decode graphs replay it
+// whatever the lengths.
+constexpr int kSplitChunk = 32;  // positions scored per pass: a split of a 300-position row takes two
+constexpr int kSplitDims = static_cast<int>(kSplitMaxHeadDim / kAttendThreads);
+
+__device__ inline float* partial_of(const AttentionLaunch& a, std::int64_t r, std::int64_t h, int split) {
+  return a.partials + ((r * a.n_heads + h) * kAttentionSplits + split) * (a.head_dim + 2);
+}
+
+__global__ void attention_split_kernel(AttentionLaunch a) {
+  extern __shared__ float smem[];
+  const std::int64_t r = blockIdx.x, g = blockIdx.y;
+  const int split = static_cast<int>(blockIdx.z);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int group = static_cast<int>(a.n_heads / a.n_kv_heads);
+  const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
+  const std::int64_t hd = a.head_dim, width = a.n_kv_heads * hd;
+  float* q = smem;                           // [group][hd]
+  float* w = q + group * hd;                 // [group][kSplitChunk]
+  float* m = w + group * kSplitChunk;        // [group] running max
+  float* l = m + group;                      // [group] running sum
+  float* correction = l + group;             // [group] this chunk's rescale
+
+  const std::int64_t pos = s.pos0 + (r - s.row_begin);
+  const std::int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+  const std::int64_t span = (pos - lo + kAttentionSplits) / kAttentionSplits;  // ceil(len / splits)
+  const std::int64_t begin = lo + split * span;
+  const std::int64_t end = begin + span < pos + 1 ? begin + span : pos + 1;
+
+  for (std::int64_t e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    const std::int64_t hh = e / hd, d = e % hd;
+    const float x = a.q[r * a.ldq + (g * group + hh) * hd + d];
+    q[e] = s.k_scale != nullptr ? x * s.k_scale[g * hd + d] : x;  // q . k = (q s) . (k / s)
+  }
+  for (int hh = threadIdx.x; hh < group; hh += blockDim.x) {
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
+  }
+  __syncthreads();
+  if (s.k_rotated != 0) hadamard_heads(q, group * hd, hd);
+
+  float acc[kSplitMaxGroup][kSplitDims];
+#pragma unroll
+  for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+#pragma unroll
+    for (int j = 0; j < kSplitDims; ++j) acc[hh][j] = 0.0f;
+  }
+  for (std::int64_t c = begin; c < end; c += kSplitChunk) {
+    const int n = static_cast<int>(end - c < kSplitChunk ? end - c : kSplitChunk);
+    for (int i = warp; i < n; i += warps) {  // a warp per position: one K row for the whole group
+      const std::uint8_t* krow = s.k + physical_row(s, c + i) * s.k_row_bytes;
+      float dot[kSplitMaxGroup];
+#pragma unroll
+      for (int hh = 0; hh < kSplitMaxGroup; ++hh) dot[hh] = 0.0f;
+      for (std::int64_t d = lane; d < hd; d += 32) {
+        const float k = kv_element(s.k_type, krow, width, hd, g * hd + d);
+#pragma unroll
+        for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+          if (hh < group) dot[hh] = fmaf(q[hh * hd + d], k, dot[hh]);
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+        if (hh >= group) break;
+        const float v = warp_sum(dot[hh]);
+        if (lane == 0) w[hh * kSplitChunk + i] = v * a.scale;
+      }
+    }
+    __syncthreads();
+    for (int hh = warp; hh < group; hh += warps) {  // a warp per head: max, weights, sum
+      float* wh = w + hh * kSplitChunk;
+      float cmax = -INFINITY;
+      for (int i = lane; i < n; i += 32) cmax = fmaxf(cmax, wh[i]);
+      const float new_m = fmaxf(m[hh], warp_max(cmax));
+      float sum = 0.0f;
+      for (int i = lane; i < n; i += 32) {
+        wh[i] = expf(wh[i] - new_m);
+        sum += wh[i];
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float rescale = expf(m[hh] - new_m);  // 0 on the first chunk (m = -inf)
+        correction[hh] = rescale;
+        l[hh] = l[hh] * rescale + sum;
+        m[hh] = new_m;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+      if (hh >= group) break;
+#pragma unroll
+      for (int j = 0; j < kSplitDims; ++j) acc[hh][j] *= correction[hh];
+    }
+    for (int i = 0; i < n; ++i) {  // one V element per thread and dimension, for the whole group
+      const std::uint8_t* vrow = s.v + physical_row(s, c + i) * s.v_row_bytes;
+#pragma unroll
+      for (int j = 0; j < kSplitDims; ++j) {
+        const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+        if (d >= hd) break;
+        const float v = kv_element(s.v_type, vrow, width, hd, g * hd + d);
+#pragma unroll
+        for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+          if (hh < group) acc[hh][j] = fmaf(w[hh * kSplitChunk + i], v, acc[hh][j]);
+        }
+      }
+    }
+    __syncthreads();  // before the next chunk overwrites the weights
+  }
+#pragma unroll
+  for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+    if (hh >= group) break;
+    float* out = partial_of(a, r, g * group + hh, split);
+    if (threadIdx.x == 0) {
+      out[0] = m[hh];
+      out[1] = l[hh];
+    }
+#pragma unroll
+    for (int j = 0; j < kSplitDims; ++j) {
+      const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+      if (d < hd) out[2 + d] = acc[hh][j];
+    }
+  }
+}
+
+// out row r, head h: the splits' partials merged (rescaled to the largest max), normalised, and
+// rotated back where V is stored rotated.
+__global__ void attention_merge_kernel(AttentionLaunch a) {
+  __shared__ float buf[kSplitMaxHeadDim];
+  __shared__ float scale[kAttentionSplits];
+  const std::int64_t r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+  const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
+  if (threadIdx.x == 0) {
+    float top = -INFINITY;
+    for (int k = 0; k < kAttentionSplits; ++k) top = fmaxf(top, partial_of(a, r, h, k)[0]);
+    float total = 0.0f;
+    for (int k = 0; k < kAttentionSplits; ++k) {
+      const float* p = partial_of(a, r, h, k);
+      scale[k] = p[1] > 0.0f ? expf(p[0] - top) : 0.0f;  // an empty split counts for nothing
+      total += p[1] * scale[k];
+    }
+    for (int k = 0; k < kAttentionSplits; ++k) scale[k] /= total;
+  }
+  __syncthreads();
+  for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int k = 0; k < kAttentionSplits; ++k) sum = fmaf(partial_of(a, r, h, k)[2 + d], scale[k], sum);
+    buf[d] = sum;
+  }
+  __syncthreads();
+  if (s.v_rotated != 0) hadamard_heads(buf, hd, hd);  // H H = I: back from the rotated basis
+  float* out = a.out + r * a.ldo + h * hd;
+  for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) out[d] = buf[d];
+}
+
 }  // namespace
 
 void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.n_rows <= 0) return;
   const std::size_t shared = static_cast<std::size_t>(a.n_kv_heads * a.head_dim) * sizeof(float);
   kv_store_kernel<<<static_cast<unsigned>(a.n_rows), kStoreThreads, shared, stream>>>(a);
+  if (a.partials != nullptr && attention_splits_apply(a.n_rows, a.n_heads, a.n_kv_heads, a.head_dim)) {
+    const std::int64_t group = a.n_heads / a.n_kv_heads;
+    const auto shared = static_cast<std::size_t>(group * (a.head_dim + kSplitChunk + 3)) * sizeof(float);
+    const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
+    attention_split_kernel<<<split_grid, kAttendThreads, shared, stream>>>(a);
+    const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
+    attention_merge_kernel<<<merge_grid, kAttendThreads, 0, stream>>>(a);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
   attention_kernel<<<grid, kAttendThreads, 0, stream>>>(a);
 }

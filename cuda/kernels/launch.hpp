@@ -126,7 +126,26 @@ struct AttentionLaunch {
   std::int64_t window = 0;
   const AttentionSequenceDesc* sequences = nullptr;  // device
   const std::int32_t* row_sequence = nullptr;        // device: the sequence of each row
+  // Device scratch of attention_partials_floats(n_rows, n_heads, head_dim) floats, or null: the
+  // rows then attend in one pass each (no split over the sequence).
+  float* partials = nullptr;
 };
+
+// Flash-decoding: steps of up to kAttentionSplitMaxRows rows attend in kAttentionSplits parts of
+// each row's positions, the query heads of a KV head's group (up to kSplitMaxGroup, head_dim up to
+// kSplitMaxHeadDim) together, then merge.
+inline constexpr int kAttentionSplits = 8;
+inline constexpr std::int64_t kAttentionSplitMaxRows = 64;
+inline constexpr std::int64_t kSplitMaxGroup = 8;
+inline constexpr std::int64_t kSplitMaxHeadDim = 256;
+inline bool attention_splits_apply(std::int64_t n_rows, std::int64_t n_heads, std::int64_t n_kv_heads,
+                                   std::int64_t head_dim) {
+  return n_rows <= kAttentionSplitMaxRows && n_kv_heads > 0 && n_heads % n_kv_heads == 0 &&
+         n_heads / n_kv_heads <= kSplitMaxGroup && head_dim <= kSplitMaxHeadDim;
+}
+inline std::int64_t attention_partials_floats(std::int64_t n_rows, std::int64_t n_heads, std::int64_t head_dim) {
+  return n_rows * n_heads * kAttentionSplits * (head_dim + 2);
+}
 
 // Largest head_dim the attention kernels take.
 inline constexpr std::int64_t kMaxHeadDim = 512;

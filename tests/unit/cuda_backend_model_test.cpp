@@ -53,6 +53,7 @@ struct AttentionCase {
   bool rotated;
   bool centered;
   std::int64_t window;
+  bool split = false;  // flash-decoding (split over the sequence, GQA heads together, merged)
 };
 
 // Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions) over random
@@ -175,11 +176,17 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   a.window = c.window;
   a.sequences = ddesc.as<cuda::AttentionSequenceDesc>();
   a.row_sequence = drows.as<std::int32_t>();
+  DeviceBytes partials(static_cast<std::size_t>(cuda::attention_partials_floats(rows, n_heads, hd)) * 4);
+  if (c.split) {
+    REQUIRE(cuda::attention_splits_apply(rows, n_heads, n_kv, hd));
+    partials.poison();
+    a.partials = partials.as<float>();
+  }
   cuda::launch_attention(a, nullptr);
   SITSRT_CUDA_CHECK(cudaGetLastError());
 
   INFO("k " << static_cast<int>(c.k_type) << " v " << static_cast<int>(c.v_type) << " rotated " << c.rotated
-            << " centered " << c.centered << " window " << c.window);
+            << " centered " << c.centered << " window " << c.window << " split " << c.split);
   // The stored rows: the same bytes as the CPU's (same quantizer, same rotation butterflies).
   REQUIRE(dk.download<std::byte>() == k_pool);
   REQUIRE(dv.download<std::byte>() == v_pool);
@@ -195,15 +202,18 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, every K/V type", "[cuda][gated]") {
+TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, every K/V type, split or not",
+          "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   std::uint64_t seed = 200;
   const cpu::KvType types[] = {cpu::KvType::kF32, cpu::KvType::kF16, cpu::KvType::kInt8, cpu::KvType::kInt4};
   for (const cpu::KvType kt : types) {
     for (const cpu::KvType vt : types) {
       for (const bool rotated : {false, true}) {
-        check_attention({kt, vt, rotated, false, 0}, ++seed);
-        check_attention({kt, vt, rotated, true, 8}, ++seed);
+        for (const bool split : {false, true}) {
+          check_attention({kt, vt, rotated, false, 0, split}, ++seed);
+          check_attention({kt, vt, rotated, true, 8, split}, ++seed);
+        }
       }
     }
   }
