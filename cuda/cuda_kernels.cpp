@@ -1,6 +1,7 @@
 #include "cuda_backend/cuda_kernels.hpp"
 
 #include "core/check.hpp"
+#include "core/kv_int4.hpp"
 #include "cpu/elementwise/rope.hpp"
 #include "cuda_backend/cuda_check.hpp"
 
@@ -335,7 +336,16 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   a.sequences = reinterpret_cast<const AttentionSequenceDesc*>(slot.device);
   a.row_sequence = reinterpret_cast<const std::int32_t*>(slot.device + desc_bytes);
   if (!launching_) return;
-  a.partials = attention_partials(q.rows, shape);
+  a.widest_k_type = a.widest_v_type = 3;  // int4, the narrowest: lowered to each sequence's
+  bool int4 = false;
+  for (const ops::AttentionSequenceRef& s : sequences) {
+    a.widest_k_type = std::min(a.widest_k_type, static_cast<int>(s.kv.k_type));
+    a.widest_v_type = std::min(a.widest_v_type, static_cast<int>(s.kv.v_type));
+    int4 = int4 || s.kv.k_type == ops::KvType::kInt4 || s.kv.v_type == ops::KvType::kInt4;
+  }
+  // The split kernel stages one head's slice of each row: int4 scale codes (one per 32 values)
+  // belong to one head only when heads are whole groups.
+  if (!int4 || shape.head_dim % kv_int4::kGroup == 0) a.partials = attention_partials(q.rows, shape);
   launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
 }

@@ -236,6 +236,63 @@ __global__ void attention_kernel(AttentionLaunch a) {
 // whatever the lengths.
 constexpr int kSplitChunk = 32;  // positions scored per pass: a split of a 300-position row takes two
 constexpr int kSplitDims = static_cast<int>(kSplitMaxHeadDim / kAttendThreads);
+constexpr std::size_t kSplitMaxSharedBytes = 48 * 1024;  // without opting in to more
+
+// Where KV head g's values and scales sit in a cached row of `width` values, and the bytes of the
+// same head as a row of its own (kv_element(type, compact, head_dim, head_dim, d) reads it).
+struct HeadSlice {
+  std::int64_t value_offset, value_bytes, scale_offset, scale_bytes, compact_stride;
+};
+
+__device__ inline HeadSlice head_slice(int type, std::int64_t width, std::int64_t hd, std::int64_t g) {
+  const std::int64_t compact = kv_row_bytes(type, hd, hd);
+  const std::int64_t stride = (compact + 3) / 4 * 4;
+  switch (type) {
+    case 0:
+      return {4 * g * hd, 4 * hd, 0, 0, stride};
+    case 1:
+      return {2 * g * hd, 2 * hd, 0, 0, stride};
+    case 2:  // int8 values, then one f16 scale per head
+      return {g * hd, hd, width + 2 * g, 2, stride};
+    default:  // int4 nibbles, then one scale code per 32 values
+      return {g * hd / 2, hd / 2, width / 2 + g * (hd / kv_int4::kGroup), hd / kv_int4::kGroup, stride};
+  }
+}
+
+// Copies head g of the n cached rows from position c on into shared memory as compact rows
+// (slice.compact_stride apart): every thread's loads independent, so the chunk's rows arrive
+// together instead of one dependent load per position.
+__device__ void stage_head_rows(const AttentionSequenceDesc& s, const std::uint8_t* pool, std::int64_t row_bytes,
+                                const HeadSlice& slice, std::int64_t c, int n, std::uint8_t* dst) {
+  const bool words = slice.value_offset % 4 == 0 && slice.value_bytes % 4 == 0 && row_bytes % 4 == 0 &&
+                     reinterpret_cast<std::uintptr_t>(pool) % 4 == 0;
+  if (words) {
+    const std::int64_t per_row = slice.value_bytes / 4;
+    for (std::int64_t idx = threadIdx.x; idx < n * per_row; idx += blockDim.x) {
+      const std::int64_t i = idx / per_row, w = idx % per_row;
+      const auto* src = reinterpret_cast<const std::uint32_t*>(pool + physical_row(s, c + i) * row_bytes +
+                                                                slice.value_offset);
+      reinterpret_cast<std::uint32_t*>(dst + i * slice.compact_stride)[w] = src[w];
+    }
+  } else {
+    for (std::int64_t idx = threadIdx.x; idx < n * slice.value_bytes; idx += blockDim.x) {
+      const std::int64_t i = idx / slice.value_bytes, b = idx % slice.value_bytes;
+      dst[i * slice.compact_stride + b] = pool[physical_row(s, c + i) * row_bytes + slice.value_offset + b];
+    }
+  }
+  for (std::int64_t idx = threadIdx.x; idx < n * slice.scale_bytes; idx += blockDim.x) {
+    const std::int64_t i = idx / slice.scale_bytes, b = idx % slice.scale_bytes;
+    dst[i * slice.compact_stride + slice.value_bytes + b] =
+        pool[physical_row(s, c + i) * row_bytes + slice.scale_offset + b];
+  }
+}
+
+// Shared bytes of the split kernel: q and weights per head, the running values, the staged rows.
+inline std::size_t split_shared_bytes(std::int64_t group, std::int64_t hd, int k_type, int v_type) {
+  const auto stride = [&](int type) { return (kv_row_bytes(type, hd, hd) + 3) / 4 * 4; };
+  return static_cast<std::size_t>(group * (hd + kSplitChunk + 3)) * sizeof(float) +
+         static_cast<std::size_t>(kSplitChunk * (stride(k_type) + stride(v_type)));
+}
 
 __device__ inline float* partial_of(const AttentionLaunch& a, std::int64_t r, std::int64_t h, int split) {
   return a.partials + ((r * a.n_heads + h) * kAttentionSplits + split) * (a.head_dim + 2);
@@ -254,6 +311,9 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
   float* m = w + group * kSplitChunk;        // [group] running max
   float* l = m + group;                      // [group] running sum
   float* correction = l + group;             // [group] this chunk's rescale
+  const HeadSlice k_slice = head_slice(s.k_type, width, hd, g), v_slice = head_slice(s.v_type, width, hd, g);
+  auto* k_rows = reinterpret_cast<std::uint8_t*>(correction + group);  // [kSplitChunk][stride]
+  std::uint8_t* v_rows = k_rows + kSplitChunk * k_slice.compact_stride;
 
   const std::int64_t pos = s.pos0 + (r - s.row_begin);
   const std::int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
@@ -281,13 +341,16 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
   }
   for (std::int64_t c = begin; c < end; c += kSplitChunk) {
     const int n = static_cast<int>(end - c < kSplitChunk ? end - c : kSplitChunk);
+    stage_head_rows(s, s.k, s.k_row_bytes, k_slice, c, n, k_rows);  // K and V loads in flight together
+    stage_head_rows(s, s.v, s.v_row_bytes, v_slice, c, n, v_rows);
+    __syncthreads();
     for (int i = warp; i < n; i += warps) {  // a warp per position: one K row for the whole group
-      const std::uint8_t* krow = s.k + physical_row(s, c + i) * s.k_row_bytes;
+      const std::uint8_t* krow = k_rows + i * k_slice.compact_stride;
       float dot[kSplitMaxGroup];
 #pragma unroll
       for (int hh = 0; hh < kSplitMaxGroup; ++hh) dot[hh] = 0.0f;
       for (std::int64_t d = lane; d < hd; d += 32) {
-        const float k = kv_element(s.k_type, krow, width, hd, g * hd + d);
+        const float k = kv_element(s.k_type, krow, hd, hd, d);
 #pragma unroll
         for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
           if (hh < group) dot[hh] = fmaf(q[hh * hd + d], k, dot[hh]);
@@ -327,19 +390,19 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
       for (int j = 0; j < kSplitDims; ++j) acc[hh][j] *= correction[hh];
     }
     for (int i = 0; i < n; ++i) {  // one V element per thread and dimension, for the whole group
-      const std::uint8_t* vrow = s.v + physical_row(s, c + i) * s.v_row_bytes;
+      const std::uint8_t* vrow = v_rows + i * v_slice.compact_stride;
 #pragma unroll
       for (int j = 0; j < kSplitDims; ++j) {
         const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
         if (d >= hd) break;
-        const float v = kv_element(s.v_type, vrow, width, hd, g * hd + d);
+        const float v = kv_element(s.v_type, vrow, hd, hd, d);
 #pragma unroll
         for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
           if (hh < group) acc[hh][j] = fmaf(w[hh * kSplitChunk + i], v, acc[hh][j]);
         }
       }
     }
-    __syncthreads();  // before the next chunk overwrites the weights
+    __syncthreads();  // before the next chunk overwrites the weights and the staged rows
   }
 #pragma unroll
   for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
@@ -393,9 +456,15 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.n_rows <= 0) return;
   const std::size_t shared = static_cast<std::size_t>(a.n_kv_heads * a.head_dim) * sizeof(float);
   kv_store_kernel<<<static_cast<unsigned>(a.n_rows), kStoreThreads, shared, stream>>>(a);
-  if (a.partials != nullptr && attention_splits_apply(a.n_rows, a.n_heads, a.n_kv_heads, a.head_dim)) {
-    const std::int64_t group = a.n_heads / a.n_kv_heads;
-    const auto shared = static_cast<std::size_t>(group * (a.head_dim + kSplitChunk + 3)) * sizeof(float);
+  // The split kernel's shared memory depends on the K/V types, which are per sequence: the
+  // widest of the step's sequences bounds it.
+  const std::size_t split_shared =
+      a.n_kv_heads > 0
+          ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type)
+          : 0;
+  if (a.partials != nullptr && attention_splits_apply(a.n_rows, a.n_heads, a.n_kv_heads, a.head_dim) &&
+      split_shared <= kSplitMaxSharedBytes) {
+    const std::size_t shared = split_shared;
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
     attention_split_kernel<<<split_grid, kAttendThreads, shared, stream>>>(a);
     const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));

@@ -129,6 +129,10 @@ struct AttentionLaunch {
   // Device scratch of attention_partials_floats(n_rows, n_heads, head_dim) floats, or null: the
   // rows then attend in one pass each (no split over the sequence).
   float* partials = nullptr;
+  // The widest K and V types of the sequences (ops::KvType codes, f32 = 0 the widest), which size
+  // the split kernel's staged rows.
+  int widest_k_type = 0;
+  int widest_v_type = 0;
 };
 
 // Flash-decoding: steps of up to kAttentionSplitMaxRows rows attend in kAttentionSplits parts of

@@ -177,6 +177,8 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   a.sequences = ddesc.as<cuda::AttentionSequenceDesc>();
   a.row_sequence = drows.as<std::int32_t>();
   DeviceBytes partials(static_cast<std::size_t>(cuda::attention_partials_floats(rows, n_heads, hd)) * 4);
+  a.widest_k_type = static_cast<int>(c.k_type);
+  a.widest_v_type = static_cast<int>(c.v_type);
   if (c.split) {
     REQUIRE(cuda::attention_splits_apply(rows, n_heads, n_kv, hd));
     partials.poison();
