@@ -122,8 +122,7 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
       const auto* stored = reinterpret_cast<const std::uint8_t*>(bytes.data());
       for (std::int64_t r = 0; r < weight_rows(w); ++r) {
         planar_pack_row(w.type, stored + static_cast<std::size_t>(r) * stride, w.dims[0],
-                        planar_staging.data() + r * g.code_row_bytes,
-                        planar_staging.data() + g.scales_offset + r * g.scale_row_words * 4);
+                        planar_staging.data() + r * g.code_row_bytes, planar_staging.data() + g.scales_of(r));
       }
       SITSRT_CUDA_CHECK(cudaMemcpy(dst, planar_staging.data(), need, cudaMemcpyHostToDevice));
     } else {

@@ -23,7 +23,7 @@ __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, st
   if constexpr (kPlanar) {
     const PlanarGeometry g = planar_geometry(F, n, k);
     const std::uint8_t* codes = data + j * g.code_row_bytes;
-    const std::uint8_t* scales = data + g.scales_offset + j * g.scale_row_words * 4;
+    const std::uint8_t* scales = data + g.scales_of(j);
     for (std::int64_t e = threadIdx.x; e < k; e += kThreads) dst[e] = __float2bfloat16_rn(planar_element<F>(codes, scales, e));
   } else {
     const std::uint8_t* row = data + j * row_bytes;
@@ -56,11 +56,9 @@ void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data,
   auto* dst = static_cast<__nv_bfloat16*>(out);
   const auto blocks = static_cast<unsigned>(rows);
   if (planar) {
-    if (format == DType::kFP8_E4M3) {
-      weights_to_bf16_kernel<DType::kFP8_E4M3, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
-    } else if (format == DType::kQ4_G128) {
-      weights_to_bf16_kernel<DType::kQ4_G128, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
-    }
+    dispatch_planar_format(format, [&]<DType F>() {
+      weights_to_bf16_kernel<F, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+    });
     return;
   }
   dispatch_weight_format(format, [&]<DType F>() {

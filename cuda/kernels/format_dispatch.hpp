@@ -54,4 +54,25 @@ bool dispatch_weight_format(DType format, Fn&& fn) {
   }
 }
 
+// The same for the planar formats (planar_weights.hpp); false for the others.
+template <typename Fn>
+bool dispatch_planar_format(DType format, Fn&& fn) {
+  switch (format) {
+    case DType::kFP8_E4M3:
+      fn.template operator()<DType::kFP8_E4M3>();
+      return true;
+    case DType::kQ4_G128:
+      fn.template operator()<DType::kQ4_G128>();
+      return true;
+    case DType::kQ8_0:
+      fn.template operator()<DType::kQ8_0>();
+      return true;
+    case DType::kQ4_0:
+      fn.template operator()<DType::kQ4_0>();
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace sitsrt::cuda

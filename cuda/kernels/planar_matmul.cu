@@ -1,4 +1,4 @@
-// Decode matmul over planar FP8 E4M3 / INT4 g128 weights (planar_weights.hpp). Memory-bound at
+// Decode matmul over planar FP8 E4M3 / INT4 g128 / Q8_0 / Q4_0 weights (planar_weights.hpp). Memory-bound at
 // 1-16 rows, so the kernel is built around the weight stream:
 //   - a block of 128 threads owns kOutputs consecutive outputs and splits their rows' 16-byte
 //     chunks among its threads (split-K inside the block, one reduction at the end), so a
@@ -6,7 +6,8 @@
 //   - each thread loads one chunk of each of its kOutputs weight rows (16-byte non-allocating
 //     loads), so one load of x serves kOutputs rows;
 //   - codes become floats without the F2F pipe: FP8 through cvt e4m3x2 -> f16x2 and f16 -> f32
-//     adds, INT4 through a byte permute into 2^23 + q and one subtraction of 2^23 + zero;
+//     adds, INT4 / Q4_0 / Q8_0 through a byte permute into 2^23 + q (+ 128 for int8) and one
+//     subtraction of 2^23 + zero (8 for Q4_0, 128 for int8);
 //   - every decoded weight is d * w rounded once, the value decode_element gives, so each
 //     product equals the CPU reference's; only the order of the float sums differs.
 // Rows of x are taken 8 at a time (tiles), as in matmul.cu. One launch may also run several
@@ -14,6 +15,7 @@
 // residual add after a matmul, or gate and up with their SwiGLU (4 rows per tile there): the same
 // accumulation code, so every output has the bits of the matrix's own launch.
 #include "cuda_backend/kernels/activation_math.hpp"
+#include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/row_tiles.hpp"
 #include "cuda_backend/planar_weights.hpp"
@@ -84,6 +86,37 @@ __device__ inline void decode_q4x8(std::uint32_t w, float d, float bias, float l
   }
 }
 
+// Four int8 codes times the block scale d: byte ^ 0x80 = q + 128 under the exponent byte 0x4b is
+// the float 2^23 + 128 + q, exactly; minus 2^23 + 128 gives q.
+__device__ inline void decode_q8x4(std::uint32_t w, float d, float out[4]) {
+  const std::uint32_t biased = w ^ 0x80808080u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const auto selector = static_cast<std::uint32_t>(0x7440 | i);
+    out[i] = __fmul_rn(d, __fsub_rn(__uint_as_float(__byte_perm(biased, 0x4b000000u, selector)), 8388736.0f));
+  }
+}
+
+__device__ inline float half_bits_to_float(std::uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+}
+
+// Nibble formats take 32 elements per chunk (bytes i: elements i and i + 16), byte formats 16.
+template <DType F>
+inline constexpr bool kNibbles = F == DType::kQ4_G128 || F == DType::kQ4_0;
+
+// The scale word of chunk c from a row of the scale plane (planar_weights.hpp).
+template <DType F>
+__device__ inline std::uint32_t load_scale(const std::uint8_t* row_scales, std::int64_t c) {
+  if constexpr (F == DType::kFP8_E4M3 || F == DType::kQ4_G128) {
+    return __ldg(reinterpret_cast<const std::uint32_t*>(row_scales) + c / 4);  // 4 chunks per block / group
+  } else if constexpr (F == DType::kQ8_0) {
+    return __ldg(reinterpret_cast<const unsigned short*>(row_scales) + c / 2);  // 2 chunks per block
+  } else {
+    return __ldg(reinterpret_cast<const unsigned short*>(row_scales) + c);  // a block per chunk
+  }
+}
+
 __device__ inline float dot4(const float w[4], const float4& x, float acc) {
   acc = fmaf(w[0], x.x, acc);
   acc = fmaf(w[1], x.y, acc);
@@ -133,22 +166,27 @@ __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMat
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
       const GroupArgs::Target& tg = a.t[targets[m]];
-      const auto* scales = reinterpret_cast<const std::uint32_t*>(tg.data + tg.g.scales_offset);
 #pragma unroll
       for (int o = 0; o < kOutputs; ++o) {
         const std::int64_t j = j0 + o < tg.n ? j0 + o : tg.n - 1;  // past n: the last row again, not stored
         w[m][o] = load_weights(tg.data + j * tg.g.code_row_bytes + 16 * c);
-        s[m][o] = __ldg(scales + j * tg.g.scale_row_words + c / 4);  // 4 chunks per block / group
+        s[m][o] = load_scale<F>(tg.data + tg.g.scales_of(j), c);
       }
     }
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        if constexpr (F == DType::kFP8_E4M3) {
+        if constexpr (!kNibbles<F>) {
           float wf[kOutputs][4];
 #pragma unroll
-          for (int o = 0; o < kOutputs; ++o) decode_fp8x4(word_of(w[m][o], t), __uint_as_float(s[m][o]), wf[o]);
+          for (int o = 0; o < kOutputs; ++o) {
+            if constexpr (F == DType::kFP8_E4M3) {
+              decode_fp8x4(word_of(w[m][o], t), __uint_as_float(s[m][o]), wf[o]);
+            } else {
+              decode_q8x4(word_of(w[m][o], t), half_bits_to_float(s[m][o]), wf[o]);
+            }
+          }
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float4 xv = load_x4<kVector>(a.x + r * a.ldx + 16 * c + 4 * t);
@@ -159,9 +197,9 @@ __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMat
           float low[kOutputs][4], high[kOutputs][4];
 #pragma unroll
           for (int o = 0; o < kOutputs; ++o) {
-            const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(s[m][o] & 0xffffu)));
-            const float bias = 8388608.0f + static_cast<float>((s[m][o] >> 16) & 15u);
-            decode_q4x8(word_of(w[m][o], t), d, bias, low[o], high[o]);
+            // INT4 g128: the zero nibble in bits 16-19; Q4_0: zero 8
+            const float zero = F == DType::kQ4_G128 ? static_cast<float>((s[m][o] >> 16) & 15u) : 8.0f;
+            decode_q4x8(word_of(w[m][o], t), half_bits_to_float(s[m][o]), 8388608.0f + zero, low[o], high[o]);
           }
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
@@ -241,7 +279,7 @@ __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, Plana
                                     const std::int32_t* __restrict__ ids, float* __restrict__ out, std::int64_t ldo) {
   const std::int64_t id = ids[blockIdx.x];
   const std::uint8_t* codes = data + id * g.code_row_bytes;
-  const std::uint8_t* scales = data + g.scales_offset + id * g.scale_row_words * 4;
+  const std::uint8_t* scales = data + g.scales_of(id);
   float* dst = out + static_cast<std::int64_t>(blockIdx.x) * ldo;
   for (std::int64_t e = threadIdx.x; e < cols; e += blockDim.x) dst[e] = planar_element<F>(codes, scales, e);
 }
@@ -304,11 +342,7 @@ void launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
   a.ld_residual = epilogue.ld_residual;
   a.out = epilogue.out;
   a.ld_out = epilogue.ld_out;
-  if (format == DType::kFP8_E4M3) {
-    launch_format<DType::kFP8_E4M3>(a, m, stream);
-  } else if (format == DType::kQ4_G128) {
-    launch_format<DType::kQ4_G128>(a, m, stream);
-  }
+  dispatch_planar_format(format, [&]<DType F>() { launch_format<F>(a, m, stream); });
 }
 
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
@@ -324,11 +358,9 @@ void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n,
   if (rows <= 0) return;
   const PlanarGeometry g = planar_geometry(format, n, k);
   const auto blocks = static_cast<unsigned>(rows);
-  if (format == DType::kFP8_E4M3) {
-    planar_embed_kernel<DType::kFP8_E4M3><<<blocks, 256, 0, stream>>>(data, g, k, ids, out, ldo);
-  } else if (format == DType::kQ4_G128) {
-    planar_embed_kernel<DType::kQ4_G128><<<blocks, 256, 0, stream>>>(data, g, k, ids, out, ldo);
-  }
+  dispatch_planar_format(format, [&]<DType F>() {
+    planar_embed_kernel<F><<<blocks, 256, 0, stream>>>(data, g, k, ids, out, ldo);
+  });
 }
 
 }  // namespace sitsrt::cuda

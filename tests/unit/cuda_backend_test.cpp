@@ -112,8 +112,7 @@ std::vector<std::uint8_t> planar_matrix(DType format, const std::vector<std::uin
   std::vector<std::uint8_t> planes(stored.size());
   for (std::int64_t r = 0; r < rows; ++r) {
     cuda::planar_pack_row(format, stored.data() + static_cast<std::size_t>(r) * stride, cols,
-                          planes.data() + r * g.code_row_bytes,
-                          planes.data() + g.scales_offset + r * g.scale_row_words * 4);
+                          planes.data() + r * g.code_row_bytes, planes.data() + g.scales_of(r));
   }
   return planes;
 }
@@ -192,14 +191,15 @@ TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly"
   }
 }
 
-TEST_CASE("cuda planar FP8 / INT4 g128 matmul equals the double reference of the decoded weights", "[cuda][gated]") {
+TEST_CASE("cuda planar FP8 / INT4 g128 / Q8_0 / Q4_0 matmul equals the double reference of the decoded weights",
+          "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(104);
   struct Shape {
     std::int64_t n, k;
     std::vector<std::int64_t> ms;
   };
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0}) {
     const std::int64_t block = traits(format).block_size;
     // odd output counts (a partial last block of outputs), one and several chunks per thread
     for (const Shape& shape : {Shape{67, block, {1, 2, 3, 5, 8, 11, 16}}, Shape{5, 3 * block, {1, 4, 9}},
@@ -245,7 +245,8 @@ TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference wit
   // 512 rows of 16384) and of W (64 MiB: 2048 rows of 16384), with partial last chunks
   for (const Case& c : {Case{DType::kF32, false, 67, 256, 48}, Case{DType::kQ8_0, false, 300, 512, 130},
                         Case{DType::kQ4_K, false, 67, 512, 64}, Case{DType::kFP8_E4M3, true, 131, 1024, 77},
-                        Case{DType::kQ4_G128, true, 67, 1024, 200}, Case{DType::kQ4_0, false, 2050, 16384, 514}}) {
+                        Case{DType::kQ4_G128, true, 67, 1024, 200}, Case{DType::kQ8_0, true, 70, 512, 49},
+                        Case{DType::kQ4_0, false, 2050, 16384, 514}}) {
     const std::size_t stride = row_bytes(c.format, c.k);
     std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(c.n));
     std::vector<float> decoded(static_cast<std::size_t>(c.n * c.k));

@@ -125,19 +125,18 @@ void check_planar(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   }
   REQUIRE(cuda::planar_supports(F, cols));
   const cuda::PlanarGeometry g = cuda::planar_geometry(F, rows, cols);
-  REQUIRE(g.scales_offset % 64 == 0);
-  const std::size_t total = static_cast<std::size_t>(g.scales_offset + rows * g.scale_row_words * 4);
+  REQUIRE(g.scales_offset % 16 == 0);
+  const std::size_t total = static_cast<std::size_t>(g.scales_of(rows));
   REQUIRE(total == stored.size());
   std::vector<std::uint8_t> planes(total, 0xa5);
   for (std::int64_t r = 0; r < rows; ++r) {
     cuda::planar_pack_row(F, stored.data() + static_cast<std::size_t>(r) * stride, cols,
-                          planes.data() + r * g.code_row_bytes,
-                          planes.data() + g.scales_offset + r * g.scale_row_words * 4);
+                          planes.data() + r * g.code_row_bytes, planes.data() + g.scales_of(r));
   }
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint8_t* row = stored.data() + static_cast<std::size_t>(r) * stride;
     const std::uint8_t* codes = planes.data() + r * g.code_row_bytes;
-    const std::uint8_t* scales = planes.data() + g.scales_offset + r * g.scale_row_words * 4;
+    const std::uint8_t* scales = planes.data() + g.scales_of(r);
     for (std::int64_t e = 0; e < cols; ++e) {
       const float got = cuda::planar_element<F>(codes, scales, e), want = cuda::decode_element<F>(row, e);
       if (!same_bits(got, want)) FAIL(name(F) << " row " << r << " element " << e << ": " << got << " vs " << want);
@@ -145,14 +144,19 @@ void check_planar(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   }
 }
 
-TEST_CASE("cuda formats: planar FP8 and INT4 g128 matrices decode as their stored rows", "[cuda-formats]") {
+TEST_CASE("cuda formats: planar FP8, INT4 g128, Q8_0 and Q4_0 matrices decode as their stored rows", "[cuda-formats]") {
   check_planar<DType::kFP8_E4M3>(5, 384, 21);
   check_planar<DType::kFP8_E4M3>(3, 64, 22);
   check_planar<DType::kQ4_G128>(5, 384, 23);
   check_planar<DType::kQ4_G128>(2, 128, 24);
+  check_planar<DType::kQ8_0>(5, 416, 25);
+  check_planar<DType::kQ8_0>(2, 32, 26);
+  check_planar<DType::kQ4_0>(5, 416, 27);
+  check_planar<DType::kQ4_0>(2, 32, 28);
   CHECK_FALSE(cuda::planar_supports(DType::kFP8_E4M3, 96));
   CHECK_FALSE(cuda::planar_supports(DType::kQ4_G128, 64));
-  CHECK_FALSE(cuda::planar_supports(DType::kQ8_0, 256));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ8_0, 48));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ4_K, 256));
   CHECK_FALSE(cuda::planar_supports(DType::kF16, 256));
 }
 
