@@ -54,25 +54,22 @@ bool dispatch_weight_format(DType format, Fn&& fn) {
   }
 }
 
-// The same for the planar formats (planar_weights.hpp); false for the others.
+// The formats of the planar layout (planar_weights.hpp).
+template <DType F>
+inline constexpr bool kPlanarFormat =
+    F == DType::kFP8_E4M3 || F == DType::kQ4_G128 || F == DType::kQ8_0 || F == DType::kQ4_0;
+
+// dispatch_weight_format for the planar formats only; false for the others.
 template <typename Fn>
 bool dispatch_planar_format(DType format, Fn&& fn) {
-  switch (format) {
-    case DType::kFP8_E4M3:
-      fn.template operator()<DType::kFP8_E4M3>();
-      return true;
-    case DType::kQ4_G128:
-      fn.template operator()<DType::kQ4_G128>();
-      return true;
-    case DType::kQ8_0:
-      fn.template operator()<DType::kQ8_0>();
-      return true;
-    case DType::kQ4_0:
-      fn.template operator()<DType::kQ4_0>();
-      return true;
-    default:
-      return false;
-  }
+  bool planar = false;
+  dispatch_weight_format(format, [&]<DType F>() {
+    if constexpr (kPlanarFormat<F>) {
+      fn.template operator()<F>();
+      planar = true;
+    }
+  });
+  return planar;
 }
 
 }  // namespace sitsrt::cuda
