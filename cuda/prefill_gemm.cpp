@@ -88,8 +88,8 @@ bool PrefillGemm::ensure() {
 }
 
 const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
-                                                   std::int64_t ldy) {
-  const auto key = std::make_tuple(rows_w, rows_x, k, ldy);
+                                                   std::int64_t ldy, std::uint32_t y_alignment) {
+  const auto key = std::make_tuple(rows_w, rows_x, k, ldy, y_alignment);
   if (const auto it = algorithms_.find(key); it != algorithms_.end()) return &it->second;
   const Layouts l(*lt_, rows_w, rows_x, k, ldy);
   cublasLtMatmulPreference_t preference = nullptr;
@@ -97,8 +97,16 @@ const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(std::int64_t rows_w, std::int
   const std::uint64_t workspace = kWorkspaceBytes;
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t set = lt_->preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &workspace, sizeof(workspace));
+  // y's rows may sit anywhere in the arena: only algorithms that take its alignment (cuBLASLt
+  // assumes 256 bytes otherwise); the BF16 buffers are 256-byte aligned.
+  cublasStatus_t set = lt_->preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                     sizeof(workspace));
+  for (const cublasLtMatmulPreferenceAttributes_t attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (set == CUBLAS_STATUS_SUCCESS) {
+      set = lt_->preference_set_attribute(preference, attribute, &y_alignment, sizeof(y_alignment));
+    }
+  }
   const cublasStatus_t asked =
       set == CUBLAS_STATUS_SUCCESS
           ? lt_->algo_get_heuristic(handle_, desc_, l.a, l.b, l.c, l.c, preference, 1, &result, &found)
@@ -123,10 +131,14 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
     why_ = fmt::format("rows of {} values do not fit the BF16 buffers", k);
     return false;
   }
+  // The alignment every chunk's output start keeps: y's, and its steps of rows and of columns.
+  const auto bits = reinterpret_cast<std::uintptr_t>(y) | static_cast<std::uintptr_t>(ldy * 4) |
+                    static_cast<std::uintptr_t>(rows_w * 4) | 256u;
+  const auto y_alignment = static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
   // Every shape's algorithm first, so nothing is queued for a GEMM that cannot run.
   for (const std::int64_t nw : {rows_w, n % rows_w}) {
     for (const std::int64_t mx : {rows_x, m % rows_x}) {
-      if (nw > 0 && mx > 0 && algorithm(nw, mx, k, ldy) == nullptr) return false;
+      if (nw > 0 && mx > 0 && algorithm(nw, mx, k, ldy, y_alignment) == nullptr) return false;
     }
   }
   cudaStream_t stream = context_.stream();
@@ -142,7 +154,8 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
       const Layouts l(*lt_, nw, mx, k, ldy);
       float* out = y + x0 * ldy + r0;
       SITSRT_CUBLASLT_CHECK(lt_->matmul(handle_, desc_, &alpha, weights_, l.a, activations_, l.b, &beta, out, l.c, out,
-                                        l.c, algorithm(nw, mx, k, ldy), workspace_, kWorkspaceBytes, stream));
+                                        l.c, algorithm(nw, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes,
+                                        stream));
     }
   }
   return true;

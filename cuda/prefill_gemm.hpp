@@ -39,7 +39,8 @@ class PrefillGemm {
 
  private:
   bool ensure();
-  const cublasLtMatmulAlgo_t* algorithm(std::int64_t rows_w, std::int64_t rows_x, std::int64_t k, std::int64_t ldy);
+  const cublasLtMatmulAlgo_t* algorithm(std::int64_t rows_w, std::int64_t rows_x, std::int64_t k, std::int64_t ldy,
+                                        std::uint32_t y_alignment);
 
   const CudaContext& context_;
   DeviceAllocator& allocator_;
@@ -51,7 +52,8 @@ class PrefillGemm {
   std::byte* workspace_ = nullptr;
   bool tried_ = false;
   std::string why_;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>, cublasLtMatmulAlgo_t> algorithms_;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>, cublasLtMatmulAlgo_t>
+      algorithms_;
 };
 
 }  // namespace sitsrt::cuda
