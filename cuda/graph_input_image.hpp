@@ -10,6 +10,7 @@
 
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
+#include "cuda_backend/input_layout.hpp"
 #include "cuda_backend/mirrored_buffer.hpp"
 #include "cuda_backend/step_inputs.hpp"
 
@@ -32,17 +33,14 @@ class GraphInputImage final : public StepInputs {
   [[nodiscard]] Slot reserve(std::size_t bytes) override;
   void commit(const Slot&) override {}  // the whole image goes up at once (upload_image)
   // Every slot since begin() fell inside the image and, when following a layout, inside it.
-  [[nodiscard]] bool fits() const noexcept;
-  [[nodiscard]] const std::vector<std::size_t>& recorded() const noexcept { return recorded_; }
+  [[nodiscard]] bool fits() const noexcept { return layout_.fits(); }
+  [[nodiscard]] const std::vector<std::size_t>& recorded() const noexcept { return layout_.recorded(); }
   // Queues the copy of the filled bytes to the device image on the stream.
   void upload_image();
   // Makes the image at least twice the bytes the last recording asked for (new addresses:
   // generation() changes, and every graph captured before is stale).
   void grow();
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
-
-  // The size class of a slot of `bytes`: 16-byte multiples up to 256, then powers of two.
-  [[nodiscard]] static std::size_t size_class(std::size_t bytes) noexcept;
 
  private:
   void allocate(std::size_t bytes);
@@ -52,11 +50,7 @@ class GraphInputImage final : public StepInputs {
   std::unique_ptr<MirroredBuffer> image_;
   cudaEvent_t copied_ = nullptr;  // recorded after the last upload_image
   bool copy_pending_ = false;
-  const std::vector<std::size_t>* layout_ = nullptr;
-  std::vector<std::size_t> recorded_;
-  std::size_t offset_ = 0;
-  std::size_t asked_ = 0;  // bytes the slots since begin() asked for, within the image or not
-  bool fits_ = true;
+  InputLayout layout_;
   std::vector<std::vector<std::byte>> overflow_;  // slots that fell outside, until begin()
   std::uint64_t generation_ = 0;
 };
