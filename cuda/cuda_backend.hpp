@@ -1,7 +1,9 @@
-// The CUDA backend: weights uploaded once in their stored formats into one device allocation,
-// activations, KV blocks and scratch from the budgeted caching allocator, every kernel and copy
-// ordered on the context's one stream. Nodes run one by one through ops:: (the same validation
-// as the CPU backend) into CudaKernels. Made through cuda_backend_factory.hpp.
+// The CUDA backend: weights uploaded once into one device allocation (in their stored formats, or
+// planar for FP8 / INT4 g128 / Q8_0 / Q4_0), activations, KV blocks and scratch from the
+// budgeted caching allocator, every kernel and copy ordered on the context's one stream. Nodes
+// run through ops:: (the same validation as the CPU backend) into CudaKernels, decode fusions as
+// one launch each; decode steps replay CUDA graphs (decode_graphs.hpp). Made through
+// cuda_backend_factory.hpp.
 #pragma once
 
 #include "backend/backend.hpp"
