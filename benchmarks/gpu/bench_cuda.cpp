@@ -3,8 +3,9 @@
 // of the measured read bandwidth (the floor of a decode matmul is its weight bytes / bandwidth),
 // and the prefill path at 512 rows (what the backend runs from PrefillGemm::kMinRows rows: weights
 // decoded to BF16 + a cuBLASLt GEMM) in TFLOP/s against the BF16 GEMM. Weights cycle over
-// enough copies to exceed L2 so every call streams from HBM. Prints a markdown table (--json: one
-// JSON object).
+// enough copies to exceed L2 so every call streams from HBM. Then decode attention per layer over
+// an f16 paged KV cache at 512 / 4096 / 16384 positions, split (flash-decoding) and one pass per
+// head. Prints markdown tables (--json: one JSON object).
 #include "core/dtype.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/cuda_context.hpp"
@@ -88,6 +89,82 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   return ms * 1e-3 / repeats;
 }
 
+// Decode attention over an f16 paged KV cache of the 8B shape (32 query heads, 8 KV heads of
+// 128): `batch` rows, each its own sequence at `context` positions (the store of its new row
+// included). Seconds per call, split over the sequence (flash-decoding) or one pass per head.
+double time_attention(std::int64_t batch, std::int64_t context, bool split) {
+  constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
+  const std::int64_t width = kKvHeads * kHeadDim, row_bytes = 2 * width;
+  const std::int64_t blocks_per_seq = (context + kBlock - 1) / kBlock;
+  const std::size_t pool_bytes = static_cast<std::size_t>(batch * blocks_per_seq * kBlock * row_bytes);
+  std::vector<void*> owned;
+  const auto device = [&](std::size_t bytes, int fill) {
+    void* p = nullptr;
+    SITSRT_CUDA_CHECK(cudaMalloc(&p, bytes));
+    SITSRT_CUDA_CHECK(cudaMemset(p, fill, bytes));  // 0x3c3c: f16 1.06; 0x3c3c3c3c: float 0.0115
+    owned.push_back(p);
+    return p;
+  };
+  auto* k_pool = static_cast<std::uint8_t*>(device(pool_bytes, 0x3c));
+  auto* v_pool = static_cast<std::uint8_t*>(device(pool_bytes, 0x3c));
+  std::vector<std::int32_t> tables(static_cast<std::size_t>(batch * blocks_per_seq));
+  for (std::size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<std::int32_t>(i);
+  auto* d_tables = static_cast<std::int32_t*>(device(tables.size() * 4, 0));
+  SITSRT_CUDA_CHECK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<cuda::AttentionSequenceDesc> descs(static_cast<std::size_t>(batch));
+  std::vector<std::int32_t> row_sequence(static_cast<std::size_t>(batch));
+  for (std::int64_t r = 0; r < batch; ++r) {
+    cuda::AttentionSequenceDesc& d = descs[static_cast<std::size_t>(r)];
+    d.k = k_pool;
+    d.v = v_pool;
+    d.k_row_bytes = d.v_row_bytes = row_bytes;
+    d.block_table = d_tables + r * blocks_per_seq;
+    d.block_size = kBlock;
+    d.row_begin = r;
+    d.n_rows = 1;
+    d.pos0 = context - 1;
+    row_sequence[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  }
+  auto* d_descs = static_cast<cuda::AttentionSequenceDesc*>(device(descs.size() * sizeof(descs[0]), 0));
+  SITSRT_CUDA_CHECK(cudaMemcpy(d_descs, descs.data(), descs.size() * sizeof(descs[0]), cudaMemcpyHostToDevice));
+  auto* d_rows = static_cast<std::int32_t*>(device(row_sequence.size() * 4, 0));
+  SITSRT_CUDA_CHECK(cudaMemcpy(d_rows, row_sequence.data(), row_sequence.size() * 4, cudaMemcpyHostToDevice));
+  cuda::AttentionLaunch a;
+  a.q = static_cast<const float*>(device(static_cast<std::size_t>(batch * kHeads * kHeadDim) * 4, 0x3c));
+  a.ldq = kHeads * kHeadDim;
+  a.k = static_cast<const float*>(device(static_cast<std::size_t>(batch * width) * 4, 0x3c));
+  a.v = static_cast<const float*>(device(static_cast<std::size_t>(batch * width) * 4, 0x3c));
+  a.ldk = a.ldv = width;
+  a.out = static_cast<float*>(device(static_cast<std::size_t>(batch * kHeads * kHeadDim) * 4, 0));
+  a.ldo = kHeads * kHeadDim;
+  a.n_rows = batch;
+  a.n_heads = kHeads;
+  a.n_kv_heads = kKvHeads;
+  a.head_dim = kHeadDim;
+  a.scale = 0.0884f;
+  a.sequences = d_descs;
+  a.row_sequence = d_rows;
+  a.widest_k_type = a.widest_v_type = 1;
+  if (split) {
+    a.partials = static_cast<float*>(
+        device(static_cast<std::size_t>(cuda::attention_partials_floats(batch, kHeads, kHeadDim)) * 4, 0));
+  }
+  for (int i = 0; i < 3; ++i) cuda::launch_attention(a, nullptr);
+  SITSRT_CUDA_CHECK(cudaGetLastError());
+  cudaEvent_t start, stop;
+  SITSRT_CUDA_CHECK(cudaEventCreate(&start));
+  SITSRT_CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kRepeats = 20;
+  SITSRT_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < kRepeats; ++i) cuda::launch_attention(a, nullptr);
+  SITSRT_CUDA_CHECK(cudaEventRecord(stop));
+  SITSRT_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  SITSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  for (void* p : owned) SITSRT_CUDA_CHECK(cudaFree(p));
+  return ms * 1e-3 / kRepeats;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,11 +212,35 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // Decode attention per layer: the KV bytes read against the same bandwidth.
+    std::string attention;
+    if (!json) {
+      fmt::print("\nfloor: a decode matmul takes at least weight bytes / {:.0f} GB/s\n\n", bandwidth);
+      fmt::print(
+          "| attention (f16 KV, 32 q / 8 kv heads of 128) | batch | context | us/layer | KV GB/s | % of read "
+          "bandwidth |\n|---|---|---|---|---|---|\n");
+    }
+    for (const bool split : {true, false}) {
+      for (const std::int64_t batch : {1, 16}) {
+        for (const std::int64_t context : {512, 4096, 16384}) {
+          const double seconds = time_attention(batch, context, split);
+          const double kv_bytes = 2.0 * static_cast<double>(batch * context) * 8 * 128 * 2;
+          const double gbs = kv_bytes / seconds / 1e9;
+          const char* kind = split ? "split (flash-decoding)" : "one pass per head";
+          if (json) {
+            attention += fmt::format("{}{{\"kind\":\"{}\",\"batch\":{},\"context\":{},\"us\":{:.2f},\"gbs\":{:.1f}}}",
+                                     attention.empty() ? "" : ",", kind, batch, context, seconds * 1e6, gbs);
+          } else {
+            fmt::print("| {} | {} | {} | {:.1f} | {:.0f} | {:.1f}% |\n", kind, batch, context, seconds * 1e6, gbs,
+                       100.0 * gbs / bandwidth);
+          }
+        }
+      }
+    }
     if (json) {
-      fmt::print("{{\"device\":\"{}\",\"read_gbs\":{:.1f},\"bf16_gemm_tflops\":{:.1f},\"kernels\":[{}]}}\n", props.name,
-                 bandwidth, bf16_tflops, rows);
-    } else {
-      fmt::print("\nfloor: a decode matmul takes at least weight bytes / {:.0f} GB/s\n", bandwidth);
+      fmt::print(
+          "{{\"device\":\"{}\",\"read_gbs\":{:.1f},\"bf16_gemm_tflops\":{:.1f},\"kernels\":[{}],\"attention\":[{}]}}\n",
+          props.name, bandwidth, bf16_tflops, rows, attention);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_cuda: {}\n", e.what());
