@@ -83,6 +83,8 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   SITSRT_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
   SITSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  SITSRT_CUDA_CHECK(cudaEventDestroy(start));
+  SITSRT_CUDA_CHECK(cudaEventDestroy(stop));
   for (void* w : weights) SITSRT_CUDA_CHECK(cudaFree(w));
   SITSRT_CUDA_CHECK(cudaFree(x));
   SITSRT_CUDA_CHECK(cudaFree(y));
@@ -161,6 +163,8 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split) {
   SITSRT_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
   SITSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  SITSRT_CUDA_CHECK(cudaEventDestroy(start));
+  SITSRT_CUDA_CHECK(cudaEventDestroy(stop));
   for (void* p : owned) SITSRT_CUDA_CHECK(cudaFree(p));
   return ms * 1e-3 / kRepeats;
 }
