@@ -343,9 +343,10 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     a.widest_v_type = std::min(a.widest_v_type, static_cast<int>(s.kv.v_type));
     int4 = int4 || s.kv.k_type == ops::KvType::kInt4 || s.kv.v_type == ops::KvType::kInt4;
   }
-  // The split kernel stages one head's slice of each row: int4 scale codes (one per 32 values)
+  // The staged kernels copy one head's slice of each row: int4 scale codes (one per 32 values)
   // belong to one head only when heads are whole groups.
-  if (!int4 || shape.head_dim % kv_int4::kGroup == 0) a.partials = attention_partials(q.rows, shape);
+  a.staged_direct = !int4 || shape.head_dim % kv_int4::kGroup == 0;
+  if (a.staged_direct) a.partials = attention_partials(q.rows, shape);
   launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
 }

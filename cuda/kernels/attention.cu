@@ -4,7 +4,9 @@
 // device_formats.hpp computes them), then one block per (row, query head) attends over the
 // row's positions in chunks of 256 with a running max (online softmax), dequantizing K and V
 // element by element from the cache. Decode rows (up to kAttentionSplitMaxRows) are split over
-// the sequence instead (flash-decoding, below), the query heads of a GQA group in one block.
+// the sequence instead (flash-decoding, below), the query heads of a GQA group in one block;
+// longer steps take the same kernel as one split per row (staged_direct). The one-pass kernel
+// per (row, head) remains for shapes those do not take (a group above 8 heads, head_dim above 256).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 
@@ -298,10 +300,15 @@ __device__ inline float* partial_of(const AttentionLaunch& a, std::int64_t r, st
   return a.partials + ((r * a.n_heads + h) * kAttentionSplits + split) * (a.head_dim + 2);
 }
 
+// kDirect: one split covering all of the row's positions, whose output is normalised (and rotated
+// back) here instead of left for the merge: the GQA-shared, staged kernel for steps too long to
+// split (prefill), in one launch.
+template <bool kDirect>
 __global__ void attention_split_kernel(AttentionLaunch a) {
   extern __shared__ float smem[];
   const std::int64_t r = blockIdx.x, g = blockIdx.y;
   const int split = static_cast<int>(blockIdx.z);
+  constexpr int kSplits = kDirect ? 1 : kAttentionSplits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int group = static_cast<int>(a.n_heads / a.n_kv_heads);
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
@@ -317,7 +324,7 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
 
   const std::int64_t pos = s.pos0 + (r - s.row_begin);
   const std::int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
-  const std::int64_t span = (pos - lo + kAttentionSplits) / kAttentionSplits;  // ceil(len / splits)
+  const std::int64_t span = (pos - lo + kSplits) / kSplits;  // ceil(len / splits)
   const std::int64_t begin = lo + split * span;
   const std::int64_t end = begin + span < pos + 1 ? begin + span : pos + 1;
 
@@ -404,18 +411,34 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
     }
     __syncthreads();  // before the next chunk overwrites the weights and the staged rows
   }
+  if constexpr (kDirect) {  // normalise into q's buffer (q is done with), rotate back, write
 #pragma unroll
-  for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
-    if (hh >= group) break;
-    float* out = partial_of(a, r, g * group + hh, split);
-    if (threadIdx.x == 0) {
-      out[0] = m[hh];
-      out[1] = l[hh];
+    for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+      if (hh >= group) break;
+#pragma unroll
+      for (int j = 0; j < kSplitDims; ++j) {
+        const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+        if (d < hd) q[hh * hd + d] = acc[hh][j] / l[hh];
+      }
     }
+    __syncthreads();
+    if (s.v_rotated != 0) hadamard_heads(q, group * hd, hd);  // H H = I
+    float* out = a.out + r * a.ldo + g * group * hd;
+    for (std::int64_t e = threadIdx.x; e < group * hd; e += blockDim.x) out[e] = q[e];
+  } else {
 #pragma unroll
-    for (int j = 0; j < kSplitDims; ++j) {
-      const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
-      if (d < hd) out[2 + d] = acc[hh][j];
+    for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
+      if (hh >= group) break;
+      float* out = partial_of(a, r, g * group + hh, split);
+      if (threadIdx.x == 0) {
+        out[0] = m[hh];
+        out[1] = l[hh];
+      }
+#pragma unroll
+      for (int j = 0; j < kSplitDims; ++j) {
+        const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+        if (d < hd) out[2 + d] = acc[hh][j];
+      }
     }
   }
 }
@@ -462,13 +485,17 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
       a.n_kv_heads > 0
           ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type)
           : 0;
-  if (a.partials != nullptr && attention_splits_apply(a.n_rows, a.n_heads, a.n_kv_heads, a.head_dim) &&
-      split_shared <= kSplitMaxSharedBytes) {
-    const std::size_t shared = split_shared;
+  const bool staged = attention_group_fits(a.n_heads, a.n_kv_heads, a.head_dim) && split_shared <= kSplitMaxSharedBytes;
+  if (staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
-    attention_split_kernel<<<split_grid, kAttendThreads, shared, stream>>>(a);
+    attention_split_kernel<false><<<split_grid, kAttendThreads, split_shared, stream>>>(a);
     const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
     attention_merge_kernel<<<merge_grid, kAttendThreads, 0, stream>>>(a);
+    return;
+  }
+  if (staged && a.staged_direct) {
+    const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), 1);
+    attention_split_kernel<true><<<grid, kAttendThreads, split_shared, stream>>>(a);
     return;
   }
   const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));

@@ -133,6 +133,9 @@ struct AttentionLaunch {
   // the split kernel's staged rows.
   int widest_k_type = 0;
   int widest_v_type = 0;
+  // Steps that do not split attend through the staged GQA kernel as one split per row where the
+  // shape allows (attention_group_fits); false keeps the one-pass kernel per (row, head).
+  bool staged_direct = true;
 };
 
 // Flash-decoding: steps of up to kAttentionSplitMaxRows rows attend in kAttentionSplits parts of
@@ -142,10 +145,13 @@ inline constexpr int kAttentionSplits = 8;
 inline constexpr std::int64_t kAttentionSplitMaxRows = 64;
 inline constexpr std::int64_t kSplitMaxGroup = 8;
 inline constexpr std::int64_t kSplitMaxHeadDim = 256;
+inline bool attention_group_fits(std::int64_t n_heads, std::int64_t n_kv_heads, std::int64_t head_dim) {
+  return n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kSplitMaxGroup &&
+         head_dim <= kSplitMaxHeadDim;
+}
 inline bool attention_splits_apply(std::int64_t n_rows, std::int64_t n_heads, std::int64_t n_kv_heads,
                                    std::int64_t head_dim) {
-  return n_rows <= kAttentionSplitMaxRows && n_kv_heads > 0 && n_heads % n_kv_heads == 0 &&
-         n_heads / n_kv_heads <= kSplitMaxGroup && head_dim <= kSplitMaxHeadDim;
+  return n_rows <= kAttentionSplitMaxRows && attention_group_fits(n_heads, n_kv_heads, head_dim);
 }
 inline std::int64_t attention_partials_floats(std::int64_t n_rows, std::int64_t n_heads, std::int64_t head_dim) {
   return n_rows * n_heads * kAttentionSplits * (head_dim + 2);

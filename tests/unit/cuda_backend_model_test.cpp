@@ -53,7 +53,9 @@ struct AttentionCase {
   bool rotated;
   bool centered;
   std::int64_t window;
-  bool split = false;  // flash-decoding (split over the sequence, GQA heads together, merged)
+  // 0: one pass per (row, head); 1: the staged GQA kernel, one split per row; 2: split over the
+  // sequence and merged (flash-decoding)
+  int path = 2;
 };
 
 // Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions) over random
@@ -179,7 +181,8 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   DeviceBytes partials(static_cast<std::size_t>(cuda::attention_partials_floats(rows, n_heads, hd)) * 4);
   a.widest_k_type = static_cast<int>(c.k_type);
   a.widest_v_type = static_cast<int>(c.v_type);
-  if (c.split) {
+  a.staged_direct = c.path == 1;
+  if (c.path == 2) {
     REQUIRE(cuda::attention_splits_apply(rows, n_heads, n_kv, hd));
     partials.poison();
     a.partials = partials.as<float>();
@@ -188,7 +191,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   SITSRT_CUDA_CHECK(cudaGetLastError());
 
   INFO("k " << static_cast<int>(c.k_type) << " v " << static_cast<int>(c.v_type) << " rotated " << c.rotated
-            << " centered " << c.centered << " window " << c.window << " split " << c.split);
+            << " centered " << c.centered << " window " << c.window << " path " << c.path);
   // The stored rows: the same bytes as the CPU's (same quantizer, same rotation butterflies).
   REQUIRE(dk.download<std::byte>() == k_pool);
   REQUIRE(dv.download<std::byte>() == v_pool);
@@ -204,7 +207,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, every K/V type, split or not",
+TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, every K/V type and kernel",
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   std::uint64_t seed = 200;
@@ -212,9 +215,9 @@ TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, e
   for (const cpu::KvType kt : types) {
     for (const cpu::KvType vt : types) {
       for (const bool rotated : {false, true}) {
-        for (const bool split : {false, true}) {
-          check_attention({kt, vt, rotated, false, 0, split}, ++seed);
-          check_attention({kt, vt, rotated, true, 8, split}, ++seed);
+        for (const int path : {0, 1, 2}) {
+          check_attention({kt, vt, rotated, false, 0, path}, ++seed);
+          check_attention({kt, vt, rotated, true, 8, path}, ++seed);
         }
       }
     }
