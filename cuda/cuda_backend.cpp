@@ -148,15 +148,19 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
   return report;
 }
 
-void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan&, std::int64_t) {
+void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t) {
   // Decode fusions run as one planar launch: every matmul of the fusion planar, of one format
-  // and input width (SwiGLU: gate and up of one size); the others run node by node.
+  // and input width (SwiGLU: gate and up of one size); the others run node by node. A fused
+  // launch's blocks write while others still read x, so nothing it writes may be x's memory.
   fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
+  const auto offset = [&](graph::ValueId id) { return plan.offsets[static_cast<std::size_t>(id)]; };
   for (const Fusion& fusion : fusions_.fusions) {
     const DeviceWeight* first = nullptr;
     bool fusable = true;
+    const std::size_t input = offset(graph.nodes()[fusion.nodes[0]].inputs[0]);
     for (const std::size_t n : fusion.nodes) {
       const graph::Node& node = graph.nodes()[n];
+      fusable = fusable && offset(node.output) != input;
       if (node.op != graph::OpKind::kMatMul) continue;
       const DeviceWeight& w = weights_[static_cast<std::size_t>(node.weights[0])];
       if (first == nullptr) first = &w;
