@@ -151,7 +151,8 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
 void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& plan, std::int64_t) {
   // Decode fusions run as one planar launch: every matmul of the fusion planar, of one format
   // and input width (SwiGLU: gate and up of one size); the others run node by node. A fused
-  // launch's blocks write while others still read x, so nothing it writes may be x's memory.
+  // matmul launch's blocks write while others still read x, so nothing it writes may be x's
+  // memory. Rope pairs (in place, each row by one block) always fuse.
   fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
   const auto offset = [&](graph::ValueId id) { return plan.offsets[static_cast<std::size_t>(id)]; };
   for (const Fusion& fusion : fusions_.fusions) {
@@ -160,7 +161,7 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
     const std::size_t input = offset(graph.nodes()[fusion.nodes[0]].inputs[0]);
     for (const std::size_t n : fusion.nodes) {
       const graph::Node& node = graph.nodes()[n];
-      fusable = fusable && offset(node.output) != input;
+      fusable = fusable && (fusion.kind == FusionKind::kRopePair || offset(node.output) != input);
       if (node.op != graph::OpKind::kMatMul) continue;
       const DeviceWeight& w = weights_[static_cast<std::size_t>(node.weights[0])];
       if (first == nullptr) first = &w;
@@ -279,6 +280,21 @@ bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const 
     return ops::TensorRef{data, DType::kF32, rows, v.width, v.width, info_.device};
   };
   const graph::Node& lead = nodes[fusion.nodes[0]];
+  if (fusion.kind == FusionKind::kRopePair) {
+    if (index != fusion.nodes[0]) return true;  // done with the lead
+    const graph::Node& second = nodes[fusion.nodes[1]];
+    const graph::Weight* factors = nullptr;
+    ops::WeightRef factor_ref{};
+    if (!lead.weights.empty()) {
+      const graph::WeightId id = lead.weights[0];
+      factors = &graph.weights()[static_cast<std::size_t>(id)];
+      factor_ref = {static_cast<std::int32_t>(id), factors->type, factors->dims.size() > 1 ? factors->dims[1] : 1,
+                    factors->dims[0], info_.device};
+    }
+    kernels_->rope_pair(view(lead.output), lead.attrs.n_heads, view(second.output), second.attrs.n_heads,
+                        step.positions, lead.attrs.rope, factors != nullptr ? &factor_ref : nullptr);
+    return true;
+  }
   const ops::TensorRef x = view(lead.inputs[0]);
   // Only where the members alone would take the planar kernels (not the prefill GEMM), so a
   // fused step writes their bits.
@@ -307,6 +323,8 @@ bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const 
       kernels_->fused_matmuls(matmuls, x, PlanarEpilogue::kAdd, &residual, &out);
       return true;
     }
+    case FusionKind::kRopePair:  // handled above
+      break;
   }
   return false;
 }

@@ -226,6 +226,24 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
 
 void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<const std::int32_t> positions,
                        const graph::RopeAttrs& r, const ops::WeightRef* freq_factors) {
+  RopeTargets targets;
+  targets.t[0] = {f32(x), x.ld, n_heads};
+  rope_targets(targets, x.rows, positions, r, freq_factors);
+}
+
+void CudaKernels::rope_pair(const ops::TensorRef& a, std::int64_t a_heads, const ops::TensorRef& b,
+                            std::int64_t b_heads, std::span<const std::int32_t> positions, const graph::RopeAttrs& r,
+                            const ops::WeightRef* freq_factors) {
+  if (a.rows != b.rows) raise(ErrorCode::kInternal, "rope pair: {} and {} rows", a.rows, b.rows);
+  RopeTargets targets;
+  targets.t[0] = {f32(a), a.ld, a_heads};
+  targets.t[1] = {f32(b), b.ld, b_heads};
+  targets.count = 2;
+  rope_targets(targets, a.rows, positions, r, freq_factors);
+}
+
+void CudaKernels::rope_targets(const RopeTargets& targets, std::int64_t rows, std::span<const std::int32_t> positions,
+                               const graph::RopeAttrs& r, const ops::WeightRef* freq_factors) {
   if (r.head_dim <= 0 || r.rot_dims < 0 || r.rot_dims > r.head_dim || r.rot_dims % 2 != 0) {
     raise(ErrorCode::kInvalidArgument, "rope: bad shape head_dim={} rot_dims={}", r.head_dim, r.rot_dims);
   }
@@ -236,7 +254,7 @@ void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<
   const RopeFrequencies& f = rope_frequencies(r, freq_factors);
   const std::vector<double>& inv_freq = f.inv_freq;
   const double mscale = f.mscale;
-  if (inv_freq.empty() || x.rows == 0) return;
+  if (inv_freq.empty() || rows == 0) return;
   // One slot for both (see StepInputs): the positions, then the frequencies 8-aligned.
   const std::size_t positions_bytes = align16(positions.size_bytes());
   const StepInputs::Slot slot = inputs_->reserve(positions_bytes + inv_freq.size() * sizeof(double));
@@ -246,8 +264,7 @@ void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<
   const auto* device_positions = reinterpret_cast<const std::int32_t*>(slot.device);
   const auto* device_freq = reinterpret_cast<const double*>(slot.device + positions_bytes);
   if (!launching_) return;
-  launch_rope(f32(x), x.ld, x.rows, n_heads, r.head_dim, r.rot_dims, r.neox, device_positions, device_freq, mscale,
-              context_.stream());
+  launch_rope(targets, rows, r.head_dim, r.rot_dims, r.neox, device_positions, device_freq, mscale, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("rope kernel");
 }
 

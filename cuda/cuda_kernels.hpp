@@ -65,6 +65,10 @@ class CudaKernels final : public ops::OpKernels {
   };
   void fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
                      const ops::TensorRef* residual, const ops::TensorRef* out);
+  // Two rope nodes of one setting (Q and K: a decode fusion) in one launch, as rope() each.
+  void rope_pair(const ops::TensorRef& a, std::int64_t a_heads, const ops::TensorRef& b, std::int64_t b_heads,
+                 std::span<const std::int32_t> positions, const graph::RopeAttrs& rope,
+                 const ops::WeightRef* freq_factors);
 
   [[nodiscard]] Device device() const noexcept override { return {DeviceKind::kCuda, context_.device()}; }
   void embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) override;
@@ -102,6 +106,8 @@ class CudaKernels final : public ops::OpKernels {
     double mscale = 1.0;
   };
   [[nodiscard]] const RopeFrequencies& rope_frequencies(const graph::RopeAttrs& r, const ops::WeightRef* freq_factors);
+  void rope_targets(const RopeTargets& targets, std::int64_t rows, std::span<const std::int32_t> positions,
+                    const graph::RopeAttrs& r, const ops::WeightRef* freq_factors);
   void elementwise(Elementwise op, const ops::TensorRef& a, const float* b, std::int64_t ldb, float scalar,
                    const ops::TensorRef& out);
 

@@ -31,12 +31,13 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, std::int64_t ldx, s
   for (std::int64_t c = threadIdx.x; c < n; c += blockDim.x) yr[c] = xr[c] * scale * weight[c];
 }
 
-// One block per row; threads over (head, pair).
-__global__ void rope_kernel(float* __restrict__ x, std::int64_t ldx, std::int64_t n_heads, std::int64_t head_dim,
-                            std::int64_t rot_dims, bool neox, const std::int32_t* __restrict__ positions,
-                            const double* __restrict__ inv_freq, double mscale) {
-  const std::int64_t half = rot_dims / 2;
-  float* row = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+// One block per (row, tensor); threads over (head, pair).
+__global__ void rope_kernel(RopeTargets targets, std::int64_t head_dim, std::int64_t rot_dims, bool neox,
+                            const std::int32_t* __restrict__ positions, const double* __restrict__ inv_freq,
+                            double mscale) {
+  const RopeTarget& target = targets.t[blockIdx.y];
+  const std::int64_t half = rot_dims / 2, n_heads = target.n_heads;
+  float* row = target.x + static_cast<std::int64_t>(blockIdx.x) * target.ldx;
   const double pos = static_cast<double>(positions[blockIdx.x]);
   for (std::int64_t t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
     const std::int64_t h = t / half, j = t % half;
@@ -111,12 +112,11 @@ void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::i
   rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, ldx, n, weight, eps, y, ldy);
 }
 
-void launch_rope(float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n_heads, std::int64_t head_dim,
-                 std::int64_t rot_dims, bool neox, const std::int32_t* positions, const double* inv_freq, double mscale,
-                 cudaStream_t stream) {
-  if (rows <= 0 || rot_dims <= 0 || n_heads <= 0) return;
-  rope_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, ldx, n_heads, head_dim, rot_dims, neox,
-                                                                    positions, inv_freq, mscale);
+void launch_rope(const RopeTargets& targets, std::int64_t rows, std::int64_t head_dim, std::int64_t rot_dims,
+                 bool neox, const std::int32_t* positions, const double* inv_freq, double mscale, cudaStream_t stream) {
+  if (rows <= 0 || rot_dims <= 0 || targets.count <= 0) return;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(targets.count));
+  rope_kernel<<<grid, kThreads, 0, stream>>>(targets, head_dim, rot_dims, neox, positions, inv_freq, mscale);
 }
 
 void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,

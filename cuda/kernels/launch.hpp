@@ -72,12 +72,22 @@ void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_byte
 void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
                      float eps, float* y, std::int64_t ldy, cudaStream_t stream);
 
-// Rotates dims [0, rot_dims) of every head of every row in place: pair j of a head (normal:
-// (2j, 2j+1), neox: (j, j + rot_dims/2)) by angle positions[row] * inv_freq[j] (double),
-// cos/sin scaled by mscale and rounded to float once (as the CPU rope).
-void launch_rope(float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n_heads, std::int64_t head_dim,
-                 std::int64_t rot_dims, bool neox, const std::int32_t* positions, const double* inv_freq, double mscale,
-                 cudaStream_t stream);
+// A tensor a rope launch rotates: rows ldx apart, n_heads heads each.
+struct RopeTarget {
+  float* x = nullptr;
+  std::int64_t ldx = 0;
+  std::int64_t n_heads = 0;
+};
+struct RopeTargets {  // one, or two (Q and K: a decode fusion) with the same rows and setting
+  RopeTarget t[2];
+  int count = 1;
+};
+
+// Rotates dims [0, rot_dims) of every head of every row of each target in place: pair j of a
+// head (normal: (2j, 2j+1), neox: (j, j + rot_dims/2)) by angle positions[row] * inv_freq[j]
+// (double), cos/sin scaled by mscale and rounded to float once (as the CPU rope).
+void launch_rope(const RopeTargets& targets, std::int64_t rows, std::int64_t head_dim, std::int64_t rot_dims, bool neox,
+                 const std::int32_t* positions, const double* inv_freq, double mscale, cudaStream_t stream);
 
 enum class Elementwise : int { kSwiGlu, kGeGluTanh, kAdd, kAddBias, kScale, kSoftCap };
 // out = f(a, b) element by element over rows x cols: swiglu / geglu_tanh (a gate, b up), add,

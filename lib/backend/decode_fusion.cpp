@@ -22,6 +22,15 @@ DecodeFusions find_decode_fusions(const graph::Graph& graph) {
   };
   for (std::size_t i = 0; i < nodes.size();) {
     const graph::Node& lead = nodes[i];
+    if (lead.op == graph::OpKind::kRope && i + 1 < nodes.size()) {
+      const graph::Node& next = nodes[i + 1];
+      if (next.op == graph::OpKind::kRope && next.attrs.rope == lead.attrs.rope && next.weights == lead.weights &&
+          next.output != lead.output) {
+        add(FusionKind::kRopePair, {i, i + 1});
+        i += 2;
+        continue;
+      }
+    }
     if (lead.op != graph::OpKind::kMatMul || lead.inputs.size() != 1) {
       ++i;
       continue;

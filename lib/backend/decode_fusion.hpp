@@ -13,9 +13,10 @@
 namespace sitsrt {
 
 enum class FusionKind : std::uint8_t {
-  kMatvecs,  // consecutive MatMuls reading the same input (Q, K, V)
-  kSwiGlu,   // gate MatMul, up MatMul (same input), SwiGlu(gate, up)
-  kAddInto,  // MatMul, then Add of its output and a residual (attention output, FFN down)
+  kMatvecs,   // consecutive MatMuls reading the same input (Q, K, V)
+  kSwiGlu,    // gate MatMul, up MatMul (same input), SwiGlu(gate, up)
+  kAddInto,   // MatMul, then Add of its output and a residual (attention output, FFN down)
+  kRopePair,  // two Rope nodes of one setting on different values (Q, K): one launch on CUDA
 };
 
 struct Fusion {

@@ -184,11 +184,12 @@ void CpuBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pla
   // A fusion runs its products with the decode kernels; where batch invariance sends one row
   // through the GEMM instead (float weights, cpu::matvec_fusable), its nodes run on their own.
   for (const Fusion& fusion : fusions_.fusions) {
-    const bool fusable = std::ranges::all_of(fusion.nodes, [&](std::size_t n) {
-      const graph::Node& node = graph.nodes()[n];
-      return node.op != graph::OpKind::kMatMul ||
-             cpu::matvec_fusable(ctx_, weights_[static_cast<std::size_t>(node.weights[0])]);
-    });
+    // Rope pairs are a launch saving on GPUs; here each rope is one parallel region already.
+    const bool fusable = fusion.kind != FusionKind::kRopePair && std::ranges::all_of(fusion.nodes, [&](std::size_t n) {
+                           const graph::Node& node = graph.nodes()[n];
+                           return node.op != graph::OpKind::kMatMul ||
+                                  cpu::matvec_fusable(ctx_, weights_[static_cast<std::size_t>(node.weights[0])]);
+                         });
     if (!fusable) {
       for (std::size_t n : fusion.nodes) fusions_.fusion_of[n] = -1;
     }
@@ -223,6 +224,8 @@ bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const S
       cpu::matvec_swiglu(ctx_, weight(0), weight(1), x, data(nodes[fusion.nodes[0]].output),
                          data(nodes[fusion.nodes[1]].output), data(nodes[fusion.nodes[2]].output));
       return true;
+    case FusionKind::kRopePair:
+      return false;  // dropped in prepare
     case FusionKind::kAddInto: {
       const graph::Node& sum = nodes[fusion.nodes[1]];
       const graph::ValueId residual = sum.inputs[0] == lead.output ? sum.inputs[1] : sum.inputs[0];

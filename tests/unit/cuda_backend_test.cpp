@@ -322,15 +322,24 @@ TEST_CASE("cuda rms_norm, rope and the elementwise ops match the CPU kernels", "
         const std::vector<std::int32_t> positions = {0, 7, 4095, 12, 100000};
         std::vector<float> x(static_cast<std::size_t>(rows * ld));
         for (float& v : x) v = rng.normal();
-        DeviceArray<float> dx(x);
+        // two tensors in one launch (Q and K; the second with fewer heads), as the decode fusion
+        std::vector<float> x2(static_cast<std::size_t>(rows * ld));
+        for (float& v : x2) v = rng.normal();
+        DeviceArray<float> dx(x), dx2(x2);
         DeviceArray<std::int32_t> dp(positions);
         DeviceArray<double> df(inv);
-        cuda::launch_rope(dx.get(), ld, rows, n_heads, head_dim, rot, neox, dp.get(), df.get(), mscale, nullptr);
-        const std::vector<float> got = dx.download();
+        cuda::RopeTargets targets;
+        targets.t[0] = {dx.get(), ld, n_heads};
+        targets.t[1] = {dx2.get(), ld, n_heads - 1};
+        targets.count = 2;
+        cuda::launch_rope(targets, rows, head_dim, rot, neox, dp.get(), df.get(), mscale, nullptr);
+        const std::vector<float> got = dx.download(), got2 = dx2.download();
         cpu::rope(ctx, x.data(), ld, rows, n_heads, positions.data(), p);
+        cpu::rope(ctx, x2.data(), ld, rows, n_heads - 1, positions.data(), p);
         for (std::size_t i = 0; i < x.size(); ++i) {
           INFO("neox " << neox << " yarn " << yarn << " element " << i);
           REQUIRE(std::fabs(got[i] - x[i]) <= 2e-6f * (1.0f + std::fabs(x[i])));
+          REQUIRE(std::fabs(got2[i] - x2[i]) <= 2e-6f * (1.0f + std::fabs(x2[i])));
         }
       }
     }

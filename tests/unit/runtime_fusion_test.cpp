@@ -233,12 +233,12 @@ TEST_CASE("fused decode products reject mismatched weights", "[fusion]") {
                     Contains("gate has 32 rows, up has 48"));
 }
 
-TEST_CASE("the decoder graph fuses q/k/v, gate/up/SwiGLU and both residual adds per layer", "[fusion]") {
+TEST_CASE("the decoder graph fuses q/k/v, gate/up/SwiGLU, both residual adds and the q/k ropes per layer", "[fusion]") {
   const std::string path = test::random_model(test::tiny_options(DType::kQ8_0), "fusion-graph");
   const LoadedModel model = load_model(path);
   const graph::Graph graph = build_model_graph(model.spec, model.tensors, {});
   const DecodeFusions f = find_decode_fusions(graph);
-  int qkv = 0, swiglu = 0, add = 0;
+  int qkv = 0, swiglu = 0, add = 0, rope = 0;
   for (const Fusion& fusion : f.fusions) {
     const auto& lead = graph.nodes()[fusion.nodes[0]];
     switch (fusion.kind) {
@@ -255,12 +255,18 @@ TEST_CASE("the decoder graph fuses q/k/v, gate/up/SwiGLU and both residual adds 
         ++add;
         CHECK(graph.nodes()[fusion.nodes[1]].op == graph::OpKind::kAdd);
         break;
+      case FusionKind::kRopePair:  // a launch saving for GPUs (the CPU backend runs them apart)
+        ++rope;
+        CHECK(lead.op == graph::OpKind::kRope);
+        CHECK(graph.nodes()[fusion.nodes[1]].op == graph::OpKind::kRope);
+        break;
     }
     for (const std::size_t n : fusion.nodes) CHECK(f.fusion_of[n] >= 0);
   }
   CHECK(qkv == model.spec.n_layer);
   CHECK(swiglu == model.spec.n_layer);
   CHECK(add == 2 * model.spec.n_layer);
+  CHECK(rope == model.spec.n_layer);
 }
 
 TEST_CASE("decode with fusions gives the same tokens and log-probs as without", "[fusion][engine]") {
