@@ -1,6 +1,7 @@
 // The ceilings bench_cuda compares the kernels with: device read bandwidth (a grid-stride sum of
 // 16-byte loads over a buffer far larger than L2) and a BF16 GEMM through cuBLASLt.
 #include "gpu/ceilings.hpp"
+#include "gpu/event_timer.hpp"
 
 #include "cuda_backend/cuda_check.hpp"
 
@@ -36,22 +37,15 @@ double measure_read_bandwidth(std::size_t bytes, int repeats) {
   SITSRT_CUDA_CHECK(cudaMalloc(&buffer, bytes));
   SITSRT_CUDA_CHECK(cudaMalloc(&sink, sizeof(float)));
   SITSRT_CUDA_CHECK(cudaMemset(buffer, 0x11, bytes));
-  cudaEvent_t start, stop;
-  SITSRT_CUDA_CHECK(cudaEventCreate(&start));
-  SITSRT_CUDA_CHECK(cudaEventCreate(&stop));
   int sms = 0;
   SITSRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const std::size_t n = bytes / sizeof(float4);
   read_kernel<<<sms * 8, 512>>>(static_cast<const float4*>(buffer), n, sink);
-  SITSRT_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < repeats; ++i) read_kernel<<<sms * 8, 512>>>(static_cast<const float4*>(buffer), n, sink);
-  SITSRT_CUDA_CHECK(cudaEventRecord(stop));
-  SITSRT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  SITSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  const double seconds = seconds_per_call(
+      repeats, [&](int) { read_kernel<<<sms * 8, 512>>>(static_cast<const float4*>(buffer), n, sink); });
   SITSRT_CUDA_CHECK(cudaFree(buffer));
   SITSRT_CUDA_CHECK(cudaFree(sink));
-  return static_cast<double>(bytes) * repeats / (ms * 1e-3) / 1e9;
+  return static_cast<double>(bytes) / seconds / 1e9;
 }
 
 double measure_bf16_gemm_tflops(int m, int n, int k, int repeats) {
@@ -88,15 +82,7 @@ double measure_bf16_gemm_tflops(int m, int n, int k, int repeats) {
              "Matmul");
   };
   run();
-  cudaEvent_t start, stop;
-  SITSRT_CUDA_CHECK(cudaEventCreate(&start));
-  SITSRT_CUDA_CHECK(cudaEventCreate(&stop));
-  SITSRT_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < repeats; ++i) run();
-  SITSRT_CUDA_CHECK(cudaEventRecord(stop));
-  SITSRT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  SITSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  const double seconds = seconds_per_call(repeats, [&](int) { run(); });
   cublasLtMatmulPreferenceDestroy(preference);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
@@ -104,7 +90,7 @@ double measure_bf16_gemm_tflops(int m, int n, int k, int repeats) {
   cublasLtMatmulDescDestroy(desc);
   cublasLtDestroy(handle);
   for (void* p : {a, b, c, workspace}) SITSRT_CUDA_CHECK(cudaFree(p));
-  return 2.0 * m * n * static_cast<double>(k) * repeats / (ms * 1e-3) / 1e12;
+  return 2.0 * m * n * static_cast<double>(k) / seconds / 1e12;
 }
 
 }  // namespace sitsrt::bench

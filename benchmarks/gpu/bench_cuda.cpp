@@ -15,6 +15,7 @@
 #include "cuda_backend/planar_weights.hpp"
 #include "cuda_backend/prefill_gemm.hpp"
 #include "gpu/ceilings.hpp"
+#include "gpu/event_timer.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -39,25 +40,6 @@ constexpr Shape kShapes[] = {{"attn qkvo 4096x4096", 4096, 4096},
                              {"ffn down 4096x14336", 4096, 14336},
                              {"lm head 128256x4096", 128256, 4096}};
 constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kBF16, DType::kF16};
-
-// Seconds per call of `call(i)` over `repeats` calls queued back to back, by CUDA events on the
-// default stream (launch errors of the warm-up calls are checked first).
-template <typename Call>
-double seconds_per_call(int repeats, Call&& call) {
-  SITSRT_CUDA_CHECK(cudaGetLastError());
-  cudaEvent_t start, stop;
-  SITSRT_CUDA_CHECK(cudaEventCreate(&start));
-  SITSRT_CUDA_CHECK(cudaEventCreate(&stop));
-  SITSRT_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < repeats; ++i) call(i);
-  SITSRT_CUDA_CHECK(cudaEventRecord(stop));
-  SITSRT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  SITSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  SITSRT_CUDA_CHECK(cudaEventDestroy(start));
-  SITSRT_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms * 1e-3 / repeats;
-}
 
 // Seconds per call of the matmul at m rows, weights cycling over copies totalling >= 512 MiB.
 // planar: the FP8 / INT4 g128 kernels over the layout the backend uploads (planar_weights.hpp);
@@ -92,7 +74,7 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
     }
   };
   for (std::size_t i = 0; i < copies; ++i) call(i);
-  const double seconds = seconds_per_call(repeats, [&](int i) { call(static_cast<std::size_t>(i)); });
+  const double seconds = bench::seconds_per_call(repeats, [&](int i) { call(static_cast<std::size_t>(i)); });
   for (void* w : weights) SITSRT_CUDA_CHECK(cudaFree(w));
   SITSRT_CUDA_CHECK(cudaFree(x));
   SITSRT_CUDA_CHECK(cudaFree(y));
@@ -160,7 +142,7 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split) {
         device(static_cast<std::size_t>(cuda::attention_partials_floats(batch, kHeads, kHeadDim)) * 4, 0));
   }
   for (int i = 0; i < 3; ++i) cuda::launch_attention(a, nullptr);
-  const double seconds = seconds_per_call(20, [&](int) { cuda::launch_attention(a, nullptr); });
+  const double seconds = bench::seconds_per_call(20, [&](int) { cuda::launch_attention(a, nullptr); });
   for (void* p : owned) SITSRT_CUDA_CHECK(cudaFree(p));
   return seconds;
 }
