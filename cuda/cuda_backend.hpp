@@ -1,5 +1,5 @@
 // The CUDA backend: weights uploaded once into one device allocation (in their stored formats, or
-// planar for FP8 / INT4 g128 / Q8_0 / Q4_0), activations, KV blocks and scratch from the
+// planar for FP8 / INT4 g128 / Q8_0 / Q4_0 / Q4_K / Q6_K / F16 / BF16), activations, KV blocks and scratch from the
 // budgeted caching allocator, every kernel and copy ordered on the context's one stream. Nodes
 // run through ops:: (the same validation as the CPU backend) into CudaKernels, decode fusions as
 // one launch each; decode steps replay CUDA graphs (decode_graphs.hpp). Made through
@@ -61,10 +61,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<StagingRing> staging_;
   std::unique_ptr<CudaKernels> kernels_;
   std::unique_ptr<DecodeGraphs> graphs_;                        // null with CudaBackendOptions::graphs off
-  std::vector<ops::AttentionSequenceRef> attention_sequences_;
+  std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
   CudaBackendOptions options_;
-  DecodeFusions
-      fusions_;  // those whose matmuls are all planar, of one format and width  // the current attention node's, reused
+  DecodeFusions fusions_;  // those whose matmuls are all planar, of one format and width
 };
 
 }  // namespace sitsrt::cuda

@@ -1,6 +1,7 @@
 #include "cuda_backend/cuda_check.hpp"
 
 #include "core/check.hpp"
+#include "cuda_backend/kernels/format_dispatch.hpp"
 
 namespace sitsrt::cuda {
 
@@ -24,6 +25,10 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
   }
   raise(code, "cuda: {} failed: {} ({}) at {}:{}", call, cudaGetErrorName(status), cudaGetErrorString(status), file,
         line);
+}
+
+void raise_unsupported_format(DType format, const char* kernel) {
+  raise(ErrorCode::kInternal, "cuda: the {} kernels have no {} instance", kernel, name(format));
 }
 
 }  // namespace sitsrt::cuda

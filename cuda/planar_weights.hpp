@@ -1,10 +1,23 @@
-// The planar device layout of FP8 E4M3, INT4 g128, Q8_0 and Q4_0 weight matrices, made at load
-// from the stored blocks (68, 34 and 18 bytes each, so not 16-byte aligned): every row's codes back
-// to back in one plane, then every row's block scales in a second plane. A lane of the decode
-// kernels then reads 16 byte codes (FP8, Q8_0) or 32 nibbles (INT4, Q4_0: one 32-element block or
-// sub-block in the stored nibble order) with one 16-byte load, and the block's scale from the
-// small plane. Same bytes in total as the stored rows, so a matrix keeps its place in the weight
-// allocation.
+// The planar device layout of weight matrices, made at load from the stored blocks (68, 34, 18,
+// 144 and 210 bytes each, so not 16-byte aligned): every row's codes back to back in one plane,
+// then every row's per-block side data (scales, mins) in a second plane. A lane of the decode
+// kernels reads a unit of codes with 16-byte loads and the unit's side data from the small plane.
+// Same bytes in total as the stored rows, so a matrix keeps its place in the weight allocation.
+//
+//   format      unit: elements / code bytes   side record (bytes) per          codes of a stored block
+//   FP8 E4M3    16 / 16 (byte codes)          f32 scale (4) per 4 units        bytes 4..67 of 68
+//   INT4 g128   32 / 16 (nibbles)             f16 scale | zero << 16 (4) per 4 bytes 4..67 of 68
+//   Q8_0        16 / 16 (byte codes)          f16 scale (2) per 2 units        bytes 2..33 of 34
+//   Q4_0        32 / 16 (nibbles)             f16 scale (2) per unit           bytes 2..17 of 18
+//   Q4_K        32 / 16 (nibbles)             d, dmin, 12 packed bytes (16)    bytes 16..143 of 144
+//                                             per 8 units
+//   Q6_K        64 / 48 (3 loads: 2 of low    16 int8 scales, f16 d (18)       bytes 0..191 of 210
+//               nibbles, 1 of high bit pairs)  per 4 units
+//   F16, BF16   8 / 16                        none                             the row
+//
+// Nibble units keep the stored nibble order: Q4_0 / INT4 g128 byte i holds elements i and i + 16
+// of a 32-element (sub-)block; Q4_K byte i of a 16-byte half of its 32-byte group holds elements
+// i and i + 32 of the group's 64.
 //
 // Host and device share this header (SITSRT_HD); tests/unit/cuda_formats_test.cpp checks on the
 // CPU that planar_element equals decode_element of the stored row, bit for bit.
@@ -14,87 +27,93 @@
 
 namespace sitsrt::cuda {
 
-// Elements that one 16-byte load of codes covers: 16 byte codes, or 32 nibbles (one 32-element
-// block or sub-block, nibble order as stored: byte i holds elements i and i + 16).
-template <DType F>
-inline constexpr int kPlanarChunkElements = F == DType::kFP8_E4M3 || F == DType::kQ8_0 ? 16 : 32;
+// What one unit of a planar format is (table above).
+struct PlanarUnit {
+  int elements = 0;        // elements a unit decodes
+  int code_bytes = 16;     // its codes (16-byte loads)
+  int units_per_side = 0;  // units sharing one side record; 0: no side data
+  int side_bytes = 0;      // bytes of one side record
+  int block_elements = 1;  // elements of one stored block
+  int block_bytes = 0;     // bytes of one stored block
+  int side_offset = 0;     // where the side data starts in a stored block (copied as is, but INT4 g128)
+  int code_offset = 0;     // where the codes start in a stored block
+};
 
-// Whether format F with rows of `cols` elements has the planar layout (rows of whole blocks).
-SITSRT_HD bool planar_supports(DType format, std::int64_t cols) {
+SITSRT_HD PlanarUnit planar_unit(DType format) {
   switch (format) {
     case DType::kFP8_E4M3:
-      return cols > 0 && cols % 64 == 0;
+      return {16, 16, 4, 4, 64, 68, 0, 4};
     case DType::kQ4_G128:
-      return cols > 0 && cols % 128 == 0;
+      return {32, 16, 4, 4, 128, 68, 0, 4};
     case DType::kQ8_0:
+      return {16, 16, 2, 2, 32, 34, 0, 2};
     case DType::kQ4_0:
-      return cols > 0 && cols % 32 == 0;
+      return {32, 16, 1, 2, 32, 18, 0, 2};
+    case DType::kQ4_K:
+      return {32, 16, 8, 16, 256, 144, 0, 16};
+    case DType::kQ6_K:
+      return {64, 48, 4, 18, 256, 210, 192, 0};
+    case DType::kF16:
+    case DType::kBF16:
+      return {8, 16, 0, 0, 1, 2, 0, 0};
     default:
-      return false;
+      return {};
   }
 }
 
-// Plane geometry of an n x cols matrix: codes at data[0, n * code_row_bytes), then the scales,
-// scale_row_bytes per row from data + scales_offset: one per block of chunks_per_scale 16-byte
-// chunks, of scale_bytes each: FP8 the f32 scale (4 bytes, per 64), INT4 g128 the f16 scale in the
-// low half and the zero nibble in bits 16-19 (4 bytes, per 128), Q8_0 / Q4_0 the f16 scale (2
-// bytes, per 32). The same bytes in total as the stored blocks.
+// Whether format F with rows of `cols` elements has the planar layout (rows of whole blocks and
+// of whole units).
+SITSRT_HD bool planar_supports(DType format, std::int64_t cols) {
+  const PlanarUnit u = planar_unit(format);
+  if (u.elements == 0 || cols <= 0) return false;
+  const std::int64_t whole = u.block_elements > u.elements ? u.block_elements : u.elements;
+  return cols % whole == 0;
+}
+
+// Plane geometry of an n x cols matrix: codes at data[0, n * code_row_bytes), units of
+// unit.code_bytes each; then the side records, scale_row_bytes per row from data + scales_offset.
 struct PlanarGeometry {
   std::int64_t code_row_bytes = 0;
   std::int64_t scale_row_bytes = 0;
   std::int64_t scales_offset = 0;
-  int chunks_per_scale = 1;
-  int scale_bytes = 4;
+  std::int64_t units = 0;  // per row
   [[nodiscard]] SITSRT_HD std::int64_t scales_of(std::int64_t row) const {
     return scales_offset + row * scale_row_bytes;
   }
 };
 
 SITSRT_HD PlanarGeometry planar_geometry(DType format, std::int64_t rows, std::int64_t cols) {
+  const PlanarUnit u = planar_unit(format);
   PlanarGeometry g;
-  switch (format) {
-    case DType::kFP8_E4M3:
-      g.code_row_bytes = cols;
-      g.chunks_per_scale = 4;
-      break;
-    case DType::kQ4_G128:
-      g.code_row_bytes = cols / 2;
-      g.chunks_per_scale = 4;
-      break;
-    case DType::kQ8_0:
-      g.code_row_bytes = cols;
-      g.chunks_per_scale = 2;
-      g.scale_bytes = 2;
-      break;
-    default:  // Q4_0
-      g.code_row_bytes = cols / 2;
-      g.chunks_per_scale = 1;
-      g.scale_bytes = 2;
-      break;
-  }
-  g.scale_row_bytes = g.code_row_bytes / 16 / g.chunks_per_scale * g.scale_bytes;
-  g.scales_offset = rows * g.code_row_bytes;  // a multiple of 16: the scale plane stays aligned
+  g.units = cols / u.elements;
+  g.code_row_bytes = g.units * u.code_bytes;
+  g.scale_row_bytes = u.units_per_side == 0 ? 0 : g.units / u.units_per_side * u.side_bytes;
+  g.scales_offset = rows * g.code_row_bytes;  // a multiple of 16: the side plane starts aligned
   return g;
 }
 
 // Moves one stored row (row_bytes(format, cols) bytes) into its place in the planes.
 inline void planar_pack_row(DType format, const std::uint8_t* stored, std::int64_t cols, std::uint8_t* codes,
                             std::uint8_t* scales) {
-  const PlanarGeometry g = planar_geometry(format, 1, cols);
-  const std::int64_t blocks = g.code_row_bytes / 16 / g.chunks_per_scale;
-  const std::int64_t code_bytes = 16 * g.chunks_per_scale;  // per block
-  const std::int64_t stored_bytes = format == DType::kQ8_0 ? 34 : format == DType::kQ4_0 ? 18 : 68;
-  const std::int64_t header = format == DType::kQ8_0 || format == DType::kQ4_0 ? 2 : 4;
+  const PlanarUnit u = planar_unit(format);
+  if (u.units_per_side == 0) {  // float rows: the codes are the row
+    std::memcpy(codes, stored, static_cast<std::size_t>(cols * u.block_bytes));
+    return;
+  }
+  const std::int64_t blocks = cols / u.block_elements;
+  const std::int64_t code_bytes = u.block_bytes - u.side_bytes;  // per block
+  const std::int64_t sides_per_block = u.block_elements / (u.units_per_side * u.elements);
+  const std::int64_t side_bytes = sides_per_block * u.side_bytes;  // the whole block's side data
   for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::uint8_t* block = stored + b * stored_bytes;
+    const std::uint8_t* block = stored + b * u.block_bytes;
     if (format == DType::kQ4_G128) {
       const std::uint32_t word = static_cast<std::uint32_t>(load_u16(block)) | static_cast<std::uint32_t>(block[2] & 15)
                                                                                    << 16;
       std::memcpy(scales + 4 * b, &word, 4);  // little-endian hosts, as the device
     } else {
-      std::memcpy(scales + b * g.scale_bytes, block, static_cast<std::size_t>(g.scale_bytes));
+      std::memcpy(scales + b * side_bytes, block + u.side_offset, static_cast<std::size_t>(side_bytes));
     }
-    std::memcpy(codes + b * code_bytes, block + header, static_cast<std::size_t>(code_bytes));
+    std::memcpy(codes + b * code_bytes, block + u.code_offset, static_cast<std::size_t>(code_bytes));
   }
 }
 
@@ -106,8 +125,33 @@ SITSRT_HD float planar_element(const std::uint8_t* codes, const std::uint8_t* sc
     return bits_float(load_u32(scales + 4 * (e / 64))) * fp8_e4m3_to_float(codes[e]);
   } else if constexpr (F == DType::kQ8_0) {
     return half_to_float(load_u16(scales + 2 * (e / 32))) * static_cast<float>(static_cast<std::int8_t>(codes[e]));
+  } else if constexpr (F == DType::kF16) {
+    return half_to_float(load_u16(codes + 2 * e));
+  } else if constexpr (F == DType::kBF16) {
+    return bf16_to_float(load_u16(codes + 2 * e));
+  } else if constexpr (F == DType::kQ4_K) {
+    // the stored block's d, dmin and packed scales, then its 128 bytes of nibbles
+    const std::uint8_t* side = scales + 16 * (e / 256);
+    const int j = static_cast<int>(e % 256), s = j / 32, l = j % 32;
+    int scale = 0, min = 0;
+    unpack_scale_min_k4(side + 4, s, &scale, &min);
+    const int q = (codes[128 * (e / 256) + 32 * (j / 64) + l] >> (4 * (s % 2))) & 15;
+    const float dl = mul_rn(half_to_float(load_u16(side)), static_cast<float>(scale));
+    const float ml = mul_rn(half_to_float(load_u16(side + 2)), static_cast<float>(min));
+    return mul_rn(dl, static_cast<float>(q)) - ml;
+  } else if constexpr (F == DType::kQ6_K) {
+    // element 128 h + 32 k + l: low nibble (k / 2) of ql[64 h + 32 (k % 2) + l], high bits 2k of
+    // qh[32 h + l] (ql and qh as stored); side: 16 int8 scales, then f16 d
+    const std::uint8_t* block = codes + 192 * (e / 256);
+    const std::uint8_t* side = scales + 18 * (e / 256);
+    const int j = static_cast<int>(e % 256), h = j / 128, k = (j % 128) / 32, l = j % 32;
+    const int low = (block[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+    const int high = (block[128 + 32 * h + l] >> (2 * k)) & 3;
+    const float dl =
+        mul_rn(half_to_float(load_u16(side + 16)), static_cast<float>(static_cast<std::int8_t>(side[j / 16])));
+    return mul_rn(dl, static_cast<float>((low | high << 4) - 32));
   } else {
-    static_assert(F == DType::kQ4_G128 || F == DType::kQ4_0, "planar layout: FP8 E4M3, INT4 g128, Q8_0, Q4_0");
+    static_assert(F == DType::kQ4_G128 || F == DType::kQ4_0, "a planar format (planar_unit)");
     const std::int64_t sub = e / 32;
     const int jj = static_cast<int>(e % 32);
     const std::uint8_t byte = codes[16 * sub + (jj % 16)];

@@ -56,14 +56,18 @@ void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data,
   auto* dst = static_cast<__nv_bfloat16*>(out);
   const auto blocks = static_cast<unsigned>(rows);
   if (planar) {
-    dispatch_planar_format(format, [&]<DType F>() {
-      weights_to_bf16_kernel<F, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
-    });
+    if (!dispatch_planar_format(format, [&]<DType F>() {
+          weights_to_bf16_kernel<F, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+        })) {
+      raise_unsupported_format(format, "planar to BF16");
+    }
     return;
   }
-  dispatch_weight_format(format, [&]<DType F>() {
-    weights_to_bf16_kernel<F, false><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
-  });
+  if (!dispatch_weight_format(format, [&]<DType F>() {
+        weights_to_bf16_kernel<F, false><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+      })) {
+    raise_unsupported_format(format, "weights to BF16");
+  }
 }
 
 void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, void* out,

@@ -6,6 +6,11 @@
 
 namespace sitsrt::cuda {
 
+// Raises sitsrt::Error (kInternal) naming the kernel: a launch for a format its kernel file has no
+// instance of. The backend checks formats at load, so reaching it is a bug (never a silent skip
+// that leaves the output unwritten).
+[[noreturn]] void raise_unsupported_format(DType format, const char* kernel);
+
 // Calls fn.template operator()<F>() for a supported format; false otherwise.
 template <typename Fn>
 bool dispatch_weight_format(DType format, Fn&& fn) {
@@ -57,7 +62,8 @@ bool dispatch_weight_format(DType format, Fn&& fn) {
 // The formats of the planar layout (planar_weights.hpp).
 template <DType F>
 inline constexpr bool kPlanarFormat =
-    F == DType::kFP8_E4M3 || F == DType::kQ4_G128 || F == DType::kQ8_0 || F == DType::kQ4_0;
+    F == DType::kFP8_E4M3 || F == DType::kQ4_G128 || F == DType::kQ8_0 || F == DType::kQ4_0 || F == DType::kQ4_K ||
+    F == DType::kQ6_K || F == DType::kF16 || F == DType::kBF16;
 
 // dispatch_weight_format for the planar formats only; false for the others.
 template <typename Fn>

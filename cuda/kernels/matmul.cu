@@ -93,14 +93,19 @@ bool kernel_supports(DType format) noexcept {
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
                    const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
-  dispatch_weight_format(format, [&]<DType F>() { launch_matmul_format<F>(w, row_bytes, n, k, x, ldx, m, y, ldy, stream); });
+  if (!dispatch_weight_format(
+          format, [&]<DType F>() { launch_matmul_format<F>(w, row_bytes, n, k, x, ldx, m, y, ldy, stream); })) {
+    raise_unsupported_format(format, "matmul");
+  }
 }
 
 void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
                   const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream) {
   if (rows <= 0) return;
-  dispatch_weight_format(format,
-                  [&]<DType F>() { launch_embed_format<F>(table, row_bytes, cols, ids, rows, out, ldo, stream); });
+  if (!dispatch_weight_format(
+          format, [&]<DType F>() { launch_embed_format<F>(table, row_bytes, cols, ids, rows, out, ldo, stream); })) {
+    raise_unsupported_format(format, "embedding");
+  }
 }
 
 }  // namespace sitsrt::cuda

@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -37,7 +38,9 @@ using namespace sitsrt;
 
 namespace {
 
-// Device memory for a test: filled from the host, or poisoned with NaN (0xff bytes).
+// Device memory for a test: filled from the host, or poisoned with NaN (0xff bytes). Both wait for
+// the device, so kernels on any stream (the backend's is non-blocking, unordered with the legacy
+// stream these copies use) see the contents.
 template <typename T>
 class DeviceArray {
  public:
@@ -49,9 +52,13 @@ class DeviceArray {
   ~DeviceArray() { static_cast<void>(cudaFree(ptr_)); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
-  void poison() { SITSRT_CUDA_CHECK(cudaMemset(ptr_, 0xff, n_ * sizeof(T))); }
+  void poison() {
+    SITSRT_CUDA_CHECK(cudaMemset(ptr_, 0xff, n_ * sizeof(T)));
+    SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   void upload(const std::vector<T>& host) {
     SITSRT_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   [[nodiscard]] std::vector<T> download() const {
     SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -104,7 +111,7 @@ void check_matmul(const std::vector<float>& y, std::int64_t ldy, const std::vect
   check_close(got, want, 1e-6, scale, 2e-6, what);
 }
 
-// Stored rows -> the planar layout the backend uploads FP8 / INT4 g128 matrices in.
+// Stored rows -> the planar layout the backend uploads planar formats in.
 std::vector<std::uint8_t> planar_matrix(DType format, const std::vector<std::uint8_t>& stored, std::int64_t rows,
                                         std::int64_t cols) {
   const cuda::PlanarGeometry g = cuda::planar_geometry(format, rows, cols);
@@ -157,8 +164,8 @@ TEST_CASE("cuda matmul of every format equals the double reference of its decode
 TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(102);
-  for (const DType format : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                             DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ6_K}) {
+  for (const DType format : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                             DType::kQ5_0, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ6_K}) {
     const std::int64_t vocab = 50, cols = 512;
     const std::size_t stride = row_bytes(format, cols);
     std::vector<std::uint8_t> table(stride * vocab);
@@ -169,7 +176,7 @@ TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly"
     const std::vector<std::int32_t> ids = {3, 49, 0, 17, 17, 8};
     DeviceArray<std::int32_t> di(ids);
     const auto count = static_cast<std::int64_t>(ids.size());
-    // the stored blocks, and for FP8 / INT4 g128 also the planar layout the backend uploads
+    // the stored blocks, and for the planar formats also the planar layout the backend uploads
     for (const bool planar : {false, true}) {
       if (planar && !cuda::planar_supports(format, cols)) continue;
       DeviceArray<std::uint8_t> dt(planar ? planar_matrix(format, table, vocab, cols) : table);
@@ -191,7 +198,7 @@ TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly"
   }
 }
 
-TEST_CASE("cuda planar FP8 / INT4 g128 / Q8_0 / Q4_0 matmul equals the double reference of the decoded weights",
+TEST_CASE("cuda planar matmul (every planar format) equals the double reference of the decoded weights",
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(104);
@@ -199,8 +206,9 @@ TEST_CASE("cuda planar FP8 / INT4 g128 / Q8_0 / Q4_0 matmul equals the double re
     std::int64_t n, k;
     std::vector<std::int64_t> ms;
   };
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0}) {
-    const std::int64_t block = traits(format).block_size;
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
+                             DType::kF16, DType::kBF16}) {
+    const std::int64_t block = std::max<std::int64_t>(traits(format).block_size, 8);  // floats: units of 8
     // odd output counts (a partial last block of outputs), one and several chunks per thread
     for (const Shape& shape : {Shape{67, block, {1, 2, 3, 5, 8, 11, 16}}, Shape{5, 3 * block, {1, 4, 9}},
                                Shape{1029, 4096, {1, 16}}, Shape{130, 14336, {1, 7}}}) {

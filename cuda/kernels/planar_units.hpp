@@ -1,0 +1,377 @@
+// One unit of a planar weight row (planar_weights.hpp) as a lane of the decode kernels reads it:
+// its 16-byte code loads, its side data (scales, mins), and the products of its decoded weights
+// with kRows rows of x accumulated into per-output sums. planar_matmul.cu runs these for kOutputs
+// weight rows at a time, so one load of x serves every row it holds.
+//
+// Codes become floats without the F2F pipe: FP8 through cvt e4m3x2 -> f16x2 and f16 -> f32
+// adds; nibble and byte codes through a byte permute into the float 2^23 + q and one exact
+// subtraction. Every weight is the float decode_element gives (each product and difference
+// rounded once, as the CPU's dequantize_row), so each product with x equals the reference's.
+//
+// Device code under nvcc; plain C++ otherwise, with each intrinsic replaced by its exact host
+// equivalent, so the CPU test suite runs this very lane logic (tests/unit/cuda_planar_lanes_test.cpp).
+#pragma once
+
+#include "cuda_backend/planar_weights.hpp"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#define SITSRT_LANE __device__ inline
+#define SITSRT_UNROLL _Pragma("unroll")
+#else
+#include <cmath>
+#include <cstring>
+#define SITSRT_LANE inline
+#define SITSRT_UNROLL
+#endif
+
+namespace sitsrt::cuda::planar {
+
+#if !defined(__CUDACC__)
+struct uint4 {
+  std::uint32_t x, y, z, w;
+};
+struct float4 {
+  float x, y, z, w;
+};
+#endif
+
+inline constexpr float kTwo23 = 8388608.0f;
+
+// 16 bytes of weights, read once: bypass L1 (x lives there), no coherence needed (read-only).
+SITSRT_LANE uint4 load_weights(const std::uint8_t* p) {
+  uint4 v;
+#if defined(__CUDACC__)
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  std::memcpy(&v, p, sizeof v);
+#endif
+  return v;
+}
+
+// A read-only load through the texture path (__ldg) of a T at p (aligned for T).
+template <typename T>
+SITSRT_LANE T load_ro(const T* p) {
+#if defined(__CUDACC__)
+  return __ldg(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+template <bool kVector>
+SITSRT_LANE float4 load_x4(const float* p) {
+  if constexpr (kVector) {
+    return load_ro(reinterpret_cast<const float4*>(p));
+  } else {
+    return float4{load_ro(p), load_ro(p + 1), load_ro(p + 2), load_ro(p + 3)};
+  }
+}
+
+SITSRT_LANE std::uint32_t word_of(const uint4& v, int t) {
+  return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
+}
+
+SITSRT_LANE std::uint32_t byte_of(const uint4& v, int b) {
+  return (word_of(v, b >> 2) >> (8 * (b & 3))) & 0xffu;
+}
+
+SITSRT_LANE float half_bits_to_float(std::uint32_t bits) {
+#if defined(__CUDACC__)
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+#else
+  return half_to_float(static_cast<std::uint16_t>(bits & 0xffffu));
+#endif
+}
+
+SITSRT_LANE float as_float(std::uint32_t bits) {
+#if defined(__CUDACC__)
+  return __uint_as_float(bits);
+#else
+  return bits_float(bits);
+#endif
+}
+
+// Byte i of w under the exponent byte 0x4b: the float 2^23 + byte, exactly.
+SITSRT_LANE float biased_byte(std::uint32_t w, int i) {
+#if defined(__CUDACC__)
+  return __uint_as_float(__byte_perm(w, 0x4b000000u, static_cast<std::uint32_t>(0x7440 | i)));
+#else
+  return bits_float(0x4b000000u | ((w >> (8 * i)) & 0xffu));
+#endif
+}
+
+// Products and differences rounded once each (never contracted into an fma).
+SITSRT_LANE float mul1(float a, float b) {
+#if defined(__CUDACC__)
+  return mul1(a, b);
+#else
+  return mul_rn(a, b);
+#endif
+}
+SITSRT_LANE float sub1(float a, float b) {
+#if defined(__CUDACC__)
+  return sub1(a, b);
+#else
+  return add_rn(a, -b);
+#endif
+}
+
+SITSRT_LANE float dot4(const float w[4], const float4& x, float acc) {
+  acc = std::fma(w[0], x.x, acc);
+  acc = std::fma(w[1], x.y, acc);
+  acc = std::fma(w[2], x.z, acc);
+  return std::fma(w[3], x.w, acc);
+}
+
+template <DType F>
+inline constexpr int kLoads = F == DType::kQ6_K ? 3 : 1;  // 16-byte code loads per unit
+
+// The side data of a unit as loaded: a scale word (FP8: f32; INT4 g128: f16 | zero << 16; Q8_0,
+// Q4_0: f16), the Q4_K super-block header (d, dmin, 12 packed bytes), the Q6_K unit's four int8
+// scales (byte k) and d, nothing for floats.
+template <DType F>
+struct Side {
+  std::uint32_t word = 0;
+};
+template <>
+struct Side<DType::kQ4_K> {
+  uint4 header;
+};
+template <>
+struct Side<DType::kQ6_K> {
+  std::uint32_t scales;
+  std::uint32_t d;
+};
+
+// Unit u of a row: codes (row_codes: the row in the code plane), side data (row_side: the row in
+// the side plane). Q6_K unit u is (super-block u / 4, half h = u % 4 / 2 of 128, l-range lh = u % 2
+// of 16): its low nibbles at 64 h + 16 lh and 64 h + 32 + 16 lh, its high bit pairs at
+// 128 + 32 h + 16 lh of the super-block's 192 code bytes.
+template <DType F>
+SITSRT_LANE void load_codes(const std::uint8_t* row_codes, std::int64_t u, uint4 (&w)[kLoads<F>]) {
+  if constexpr (F == DType::kQ6_K) {
+    const std::uint8_t* block = row_codes + 192 * (u / 4);
+    const int h = static_cast<int>(u % 4) / 2, lh = static_cast<int>(u % 2);
+    w[0] = load_weights(block + 64 * h + 16 * lh);
+    w[1] = load_weights(block + 64 * h + 32 + 16 * lh);
+    w[2] = load_weights(block + 128 + 32 * h + 16 * lh);
+  } else {
+    w[0] = load_weights(row_codes + 16 * u);
+  }
+}
+
+template <DType F>
+SITSRT_LANE Side<F> load_side(const std::uint8_t* row_side, std::int64_t u) {
+  Side<F> s;
+  if constexpr (F == DType::kFP8_E4M3 || F == DType::kQ4_G128) {
+    s.word = load_ro(reinterpret_cast<const std::uint32_t*>(row_side) + u / 4);
+  } else if constexpr (F == DType::kQ8_0) {
+    s.word = load_ro(reinterpret_cast<const unsigned short*>(row_side) + u / 2);
+  } else if constexpr (F == DType::kQ4_0) {
+    s.word = load_ro(reinterpret_cast<const unsigned short*>(row_side) + u);
+  } else if constexpr (F == DType::kQ4_K) {
+    s.header = load_ro(reinterpret_cast<const uint4*>(row_side) + u / 8);
+  } else if constexpr (F == DType::kQ6_K) {
+    // scales of sub-blocks 8 h + 2 k + lh (k = 0..3): byte lh of the 16-bit words 4 h + k of
+    // the record (18 bytes, at an even offset); d at bytes 16-17
+    const auto* words = reinterpret_cast<const unsigned short*>(row_side + 18 * (u / 4));
+    const int h = static_cast<int>(u % 4) / 2, lh = static_cast<int>(u % 2);
+    s.scales = 0;
+    SITSRT_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      s.scales |= ((static_cast<std::uint32_t>(load_ro(words + 4 * h + k)) >> (8 * lh)) & 0xffu) << (8 * k);
+    }
+    s.d = load_ro(words + 8);
+  }
+  return s;
+}
+
+// Q4_K sub-block s's 6-bit scale and min from the header's packed bytes 4..15
+// (unpack_scale_min_k4 on registers).
+SITSRT_LANE void q4k_scale_min(const uint4& header, int s, int* scale, int* min) {
+  const auto packed = [&](int i) { return static_cast<int>(byte_of(header, 4 + i)); };
+  if (s < 4) {
+    *scale = packed(s) & 63;
+    *min = packed(s + 4) & 63;
+  } else {
+    *scale = (packed(s + 4) & 0x0F) | ((packed(s - 4) >> 6) << 4);
+    *min = (packed(s + 4) >> 4) | ((packed(s) >> 6) << 4);
+  }
+}
+
+// Four E4M3 codes (little-endian in w) times the block scale d, each product rounded once.
+SITSRT_LANE void decode_fp8x4(std::uint32_t w, float d, float out[4]) {
+#if defined(__CUDACC__)
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3);
+  const float2 a = __half22float2(__half2(lo));
+  const float2 b = __half22float2(__half2(hi));
+  const float codes[4] = {a.x, a.y, b.x, b.y};
+#else
+  float codes[4];
+  for (int i = 0; i < 4; ++i) codes[i] = fp8_e4m3_to_float(static_cast<std::uint8_t>(w >> (8 * i)));
+#endif
+  for (int i = 0; i < 4; ++i) out[i] = mul1(d, codes[i]);
+}
+
+// Four int8 codes times d: byte ^ 0x80 is q + 128, so 2^23 + 128 + q, minus 2^23 + 128.
+SITSRT_LANE void decode_q8x4(std::uint32_t w, float d, float out[4]) {
+  const std::uint32_t biased = w ^ 0x80808080u;
+  SITSRT_UNROLL
+  for (int i = 0; i < 4; ++i) out[i] = mul1(d, sub1(biased_byte(biased, i), kTwo23 + 128.0f));
+}
+
+// Eight nibbles of a word: low nibbles and high nibbles, each d * (q - zero) (bias = 2^23 + zero).
+SITSRT_LANE void decode_q4x8(std::uint32_t w, float d, float bias, float low[4], float high[4]) {
+  const std::uint32_t l = w & 0x0f0f0f0fu, h = (w >> 4) & 0x0f0f0f0fu;
+  SITSRT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    low[i] = mul1(d, sub1(biased_byte(l, i), bias));
+    high[i] = mul1(d, sub1(biased_byte(h, i), bias));
+  }
+}
+
+// Q4_K: eight nibbles as (d * scale) * q - (dmin * min), low nibbles of sub-block s, high of s + 1.
+SITSRT_LANE void decode_q4k8(std::uint32_t w, float dl_low, float ml_low, float dl_high, float ml_high, float low[4],
+                             float high[4]) {
+  const std::uint32_t l = w & 0x0f0f0f0fu, h = (w >> 4) & 0x0f0f0f0fu;
+  SITSRT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    low[i] = sub1(mul1(dl_low, sub1(biased_byte(l, i), kTwo23)), ml_low);
+    high[i] = sub1(mul1(dl_high, sub1(biased_byte(h, i), kTwo23)), ml_high);
+  }
+}
+
+// Adds the unit's products with rows [0, kRows) of x (x: the tile's first row, ldx apart) to
+// acc[o][r], for kOutputs weight rows (w[o], s[o]) at once: each x load serves every output.
+template <DType F, int kOutputs, int kRows, bool kVector>
+SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], const float* x,
+                                 std::int64_t ldx, std::int64_t u, float (&acc)[kOutputs][kRows]) {
+  if constexpr (F == DType::kFP8_E4M3 || F == DType::kQ8_0) {  // 16 byte codes: elements 16 u + 4 t + i
+    SITSRT_UNROLL
+    for (int t = 0; t < 4; ++t) {
+      float wf[kOutputs][4];
+      SITSRT_UNROLL
+      for (int o = 0; o < kOutputs; ++o) {
+        if constexpr (F == DType::kFP8_E4M3) {
+          decode_fp8x4(word_of(w[o][0], t), as_float(s[o].word), wf[o]);
+        } else {
+          decode_q8x4(word_of(w[o][0], t), half_bits_to_float(s[o].word), wf[o]);
+        }
+      }
+      SITSRT_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const float4 xv = load_x4<kVector>(x + r * ldx + 16 * u + 4 * t);
+        SITSRT_UNROLL
+        for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
+      }
+    }
+  } else if constexpr (F == DType::kQ4_0 || F == DType::kQ4_G128 || F == DType::kQ4_K) {
+    // word t: low nibbles elements base + 4 t + i, high nibbles base + kHigh + 4 t + i
+    constexpr int kHigh = F == DType::kQ4_K ? 32 : 16;
+    const std::int64_t base = F == DType::kQ4_K ? 64 * (u / 2) + 16 * (u % 2) : 32 * u;
+    float dl[kOutputs][2], ml[kOutputs][2];
+    SITSRT_UNROLL
+    for (int o = 0; o < kOutputs; ++o) {
+      if constexpr (F == DType::kQ4_K) {  // sub-blocks 2 g and 2 g + 1 of the super-block, g = u % 8 / 2
+        const float d = half_bits_to_float(s[o].header.x), dmin = half_bits_to_float(s[o].header.x >> 16);
+        const int sub = 2 * (static_cast<int>(u % 8) / 2);
+        SITSRT_UNROLL
+        for (int i = 0; i < 2; ++i) {
+          int scale = 0, min = 0;
+          q4k_scale_min(s[o].header, sub + i, &scale, &min);
+          dl[o][i] = mul1(d, static_cast<float>(scale));
+          ml[o][i] = mul1(dmin, static_cast<float>(min));
+        }
+      } else {  // INT4 g128: the zero nibble in bits 16-19; Q4_0: zero 8
+        dl[o][0] = half_bits_to_float(s[o].word);
+        ml[o][0] = kTwo23 + (F == DType::kQ4_G128 ? static_cast<float>((s[o].word >> 16) & 15u) : 8.0f);
+      }
+    }
+    SITSRT_UNROLL
+    for (int t = 0; t < 4; ++t) {
+      float low[kOutputs][4], high[kOutputs][4];
+      SITSRT_UNROLL
+      for (int o = 0; o < kOutputs; ++o) {
+        if constexpr (F == DType::kQ4_K) {
+          decode_q4k8(word_of(w[o][0], t), dl[o][0], ml[o][0], dl[o][1], ml[o][1], low[o], high[o]);
+        } else {
+          decode_q4x8(word_of(w[o][0], t), dl[o][0], ml[o][0], low[o], high[o]);
+        }
+      }
+      SITSRT_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const float* xr = x + r * ldx + base + 4 * t;
+        const float4 xl = load_x4<kVector>(xr), xh = load_x4<kVector>(xr + kHigh);
+        SITSRT_UNROLL
+        for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(high[o], xh, dot4(low[o], xl, acc[o][r]));
+      }
+    }
+  } else if constexpr (F == DType::kQ6_K) {
+    // element 128 h + 32 k + 16 lh + 4 t + i: low nibble (k / 2) of w[k % 2] word t, high bits
+    // 2k of w[2] word t; (d * scale_k) * (q - 32)
+    const int h = static_cast<int>(u % 4) / 2, lh = static_cast<int>(u % 2);
+    const std::int64_t base = 256 * (u / 4) + 128 * h + 16 * lh;
+    SITSRT_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      float dl[kOutputs];
+      SITSRT_UNROLL
+      for (int o = 0; o < kOutputs; ++o) {
+        const auto scale = static_cast<std::int8_t>((s[o].scales >> (8 * k)) & 0xffu);
+        dl[o] = mul1(half_bits_to_float(s[o].d), static_cast<float>(scale));
+      }
+      SITSRT_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        float wf[kOutputs][4];
+        SITSRT_UNROLL
+        for (int o = 0; o < kOutputs; ++o) {
+          const std::uint32_t low = (word_of(w[o][k % 2], t) >> (4 * (k / 2))) & 0x0f0f0f0fu;
+          const std::uint32_t high = ((word_of(w[o][2], t) >> (2 * k)) & 0x03030303u) << 4;
+          SITSRT_UNROLL
+          for (int i = 0; i < 4; ++i) wf[o][i] = mul1(dl[o], sub1(biased_byte(low | high, i), kTwo23 + 32.0f));
+        }
+        SITSRT_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const float4 xv = load_x4<kVector>(x + r * ldx + base + 32 * k + 4 * t);
+          SITSRT_UNROLL
+          for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
+        }
+      }
+    }
+  } else {
+    static_assert(F == DType::kF16 || F == DType::kBF16, "a planar format (planar_unit)");
+    // eight 16-bit floats: elements 8 u + 4 p + i from words 2 p and 2 p + 1
+    SITSRT_UNROLL
+    for (int p = 0; p < 2; ++p) {
+      float wf[kOutputs][4];
+      SITSRT_UNROLL
+      for (int o = 0; o < kOutputs; ++o) {
+        SITSRT_UNROLL
+        for (int i = 0; i < 2; ++i) {
+          const std::uint32_t word = word_of(w[o][0], 2 * p + i);
+          if constexpr (F == DType::kF16) {
+            wf[o][2 * i] = half_bits_to_float(word);
+            wf[o][2 * i + 1] = half_bits_to_float(word >> 16);
+          } else {
+            wf[o][2 * i] = as_float(word << 16);
+            wf[o][2 * i + 1] = as_float(word & 0xffff0000u);
+          }
+        }
+      }
+      SITSRT_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const float4 xv = load_x4<kVector>(x + r * ldx + 8 * u + 4 * p);
+        SITSRT_UNROLL
+        for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
+      }
+    }
+  }
+}
+
+}  // namespace sitsrt::cuda::planar
