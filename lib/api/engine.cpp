@@ -83,7 +83,7 @@ ops::KvType kv_type_of(KvCacheType t) {
 // K and V types from the options; quantized sides are stored Hadamard-rotated when asked and the
 // head size allows (a power of two): rotation spreads outlier channels over the head, lowering
 // the quantization error (docs/serving.md has the measurements).
-KvCacheLayout kv_layout_for(const EngineOptions& o, const ModelSpec& spec) {
+KvCacheLayout kv_layout_for(const EngineOptions& o, const ModelSpec& spec, const BackendInfo& backend) {
   KvCacheLayout l;
   l.n_kv_heads = spec.n_head_kv;
   l.head_dim = spec.head_dim;
@@ -93,7 +93,8 @@ KvCacheLayout kv_layout_for(const EngineOptions& o, const ModelSpec& spec) {
   const auto quantized = [](ops::KvType t) { return t == ops::KvType::kInt8 || t == ops::KvType::kInt4; };
   l.k_rotated = o.kv_hadamard && pow2 && quantized(l.k_type);
   l.v_rotated = o.kv_hadamard && pow2 && quantized(l.v_type);
-  if (quantized(l.k_type) || quantized(l.v_type)) l.recent_window = o.kv_recent_window;
+  // A backend without the window's kernels (CUDA) runs without it; the label shows what runs.
+  if ((quantized(l.k_type) || quantized(l.v_type)) && backend.exact_recent_window) l.recent_window = o.kv_recent_window;
   return l;
 }
 
@@ -184,7 +185,7 @@ struct Engine::Impl {
     }
     context_length = requested > 0 ? requested : std::min(spec.n_ctx_train, kDefaultContextCap);
     const DType kv_type = options.kv_cache_type == KvCacheType::kF32 ? DType::kF32 : DType::kF16;  // graph costs
-    kv_layout = kv_layout_for(options, spec);
+    kv_layout = kv_layout_for(options, spec, backend->info());
     ModelGraphOptions graph_options;
     graph_options.kv_type = kv_type;
     if (options.rope_style != RopeStyleOption::kAuto) graph_options.rope_neox = options.rope_style == RopeStyleOption::kNeox;

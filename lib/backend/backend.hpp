@@ -82,6 +82,7 @@ struct BackendInfo {
   bool int8_activations = false;  // decode matmuls quantize their input rows to int8
   bool decode_fusion = false;     // one-row steps run fused matmul groups
   bool head_major_kv = false;     // its KV pools store blocks head by head (ops::KvLayerRef)
+  bool exact_recent_window = false;  // attends int8/int4 KV's f16 recent window (ops::KvLayerRef::recent_window)
   std::uint64_t memory_bytes = 0;  // device memory (CPU: physical RAM); 0: unknown
 };
 

@@ -76,6 +76,7 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
   info_.int8_activations = ctx_.int8_activations();
   info_.decode_fusion = options.decode_fusion;
   info_.head_major_kv = true;  // attention reads each kv head's positions as one run per block
+  info_.exact_recent_window = true;
   info_.memory_bytes = physical_memory_bytes();
 }
 
