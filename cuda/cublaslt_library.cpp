@@ -29,14 +29,16 @@ Loaded load_library() {
   std::string candidates[] = {soname, "", "/usr/local/cuda/lib64/" + soname};
   if (const char* home = std::getenv("CUDA_HOME")) candidates[1] = std::string(home) + "/lib64/" + soname;
   void* library = nullptr;
+  std::string errors;  // each candidate's reason, so a failed load says where it looked
   for (const std::string& name : candidates) {
     if (name.empty()) continue;
     library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (library != nullptr) break;
+    const char* error = dlerror();
+    errors += "; " + name + ": " + (error != nullptr ? error : "not found");
   }
   if (library == nullptr) {
-    const char* error = dlerror();
-    out.why = soname + " could not be loaded" + (error != nullptr ? std::string(": ") + error : std::string());
+    out.why = soname + " could not be loaded" + errors;
     return out;
   }
   CublasLt& a = out.api;

@@ -116,7 +116,7 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
       raise(ErrorCode::kInvalidModel, "weight '{}': {} bytes, expected {}", w.name, bytes.size(), need);
     std::byte* dst = weights_memory_ + offsets[id];
     const bool planar = uses.decoded[id] && planar_supports(w.type, w.dims[0]);
-    if (planar) {  // FP8 / INT4 g128: the planes the decode kernels read 16 bytes at a time
+    if (planar) {  // the planes the decode kernels read 16 bytes at a time
       planar_staging.resize(need);
       const PlanarGeometry g = planar_geometry(w.type, weight_rows(w), w.dims[0]);
       const auto* stored = reinterpret_cast<const std::uint8_t*>(bytes.data());
@@ -124,9 +124,12 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
         planar_pack_row(w.type, stored + static_cast<std::size_t>(r) * stride, w.dims[0],
                         planar_staging.data() + r * g.code_row_bytes, planar_staging.data() + g.scales_of(r));
       }
-      SITSRT_CUDA_CHECK(cudaMemcpy(dst, planar_staging.data(), need, cudaMemcpyHostToDevice));
+      // On the context's stream, which owns the stream-ordered allocation and runs every kernel
+      // (a plain cudaMemcpy goes on the legacy stream, unordered with this non-blocking one). From
+      // pageable memory the call returns once the source is staged, so the buffers may be reused.
+      SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, planar_staging.data(), need, cudaMemcpyHostToDevice, context_.stream()));
     } else {
-      SITSRT_CUDA_CHECK(cudaMemcpy(dst, bytes.data(), need, cudaMemcpyHostToDevice));
+      SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, bytes.data(), need, cudaMemcpyHostToDevice, context_.stream()));
     }
     DeviceWeight dw{reinterpret_cast<const std::uint8_t*>(dst),
                     w.type,
@@ -143,6 +146,7 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
     source.release(w);
     if (progress) progress(total ? static_cast<double>(offsets[id] + need) / static_cast<double>(total) : 1.0);
   }
+  context_.synchronize();  // the weights are in place before bind_weights returns
   report.bytes = total;
   report.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
@@ -152,16 +156,19 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
   // Decode fusions run as one planar launch: every matmul of the fusion planar, of one format
   // and input width (SwiGLU: gate and up of one size); the others run node by node. A fused
   // matmul launch's blocks write while others still read x, so nothing it writes may be x's
-  // memory. Rope pairs (in place, each row by one block) always fuse.
+  // memory, not even part of it. Rope pairs (in place, each row by one block) always fuse.
   fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
-  const auto offset = [&](graph::ValueId id) { return plan.offsets[static_cast<std::size_t>(id)]; };
+  const auto overlaps = [&](graph::ValueId a, graph::ValueId b) {
+    const auto i = static_cast<std::size_t>(a), j = static_cast<std::size_t>(b);
+    return plan.offsets[i] < plan.offsets[j] + plan.sizes[j] && plan.offsets[j] < plan.offsets[i] + plan.sizes[i];
+  };
   for (const Fusion& fusion : fusions_.fusions) {
     const DeviceWeight* first = nullptr;
     bool fusable = true;
-    const std::size_t input = offset(graph.nodes()[fusion.nodes[0]].inputs[0]);
+    const graph::ValueId input = graph.nodes()[fusion.nodes[0]].inputs[0];
     for (const std::size_t n : fusion.nodes) {
       const graph::Node& node = graph.nodes()[n];
-      fusable = fusable && (fusion.kind == FusionKind::kRopePair || offset(node.output) != input);
+      fusable = fusable && (fusion.kind == FusionKind::kRopePair || !overlaps(node.output, input));
       if (node.op != graph::OpKind::kMatMul) continue;
       const DeviceWeight& w = weights_[static_cast<std::size_t>(node.weights[0])];
       if (first == nullptr) first = &w;
@@ -178,6 +185,13 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
       raise(ErrorCode::kUnsupported, "cuda: attention with head_dim {} (layer {}); the kernels take up to {}",
             node.attrs.head_dim, node.layer, kMaxHeadDim);
     }
+    // The split partials now, before the KV pool takes what the budget leaves (a first decode
+    // step must not run out of memory for them).
+    ops::AttentionShape shape;
+    shape.n_heads = node.attrs.n_heads;
+    shape.n_kv_heads = node.attrs.n_kv_heads;
+    shape.head_dim = node.attrs.head_dim;
+    kernels_->reserve_attention_partials(shape);
   }
 }
 
@@ -238,7 +252,8 @@ MemoryUsage CudaBackend::memory() const {
 
 GraphCounters CudaBackend::graph_counters() const {
   if (graphs_ == nullptr) return {};
-  return {graphs_->stats().captures, graphs_->stats().replays};
+  const DecodeGraphStats stats = graphs_->stats();  // atomics: queue_stats reads from any thread
+  return {stats.captures, stats.replays};
 }
 
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {

@@ -199,7 +199,12 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
                                 const ops::TensorRef* residual, const ops::TensorRef* out) {
   if (!launching_ || matmuls.empty()) return;
   std::array<PlanarTarget, kMaxPlanarTargets> targets{};
-  const std::size_t count = std::min<std::size_t>(matmuls.size(), kMaxPlanarTargets);
+  const std::size_t count = matmuls.size();
+  if (count > kMaxPlanarTargets || (epilogue == PlanarEpilogue::kSwiGlu && count != 2) ||
+      (epilogue == PlanarEpilogue::kAdd && (count != 1 || residual == nullptr || out == nullptr))) {
+    raise(ErrorCode::kInternal, "cuda: a fused launch of {} matmuls with epilogue {}", count,
+          static_cast<int>(epilogue));
+  }
   const DeviceWeight* first = nullptr;
   for (std::size_t i = 0; i < count; ++i) {
     const DeviceWeight& w = weights_.at(matmuls[i].weight);
@@ -209,6 +214,14 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
       raise(ErrorCode::kInternal, "cuda: a fused matmul of weight #{} does not fit its group", matmuls[i].weight);
     }
     targets[i] = {w.data, w.rows, f32(matmuls[i].y), matmuls[i].y.ld};
+  }
+  // The epilogue's operands: the outputs' shape (SwiGLU: gate and up alike).
+  const auto same_shape = [&](const ops::TensorRef* t) {
+    return t != nullptr && t->rows == x.rows && t->cols == matmuls[0].y.cols;
+  };
+  if ((epilogue == PlanarEpilogue::kSwiGlu && (matmuls[1].y.cols != matmuls[0].y.cols || !same_shape(out))) ||
+      (epilogue == PlanarEpilogue::kAdd && (!same_shape(residual) || !same_shape(out)))) {
+    raise(ErrorCode::kInternal, "cuda: a fused matmul epilogue's operands do not match its outputs");
   }
   PlanarEpilogueArgs e;
   e.kind = epilogue;
@@ -235,6 +248,10 @@ void CudaKernels::rope_pair(const ops::TensorRef& a, std::int64_t a_heads, const
                             std::int64_t b_heads, std::span<const std::int32_t> positions, const graph::RopeAttrs& r,
                             const ops::WeightRef* freq_factors) {
   if (a.rows != b.rows) raise(ErrorCode::kInternal, "rope pair: {} and {} rows", a.rows, b.rows);
+  if (a.cols != a_heads * r.head_dim || b.cols != b_heads * r.head_dim) {
+    raise(ErrorCode::kInvalidArgument, "rope pair: {} and {} columns for {} and {} heads of {}", a.cols, b.cols,
+          a_heads, b_heads, r.head_dim);
+  }
   RopeTargets targets;
   targets.t[0] = {f32(a), a.ld, a_heads};
   targets.t[1] = {f32(b), b.ld, b_heads};
@@ -250,6 +267,9 @@ void CudaKernels::rope_targets(const RopeTargets& targets, std::int64_t rows, st
   if (!(r.freq_base > 0.0f)) raise(ErrorCode::kInvalidArgument, "rope: freq_base {} <= 0", r.freq_base);
   if (r.scaling == graph::RopeScaling::kYarn && !(r.original_context > 0.0f && r.freq_scale > 0.0f)) {
     raise(ErrorCode::kInvalidArgument, "rope: YaRN needs original_context > 0 and freq_scale > 0");
+  }
+  if (static_cast<std::int64_t>(positions.size()) != rows) {
+    raise(ErrorCode::kInvalidArgument, "rope: {} positions for {} rows", positions.size(), rows);
   }
   const RopeFrequencies& f = rope_frequencies(r, freq_factors);
   const std::vector<double>& inv_freq = f.inv_freq;
@@ -362,8 +382,8 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   }
   // The staged kernels copy one head's slice of each row: int4 scale codes (one per 32 values)
   // belong to one head only when heads are whole groups.
-  a.staged_direct = !int4 || shape.head_dim % kv_int4::kGroup == 0;
-  if (a.staged_direct) a.partials = attention_partials(q.rows, shape);
+  a.staged = !int4 || shape.head_dim % kv_int4::kGroup == 0;
+  if (a.staged) a.partials = attention_partials(q.rows, shape);
   launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
 }

@@ -28,7 +28,7 @@ struct DeviceWeight {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   std::int64_t row_bytes = 0;
-  bool planar = false;           // FP8 / INT4 g128 in the planar layout (planar_weights.hpp)
+  bool planar = false;           // in the planar layout (planar_weights.hpp)
   std::vector<float> host_copy;  // f32 vectors the host needs (rope frequency factors)
 };
 
@@ -53,6 +53,11 @@ class CudaKernels final : public ops::OpKernels {
   [[nodiscard]] std::uint64_t constants_generation() const noexcept { return constants_generation_; }
 
   // Whether a matmul of `rows` rows takes the planar decode kernels (not the prefill GEMM).
+  // Allocates the flash-decoding partials for attention of this shape (the backend's prepare, so
+  // the first decode step finds them in place).
+  void reserve_attention_partials(const ops::AttentionShape& shape) {
+    static_cast<void>(attention_partials(kAttentionSplitMaxRows, shape));
+  }
   [[nodiscard]] bool planar_rows(std::int64_t rows) const noexcept {
     return batch_invariant_ || rows < PrefillGemm::kMinRows;
   }

@@ -92,7 +92,9 @@ bool DecodeGraphs::capture(Entry& entry, CudaKernels& kernels, const std::functi
       static_cast<void>(cudaGraphDestroy(graph));
     }
     static_cast<void>(cudaGetLastError());
-    entry.uncapturable = true;
+    // Twice: one throw may be a request's bad input, which the eager run reports; a node that
+    // cannot be captured throws every time.
+    entry.uncapturable = ++entry.failed_captures >= 2;
     return false;
   }
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
@@ -107,7 +109,11 @@ bool DecodeGraphs::capture(Entry& entry, CudaKernels& kernels, const std::functi
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   static_cast<void>(cudaGraphDestroy(graph));
-  SITSRT_CUDA_CHECK(made);
+  if (made != cudaSuccess) {  // out of memory or unsupported: this shape stays eager
+    static_cast<void>(cudaGetLastError());
+    entry.uncapturable = true;
+    return false;
+  }
   entry.exec = exec;
   entry.layout = image_.recorded();
   entry.image_generation = image_.generation();

@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
@@ -44,6 +45,13 @@ struct DecodeGraphStats {
   std::uint64_t eager = 0;     // decode steps run launch by launch
 };
 
+// The counters as the stepping thread updates them and other threads read them (queue_stats).
+struct AtomicDecodeGraphStats {
+  std::atomic<std::uint64_t> captures{0};
+  std::atomic<std::uint64_t> replays{0};
+  std::atomic<std::uint64_t> eager{0};
+};
+
 class DecodeGraphs {
  public:
   // At most this many graphs are kept (one per batch size in practice).
@@ -57,7 +65,11 @@ class DecodeGraphs {
   // Runs the step (run_nodes issues its nodes through `kernels`) from a graph and returns true,
   // or returns false when the caller must run it eagerly.
   bool run(const DecodeGraphKey& key, CudaKernels& kernels, const std::function<void()>& run_nodes);
-  [[nodiscard]] const DecodeGraphStats& stats() const noexcept { return stats_; }
+  // Safe to call from any thread.
+  [[nodiscard]] DecodeGraphStats stats() const noexcept {
+    return {stats_.captures.load(std::memory_order_relaxed), stats_.replays.load(std::memory_order_relaxed),
+            stats_.eager.load(std::memory_order_relaxed)};
+  }
 
  private:
   struct Entry {
@@ -65,7 +77,8 @@ class DecodeGraphs {
     std::vector<std::size_t> layout;  // the input image's slot classes at capture
     std::uint64_t image_generation = 0;
     std::uint64_t constants_generation = 0;
-    bool uncapturable = false;  // its capture failed: eager from then on
+    int failed_captures = 0;    // captures that threw (a node that cannot be captured, or bad input)
+    bool uncapturable = false;  // its capture failed for good: eager from then on
   };
   bool replay(Entry& entry, CudaKernels& kernels, const std::function<void()>& run_nodes);
   bool capture(Entry& entry, CudaKernels& kernels, const std::function<void()>& run_nodes);
@@ -76,7 +89,7 @@ class DecodeGraphs {
   GraphInputImage image_;
   std::unordered_map<DecodeGraphKey, Entry, DecodeGraphKeyHash> graphs_;
   std::size_t live_ = 0;
-  DecodeGraphStats stats_;
+  AtomicDecodeGraphStats stats_;
 };
 
 }  // namespace sitsrt::cuda

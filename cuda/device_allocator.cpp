@@ -67,8 +67,11 @@ void DeviceAllocator::deallocate(std::byte* ptr, std::size_t bytes) noexcept {
   const std::size_t size = rounded(bytes);
   std::lock_guard lock(mutex_);
   live_ -= size;
-  cache_.emplace(size, ptr);
-  cached_ += size;
+  try {
+    cache_.emplace(size, ptr);
+    cached_ += size;
+  } catch (...) {  // no host memory for the cache entry: the block stays allocated, unused, not terminate
+  }
 }
 
 void DeviceAllocator::trim() noexcept {
@@ -79,6 +82,7 @@ void DeviceAllocator::trim() noexcept {
 void DeviceAllocator::trim_locked() noexcept {
   if (cudaSetDevice(context_.device()) != cudaSuccess) return;
   for (const auto& [size, ptr] : cache_) static_cast<void>(cudaFreeAsync(ptr, context_.stream()));
+  static_cast<void>(cudaGetLastError());  // an ignored failure here must not be blamed on the next launch
   cache_.clear();
   cached_ = 0;
 }

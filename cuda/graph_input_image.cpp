@@ -24,10 +24,16 @@ GraphInputImage::~GraphInputImage() {
 }
 
 void GraphInputImage::allocate(std::size_t bytes) {
-  image_.reset();
+  const std::size_t old = image_ != nullptr ? image_->size() : 0;
+  image_.reset();  // first, so the budget has room for the new one
   copy_pending_ = false;
-  image_ = std::make_unique<MirroredBuffer>(context_, allocator_, bytes, "graph input image");
-  ++generation_;
+  ++generation_;  // graphs holding the old addresses are stale either way
+  try {
+    image_ = std::make_unique<MirroredBuffer>(context_, allocator_, bytes, "graph input image");
+  } catch (...) {  // out of memory: keep an image of the old size (just freed) and report
+    if (old > 0) image_ = std::make_unique<MirroredBuffer>(context_, allocator_, old, "graph input image");
+    throw;
+  }
 }
 
 void GraphInputImage::begin(const std::vector<std::size_t>* layout) {

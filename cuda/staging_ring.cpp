@@ -19,9 +19,14 @@ StagingRing::Slot StagingRing::reserve(std::size_t bytes) {
     context_.synchronize();  // every queued copy out of the ring has run
     offset_ = 0;
     if (size > ring_->size()) {
-      const std::size_t grown = std::max(2 * ring_->size(), size);
-      ring_.reset();
-      ring_ = std::make_unique<MirroredBuffer>(context_, allocator_, grown, "staging ring");
+      const std::size_t old = ring_->size(), grown = std::max(2 * old, size);
+      ring_.reset();  // first, so the budget has room for the larger one
+      try {
+        ring_ = std::make_unique<MirroredBuffer>(context_, allocator_, grown, "staging ring");
+      } catch (...) {  // out of memory: keep a ring of the old size (just freed) and report
+        ring_ = std::make_unique<MirroredBuffer>(context_, allocator_, old, "staging ring");
+        throw;
+      }
     }
   }
   const Slot slot{ring_->host() + offset_, ring_->device() + offset_, bytes};

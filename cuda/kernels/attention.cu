@@ -5,7 +5,7 @@
 // row's positions in chunks of 256 with a running max (online softmax), dequantizing K and V
 // element by element from the cache. Decode rows (up to kAttentionSplitMaxRows) are split over
 // the sequence instead (flash-decoding, below), the query heads of a GQA group in one block;
-// longer steps take the same kernel as one split per row (staged_direct). The one-pass kernel
+// longer steps take the same kernel as one split per row (AttentionLaunch::staged). The one-pass kernel
 // per (row, head) remains for shapes those do not take (a group above 8 heads, head_dim above 256).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/launch.hpp"
@@ -62,17 +62,15 @@ __device__ inline void store_u16(std::uint8_t* p, std::uint16_t v) {
 __device__ void store_row(int type, const float* buf, std::uint8_t* dst, std::int64_t width, std::int64_t head_dim) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   switch (type) {
-    case 0:  // byte stores: an f32 plane after an int4 one is only 2-byte aligned for some block sizes
+    case 0:  // byte stores: an f32 plane after an int4 / int8 one may start at any address
       for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) {
         const std::uint32_t bits = float_bits(buf[e]);
         store_u16(dst + 4 * e, static_cast<std::uint16_t>(bits & 0xffffu));
         store_u16(dst + 4 * e + 2, static_cast<std::uint16_t>(bits >> 16));
       }
       return;
-    case 1:
-      for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) {
-        reinterpret_cast<std::uint16_t*>(dst)[e] = float_to_half(buf[e]);
-      }
+    case 1:  // byte stores too: planes after an int4 / int8 one may start at an odd address
+      for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) store_u16(dst + 2 * e, float_to_half(buf[e]));
       return;
     case 2:  // a warp per head: its max |x|, the f16 scale, the levels
       for (std::int64_t g = warp; g < width / head_dim; g += warps) {
@@ -486,14 +484,14 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
           ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type)
           : 0;
   const bool staged = attention_group_fits(a.n_heads, a.n_kv_heads, a.head_dim) && split_shared <= kSplitMaxSharedBytes;
-  if (staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
+  if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
     attention_split_kernel<false><<<split_grid, kAttendThreads, split_shared, stream>>>(a);
     const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
     attention_merge_kernel<<<merge_grid, kAttendThreads, 0, stream>>>(a);
     return;
   }
-  if (staged && a.staged_direct) {
+  if (staged && a.staged) {
     const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), 1);
     attention_split_kernel<true><<<grid, kAttendThreads, split_shared, stream>>>(a);
     return;

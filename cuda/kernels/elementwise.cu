@@ -10,8 +10,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void rms_norm_kernel(const float* __restrict__ x, std::int64_t ldx, std::int64_t n,
-                                const float* __restrict__ weight, float eps, float* __restrict__ y, std::int64_t ldy) {
+// x and y may be one buffer (in place): not __restrict__.
+__global__ void rms_norm_kernel(const float* x, std::int64_t ldx, std::int64_t n, const float* __restrict__ weight,
+                                float eps, float* y, std::int64_t ldy) {
   __shared__ float partial[kThreads / 32];
   const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
@@ -70,9 +71,9 @@ __device__ inline float apply(Elementwise op, float a, float b, float scalar) {
   return a;
 }
 
-__global__ void elementwise_kernel(Elementwise op, const float* __restrict__ a, std::int64_t lda,
-                                   const float* __restrict__ b, std::int64_t ldb, float scalar, std::int64_t cols,
-                                   float* out, std::int64_t ldo) {
+// a or b may be out's buffer (in place): not __restrict__.
+__global__ void elementwise_kernel(Elementwise op, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                   float scalar, std::int64_t cols, float* out, std::int64_t ldo) {
   const std::int64_t r = blockIdx.y;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;

@@ -21,7 +21,7 @@ namespace sitsrt::cuda {
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
                    const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
 
-// launch_matmul over a planar FP8 E4M3 / INT4 g128 matrix of n rows of k elements
+// launch_matmul over a planar matrix (FP8 E4M3, INT4 g128, Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16) of n rows of k elements
 // (planar_weights.hpp: planar_supports(format, k) must hold; data 16-byte aligned).
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
@@ -55,8 +55,8 @@ void launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,
                          const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);
 
-// Rows [row0, row0 + rows) of an n x k weight matrix (stored rows of row_bytes, or planar FP8 /
-// INT4 g128) decoded and rounded to BF16, packed: `out` holds rows * k __nv_bfloat16.
+// Rows [row0, row0 + rows) of an n x k weight matrix (stored rows of row_bytes, or planar) decoded and rounded to BF16,
+// packed: `out` holds rows * k __nv_bfloat16.
 void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes, std::int64_t n,
                             std::int64_t k, std::int64_t row0, std::int64_t rows, void* out, cudaStream_t stream);
 
@@ -143,9 +143,10 @@ struct AttentionLaunch {
   // the split kernel's staged rows.
   int widest_k_type = 0;
   int widest_v_type = 0;
-  // Steps that do not split attend through the staged GQA kernel as one split per row where the
-  // shape allows (attention_group_fits); false keeps the one-pass kernel per (row, head).
-  bool staged_direct = true;
+  // Whether the staged GQA kernels (split, or one split per row and KV head) may run: their
+  // compact K/V head slices need int4 heads of whole 32-value scale groups, which the caller
+  // checks. false: every row takes the one-pass kernel per (row, head), partials unused.
+  bool staged = true;
 };
 
 // Flash-decoding: steps of up to kAttentionSplitMaxRows rows attend in kAttentionSplits parts of

@@ -30,10 +30,13 @@ using hd::sub_rn;
 inline constexpr int kGroup = 32;              // values per scale
 inline constexpr std::uint8_t kMaxCode = 0x7B;  // largest finite E5M2 magnitude (57344 x 2^-4)
 
-// Level of index i (0..15), as an integer-valued float.
+// Level of index i (0..15), as an integer-valued float: -127, -104, -83, -65, -49, -35, -22, -10,
+// 1, 13, 25, 38, 53, 69, 89, 113, as int8 bytes of two 64-bit constants (a table indexed at run
+// time would sit in a GPU thread's local memory).
 SITSRT_HOST_DEVICE float level(int i) {
-  const std::int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-  return static_cast<float>(levels[i & 15]);
+  constexpr std::uint64_t kLow = 0xF6EADDCFBFAD9881ull, kHigh = 0x7159453526190D01ull;
+  const std::uint64_t bytes = (i & 8) != 0 ? kHigh : kLow;
+  return static_cast<float>(static_cast<std::int8_t>(static_cast<std::uint8_t>(bytes >> (8 * (i & 7)))));
 }
 
 // The scale a code stands for: sign (bit 7), exponent (bits 2..6, bias 15), mantissa (bits 0..1)
