@@ -9,15 +9,22 @@
 //   INT4 g128   32 / 16 (nibbles)             f16 scale | zero << 16 (4) per 4 bytes 4..67 of 68
 //   Q8_0        16 / 16 (byte codes)          f16 scale (2) per 2 units        bytes 2..33 of 34
 //   Q4_0        32 / 16 (nibbles)             f16 scale (2) per unit           bytes 2..17 of 18
+//   Q4_1        32 / 16 (nibbles)             f16 scale, f16 min (4) per unit  bytes 4..19 of 20
+//   Q5_0        32 / 16 (nibbles)             f16 scale, fifth bits (6) per    bytes 6..21 of 22
+//                                             unit
+//   Q5_1        32 / 16 (nibbles)             scale, min, fifth bits (8) per   bytes 8..23 of 24
+//                                             unit
 //   Q4_K        32 / 16 (nibbles)             d, dmin, 12 packed bytes (16)    bytes 16..143 of 144
 //                                             per 8 units
+//   Q5_K        32 / 16 (nibbles)             Q4_K's 16, then 32 bytes of      bytes 48..175 of 176
+//                                             fifth bits (48) per 8 units
 //   Q6_K        64 / 48 (3 loads: 2 of low    16 int8 scales, f16 d (18)       bytes 0..191 of 210
 //               nibbles, 1 of high bit pairs)  per 4 units
 //   F16, BF16   8 / 16                        none                             the row
 //
-// Nibble units keep the stored nibble order: Q4_0 / INT4 g128 byte i holds elements i and i + 16
-// of a 32-element (sub-)block; Q4_K byte i of a 16-byte half of its 32-byte group holds elements
-// i and i + 32 of the group's 64.
+// Nibble units keep the stored nibble order: Q4_0 / Q4_1 / Q5_x / INT4 g128 byte i holds elements
+// i and i + 16 of a 32-element (sub-)block; Q4_K / Q5_K byte i of a 16-byte half of its 32-byte
+// group holds elements i and i + 32 of the group's 64.
 //
 // Host and device share this header (SITSRT_HD); tests/unit/cuda_formats_test.cpp checks on the
 // CPU that planar_element equals decode_element of the stored row, bit for bit.
@@ -49,8 +56,16 @@ SITSRT_HD PlanarUnit planar_unit(DType format) {
       return {16, 16, 2, 2, 32, 34, 0, 2};
     case DType::kQ4_0:
       return {32, 16, 1, 2, 32, 18, 0, 2};
+    case DType::kQ4_1:
+      return {32, 16, 1, 4, 32, 20, 0, 4};
+    case DType::kQ5_0:
+      return {32, 16, 1, 6, 32, 22, 0, 6};
+    case DType::kQ5_1:
+      return {32, 16, 1, 8, 32, 24, 0, 8};
     case DType::kQ4_K:
       return {32, 16, 8, 16, 256, 144, 0, 16};
+    case DType::kQ5_K:
+      return {32, 16, 8, 48, 256, 176, 0, 48};
     case DType::kQ6_K:
       return {64, 48, 4, 18, 256, 210, 192, 0};
     case DType::kF16:
@@ -129,13 +144,16 @@ SITSRT_HD float planar_element(const std::uint8_t* codes, const std::uint8_t* sc
     return half_to_float(load_u16(codes + 2 * e));
   } else if constexpr (F == DType::kBF16) {
     return bf16_to_float(load_u16(codes + 2 * e));
-  } else if constexpr (F == DType::kQ4_K) {
-    // the stored block's d, dmin and packed scales, then its 128 bytes of nibbles
-    const std::uint8_t* side = scales + 16 * (e / 256);
+  } else if constexpr (F == DType::kQ4_K || F == DType::kQ5_K) {
+    // the stored block's d, dmin and packed scales (Q5_K: then its fifth bits), then its 128
+    // bytes of nibbles
+    constexpr int kSide = F == DType::kQ4_K ? 16 : 48;
+    const std::uint8_t* side = scales + kSide * (e / 256);
     const int j = static_cast<int>(e % 256), s = j / 32, l = j % 32;
     int scale = 0, min = 0;
     unpack_scale_min_k4(side + 4, s, &scale, &min);
-    const int q = (codes[128 * (e / 256) + 32 * (j / 64) + l] >> (4 * (s % 2))) & 15;
+    int q = (codes[128 * (e / 256) + 32 * (j / 64) + l] >> (4 * (s % 2))) & 15;
+    if constexpr (F == DType::kQ5_K) q |= ((side[16 + l] >> s) & 1) << 4;
     const float dl = mul_rn(half_to_float(load_u16(side)), static_cast<float>(scale));
     const float ml = mul_rn(half_to_float(load_u16(side + 2)), static_cast<float>(min));
     return mul_rn(dl, static_cast<float>(q)) - ml;
@@ -150,6 +168,18 @@ SITSRT_HD float planar_element(const std::uint8_t* codes, const std::uint8_t* sc
     const float dl =
         mul_rn(half_to_float(load_u16(side + 16)), static_cast<float>(static_cast<std::int8_t>(side[j / 16])));
     return mul_rn(dl, static_cast<float>((low | high << 4) - 32));
+  } else if constexpr (F == DType::kQ4_1 || F == DType::kQ5_0 || F == DType::kQ5_1) {
+    // side: d (Q4_1, Q5_1: then the min; Q5_x: then the fifth bits, bit jj of a u32)
+    constexpr int kSide = F == DType::kQ4_1 ? 4 : F == DType::kQ5_0 ? 6 : 8;
+    const std::uint8_t* side = scales + kSide * (e / 32);
+    const int jj = static_cast<int>(e % 32);
+    const std::uint8_t byte = codes[16 * (e / 32) + (jj % 16)];
+    int q = jj < 16 ? (byte & 15) : (byte >> 4);
+    const float d = half_to_float(load_u16(side));
+    if constexpr (F == DType::kQ4_1) return add_rn(mul_rn(d, static_cast<float>(q)), half_to_float(load_u16(side + 2)));
+    q |= static_cast<int>((load_u32(side + kSide - 4) >> jj) & 1u) << 4;
+    if constexpr (F == DType::kQ5_0) return d * static_cast<float>(q - 16);
+    return add_rn(mul_rn(d, static_cast<float>(q)), half_to_float(load_u16(side + 2)));
   } else {
     static_assert(F == DType::kQ4_G128 || F == DType::kQ4_0, "a planar format (planar_unit)");
     const std::int64_t sub = e / 32;

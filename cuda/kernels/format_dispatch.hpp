@@ -62,8 +62,9 @@ bool dispatch_weight_format(DType format, Fn&& fn) {
 // The formats of the planar layout (planar_weights.hpp).
 template <DType F>
 inline constexpr bool kPlanarFormat =
-    F == DType::kFP8_E4M3 || F == DType::kQ4_G128 || F == DType::kQ8_0 || F == DType::kQ4_0 || F == DType::kQ4_K ||
-    F == DType::kQ6_K || F == DType::kF16 || F == DType::kBF16;
+    F == DType::kFP8_E4M3 || F == DType::kQ4_G128 || F == DType::kQ8_0 || F == DType::kQ4_0 || F == DType::kQ4_1 ||
+    F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ4_K || F == DType::kQ5_K || F == DType::kQ6_K ||
+    F == DType::kF16 || F == DType::kBF16;
 
 // dispatch_weight_format for the planar formats only; false for the others.
 template <typename Fn>

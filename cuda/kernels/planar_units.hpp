@@ -106,21 +106,9 @@ SITSRT_LANE float biased_byte(std::uint32_t w, int i) {
 #endif
 }
 
-// Products and differences rounded once each (never contracted into an fma).
-SITSRT_LANE float mul1(float a, float b) {
-#if defined(__CUDACC__)
-  return mul1(a, b);
-#else
-  return mul_rn(a, b);
-#endif
-}
-SITSRT_LANE float sub1(float a, float b) {
-#if defined(__CUDACC__)
-  return sub1(a, b);
-#else
-  return add_rn(a, -b);
-#endif
-}
+// Products, sums and differences rounded once each (never contracted into an fma): hd::mul_rn,
+// add_rn, sub_rn (core/host_device.hpp), __fmul_rn and kin on the device.
+using hd::sub_rn;
 
 SITSRT_LANE float dot4(const float w[4], const float4& x, float acc) {
   acc = std::fma(w[0], x.x, acc);
@@ -132,6 +120,11 @@ SITSRT_LANE float dot4(const float w[4], const float4& x, float acc) {
 template <DType F>
 inline constexpr int kLoads = F == DType::kQ6_K ? 3 : 1;  // 16-byte code loads per unit
 
+// Formats whose unit is 16 bytes of nibbles (32 elements; Q5_x with a fifth bit from the side).
+template <DType F>
+inline constexpr bool kNibbleFormat = F == DType::kQ4_0 || F == DType::kQ4_G128 || F == DType::kQ4_1 ||
+                                      F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ4_K || F == DType::kQ5_K;
+
 // The side data of a unit as loaded: a scale word (FP8: f32; INT4 g128: f16 | zero << 16; Q8_0,
 // Q4_0: f16), the Q4_K super-block header (d, dmin, 12 packed bytes), the Q6_K unit's four int8
 // scales (byte k) and d, nothing for floats.
@@ -142,6 +135,21 @@ struct Side {
 template <>
 struct Side<DType::kQ4_K> {
   uint4 header;
+};
+template <>
+struct Side<DType::kQ5_K> {
+  uint4 header;
+  uint4 fifth;  // the 16 fifth-bit bytes of the unit's elements (bit s: sub-block s)
+};
+template <>
+struct Side<DType::kQ5_0> {
+  std::uint32_t word;   // d
+  std::uint32_t fifth;  // bit jj: element jj's fifth bit
+};
+template <>
+struct Side<DType::kQ5_1> {
+  std::uint32_t word;  // d | m << 16
+  std::uint32_t fifth;
 };
 template <>
 struct Side<DType::kQ6_K> {
@@ -175,8 +183,22 @@ SITSRT_LANE Side<F> load_side(const std::uint8_t* row_side, std::int64_t u) {
     s.word = load_ro(reinterpret_cast<const unsigned short*>(row_side) + u / 2);
   } else if constexpr (F == DType::kQ4_0) {
     s.word = load_ro(reinterpret_cast<const unsigned short*>(row_side) + u);
+  } else if constexpr (F == DType::kQ4_1) {
+    s.word = load_ro(reinterpret_cast<const std::uint32_t*>(row_side) + u);
+  } else if constexpr (F == DType::kQ5_0) {  // 6-byte records at even offsets: 16-bit loads
+    const auto* words = reinterpret_cast<const unsigned short*>(row_side) + 3 * u;
+    s.word = load_ro(words);
+    s.fifth = static_cast<std::uint32_t>(load_ro(words + 1)) | static_cast<std::uint32_t>(load_ro(words + 2)) << 16;
+  } else if constexpr (F == DType::kQ5_1) {
+    const auto* words = reinterpret_cast<const std::uint32_t*>(row_side) + 2 * u;
+    s.word = load_ro(words);
+    s.fifth = load_ro(words + 1);
   } else if constexpr (F == DType::kQ4_K) {
     s.header = load_ro(reinterpret_cast<const uint4*>(row_side) + u / 8);
+  } else if constexpr (F == DType::kQ5_K) {  // 48-byte records: header, then 32 fifth-bit bytes
+    const auto* record = reinterpret_cast<const uint4*>(row_side) + 3 * (u / 8);
+    s.header = load_ro(record);
+    s.fifth = load_ro(record + 1 + u % 2);
   } else if constexpr (F == DType::kQ6_K) {
     // scales of sub-blocks 8 h + 2 k + lh (k = 0..3): byte lh of the 16-bit words 4 h + k of
     // the record (18 bytes, at an even offset); d at bytes 16-17
@@ -217,34 +239,34 @@ SITSRT_LANE void decode_fp8x4(std::uint32_t w, float d, float out[4]) {
   float codes[4];
   for (int i = 0; i < 4; ++i) codes[i] = fp8_e4m3_to_float(static_cast<std::uint8_t>(w >> (8 * i)));
 #endif
-  for (int i = 0; i < 4; ++i) out[i] = mul1(d, codes[i]);
+  for (int i = 0; i < 4; ++i) out[i] = mul_rn(d, codes[i]);
 }
 
 // Four int8 codes times d: byte ^ 0x80 is q + 128, so 2^23 + 128 + q, minus 2^23 + 128.
 SITSRT_LANE void decode_q8x4(std::uint32_t w, float d, float out[4]) {
   const std::uint32_t biased = w ^ 0x80808080u;
   SITSRT_UNROLL
-  for (int i = 0; i < 4; ++i) out[i] = mul1(d, sub1(biased_byte(biased, i), kTwo23 + 128.0f));
+  for (int i = 0; i < 4; ++i) out[i] = mul_rn(d, sub_rn(biased_byte(biased, i), kTwo23 + 128.0f));
 }
 
-// Eight nibbles of a word: low nibbles and high nibbles, each d * (q - zero) (bias = 2^23 + zero).
-SITSRT_LANE void decode_q4x8(std::uint32_t w, float d, float bias, float low[4], float high[4]) {
-  const std::uint32_t l = w & 0x0f0f0f0fu, h = (w >> 4) & 0x0f0f0f0fu;
-  SITSRT_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    low[i] = mul1(d, sub1(biased_byte(l, i), bias));
-    high[i] = mul1(d, sub1(biased_byte(h, i), bias));
-  }
+// Bit 4 of byte i of the result: bit i of b (the fifth bits of four consecutive elements).
+SITSRT_LANE std::uint32_t spread_fifth(std::uint32_t b) {
+  return (b & 1u) << 4 | (b & 2u) << 11 | (b & 4u) << 18 | (b & 8u) << 25;
 }
 
-// Q4_K: eight nibbles as (d * scale) * q - (dmin * min), low nibbles of sub-block s, high of s + 1.
-SITSRT_LANE void decode_q4k8(std::uint32_t w, float dl_low, float ml_low, float dl_high, float ml_high, float low[4],
-                             float high[4]) {
-  const std::uint32_t l = w & 0x0f0f0f0fu, h = (w >> 4) & 0x0f0f0f0fu;
+// Four 4- or 5-bit codes (bytes of q) as weights: kMode 0: d * (q - zero) with bias = 2^23 + zero
+// (Q4_0, INT4 g128, Q5_0); 1: d * q + m (Q4_1, Q5_1); 2: d * q - m (K-quants, d and m of the
+// sub-block). Each operation rounded once, in decode_element's order.
+template <int kMode>
+SITSRT_LANE void decode_codes4(std::uint32_t q, float d, float bias_or_min, float out[4]) {
   SITSRT_UNROLL
   for (int i = 0; i < 4; ++i) {
-    low[i] = sub1(mul1(dl_low, sub1(biased_byte(l, i), kTwo23)), ml_low);
-    high[i] = sub1(mul1(dl_high, sub1(biased_byte(h, i), kTwo23)), ml_high);
+    if constexpr (kMode == 0) {
+      out[i] = mul_rn(d, sub_rn(biased_byte(q, i), bias_or_min));
+    } else {
+      const float scaled = mul_rn(d, sub_rn(biased_byte(q, i), kTwo23));
+      out[i] = kMode == 1 ? add_rn(scaled, bias_or_min) : sub_rn(scaled, bias_or_min);
+    }
   }
 }
 
@@ -272,26 +294,36 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
         for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
       }
     }
-  } else if constexpr (F == DType::kQ4_0 || F == DType::kQ4_G128 || F == DType::kQ4_K) {
+  } else if constexpr (kNibbleFormat<F>) {
     // word t: low nibbles elements base + 4 t + i, high nibbles base + kHigh + 4 t + i
-    constexpr int kHigh = F == DType::kQ4_K ? 32 : 16;
-    const std::int64_t base = F == DType::kQ4_K ? 64 * (u / 2) + 16 * (u % 2) : 32 * u;
+    constexpr bool kSuper = F == DType::kQ4_K || F == DType::kQ5_K;
+    constexpr bool kFifth = F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ5_K;
+    constexpr int kMode = kSuper ? 2 : F == DType::kQ4_1 || F == DType::kQ5_1 ? 1 : 0;
+    constexpr int kHigh = kSuper ? 32 : 16;
+    const std::int64_t base = kSuper ? 64 * (u / 2) + 16 * (u % 2) : 32 * u;
+    const int sub = 2 * (static_cast<int>(u % 8) / 2);  // K-quants: sub-blocks sub, sub + 1 (g = u % 8 / 2)
     float dl[kOutputs][2], ml[kOutputs][2];
     SITSRT_UNROLL
     for (int o = 0; o < kOutputs; ++o) {
-      if constexpr (F == DType::kQ4_K) {  // sub-blocks 2 g and 2 g + 1 of the super-block, g = u % 8 / 2
+      if constexpr (kSuper) {
         const float d = half_bits_to_float(s[o].header.x), dmin = half_bits_to_float(s[o].header.x >> 16);
-        const int sub = 2 * (static_cast<int>(u % 8) / 2);
         SITSRT_UNROLL
         for (int i = 0; i < 2; ++i) {
           int scale = 0, min = 0;
           q4k_scale_min(s[o].header, sub + i, &scale, &min);
-          dl[o][i] = mul1(d, static_cast<float>(scale));
-          ml[o][i] = mul1(dmin, static_cast<float>(min));
+          dl[o][i] = mul_rn(d, static_cast<float>(scale));
+          ml[o][i] = mul_rn(dmin, static_cast<float>(min));
         }
-      } else {  // INT4 g128: the zero nibble in bits 16-19; Q4_0: zero 8
-        dl[o][0] = half_bits_to_float(s[o].word);
-        ml[o][0] = kTwo23 + (F == DType::kQ4_G128 ? static_cast<float>((s[o].word >> 16) & 15u) : 8.0f);
+      } else {
+        dl[o][0] = dl[o][1] = half_bits_to_float(s[o].word);
+        if constexpr (kMode == 1) {  // the min
+          ml[o][0] = half_bits_to_float(s[o].word >> 16);
+        } else {  // INT4 g128: the zero nibble in bits 16-19; Q4_0: 8; Q5_0: 16
+          ml[o][0] = kTwo23 + (F == DType::kQ4_G128 ? static_cast<float>((s[o].word >> 16) & 15u)
+                               : F == DType::kQ5_0  ? 16.0f
+                                                    : 8.0f);
+        }
+        ml[o][1] = ml[o][0];
       }
     }
     SITSRT_UNROLL
@@ -299,11 +331,17 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
       float low[kOutputs][4], high[kOutputs][4];
       SITSRT_UNROLL
       for (int o = 0; o < kOutputs; ++o) {
-        if constexpr (F == DType::kQ4_K) {
-          decode_q4k8(word_of(w[o][0], t), dl[o][0], ml[o][0], dl[o][1], ml[o][1], low[o], high[o]);
-        } else {
-          decode_q4x8(word_of(w[o][0], t), dl[o][0], ml[o][0], low[o], high[o]);
+        const std::uint32_t word = word_of(w[o][0], t);
+        std::uint32_t lq = word & 0x0f0f0f0fu, hq = (word >> 4) & 0x0f0f0f0fu;
+        if constexpr (F == DType::kQ5_K) {  // byte i of fifth word t: bit s for sub-block s
+          lq |= ((word_of(s[o].fifth, t) >> sub) & 0x01010101u) << 4;
+          hq |= ((word_of(s[o].fifth, t) >> (sub + 1)) & 0x01010101u) << 4;
+        } else if constexpr (kFifth) {  // bit jj: element jj of the block
+          lq |= spread_fifth((s[o].fifth >> (4 * t)) & 15u);
+          hq |= spread_fifth((s[o].fifth >> (16 + 4 * t)) & 15u);
         }
+        decode_codes4<kMode>(lq, dl[o][0], ml[o][0], low[o]);
+        decode_codes4<kMode>(hq, dl[o][1], ml[o][1], high[o]);
       }
       SITSRT_UNROLL
       for (int r = 0; r < kRows; ++r) {
@@ -324,7 +362,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
       SITSRT_UNROLL
       for (int o = 0; o < kOutputs; ++o) {
         const auto scale = static_cast<std::int8_t>((s[o].scales >> (8 * k)) & 0xffu);
-        dl[o] = mul1(half_bits_to_float(s[o].d), static_cast<float>(scale));
+        dl[o] = mul_rn(half_bits_to_float(s[o].d), static_cast<float>(scale));
       }
       SITSRT_UNROLL
       for (int t = 0; t < 4; ++t) {
@@ -334,7 +372,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           const std::uint32_t low = (word_of(w[o][k % 2], t) >> (4 * (k / 2))) & 0x0f0f0f0fu;
           const std::uint32_t high = ((word_of(w[o][2], t) >> (2 * k)) & 0x03030303u) << 4;
           SITSRT_UNROLL
-          for (int i = 0; i < 4; ++i) wf[o][i] = mul1(dl[o], sub1(biased_byte(low | high, i), kTwo23 + 32.0f));
+          for (int i = 0; i < 4; ++i) wf[o][i] = mul_rn(dl[o], sub_rn(biased_byte(low | high, i), kTwo23 + 32.0f));
         }
         SITSRT_UNROLL
         for (int r = 0; r < kRows; ++r) {

@@ -164,8 +164,9 @@ TEST_CASE("cuda matmul of every format equals the double reference of its decode
 TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(102);
-  for (const DType format : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                             DType::kQ5_0, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ6_K}) {
+  for (const DType format :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+        DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const std::int64_t vocab = 50, cols = 512;
     const std::size_t stride = row_bytes(format, cols);
     std::vector<std::uint8_t> table(stride * vocab);
@@ -206,8 +207,8 @@ TEST_CASE("cuda planar matmul (every planar format) equals the double reference 
     std::int64_t n, k;
     std::vector<std::int64_t> ms;
   };
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
-                             DType::kF16, DType::kBF16}) {
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                             DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
     const std::int64_t block = std::max<std::int64_t>(traits(format).block_size, 8);  // floats: units of 8
     // odd output counts (a partial last block of outputs), one and several chunks per thread
     for (const Shape& shape : {Shape{67, block, {1, 2, 3, 5, 8, 11, 16}}, Shape{5, 3 * block, {1, 4, 9}},

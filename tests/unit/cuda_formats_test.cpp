@@ -144,9 +144,7 @@ void check_planar(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   }
 }
 
-TEST_CASE(
-    "cuda formats: planar matrices (FP8, INT4 g128, Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16) decode as their stored rows",
-    "[cuda-formats]") {
+TEST_CASE("cuda formats: planar matrices (every planar format) decode as their stored rows", "[cuda-formats]") {
   check_planar<DType::kFP8_E4M3>(5, 384, 21);
   check_planar<DType::kFP8_E4M3>(3, 64, 22);
   check_planar<DType::kQ4_G128>(5, 384, 23);
@@ -161,18 +159,25 @@ TEST_CASE(
   check_planar<DType::kQ6_K>(2, 256, 32);
   check_planar<DType::kF16>(5, 264, 33);
   check_planar<DType::kBF16>(3, 8, 34);
+  check_planar<DType::kQ4_1>(5, 416, 35);
+  check_planar<DType::kQ5_0>(5, 416, 36);
+  check_planar<DType::kQ5_0>(3, 32, 37);
+  check_planar<DType::kQ5_1>(5, 416, 38);
+  check_planar<DType::kQ5_K>(5, 768, 39);
+  check_planar<DType::kQ5_K>(2, 256, 40);
   CHECK_FALSE(cuda::planar_supports(DType::kFP8_E4M3, 96));
   CHECK_FALSE(cuda::planar_supports(DType::kQ4_G128, 64));
   CHECK_FALSE(cuda::planar_supports(DType::kQ8_0, 48));
   CHECK_FALSE(cuda::planar_supports(DType::kQ4_K, 384));
   CHECK_FALSE(cuda::planar_supports(DType::kQ6_K, 128));
   CHECK_FALSE(cuda::planar_supports(DType::kF16, 260));
-  CHECK_FALSE(cuda::planar_supports(DType::kQ5_K, 256));
-  CHECK_FALSE(cuda::planar_supports(DType::kQ4_1, 256));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ5_K, 128));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ5_0, 48));
   CHECK_FALSE(cuda::planar_supports(DType::kF32, 256));
+  CHECK_FALSE(cuda::planar_supports(DType::kQ3_K, 256));
   // the unit tables agree with the stored blocks (dtype.hpp): codes + side data = block bytes
-  for (const DType f : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
-                        DType::kF16, DType::kBF16}) {
+  for (const DType f : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                        DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
     const cuda::PlanarUnit u = cuda::planar_unit(f);
     INFO(name(f));
     CHECK(u.block_elements == traits(f).block_size);

@@ -115,6 +115,14 @@ TEST_CASE("cuda planar lanes: every format's unit decode and x offsets equal the
   check_format<DType::kQ8_0>(4096, 6);
   check_format<DType::kQ4_0>(96, 7);
   check_format<DType::kQ4_0>(8192, 8);
+  check_format<DType::kQ4_1>(96, 17);
+  check_format<DType::kQ4_1>(4096, 18);
+  check_format<DType::kQ5_0>(96, 19);
+  check_format<DType::kQ5_0>(4096, 20);
+  check_format<DType::kQ5_1>(96, 21);
+  check_format<DType::kQ5_1>(4096, 22);
+  check_format<DType::kQ5_K>(256, 23);
+  check_format<DType::kQ5_K>(8192, 24);
   check_format<DType::kQ4_K>(256, 9);
   check_format<DType::kQ4_K>(8192, 10);
   check_format<DType::kQ6_K>(256, 11);
