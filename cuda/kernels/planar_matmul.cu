@@ -48,6 +48,8 @@ struct GroupArgs {
   int count;
   const float* x;
   std::int64_t ldx;
+  int rows;     // rows of this tile (at most the kernel's kRows accumulators)
+  bool vector;  // x 16-byte aligned, ldx a multiple of 4: float4 loads
   PlanarEpilogue kind;
   const float* residual;
   std::int64_t ld_residual;
@@ -56,11 +58,13 @@ struct GroupArgs {
 };
 
 // The block's kOutputs outputs from j0 of each of kMats matrices (targets[m]), over the tile's
-// kRows rows of x, summed over the block into totals[(m * kOutputs + o) * kRows + r]. One order
-// of float sums per output whatever the launch (grouped, fused or alone): the same bits.
-template <DType F, int kRows, bool kVector, int kMats>
+// tile's rows of x (a.rows <= kRows), summed over the block into totals[(m * kOutputs + o) *
+// kRows + r]. One order of float sums per output whatever the launch (grouped, fused or alone,
+// and however many rows share its tile): the same bits.
+template <DType F, int kRows, int kMats>
 __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMats], std::int64_t j0, float* totals) {
   const std::int64_t units = a.t[targets[0]].g.units;
+  const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
   float acc[kMats][kOutputs][kRows];
 #pragma unroll
   for (int m = 0; m < kMats; ++m) {
@@ -85,7 +89,7 @@ __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMat
     }
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      planar::accumulate_unit<F, kOutputs, kRows, kVector>(w[m], s[m], a.x, a.ldx, u, acc[m]);
+      planar::accumulate_unit<F, kOutputs, kRows>(w[m], s[m], xt, u, acc[m]);
     }
   }
   constexpr int kTotals = kMats * kOutputs * kRows;
@@ -113,7 +117,7 @@ __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMat
 }
 
 // Plain and grouped matmuls, and kAdd (one target: out = y + residual as well).
-template <DType F, int kRows, bool kVector>
+template <DType F, int kRows>
 __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs a) {
   int target = 0;
   while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
@@ -121,11 +125,11 @@ __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs 
   const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * kOutputs;
   __shared__ float totals[kOutputs * kRows];
   const int targets[1] = {target};
-  accumulate_outputs<F, kRows, kVector, 1>(a, targets, j0, totals);
+  accumulate_outputs<F, kRows, 1>(a, targets, j0, totals);
   for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
     const std::int64_t j = j0 + i / kRows;
     const int r = i % kRows;
-    if (j >= tg.n) continue;
+    if (j >= tg.n || r >= a.rows) continue;
     const float y = totals[i];
     tg.y[r * tg.ldy + j] = y;
     if (a.kind == PlanarEpilogue::kAdd) a.out[r * a.ld_out + j] = y + a.residual[r * a.ld_residual + j];
@@ -133,16 +137,16 @@ __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs 
 }
 
 // Gate (target 0) and up (target 1) outputs j0.. together: both written, then swiglu(gate, up).
-template <DType F, int kRows, bool kVector>
+template <DType F, int kRows>
 __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs a) {
   const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs;
   __shared__ float totals[2 * kOutputs * kRows];
   const int targets[2] = {0, 1};
-  accumulate_outputs<F, kRows, kVector, 2>(a, targets, j0, totals);
+  accumulate_outputs<F, kRows, 2>(a, targets, j0, totals);
   for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
     const std::int64_t j = j0 + i / kRows;
     const int r = i % kRows;
-    if (j >= a.t[0].n) continue;
+    if (j >= a.t[0].n || r >= a.rows) continue;
     const float gate = totals[i], up = totals[kOutputs * kRows + i];
     a.t[0].y[r * a.t[0].ldy + j] = gate;
     a.t[1].y[r * a.t[1].ldy + j] = up;
@@ -162,37 +166,36 @@ __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, Plana
 
 template <DType F, int kRows>
 void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
-  const bool vector = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0;
   if (a.kind == PlanarEpilogue::kSwiGlu) {
-    if constexpr (kRows <= kMaxSwiGluTileRows) {
-      if (vector) {
-        planar_swiglu_kernel<F, kRows, true><<<blocks, kThreads, 0, stream>>>(a);
-      } else {
-        planar_swiglu_kernel<F, kRows, false><<<blocks, kThreads, 0, stream>>>(a);
-      }
-    }
-  } else if (vector) {
-    planar_group_kernel<F, kRows, true><<<blocks, kThreads, 0, stream>>>(a);
+    if constexpr (kRows <= kMaxSwiGluTileRows) planar_swiglu_kernel<F, kRows><<<blocks, kThreads, 0, stream>>>(a);
   } else {
-    planar_group_kernel<F, kRows, false><<<blocks, kThreads, 0, stream>>>(a);
+    planar_group_kernel<F, kRows><<<blocks, kThreads, 0, stream>>>(a);
   }
 }
 
-// Tiles of rows: every row pointer of the launch moved to the tile's first row.
+// Tiles of rows: every row pointer of the launch moved to the tile's first row. A tile of r rows
+// runs the kernel of the next power of two (1, 2, 4, 8) with the others idle: a quarter of the
+// kernels to build and ship, the same weight traffic.
 template <DType F>
 void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
   const int max_rows = a.kind == PlanarEpilogue::kSwiGlu ? kMaxSwiGluTileRows : kMaxTileRows;
   const unsigned blocks = a.kind == PlanarEpilogue::kSwiGlu ? a.first_block[1] : a.first_block[a.count];
   const GroupArgs base = a;
   for (std::int64_t r0 = 0; r0 < m; r0 += max_rows) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(max_rows, m - r0));
+    a.rows = static_cast<int>(std::min<std::int64_t>(max_rows, m - r0));
     a.x = base.x + r0 * base.ldx;
     for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
     if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
     if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
-    [&]<int... kR>(std::integer_sequence<int, kR...>) {
-      static_cast<void>(((rows == kR + 1 ? (launch_tile<F, kR + 1>(a, blocks, stream), true) : false) || ...));
-    }(std::make_integer_sequence<int, kMaxTileRows>{});
+    if (a.rows == 1) {
+      launch_tile<F, 1>(a, blocks, stream);
+    } else if (a.rows == 2) {
+      launch_tile<F, 2>(a, blocks, stream);
+    } else if (a.rows <= 4) {
+      launch_tile<F, 4>(a, blocks, stream);
+    } else {
+      launch_tile<F, kMaxTileRows>(a, blocks, stream);
+    }
   }
 }
 
@@ -213,6 +216,7 @@ void launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
   a.first_block[a.count] = blocks;
   a.x = x;
   a.ldx = ldx;
+  a.vector = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   a.kind = epilogue.kind;
   a.residual = epilogue.residual;
   a.ld_residual = epilogue.ld_residual;

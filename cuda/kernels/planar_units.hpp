@@ -64,13 +64,11 @@ SITSRT_LANE T load_ro(const T* p) {
 #endif
 }
 
-template <bool kVector>
-SITSRT_LANE float4 load_x4(const float* p) {
-  if constexpr (kVector) {
-    return load_ro(reinterpret_cast<const float4*>(p));
-  } else {
-    return float4{load_ro(p), load_ro(p + 1), load_ro(p + 2), load_ro(p + 3)};
-  }
+// Four floats of x: one 16-byte load where x is 16-byte aligned with rows a multiple of 4 apart
+// (`vector`, the same for the whole launch), four loads otherwise.
+SITSRT_LANE float4 load_x4(const float* p, bool vector) {
+  if (vector) return load_ro(reinterpret_cast<const float4*>(p));
+  return float4{load_ro(p), load_ro(p + 1), load_ro(p + 2), load_ro(p + 3)};
 }
 
 SITSRT_LANE std::uint32_t word_of(const uint4& v, int t) {
@@ -270,11 +268,22 @@ SITSRT_LANE void decode_codes4(std::uint32_t q, float d, float bias_or_min, floa
   }
 }
 
-// Adds the unit's products with rows [0, kRows) of x (x: the tile's first row, ldx apart) to
-// acc[o][r], for kOutputs weight rows (w[o], s[o]) at once: each x load serves every output.
-template <DType F, int kOutputs, int kRows, bool kVector>
-SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], const float* x,
-                                 std::int64_t ldx, std::int64_t u, float (&acc)[kOutputs][kRows]) {
+// Where the unit reads x: the tile's first row, rows ldx apart, of which the first `rows` (at
+// most the accumulators' kRows) are real; vector: load_x4's choice.
+struct XTile {
+  const float* x;
+  std::int64_t ldx;
+  int rows;
+  bool vector;
+};
+
+// Adds the unit's products with the tile's rows of x to acc[o][r], for kOutputs weight rows
+// (w[o], s[o]) at once: each x load serves every output. Accumulators of rows past x.rows stay.
+template <DType F, int kOutputs, int kRows>
+SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], const XTile& xt,
+                                 std::int64_t u, float (&acc)[kOutputs][kRows]) {
+  const float* x = xt.x;
+  const std::int64_t ldx = xt.ldx;
   if constexpr (F == DType::kFP8_E4M3 || F == DType::kQ8_0) {  // 16 byte codes: elements 16 u + 4 t + i
     SITSRT_UNROLL
     for (int t = 0; t < 4; ++t) {
@@ -289,7 +298,8 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
       }
       SITSRT_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float4 xv = load_x4<kVector>(x + r * ldx + 16 * u + 4 * t);
+        if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
+        const float4 xv = load_x4(x + r * ldx + 16 * u + 4 * t, xt.vector);
         SITSRT_UNROLL
         for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
       }
@@ -345,8 +355,9 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
       }
       SITSRT_UNROLL
       for (int r = 0; r < kRows; ++r) {
+        if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
         const float* xr = x + r * ldx + base + 4 * t;
-        const float4 xl = load_x4<kVector>(xr), xh = load_x4<kVector>(xr + kHigh);
+        const float4 xl = load_x4(xr, xt.vector), xh = load_x4(xr + kHigh, xt.vector);
         SITSRT_UNROLL
         for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(high[o], xh, dot4(low[o], xl, acc[o][r]));
       }
@@ -376,7 +387,8 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
         }
         SITSRT_UNROLL
         for (int r = 0; r < kRows; ++r) {
-          const float4 xv = load_x4<kVector>(x + r * ldx + base + 32 * k + 4 * t);
+          if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
+          const float4 xv = load_x4(x + r * ldx + base + 32 * k + 4 * t, xt.vector);
           SITSRT_UNROLL
           for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
         }
@@ -404,7 +416,8 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
       }
       SITSRT_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float4 xv = load_x4<kVector>(x + r * ldx + 8 * u + 4 * p);
+        if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
+        const float4 xv = load_x4(x + r * ldx + 8 * u + 4 * p, xt.vector);
         SITSRT_UNROLL
         for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
       }

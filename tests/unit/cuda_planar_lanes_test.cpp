@@ -46,12 +46,12 @@ PlanarMatrix make_matrix(DType f, std::int64_t n, std::int64_t cols, test::Rng& 
   return m;
 }
 
-// Outputs j0 .. j0 + 3 (rows past n clamped to n - 1, as the kernel loads them) for kRows rows
-// of x, each lane's units summed as the kernel's threads do (unit u on lane u % 128), then the
-// lanes in order.
-template <DType F, int kRows, bool kVector>
+// Outputs j0 .. j0 + 3 (rows past n clamped to n - 1, as the kernel loads them) for the first
+// `rows` of kRows accumulated rows of x, each lane's units summed as the kernel's threads do
+// (unit u on lane u % 128), then the lanes in order; the accumulators past `rows` stay zero.
+template <DType F, int kRows>
 void check_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
-                 std::int64_t ldx, std::int64_t j0) {
+                 std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
   constexpr int kLanes = 128;
   double got[kOutputs][kRows] = {};
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -64,7 +64,8 @@ void check_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const
         cuda::planar::load_codes<F>(m.planes.data() + j * m.g.code_row_bytes, u, w[o]);
         s[o] = cuda::planar::load_side<F>(m.planes.data() + m.g.scales_of(j), u);
       }
-      cuda::planar::accumulate_unit<F, kOutputs, kRows, kVector>(w, s, x.data(), ldx, u, acc);
+      const cuda::planar::XTile tile{x.data(), ldx, rows, vector};
+      cuda::planar::accumulate_unit<F, kOutputs, kRows>(w, s, tile, u, acc);
     }
     for (int o = 0; o < kOutputs; ++o) {
       for (int r = 0; r < kRows; ++r) got[o][r] += acc[o][r];
@@ -73,7 +74,8 @@ void check_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const
   for (int o = 0; o < kOutputs; ++o) {
     const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
     const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = rows; r < kRows; ++r) REQUIRE(got[o][r] == 0.0);
+    for (int r = 0; r < rows; ++r) {
       double want = 0.0, magnitude = 0.0;
       for (std::int64_t e = 0; e < cols; ++e) {
         const double p =
@@ -83,7 +85,7 @@ void check_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const
       }
       // float sums of cols exact products: a few ulps of the magnitude per add
       const double tolerance = 1e-6 * magnitude + 1e-30;
-      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " vector " << kVector);
+      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
       REQUIRE(std::fabs(got[o][r] - want) <= tolerance);
     }
   }
@@ -96,11 +98,12 @@ void check_format(std::int64_t cols, std::uint64_t seed) {
   const PlanarMatrix m = make_matrix(F, n, cols, rng);
   REQUIRE(m.g.code_row_bytes % 16 == 0);
   for (const std::int64_t ldx : {cols, cols + 3}) {
-    std::vector<float> x(static_cast<std::size_t>(3 * ldx));
+    std::vector<float> x(static_cast<std::size_t>(4 * ldx));
     for (float& v : x) v = rng.normal();
     for (std::int64_t j0 = 0; j0 < n; j0 += kOutputs) {
-      check_block<F, 1, true>(m, n, cols, x, ldx, j0);
-      check_block<F, 3, false>(m, n, cols, x, ldx, j0);
+      check_block<F, 1>(m, n, cols, x, ldx, 1, ldx % 4 == 0, j0);
+      check_block<F, 4>(m, n, cols, x, ldx, 3, false, j0);  // a tile of 3 rows in the 4-row kernel
+      check_block<F, 4>(m, n, cols, x, ldx, 4, false, j0);
     }
   }
 }
