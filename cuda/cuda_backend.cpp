@@ -65,6 +65,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   info_.multiprocessors = context_.multiprocessors();
   info_.memory_bytes = context_.total_memory();
   info_.decode_fusion = options.decode_fusion;
+  info_.exact_recent_window = true;
   staging_ = std::make_unique<StagingRing>(context_, allocator_, kStagingBytes);
   kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_, options.batch_invariant);
   if (options.graphs) graphs_ = std::make_unique<DecodeGraphs>(context_, allocator_);
@@ -192,6 +193,7 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
     shape.n_kv_heads = node.attrs.n_kv_heads;
     shape.head_dim = node.attrs.head_dim;
     kernels_->reserve_attention_partials(shape);
+    kernels_->reserve_exact_rows(plan.max_tokens, shape.n_kv_heads * shape.head_dim);
   }
 }
 

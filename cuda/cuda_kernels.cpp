@@ -2,6 +2,7 @@
 
 #include "core/check.hpp"
 #include "core/kv_int4.hpp"
+#include "cpu/attention/attention.hpp"  // kMaxRecentWindow
 #include "cpu/elementwise/rope.hpp"
 #include "cuda_backend/cuda_check.hpp"
 
@@ -70,8 +71,25 @@ float* CudaKernels::attention_partials(std::int64_t rows, const ops::AttentionSh
   return reinterpret_cast<float*>(partials_);
 }
 
+std::byte* CudaKernels::exact_rows(std::size_t side_bytes) {
+  if (side_bytes > exact_side_bytes_) {
+    ++constants_generation_;  // a captured graph holding the old address is stale
+    if (capturing_) return nullptr;
+    if (exact_ != nullptr) {
+      context_.synchronize();
+      allocator_.deallocate(exact_, 2 * exact_side_bytes_);
+      exact_ = nullptr;
+      exact_side_bytes_ = 0;
+    }
+    exact_ = allocator_.allocate(2 * side_bytes, "exact recent-window rows");
+    exact_side_bytes_ = side_bytes;
+  }
+  return exact_;
+}
+
 CudaKernels::~CudaKernels() {
   if (partials_ != nullptr) allocator_.deallocate(partials_, partials_floats_ * sizeof(float));
+  if (exact_ != nullptr) allocator_.deallocate(exact_, 2 * exact_side_bytes_);
   for (auto& [host, constant] : constants_) {
     allocator_.deallocate(constant.device, constant.values.size() * sizeof(float));
   }
@@ -318,14 +336,13 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   auto* descs = reinterpret_cast<AttentionSequenceDesc*>(blob_.data());
   auto* row_sequence = reinterpret_cast<std::int32_t*>(blob_.data() + desc_bytes);
   std::size_t table_at = desc_bytes + rows_bytes;
+  bool k_windowed = false, v_windowed = false;
   for (std::size_t i = 0; i < n_seq; ++i) {
     const ops::AttentionSequenceRef& s = sequences[i];
     const ops::KvLayerRef& kv = s.kv;
-    if (kv.recent_window > 0) {
-      raise(ErrorCode::kUnsupported,
-            "cuda backend: the exact recent window of int8/int4 KV caches (kv_recent_window = {}) is not implemented "
-            "on CUDA yet; load with kv_recent_window = 0 (sitsrt --kv-recent-window 0)",
-            kv.recent_window);
+    if (kv.recent_window < 0 || kv.recent_window > cpu::kMaxRecentWindow || kv.exact_from < 0) {
+      raise(ErrorCode::kInvalidArgument, "cuda attention: recent window {} (0 .. {}) from position {}",
+            kv.recent_window, cpu::kMaxRecentWindow, kv.exact_from);
     }
     if (kv.k_head_major || kv.v_head_major) {  // its pools are row-major (BackendInfo::head_major_kv)
       raise(ErrorCode::kUnsupported,
@@ -348,6 +365,21 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     d.v_type = static_cast<int>(kv.v_type);
     d.k_rotated = kv.k_rotated ? 1 : 0;
     d.v_rotated = kv.v_rotated ? 1 : 0;
+    // A side keeps exact copies when it is quantized and the cache has a window (its ring).
+    const auto windowed = [&](ops::KvType type, std::byte* ring) {
+      const bool quantized = type == ops::KvType::kInt8 || type == ops::KvType::kInt4;
+      if (quantized && kv.recent_window > 0 && ring == nullptr) {
+        raise(ErrorCode::kInvalidArgument, "cuda attention: a recent window of {} positions without its f16 rows",
+              kv.recent_window);
+      }
+      return quantized && kv.recent_window > 0 ? reinterpret_cast<std::uint8_t*>(ring) : nullptr;
+    };
+    d.k_recent = windowed(kv.k_type, kv.k_recent);
+    d.v_recent = windowed(kv.v_type, kv.v_recent);
+    d.recent_window = kv.recent_window;
+    d.exact_from = kv.exact_from;
+    k_windowed = k_windowed || d.k_recent != nullptr;
+    v_windowed = v_windowed || d.v_recent != nullptr;
     std::memcpy(blob_.data() + table_at, kv.block_table.data(), kv.block_table.size_bytes());
     table_at += kv.block_table.size_bytes();
     for (std::int64_t r = 0; r < s.n_rows; ++r) row_sequence[s.row_begin + r] = static_cast<std::int32_t>(i);
@@ -379,6 +411,16 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     a.widest_k_type = std::min(a.widest_k_type, static_cast<int>(s.kv.k_type));
     a.widest_v_type = std::min(a.widest_v_type, static_cast<int>(s.kv.v_type));
     int4 = int4 || s.kv.k_type == ops::KvType::kInt4 || s.kv.v_type == ops::KvType::kInt4;
+  }
+  // A windowed side's exact chunks are staged as f16 rows; the step's copies live in scratch.
+  if (k_windowed) a.widest_k_type = std::min(a.widest_k_type, static_cast<int>(ops::KvType::kF16));
+  if (v_windowed) a.widest_v_type = std::min(a.widest_v_type, static_cast<int>(ops::KvType::kF16));
+  if (k_windowed || v_windowed) {
+    std::byte* rows = exact_rows(static_cast<std::size_t>(q.rows * width) * 2);
+    if (rows != nullptr) {
+      a.k_exact = reinterpret_cast<std::uint8_t*>(rows);
+      a.v_exact = reinterpret_cast<std::uint8_t*>(rows + exact_side_bytes_);
+    }
   }
   // The staged kernels copy one head's slice of each row: int4 scale codes (one per 32 values)
   // belong to one head only when heads are whole groups.

@@ -58,6 +58,11 @@ class CudaKernels final : public ops::OpKernels {
   void reserve_attention_partials(const ops::AttentionShape& shape) {
     static_cast<void>(attention_partials(kAttentionSplitMaxRows, shape));
   }
+  // Allocates the f16 copies of a step's K and V rows that windowed caches keep (steps of up to
+  // `rows` rows of `width` values), likewise ahead of the first step.
+  void reserve_exact_rows(std::int64_t rows, std::int64_t width) {
+    static_cast<void>(exact_rows(static_cast<std::size_t>(rows * width) * 2));
+  }
   [[nodiscard]] bool planar_rows(std::int64_t rows) const noexcept {
     return batch_invariant_ || rows < PrefillGemm::kMinRows;
   }
@@ -103,6 +108,9 @@ class CudaKernels final : public ops::OpKernels {
   [[nodiscard]] const float* device_floats(const float* host, std::int64_t n);
   // The flash-decoding scratch for a step of `rows` rows (null: the step attends in one pass).
   [[nodiscard]] float* attention_partials(std::int64_t rows, const ops::AttentionShape& shape);
+  // The step's exact K copies, then (exact_side_bytes_ on) its V copies: at least side_bytes each
+  // (null while capturing a graph that would need them to grow).
+  [[nodiscard]] std::byte* exact_rows(std::size_t side_bytes);
   // The inverse frequencies and magnitude scale of a rope setting, computed once (pow per pair).
   struct RopeFrequencies {
     graph::RopeAttrs attrs;
@@ -135,7 +143,9 @@ class CudaKernels final : public ops::OpKernels {
   RopeFrequencies rope_scratch_;
   std::vector<std::byte> blob_;
   std::byte* partials_ = nullptr;    // attention_partials
-  std::size_t partials_floats_ = 0;  // attention's descriptors, row map and block tables, reused
+  std::size_t partials_floats_ = 0;
+  std::byte* exact_ = nullptr;        // exact_rows
+  std::size_t exact_side_bytes_ = 0;  // attention's descriptors, row map and block tables, reused
 };
 
 }  // namespace sitsrt::cuda

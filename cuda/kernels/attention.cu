@@ -34,6 +34,24 @@ __device__ inline std::int64_t physical_row(const AttentionSequenceDesc& s, std:
   return static_cast<std::int64_t>(s.block_table[b]) * s.block_size + (pos - b * s.block_size);
 }
 
+// The first position a row at `pos` (attending from `lo`) reads from the exact f16 copies of its
+// windowed sides, as the CPU's exact_begin: max(exact_from, pos - window + 1) within [lo, pos + 1];
+// pos + 1 (none) when neither side keeps copies.
+__device__ inline std::int64_t exact_begin(const AttentionSequenceDesc& s, std::int64_t lo, std::int64_t pos) {
+  if (s.k_recent == nullptr && s.v_recent == nullptr) return pos + 1;
+  std::int64_t b = pos - s.recent_window + 1;
+  b = b > s.exact_from ? b : s.exact_from;
+  return b < lo ? lo : b > pos + 1 ? pos + 1 : b;
+}
+
+// The f16 copy of position p of a windowed side (rows of `width` halves): this step's own rows
+// (from pos0 on) from the step's copies, older ones from the sequence's ring.
+__device__ inline const std::uint8_t* exact_row(const AttentionSequenceDesc& s, const std::uint8_t* step_rows,
+                                                const std::uint8_t* ring, std::int64_t width, std::int64_t p) {
+  if (p >= s.pos0) return step_rows + (s.row_begin + p - s.pos0) * 2 * width;
+  return ring + (p % s.recent_window) * 2 * width;
+}
+
 // The normalised Walsh-Hadamard transform of each head of `width` values in shared memory (the
 // CPU's hadamard_normalized: butterflies a + b, a - b by doubling length, then 1 / sqrt(n)).
 __device__ void hadamard_heads(float* buf, std::int64_t width, std::int64_t head_dim) {
@@ -131,11 +149,27 @@ __global__ void kv_store_kernel(AttentionLaunch a) {
   __syncthreads();
   if (s.k_rotated != 0) hadamard_heads(buf, width, a.head_dim);
   store_row(s.k_type, buf, s.k + phys * s.k_row_bytes, width, a.head_dim);
+  if (s.k_recent != nullptr) store_row(1, buf, a.k_exact + r * 2 * width, width, a.head_dim);  // as quantized
   __syncthreads();
   for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) buf[e] = a.v[r * a.ldv + e];
   __syncthreads();
   if (s.v_rotated != 0) hadamard_heads(buf, width, a.head_dim);
   store_row(s.v_type, buf, s.v + phys * s.v_row_bytes, width, a.head_dim);
+  if (s.v_recent != nullptr) store_row(1, buf, a.v_exact + r * 2 * width, width, a.head_dim);
+}
+
+// After attention: each windowed side's copies of a sequence's last min(rows, window) rows of the
+// step go to its ring (position p to row p % window), where the next steps find them.
+__global__ void kv_commit_recent_kernel(AttentionLaunch a) {
+  const std::int64_t r = blockIdx.x;
+  const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
+  const std::int64_t p = s.pos0 + (r - s.row_begin);
+  if (s.recent_window <= 0 || p < s.pos0 + s.n_rows - s.recent_window) return;
+  const std::int64_t bytes = 2 * a.n_kv_heads * a.head_dim, slot = p % s.recent_window;
+  for (std::int64_t b = threadIdx.x; b < bytes; b += blockDim.x) {
+    if (s.k_recent != nullptr) s.k_recent[slot * bytes + b] = a.k_exact[r * bytes + b];
+    if (s.v_recent != nullptr) s.v_recent[slot * bytes + b] = a.v_exact[r * bytes + b];
+  }
 }
 
 __global__ void attention_kernel(AttentionLaunch a) {
@@ -149,6 +183,18 @@ __global__ void attention_kernel(AttentionLaunch a) {
   const std::int64_t g = h / (a.n_heads / a.n_kv_heads);
   const std::int64_t pos = s.pos0 + (r - s.row_begin);
   const std::int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+  const std::int64_t exact_from = exact_begin(s, lo, pos);
+  // Position p's K (V) row and the type it is read as: the f16 copy inside the exact window.
+  const auto k_at = [&](std::int64_t p, int* type) {
+    const bool exact = s.k_recent != nullptr && p >= exact_from;
+    *type = exact ? 1 : s.k_type;
+    return exact ? exact_row(s, a.k_exact, s.k_recent, width, p) : s.k + physical_row(s, p) * s.k_row_bytes;
+  };
+  const auto v_at = [&](std::int64_t p, int* type) {
+    const bool exact = s.v_recent != nullptr && p >= exact_from;
+    *type = exact ? 1 : s.v_type;
+    return exact ? exact_row(s, a.v_exact, s.v_recent, width, p) : s.v + physical_row(s, p) * s.v_row_bytes;
+  };
 
   for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     const float x = a.q[r * a.ldq + h * hd + d];
@@ -164,10 +210,11 @@ __global__ void attention_kernel(AttentionLaunch a) {
   for (std::int64_t c = lo; c <= pos; c += kChunk) {
     const int n = static_cast<int>(pos - c + 1 < kChunk ? pos - c + 1 : kChunk);
     for (int i = warp; i < n; i += warps) {
-      const std::uint8_t* krow = s.k + physical_row(s, c + i) * s.k_row_bytes;
+      int k_type = 0;
+      const std::uint8_t* krow = k_at(c + i, &k_type);
       float dot = 0.0f;
       for (std::int64_t d = lane; d < hd; d += 32)
-        dot = fmaf(q[d], kv_element(s.k_type, krow, width, hd, g * hd + d), dot);
+        dot = fmaf(q[d], kv_element(k_type, krow, width, hd, g * hd + d), dot);
       dot = warp_sum(dot);
       if (lane == 0) weights[i] = dot * a.scale;
     }
@@ -194,12 +241,13 @@ __global__ void attention_kernel(AttentionLaunch a) {
 #pragma unroll
     for (int j = 0; j < kDimsPerThread; ++j) acc[j] *= correction;
     for (int i = 0; i < n; ++i) {
-      const std::uint8_t* vrow = s.v + physical_row(s, c + i) * s.v_row_bytes;
+      int v_type = 0;
+      const std::uint8_t* vrow = v_at(c + i, &v_type);
       const float w = weights[i];
 #pragma unroll
       for (int j = 0; j < kDimsPerThread; ++j) {
         const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
-        if (d < hd) acc[j] = fmaf(w, kv_element(s.v_type, vrow, width, hd, g * hd + d), acc[j]);
+        if (d < hd) acc[j] = fmaf(w, kv_element(v_type, vrow, width, hd, g * hd + d), acc[j]);
       }
     }
     m = new_m;
@@ -259,31 +307,29 @@ __device__ inline HeadSlice head_slice(int type, std::int64_t width, std::int64_
   }
 }
 
-// Copies head g of the n cached rows from position c on into shared memory as compact rows
+// Copies head g of the n rows of positions c.. (row_of(p): the row of position p, whose every
+// row start is 4-byte aligned when `aligned`) into shared memory as compact rows
 // (slice.compact_stride apart): every thread's loads independent, so the chunk's rows arrive
 // together instead of one dependent load per position.
-__device__ void stage_head_rows(const AttentionSequenceDesc& s, const std::uint8_t* pool, std::int64_t row_bytes,
-                                const HeadSlice& slice, std::int64_t c, int n, std::uint8_t* dst) {
-  const bool words = slice.value_offset % 4 == 0 && slice.value_bytes % 4 == 0 && row_bytes % 4 == 0 &&
-                     reinterpret_cast<std::uintptr_t>(pool) % 4 == 0;
-  if (words) {
+template <typename RowOf>
+__device__ void stage_head_rows(const RowOf& row_of, bool aligned, const HeadSlice& slice, std::int64_t c, int n,
+                                std::uint8_t* dst) {
+  if (aligned && slice.value_offset % 4 == 0 && slice.value_bytes % 4 == 0) {
     const std::int64_t per_row = slice.value_bytes / 4;
     for (std::int64_t idx = threadIdx.x; idx < n * per_row; idx += blockDim.x) {
       const std::int64_t i = idx / per_row, w = idx % per_row;
-      const auto* src = reinterpret_cast<const std::uint32_t*>(pool + physical_row(s, c + i) * row_bytes +
-                                                                slice.value_offset);
+      const auto* src = reinterpret_cast<const std::uint32_t*>(row_of(c + i) + slice.value_offset);
       reinterpret_cast<std::uint32_t*>(dst + i * slice.compact_stride)[w] = src[w];
     }
   } else {
     for (std::int64_t idx = threadIdx.x; idx < n * slice.value_bytes; idx += blockDim.x) {
       const std::int64_t i = idx / slice.value_bytes, b = idx % slice.value_bytes;
-      dst[i * slice.compact_stride + b] = pool[physical_row(s, c + i) * row_bytes + slice.value_offset + b];
+      dst[i * slice.compact_stride + b] = row_of(c + i)[slice.value_offset + b];
     }
   }
   for (std::int64_t idx = threadIdx.x; idx < n * slice.scale_bytes; idx += blockDim.x) {
     const std::int64_t i = idx / slice.scale_bytes, b = idx % slice.scale_bytes;
-    dst[i * slice.compact_stride + slice.value_bytes + b] =
-        pool[physical_row(s, c + i) * row_bytes + slice.scale_offset + b];
+    dst[i * slice.compact_stride + slice.value_bytes + b] = row_of(c + i)[slice.scale_offset + b];
   }
 }
 
@@ -316,15 +362,28 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
   float* m = w + group * kSplitChunk;        // [group] running max
   float* l = m + group;                      // [group] running sum
   float* correction = l + group;             // [group] this chunk's rescale
-  const HeadSlice k_slice = head_slice(s.k_type, width, hd, g), v_slice = head_slice(s.v_type, width, hd, g);
-  auto* k_rows = reinterpret_cast<std::uint8_t*>(correction + group);  // [kSplitChunk][stride]
-  std::uint8_t* v_rows = k_rows + kSplitChunk * k_slice.compact_stride;
+  // Head slices of the stored rows and of the exact f16 copies (a windowed side's chunks inside
+  // the window); a side's staging area fits the wider of the two.
+  const HeadSlice k_stored = head_slice(s.k_type, width, hd, g), v_stored = head_slice(s.v_type, width, hd, g);
+  const HeadSlice exact_slice = head_slice(1, width, hd, g);
+  const std::int64_t k_stride = s.k_recent != nullptr && exact_slice.compact_stride > k_stored.compact_stride
+                                    ? exact_slice.compact_stride
+                                    : k_stored.compact_stride;
+  auto* k_rows = reinterpret_cast<std::uint8_t*>(correction + group);  // [kSplitChunk][k_stride]
+  std::uint8_t* v_rows = k_rows + kSplitChunk * k_stride;
 
   const std::int64_t pos = s.pos0 + (r - s.row_begin);
   const std::int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
   const std::int64_t span = (pos - lo + kSplits) / kSplits;  // ceil(len / splits)
   const std::int64_t begin = lo + split * span;
   const std::int64_t end = begin + span < pos + 1 ? begin + span : pos + 1;
+  const std::int64_t exact_from = exact_begin(s, lo, pos);
+  const auto aligned = [](const void* p, std::int64_t row_bytes) {
+    return row_bytes % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % 4 == 0;
+  };
+  const bool k_aligned = aligned(s.k, s.k_row_bytes), v_aligned = aligned(s.v, s.v_row_bytes);
+  const bool k_exact_aligned = aligned(a.k_exact, 2 * width) && aligned(s.k_recent, 2 * width);
+  const bool v_exact_aligned = aligned(a.v_exact, 2 * width) && aligned(s.v_recent, 2 * width);
 
   for (std::int64_t e = threadIdx.x; e < group * hd; e += blockDim.x) {
     const std::int64_t hh = e / hd, d = e % hd;
@@ -344,10 +403,28 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
 #pragma unroll
     for (int j = 0; j < kSplitDims; ++j) acc[hh][j] = 0.0f;
   }
-  for (std::int64_t c = begin; c < end; c += kSplitChunk) {
-    const int n = static_cast<int>(end - c < kSplitChunk ? end - c : kSplitChunk);
-    stage_head_rows(s, s.k, s.k_row_bytes, k_slice, c, n, k_rows);  // K and V loads in flight together
-    stage_head_rows(s, s.v, s.v_row_bytes, v_slice, c, n, v_rows);
+  for (std::int64_t c = begin; c < end;) {
+    int n = static_cast<int>(end - c < kSplitChunk ? end - c : kSplitChunk);
+    if (c < exact_from && c + n > exact_from) n = static_cast<int>(exact_from - c);  // quantized, then exact
+    const bool k_exact = s.k_recent != nullptr && c >= exact_from, v_exact = s.v_recent != nullptr && c >= exact_from;
+    const HeadSlice k_slice = k_exact ? exact_slice : k_stored;  // copies: references would put them on the stack
+    const HeadSlice v_slice = v_exact ? exact_slice : v_stored;
+    const int k_type = k_exact ? 1 : s.k_type, v_type = v_exact ? 1 : s.v_type;
+    // K and V loads in flight together
+    if (k_exact) {
+      stage_head_rows([&](std::int64_t p) { return exact_row(s, a.k_exact, s.k_recent, width, p); }, k_exact_aligned,
+                      k_slice, c, n, k_rows);
+    } else {
+      stage_head_rows([&](std::int64_t p) { return s.k + physical_row(s, p) * s.k_row_bytes; }, k_aligned, k_slice, c,
+                      n, k_rows);
+    }
+    if (v_exact) {
+      stage_head_rows([&](std::int64_t p) { return exact_row(s, a.v_exact, s.v_recent, width, p); }, v_exact_aligned,
+                      v_slice, c, n, v_rows);
+    } else {
+      stage_head_rows([&](std::int64_t p) { return s.v + physical_row(s, p) * s.v_row_bytes; }, v_aligned, v_slice, c,
+                      n, v_rows);
+    }
     __syncthreads();
     for (int i = warp; i < n; i += warps) {  // a warp per position: one K row for the whole group
       const std::uint8_t* krow = k_rows + i * k_slice.compact_stride;
@@ -355,7 +432,7 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
 #pragma unroll
       for (int hh = 0; hh < kSplitMaxGroup; ++hh) dot[hh] = 0.0f;
       for (std::int64_t d = lane; d < hd; d += 32) {
-        const float k = kv_element(s.k_type, krow, hd, hd, d);
+        const float k = kv_element(k_type, krow, hd, hd, d);
 #pragma unroll
         for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
           if (hh < group) dot[hh] = fmaf(q[hh * hd + d], k, dot[hh]);
@@ -400,7 +477,7 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
       for (int j = 0; j < kSplitDims; ++j) {
         const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
         if (d >= hd) break;
-        const float v = kv_element(s.v_type, vrow, hd, hd, d);
+        const float v = kv_element(v_type, vrow, hd, hd, d);
 #pragma unroll
         for (int hh = 0; hh < kSplitMaxGroup; ++hh) {
           if (hh < group) acc[hh][j] = fmaf(w[hh * kSplitChunk + i], v, acc[hh][j]);
@@ -408,6 +485,7 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
       }
     }
     __syncthreads();  // before the next chunk overwrites the weights and the staged rows
+    c += n;
   }
   if constexpr (kDirect) {  // normalise into q's buffer (q is done with), rotate back, write
 #pragma unroll
@@ -489,15 +567,17 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
     attention_split_kernel<false><<<split_grid, kAttendThreads, split_shared, stream>>>(a);
     const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
     attention_merge_kernel<<<merge_grid, kAttendThreads, 0, stream>>>(a);
-    return;
-  }
-  if (staged && a.staged) {
+  } else if (staged && a.staged) {
     const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), 1);
     attention_split_kernel<true><<<grid, kAttendThreads, split_shared, stream>>>(a);
-    return;
+  } else {
+    const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
+    attention_kernel<<<grid, kAttendThreads, 0, stream>>>(a);
   }
-  const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
-  attention_kernel<<<grid, kAttendThreads, 0, stream>>>(a);
+  // The step's exact copies into the rings, once every row has read them.
+  if (a.k_exact != nullptr || a.v_exact != nullptr) {
+    kv_commit_recent_kernel<<<static_cast<unsigned>(a.n_rows), kStoreThreads, 0, stream>>>(a);
+  }
 }
 
 }  // namespace sitsrt::cuda

@@ -117,6 +117,14 @@ struct AttentionSequenceDesc {
   int v_type = 1;
   int k_rotated = 0;
   int v_rotated = 0;
+  // Exact recent window (ops::KvLayerRef::recent_window): a windowed side (int8/int4 with a ring)
+  // also keeps f16 copies of its rows as quantized; a row at position i reads positions from
+  // max(exact_from, i - recent_window + 1) on from them: this step's from AttentionLaunch's
+  // k_exact / v_exact, older ones from the ring (position p in row p % recent_window).
+  std::uint8_t* k_recent = nullptr;  // null: the side keeps no copies
+  std::uint8_t* v_recent = nullptr;
+  std::int64_t recent_window = 0;
+  std::int64_t exact_from = 0;
 };
 
 struct AttentionLaunch {
@@ -139,10 +147,15 @@ struct AttentionLaunch {
   // Device scratch of attention_partials_floats(n_rows, n_heads, head_dim) floats, or null: the
   // rows then attend in one pass each (no split over the sequence).
   float* partials = nullptr;
-  // The widest K and V types of the sequences (ops::KvType codes, f32 = 0 the widest), which size
-  // the split kernel's staged rows.
+  // The widest K and V types of the sequences (ops::KvType codes, f32 = 0 the widest; a windowed
+  // side counts as f16, its copies' type), which size the split kernel's staged rows.
   int widest_k_type = 0;
   int widest_v_type = 0;
+  // The step's rows as f16 copies (n_rows rows of n_kv_heads * head_dim halves each), written by
+  // the store for the sequences whose side keeps an exact window, then moved into their rings
+  // after attention; null when no sequence of the step has a windowed side.
+  std::uint8_t* k_exact = nullptr;
+  std::uint8_t* v_exact = nullptr;
   // Whether the staged GQA kernels (split, or one split per row and KV head) may run: their
   // compact K/V head slices need int4 heads of whole 32-value scale groups, which the caller
   // checks. false: every row takes the one-pass kernel per (row, head), partials unused.

@@ -64,10 +64,10 @@ struct EngineOptions {
   // its last kv_recent_window keys and values (itself included) from them, the older ones
   // quantized. The latest keys are the ones attended most, so this cuts int4's KL divergence
   // ~2-3x (docs/serving.md) for kv_recent_window f16 rows per layer and sequence (0: off; at most
-  // 256). Recorded in ModelInfo::kv_cache_type as ",recent=N". The CPU backend runs it; the CUDA
-  // backend does not yet (its caches have no window, and the label shows none). Positions taken
-  // from the prefix cache have no copies (read quantized), so deterministic mode turns prefix
-  // caching off while a window is on.
+  // 256). Recorded in ModelInfo::kv_cache_type as ",recent=N" (a backend without the window's
+  // kernels would run without it, and the label show none). Positions taken from the prefix
+  // cache have no copies (read quantized), so deterministic mode turns prefix caching off while
+  // a window is on.
   std::int64_t kv_recent_window = 32;
   ServingOptions serving;
   std::int64_t max_batch_tokens = 256;  // prompt tokens per forward pass (activation arena size)

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <vector>
 
@@ -56,10 +57,15 @@ struct AttentionCase {
   // 0: one pass per (row, head); 1: the staged GQA kernel, one split per row; 2: split over the
   // sequence and merged (flash-decoding)
   int path = 2;
+  // > 0: the exact recent window of the int8/int4 sides (f16 copies in rings and the step's
+  // staging rows; the third sequence's first 22 positions came from a prefix cache: no copies)
+  std::int64_t recent = 0;
 };
 
 // Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions) over random
-// block tables of one pool; history positions stored by the CPU into both pools first.
+// block tables of one pool; history positions stored by the CPU into both pools first (and, with
+// a recent window, their latest f16 copies into each sequence's rings). Compared: the stored
+// bytes, the outputs, and the rings after the step's copies moved in.
 void check_attention(const AttentionCase& c, std::uint64_t seed) {
   test::Rng rng(seed);
   const std::int64_t n_heads = 4, n_kv = 2, hd = 64, width = n_kv * hd, block = 16, blocks_per_seq = 4;
@@ -82,6 +88,11 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   const cpu::AttentionShape shape{n_heads, n_kv, hd, 1.0f / 8.0f, c.window};
   ctx.reserve_scratch(cpu::attention_scratch_floats(blocks_per_seq * block, shape));
   std::vector<cpu::KvLayerView> views;
+  const auto quantized = [](cpu::KvType t) { return t == cpu::KvType::kInt8 || t == cpu::KvType::kInt4; };
+  const bool k_windowed = c.recent > 0 && quantized(c.k_type), v_windowed = c.recent > 0 && quantized(c.v_type);
+  const std::size_t ring_bytes = static_cast<std::size_t>(c.recent * width) * 2;
+  std::vector<std::vector<std::byte>> k_rings(seqs.size(), std::vector<std::byte>(ring_bytes)),
+      v_rings(seqs.size(), std::vector<std::byte>(ring_bytes));
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     seqs[s].table.assign(physical.begin() + static_cast<std::ptrdiff_t>(s * blocks_per_seq),
                          physical.begin() + static_cast<std::ptrdiff_t>((s + 1) * blocks_per_seq));
@@ -98,11 +109,22 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
                           c.rotated,
                           c.centered ? offsets.data() : nullptr,
                           c.centered ? scales.data() : nullptr};
+    if (c.recent > 0) {
+      view.recent_window = c.recent;
+      view.k_recent = k_windowed ? k_rings[s].data() : nullptr;
+      view.v_recent = v_windowed ? v_rings[s].data() : nullptr;
+      view.exact_from = s == 2 ? 22 : 0;
+    }
     views.push_back(view);
-    if (seqs[s].pos0 > 0) {  // the history
+    if (seqs[s].pos0 > 0) {  // the history, its latest copies into the rings
       const std::vector<float> k = rng.normals(static_cast<std::size_t>(seqs[s].pos0 * width));
       const std::vector<float> v = rng.normals(static_cast<std::size_t>(seqs[s].pos0 * width));
-      cpu::kv_store(ctx, view, k.data(), width, v.data(), width, seqs[s].pos0, n_kv, hd, 0);
+      std::vector<std::uint16_t> k_staged(k.size()), v_staged(v.size());
+      const cpu::KvStoreSequence history{
+          view,  k.data(),     width, v.data(),
+          width, seqs[s].pos0, 0,     {k_windowed ? k_staged.data() : nullptr, v_windowed ? v_staged.data() : nullptr}};
+      cpu::kv_store_batch(ctx, {&history, 1}, n_kv, hd);
+      cpu::kv_commit_recent({&history, 1}, n_kv, hd);
     }
   }
   DeviceBytes dk(k_pool.size()), dv(v_pool.size());
@@ -115,6 +137,14 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   for (float& x : k) x = rng.normal() + 1.5f;
   for (float& x : v) x = rng.normal();
   std::vector<float> out(static_cast<std::size_t>(rows * ldq), 0.0f);
+  std::vector<std::uint16_t> k_staged(static_cast<std::size_t>(rows * width)), v_staged(k_staged.size());
+  std::deque<DeviceBytes> dk_rings, dv_rings;  // deque: DeviceBytes does not move
+  for (std::size_t s = 0; s < seqs.size() && c.recent > 0; ++s) {
+    dk_rings.emplace_back(ring_bytes);
+    dv_rings.emplace_back(ring_bytes);
+    dk_rings.back().upload(k_rings[s].data());
+    dv_rings.back().upload(v_rings[s].data());
+  }
 
   std::vector<cpu::KvStoreSequence> stores;
   std::vector<cpu::AttentionSequence> attends;
@@ -126,8 +156,12 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   dsc.upload(scales.data());
   std::int64_t row = 0;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
-    stores.push_back({views[s], k.data() + row * ldkv, ldkv, v.data() + row * ldkv, ldkv, seqs[s].rows, seqs[s].pos0});
-    attends.push_back({q.data() + row * ldq, ldq, seqs[s].rows, seqs[s].pos0, views[s], out.data() + row * ldq, ldq});
+    const cpu::KvStaging staging{k_windowed ? k_staged.data() + row * width : nullptr,
+                                 v_windowed ? v_staged.data() + row * width : nullptr};
+    stores.push_back(
+        {views[s], k.data() + row * ldkv, ldkv, v.data() + row * ldkv, ldkv, seqs[s].rows, seqs[s].pos0, staging});
+    attends.push_back(
+        {q.data() + row * ldq, ldq, seqs[s].rows, seqs[s].pos0, views[s], out.data() + row * ldq, ldq, staging});
     cuda::AttentionSequenceDesc d;
     d.k = dk.as<std::uint8_t>();
     d.v = dv.as<std::uint8_t>();
@@ -143,6 +177,12 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
     d.k_type = static_cast<int>(c.k_type);
     d.v_type = static_cast<int>(c.v_type);
     d.k_rotated = d.v_rotated = c.rotated ? 1 : 0;
+    if (c.recent > 0) {
+      d.k_recent = k_windowed ? dk_rings[s].as<std::uint8_t>() : nullptr;
+      d.v_recent = v_windowed ? dv_rings[s].as<std::uint8_t>() : nullptr;
+      d.recent_window = c.recent;
+      d.exact_from = views[s].exact_from;
+    }
     descs.push_back(d);
     all_tables.insert(all_tables.end(), seqs[s].table.begin(), seqs[s].table.end());
     for (std::int64_t r = 0; r < seqs[s].rows; ++r) row_sequence.push_back(static_cast<std::int32_t>(s));
@@ -160,6 +200,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
 
   cpu::kv_store_batch(ctx, stores, n_kv, hd);
   cpu::attention_batch(ctx, attends, shape);
+  cpu::kv_commit_recent(stores, n_kv, hd);
 
   cuda::AttentionLaunch a;
   a.q = dq.as<float>();
@@ -179,8 +220,14 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   a.sequences = ddesc.as<cuda::AttentionSequenceDesc>();
   a.row_sequence = drows.as<std::int32_t>();
   DeviceBytes partials(static_cast<std::size_t>(cuda::attention_partials_floats(rows, n_heads, hd)) * 4);
-  a.widest_k_type = static_cast<int>(c.k_type);
-  a.widest_v_type = static_cast<int>(c.v_type);
+  a.widest_k_type = k_windowed ? std::min(1, static_cast<int>(c.k_type)) : static_cast<int>(c.k_type);
+  a.widest_v_type = v_windowed ? std::min(1, static_cast<int>(c.v_type)) : static_cast<int>(c.v_type);
+  DeviceBytes exact(static_cast<std::size_t>(rows * width) * 2 * 2);
+  if (k_windowed || v_windowed) {
+    exact.poison();
+    a.k_exact = exact.as<std::uint8_t>();
+    a.v_exact = exact.as<std::uint8_t>() + rows * width * 2;
+  }
   a.staged = c.path != 0;  // 0: one pass per (row, head); 1: staged, one split; 2: split
   if (c.path == 2) {
     REQUIRE(cuda::attention_splits_apply(rows, n_heads, n_kv, hd));
@@ -191,10 +238,15 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   SITSRT_CUDA_CHECK(cudaGetLastError());
 
   INFO("k " << static_cast<int>(c.k_type) << " v " << static_cast<int>(c.v_type) << " rotated " << c.rotated
-            << " centered " << c.centered << " window " << c.window << " path " << c.path);
-  // The stored rows: the same bytes as the CPU's (same quantizer, same rotation butterflies).
+            << " centered " << c.centered << " window " << c.window << " path " << c.path << " recent " << c.recent);
+  // The stored rows: the same bytes as the CPU's (same quantizer, same rotation butterflies),
+  // and the rings with the step's latest f16 copies.
   REQUIRE(dk.download<std::byte>() == k_pool);
   REQUIRE(dv.download<std::byte>() == v_pool);
+  for (std::size_t s = 0; s < dk_rings.size(); ++s) {
+    if (k_windowed) REQUIRE(dk_rings[s].download<std::byte>() == k_rings[s]);
+    if (v_windowed) REQUIRE(dv_rings[s].download<std::byte>() == v_rings[s]);
+  }
   const std::vector<float> got = dout.download<float>();
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t e = 0; e < n_heads * hd; ++e) {
@@ -218,6 +270,12 @@ TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, e
         for (const int path : {0, 1, 2}) {
           check_attention({kt, vt, rotated, false, 0, path}, ++seed);
           check_attention({kt, vt, rotated, true, 8, path}, ++seed);
+          // an exact recent window of 8 (int8/int4 sides), with and without a sliding window
+          if (kt == cpu::KvType::kInt8 || kt == cpu::KvType::kInt4 || vt == cpu::KvType::kInt8 ||
+              vt == cpu::KvType::kInt4) {
+            check_attention({kt, vt, rotated, true, 0, path, 8}, ++seed);
+            check_attention({kt, vt, rotated, false, 12, path, 8}, ++seed);
+          }
         }
       }
     }
@@ -271,7 +329,6 @@ Run run_model(const std::string& path, const std::string& device, KvCacheType kv
   o.weights = weights;
   o.int8_activations = false;  // float activations on both: the CUDA kernels are float
   o.context_length = 256;
-  o.kv_recent_window = 0;  // the CUDA backend has no exact recent window yet: both run without
   Engine engine(o);
   GenerationConfig config;
   config.temperature = 0.0f;
