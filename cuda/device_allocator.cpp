@@ -10,6 +10,22 @@ namespace sitsrt::cuda {
 DeviceAllocator::DeviceAllocator(const CudaContext& context, std::uint64_t budget_bytes)
     : context_(context), budget_(budget_bytes) {
   if (budget_ == 0) budget_ = context.free_memory() / 100 * 95;
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, context.device()) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    pools = 0;
+  }
+  pools_ = pools != 0;
+}
+
+cudaError_t DeviceAllocator::device_malloc(void** ptr, std::size_t size) {
+  if (pools_) {
+    const cudaError_t status = cudaMallocAsync(ptr, size, context_.stream());
+    if (status != cudaErrorNotSupported) return status;
+    static_cast<void>(cudaGetLastError());  // pools claimed but refused (some virtualised GPUs)
+    pools_ = false;
+  }
+  return cudaMalloc(ptr, size);
 }
 
 DeviceAllocator::~DeviceAllocator() {
@@ -46,11 +62,11 @@ std::byte* DeviceAllocator::allocate(std::size_t bytes, std::string_view what) {
   }
   context_.make_current();
   void* ptr = nullptr;
-  cudaError_t status = cudaMallocAsync(&ptr, size, context_.stream());
+  cudaError_t status = device_malloc(&ptr, size);
   if (status == cudaErrorMemoryAllocation && !cache_.empty()) {  // the device is short: give back and retry
     static_cast<void>(cudaGetLastError());
     trim_locked();
-    status = cudaMallocAsync(&ptr, size, context_.stream());
+    status = device_malloc(&ptr, size);
   }
   if (status == cudaErrorMemoryAllocation) {
     static_cast<void>(cudaGetLastError());
@@ -81,7 +97,10 @@ void DeviceAllocator::trim() noexcept {
 
 void DeviceAllocator::trim_locked() noexcept {
   if (cudaSetDevice(context_.device()) != cudaSuccess) return;
-  for (const auto& [size, ptr] : cache_) static_cast<void>(cudaFreeAsync(ptr, context_.stream()));
+  for (const auto& [size, ptr] : cache_) {
+    // cudaFree waits for the device's queued work, as the stream orders cudaFreeAsync after it
+    static_cast<void>(pools_ ? cudaFreeAsync(ptr, context_.stream()) : cudaFree(ptr));
+  }
   static_cast<void>(cudaGetLastError());  // an ignored failure here must not be blamed on the next launch
   cache_.clear();
   cached_ = 0;

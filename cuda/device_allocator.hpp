@@ -1,10 +1,11 @@
 // Device memory for one CudaContext: a stream-ordered caching allocator with a byte budget.
-// Blocks come from cudaMallocAsync on the context's stream; a freed block goes back to a cache
-// of blocks by rounded size and is handed out again to a later request of that size (on the
-// same stream, so its previous user's queued work is ordered before the new one's). The budget
-// holds every byte taken from the device (live and cached blocks): a request that would pass it
-// first returns the cache to the device, then fails with kOutOfMemory naming what asked, the
-// bytes asked, the budget and what is in use; so does a device that runs out first. Thread-safe.
+// Blocks come from cudaMallocAsync on the context's stream (cudaMalloc / cudaFree, which order
+// themselves with all device work, where the device or its virtualisation has no memory pools:
+// cudaDevAttrMemoryPoolsSupported 0, or cudaMallocAsync answering cudaErrorNotSupported); a freed block goes back to a
+// cache of blocks by rounded size and is handed out again to a later request of that size (on the same stream, so its
+// previous user's queued work is ordered before the new one's). The budget holds every byte taken from the device (live
+// and cached blocks): a request that would pass it first returns the cache to the device, then fails with kOutOfMemory
+// naming what asked, the bytes asked, the budget and what is in use; so does a device that runs out first. Thread-safe.
 #pragma once
 
 #include "cuda_backend/cuda_context.hpp"
@@ -43,7 +44,11 @@ class DeviceAllocator {
  private:
   void trim_locked() noexcept;
 
+  // One block from the device: cudaMallocAsync, or cudaMalloc without memory pools.
+  [[nodiscard]] cudaError_t device_malloc(void** ptr, std::size_t size);
+
   const CudaContext& context_;
+  bool pools_ = true;  // cudaMallocAsync / cudaFreeAsync; false: cudaMalloc / cudaFree
   std::uint64_t budget_ = 0;
   mutable std::mutex mutex_;
   std::multimap<std::size_t, std::byte*> cache_;  // rounded size -> block
