@@ -80,6 +80,7 @@ CudaBackend::~CudaBackend() {
 
 WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const graph::WeightSource& source,
                                            const std::function<void(double)>& progress) {
+  const std::lock_guard stream(context_.stream_mutex());  // recursive: allocate takes it too
   context_.make_current();
   const auto start = std::chrono::steady_clock::now();
   const WeightUses uses = weight_uses(graph);
@@ -127,7 +128,8 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
       }
       // On the context's stream, which owns the stream-ordered allocation and runs every kernel
       // (a plain cudaMemcpy goes on the legacy stream, unordered with this non-blocking one). From
-      // pageable memory the call returns once the source is staged, so the buffers may be reused.
+      // pageable memory (the staging vector, mapped files) the call returns once the source is
+      // staged, so the buffers may be reused and released; pinned sources would need a sync.
       SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, planar_staging.data(), need, cudaMemcpyHostToDevice, context_.stream()));
     } else {
       SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, bytes.data(), need, cudaMemcpyHostToDevice, context_.stream()));

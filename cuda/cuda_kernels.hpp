@@ -52,7 +52,6 @@ class CudaKernels final : public ops::OpKernels {
   // addresses a captured graph holds may have changed.
   [[nodiscard]] std::uint64_t constants_generation() const noexcept { return constants_generation_; }
 
-  // Whether a matmul of `rows` rows takes the planar decode kernels (not the prefill GEMM).
   // Allocates the flash-decoding partials for attention of this shape (the backend's prepare, so
   // the first decode step finds them in place).
   void reserve_attention_partials(const ops::AttentionShape& shape) {
@@ -63,6 +62,7 @@ class CudaKernels final : public ops::OpKernels {
   void reserve_exact_rows(std::int64_t rows, std::int64_t width) {
     static_cast<void>(exact_rows(static_cast<std::size_t>(rows * width) * 2));
   }
+  // Whether a matmul of `rows` rows takes the planar decode kernels (not the prefill GEMM).
   [[nodiscard]] bool planar_rows(std::int64_t rows) const noexcept {
     return batch_invariant_ || rows < PrefillGemm::kMinRows;
   }
@@ -141,11 +141,11 @@ class CudaKernels final : public ops::OpKernels {
   std::unordered_map<const float*, Constant> constants_;
   std::deque<RopeFrequencies> rope_cache_;  // deque: references stay valid as it grows
   RopeFrequencies rope_scratch_;
-  std::vector<std::byte> blob_;
-  std::byte* partials_ = nullptr;    // attention_partials
+  std::vector<std::byte> blob_;    // attention's descriptors, row map and block tables, reused
+  std::byte* partials_ = nullptr;  // attention_partials
   std::size_t partials_floats_ = 0;
   std::byte* exact_ = nullptr;        // exact_rows
-  std::size_t exact_side_bytes_ = 0;  // attention's descriptors, row map and block tables, reused
+  std::size_t exact_side_bytes_ = 0;
 };
 
 }  // namespace sitsrt::cuda

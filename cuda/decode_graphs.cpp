@@ -2,6 +2,8 @@
 
 #include "cuda_backend/cuda_check.hpp"
 
+#include <sitsrt/error.hpp>
+
 namespace sitsrt::cuda {
 namespace {
 
@@ -44,6 +46,10 @@ void DecodeGraphs::destroy(Entry& entry) noexcept {
 }
 
 bool DecodeGraphs::run(const DecodeGraphKey& key, CudaKernels& kernels, const std::function<void()>& run_nodes) {
+  if (!image_.ensure()) {  // no memory for the input image: eager until there is
+    ++stats_.eager;
+    return false;
+  }
   const auto [it, first_sight] = graphs_.try_emplace(key);
   Entry& entry = it->second;
   if (first_sight || entry.uncapturable) {  // eager once: its constants are copied outside a capture
@@ -103,7 +109,13 @@ bool DecodeGraphs::capture(Entry& entry, CudaKernels& kernels, const std::functi
   if (!usable) {
     if (graph != nullptr) static_cast<void>(cudaGraphDestroy(graph));
     static_cast<void>(cudaGetLastError());
-    if (!image_.fits()) image_.grow();  // the next capture of a step this size fits
+    if (!image_.fits()) {
+      try {
+        image_.grow();          // the next capture of a step this size fits
+      } catch (const Error&) {  // no memory for a larger image: this shape stays eager
+        entry.uncapturable = true;
+      }
+    }
     return false;
   }
   cudaGraphExec_t exec = nullptr;

@@ -43,6 +43,12 @@ std::size_t DeviceAllocator::rounded(std::size_t bytes) noexcept {
 std::byte* DeviceAllocator::allocate(std::size_t bytes, std::string_view what) {
   const std::size_t size = rounded(bytes);
   const std::scoped_lock lock(context_.stream_mutex(), mutex_);
+  // Device graphs are captured with every allocation done beforehand (the kernels' scratch
+  // reports null and the capture is discarded): one here would invalidate the capture.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(context_.stream(), &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone) {
+    raise(ErrorCode::kInternal, "cuda:{}: {} allocated while a device graph is captured", context_.device(), what);
+  }
   const auto note_live = [&] {
     live_ += size;
     high_water_ = std::max(high_water_, live_);
@@ -82,11 +88,11 @@ void DeviceAllocator::deallocate(std::byte* ptr, std::size_t bytes) noexcept {
   if (ptr == nullptr) return;
   const std::size_t size = rounded(bytes);
   std::lock_guard lock(mutex_);
-  live_ -= size;
   try {
     cache_.emplace(size, ptr);
+    live_ -= size;
     cached_ += size;
-  } catch (...) {  // no host memory for the cache entry: the block stays allocated, unused, not terminate
+  } catch (...) {  // no host memory for the cache entry: the block stays allocated and counted
   }
 }
 

@@ -7,7 +7,7 @@
 namespace sitsrt::cuda {
 
 GraphInputImage::GraphInputImage(const CudaContext& context, DeviceAllocator& allocator, std::size_t bytes)
-    : context_(context), allocator_(allocator) {
+    : context_(context), allocator_(allocator), initial_bytes_(bytes) {
   context_.make_current();
   SITSRT_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   try {
@@ -30,9 +30,22 @@ void GraphInputImage::allocate(std::size_t bytes) {
   ++generation_;  // graphs holding the old addresses are stale either way
   try {
     image_ = std::make_unique<MirroredBuffer>(context_, allocator_, bytes, "graph input image");
-  } catch (...) {  // out of memory: keep an image of the old size (just freed) and report
-    if (old > 0) image_ = std::make_unique<MirroredBuffer>(context_, allocator_, old, "graph input image");
+  } catch (...) {  // out of memory: an image of the old size again (just freed), and report
+    try {
+      if (old > 0) image_ = std::make_unique<MirroredBuffer>(context_, allocator_, old, "graph input image");
+    } catch (...) {  // not even that: ensure() tries again before the next graph step
+    }
     throw;
+  }
+}
+
+bool GraphInputImage::ensure() noexcept {
+  if (image_ != nullptr) return true;
+  try {
+    allocate(initial_bytes_);
+    return true;
+  } catch (...) {
+    return false;
   }
 }
 

@@ -40,6 +40,8 @@ class GraphInputImage final : public StepInputs {
   // Makes the image at least twice the bytes the last recording asked for (new addresses:
   // generation() changes, and every graph captured before is stale).
   void grow();
+  // Whether there is an image, making one of the first size when a failed growth left none.
+  [[nodiscard]] bool ensure() noexcept;
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
 
  private:
@@ -47,6 +49,7 @@ class GraphInputImage final : public StepInputs {
 
   const CudaContext& context_;
   DeviceAllocator& allocator_;
+  std::size_t initial_bytes_;
   std::unique_ptr<MirroredBuffer> image_;
   cudaEvent_t copied_ = nullptr;  // recorded after the last upload_image
   bool copy_pending_ = false;

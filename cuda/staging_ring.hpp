@@ -34,6 +34,7 @@ class StagingRing final : public StepInputs {
  private:
   const CudaContext& context_;
   DeviceAllocator& allocator_;
+  std::size_t initial_bytes_;
   std::mutex mutex_;
   std::unique_ptr<MirroredBuffer> ring_;
   std::size_t offset_ = 0;

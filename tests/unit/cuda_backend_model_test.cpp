@@ -58,7 +58,7 @@ struct AttentionCase {
   // sequence and merged (flash-decoding)
   int path = 2;
   // > 0: the exact recent window of the int8/int4 sides (f16 copies in rings and the step's
-  // staging rows; the third sequence's first 22 positions came from a prefix cache: no copies)
+  // staging rows; the third sequence's first 16 positions came from a prefix cache: no copies)
   std::int64_t recent = 0;
 };
 
@@ -113,7 +113,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
       view.recent_window = c.recent;
       view.k_recent = k_windowed ? k_rings[s].data() : nullptr;
       view.v_recent = v_windowed ? v_rings[s].data() : nullptr;
-      view.exact_from = s == 2 ? 22 : 0;
+      view.exact_from = s == 2 ? 16 : 0;  // the third: 0..15 quantized, 16..19 from its ring
     }
     views.push_back(view);
     if (seqs[s].pos0 > 0) {  // the history, its latest copies into the rings
