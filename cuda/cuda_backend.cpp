@@ -161,6 +161,14 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
   // matmul launch's blocks write while others still read x, so nothing it writes may be x's
   // memory, not even part of it. Rope pairs (in place, each row by one block) always fuse.
   fusions_ = options_.decode_fusion ? find_decode_fusions(graph) : DecodeFusions{};
+  // The nodes whose kernels take per-step host inputs (CudaKernels::embed, rope, attention_batch,
+  // gather_rows upload them; no other kernel does).
+  step_input_nodes_.assign(graph.nodes().size(), false);
+  for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
+    const graph::OpKind op = graph.nodes()[i].op;
+    step_input_nodes_[i] = op == graph::OpKind::kEmbed || op == graph::OpKind::kRope ||
+                           op == graph::OpKind::kAttention || op == graph::OpKind::kGatherRows;
+  }
   const auto overlaps = [&](graph::ValueId a, graph::ValueId b) {
     const auto i = static_cast<std::size_t>(a), j = static_cast<std::size_t>(b);
     return plan.offsets[i] < plan.offsets[j] + plan.sizes[j] && plan.offsets[j] < plan.offsets[i] + plan.sizes[i];
@@ -266,13 +274,21 @@ void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::siz
   const auto run_nodes = [&] {
     for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
   };
+  // A replay refills only the inputs: the nodes that take them (each reserves its slots in the
+  // order of the capture, where no other node reserves any) through the same code.
+  const auto fill_nodes = [&] {
+    const bool known = step_input_nodes_.size() == graph.nodes().size();
+    for (std::size_t i = first; i < last; ++i) {
+      if (!known || step_input_nodes_[i]) run_node(graph, i, step);
+    }
+  };
   // Decode steps (one row per sequence, the whole step at once) replay a captured graph.
   const bool decode = step.n_tokens == static_cast<std::int64_t>(step.sequences.size());
   if (graphs_ != nullptr && decode && first == 0 && step.n_tokens <= kMaxGraphRows) {
     std::uint64_t plan_hash = step.plan->offsets.size();
     for (const std::size_t offset : step.plan->offsets) plan_hash = plan_hash * 0x100000001b3ull ^ offset;
     const DecodeGraphKey key{&graph, first, last, step.n_tokens, step.n_outputs, step.arena->data(), plan_hash};
-    if (graphs_->run(key, *kernels_, run_nodes)) return;
+    if (graphs_->run(key, *kernels_, run_nodes, fill_nodes)) return;
   }
   run_nodes();
 }

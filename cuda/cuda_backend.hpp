@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
   std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
   CudaBackendOptions options_;
   DecodeFusions fusions_;  // those whose matmuls are all planar, of one format and width
+  std::vector<bool> step_input_nodes_;  // per node of the prepared graph: takes per-step host inputs
 };
 
 }  // namespace sitsrt::cuda

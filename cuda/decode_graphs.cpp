@@ -45,7 +45,8 @@ void DecodeGraphs::destroy(Entry& entry) noexcept {
   entry.exec = nullptr;
 }
 
-bool DecodeGraphs::run(const DecodeGraphKey& key, CudaKernels& kernels, const std::function<void()>& run_nodes) {
+bool DecodeGraphs::run(const DecodeGraphKey& key, CudaKernels& kernels, const std::function<void()>& run_nodes,
+                       const std::function<void()>& fill_nodes) {
   if (!image_.ensure()) {  // no memory for the input image: eager until there is
     ++stats_.eager;
     return false;
@@ -57,7 +58,7 @@ bool DecodeGraphs::run(const DecodeGraphKey& key, CudaKernels& kernels, const st
     return false;
   }
   if (entry.exec != nullptr) {
-    if (replay(entry, kernels, run_nodes)) return true;
+    if (replay(entry, kernels, fill_nodes)) return true;
     destroy(entry);
     --live_;
   }
@@ -68,13 +69,13 @@ bool DecodeGraphs::run(const DecodeGraphKey& key, CudaKernels& kernels, const st
   return true;
 }
 
-bool DecodeGraphs::replay(Entry& entry, CudaKernels& kernels, const std::function<void()>& run_nodes) {
+bool DecodeGraphs::replay(Entry& entry, CudaKernels& kernels, const std::function<void()>& fill_nodes) {
   if (entry.image_generation != image_.generation()) return false;
   image_.begin(&entry.layout);
   {
     const EagerOnExit eager{kernels};
     kernels.use(image_, CudaKernels::Mode::kFillInputs);
-    run_nodes();
+    fill_nodes();
   }
   if (!image_.fits() || kernels.constants_generation() != entry.constants_generation) return false;
   launch(entry);

@@ -64,7 +64,10 @@ class DecodeGraphs {
 
   // Runs the step (run_nodes issues its nodes through `kernels`) from a graph and returns true,
   // or returns false when the caller must run it eagerly.
-  bool run(const DecodeGraphKey& key, CudaKernels& kernels, const std::function<void()>& run_nodes);
+  // fill_nodes issues only the nodes that take per-step host inputs (token ids, positions, block
+  // tables, output rows), in the same order: a replay's host pass needs no others.
+  bool run(const DecodeGraphKey& key, CudaKernels& kernels, const std::function<void()>& run_nodes,
+           const std::function<void()>& fill_nodes);
   // Safe to call from any thread.
   [[nodiscard]] DecodeGraphStats stats() const noexcept {
     return {stats_.captures.load(std::memory_order_relaxed), stats_.replays.load(std::memory_order_relaxed),
@@ -80,7 +83,7 @@ class DecodeGraphs {
     int failed_captures = 0;    // captures that threw (a node that cannot be captured, or bad input)
     bool uncapturable = false;  // its capture failed for good: eager from then on
   };
-  bool replay(Entry& entry, CudaKernels& kernels, const std::function<void()>& run_nodes);
+  bool replay(Entry& entry, CudaKernels& kernels, const std::function<void()>& fill_nodes);
   bool capture(Entry& entry, CudaKernels& kernels, const std::function<void()>& run_nodes);
   void launch(const Entry& entry);
   static void destroy(Entry& entry) noexcept;
