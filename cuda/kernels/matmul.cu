@@ -1,8 +1,8 @@
 // Dequantizing matmul and embedding kernels for every weight format of device_formats.hpp.
 // Decode shapes (1-16 rows) are memory-bound: one warp per output, lanes striding the weight row
 // 8 elements at a time, each decoded once in registers and multiplied into up to 8 input rows.
-// Larger steps run the same kernel per tile of 8 rows (correct, not yet the tensor-core GEMM of
-// prefill).
+// Larger steps run the same kernel per tile of 8 rows (prompt chunks of 48 rows or more take
+// the tensor-core prefill GEMM instead, prefill_gemm.hpp).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/launch.hpp"
@@ -18,11 +18,12 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// One warp per output column j of y: y[r][j] = sum_e x[r][e] * W[j][e] for the tile's rows.
+// One warp per output column j of y: y[r][j] = sum_e x[r][e] * W[j][e] for the tile's `rows`
+// rows (at most kRows; the accumulators past them stay idle).
 template <DType F, int kRows>
 __global__ void matmul_rows_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int64_t n,
                                    std::int64_t k, const float* __restrict__ x, std::int64_t ldx, float* __restrict__ y,
-                                   std::int64_t ldy) {
+                                   std::int64_t ldy, int rows) {
   const int lane = threadIdx.x % 32;
   const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (j >= n) return;
@@ -36,6 +37,7 @@ __global__ void matmul_rows_kernel(const std::uint8_t* __restrict__ w, std::int6
     decode8<F>(row, 8 * c, wv);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
+      if (r >= rows) break;
       const float* xr = x + r * ldx + 8 * c;
       float s = 0.0f;
 #pragma unroll
@@ -46,10 +48,14 @@ __global__ void matmul_rows_kernel(const std::uint8_t* __restrict__ w, std::int6
   for (std::int64_t e = chunks * 8 + lane; e < k; e += 32) {  // a tail of float formats (k % 8 != 0)
     const float wv = decode_element<F>(row, e);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = fmaf(wv, x[r * ldx + e], acc[r]);
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= rows) break;
+      acc[r] = fmaf(wv, x[r * ldx + e], acc[r]);
+    }
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
     const float s = warp_sum(acc[r]);
     if (lane == 0) y[r * ldy + j] = s;
   }
@@ -65,16 +71,16 @@ __global__ void embed_kernel(const std::uint8_t* __restrict__ table, std::int64_
 
 template <DType F, int kRows>
 void launch_tile(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
-                 std::int64_t ldx, float* y, std::int64_t ldy, cudaStream_t stream) {
+                 std::int64_t ldx, float* y, std::int64_t ldy, int rows, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  matmul_rows_kernel<F, kRows><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(w, row_bytes, n, k, x, ldx, y, ldy);
+  matmul_rows_kernel<F, kRows><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(w, row_bytes, n, k, x, ldx, y, ldy, rows);
 }
 
 template <DType F>
 void launch_matmul_format(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
-  for_each_row_tile(m, x, ldx, y, ldy, [&](auto rows, const float* xt, float* yt) {
-    launch_tile<F, decltype(rows)::value>(w, row_bytes, n, k, xt, ldx, yt, ldy, stream);
+  for_each_row_tile(m, x, ldx, y, ldy, [&](auto bucket, int rows, const float* xt, float* yt) {
+    launch_tile<F, decltype(bucket)::value>(w, row_bytes, n, k, xt, ldx, yt, ldy, rows, stream);
   });
 }
 
