@@ -184,7 +184,7 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
       const DeviceWeight& w = weights_[static_cast<std::size_t>(node.weights[0])];
       if (first == nullptr) first = &w;
       fusable = fusable && w.planar && w.format == first->format && w.cols == first->cols &&
-                (fusion.kind != FusionKind::kSwiGlu || w.rows == first->rows);
+                ((fusion.kind != FusionKind::kSwiGlu && fusion.kind != FusionKind::kGeGlu) || w.rows == first->rows);
     }
     if (!fusable) {
       for (const std::size_t n : fusion.nodes) fusions_.fusion_of[n] = -1;
@@ -337,7 +337,7 @@ bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const 
   if (index != fusion.nodes[0]) return true;  // done with the lead
   std::vector<CudaKernels::FusedMatmul> matmuls;
   std::size_t n_matmuls = fusion.kind == FusionKind::kAddInto ? 1 : fusion.nodes.size();
-  if (fusion.kind == FusionKind::kSwiGlu) n_matmuls = 2;
+  if (fusion.kind == FusionKind::kSwiGlu || fusion.kind == FusionKind::kGeGlu) n_matmuls = 2;
   for (std::size_t k = 0; k < n_matmuls; ++k) {
     const graph::Node& node = nodes[fusion.nodes[k]];
     matmuls.push_back({static_cast<std::size_t>(node.weights[0]), view(node.output)});
@@ -346,9 +346,11 @@ bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const 
     case FusionKind::kMatvecs:
       kernels_->fused_matmuls(matmuls, x, PlanarEpilogue::kNone, nullptr, nullptr);
       return true;
-    case FusionKind::kSwiGlu: {
+    case FusionKind::kSwiGlu:
+    case FusionKind::kGeGlu: {
       const ops::TensorRef out = view(nodes[fusion.nodes[2]].output);
-      kernels_->fused_matmuls(matmuls, x, PlanarEpilogue::kSwiGlu, nullptr, &out);
+      const PlanarEpilogue act = fusion.kind == FusionKind::kSwiGlu ? PlanarEpilogue::kSwiGlu : PlanarEpilogue::kGeGlu;
+      kernels_->fused_matmuls(matmuls, x, act, nullptr, &out);
       return true;
     }
     case FusionKind::kAddInto: {

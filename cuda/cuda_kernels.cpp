@@ -218,7 +218,8 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
   if (!launching_ || matmuls.empty()) return;
   std::array<PlanarTarget, kMaxPlanarTargets> targets{};
   const std::size_t count = matmuls.size();
-  if (count > kMaxPlanarTargets || (epilogue == PlanarEpilogue::kSwiGlu && count != 2) ||
+  const bool gated = epilogue == PlanarEpilogue::kSwiGlu || epilogue == PlanarEpilogue::kGeGlu;
+  if (count > kMaxPlanarTargets || (gated && count != 2) ||
       (epilogue == PlanarEpilogue::kAdd && (count != 1 || residual == nullptr || out == nullptr))) {
     raise(ErrorCode::kInternal, "cuda: a fused launch of {} matmuls with epilogue {}", count,
           static_cast<int>(epilogue));
@@ -233,11 +234,11 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
     }
     targets[i] = {w.data, w.rows, f32(matmuls[i].y), matmuls[i].y.ld};
   }
-  // The epilogue's operands: the outputs' shape (SwiGLU: gate and up alike).
+  // The epilogue's operands: the outputs' shape (SwiGLU / GeGLU: gate and up alike).
   const auto same_shape = [&](const ops::TensorRef* t) {
     return t != nullptr && t->rows == x.rows && t->cols == matmuls[0].y.cols;
   };
-  if ((epilogue == PlanarEpilogue::kSwiGlu && (matmuls[1].y.cols != matmuls[0].y.cols || !same_shape(out))) ||
+  if ((gated && (matmuls[1].y.cols != matmuls[0].y.cols || !same_shape(out))) ||
       (epilogue == PlanarEpilogue::kAdd && (!same_shape(residual) || !same_shape(out)))) {
     raise(ErrorCode::kInternal, "cuda: a fused matmul epilogue's operands do not match its outputs");
   }

@@ -35,12 +35,12 @@ struct PlanarTarget {
 };
 inline constexpr int kMaxPlanarTargets = 8;
 
-enum class PlanarEpilogue : int { kNone, kAdd, kSwiGlu };
+enum class PlanarEpilogue : int { kNone, kAdd, kSwiGlu, kGeGlu };
 struct PlanarEpilogueArgs {
   PlanarEpilogue kind = PlanarEpilogue::kNone;
   const float* residual = nullptr;  // kAdd: out = y + residual (one target)
   std::int64_t ld_residual = 0;
-  float* out = nullptr;  // kAdd: the sum; kSwiGlu: swiglu(target 0 = gate, target 1 = up)
+  float* out = nullptr;  // kAdd: the sum; kSwiGlu / kGeGlu: the activation of target 0 = gate, target 1 = up
   std::int64_t ld_out = 0;
 };
 

@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs 
   }
 }
 
-// Gate (target 0) and up (target 1) outputs j0.. together: both written, then swiglu(gate, up).
+// Gate (target 0) and up (target 1) outputs j0.. together: both written, then swiglu(gate, up)
+// or (kGeGlu) geglu_tanh(gate, up).
 template <DType F, int kRows>
 __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs a) {
   const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs;
@@ -150,7 +151,8 @@ __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs
     const float gate = totals[i], up = totals[kOutputs * kRows + i];
     a.t[0].y[r * a.t[0].ldy + j] = gate;
     a.t[1].y[r * a.t[1].ldy + j] = up;
-    a.out[r * a.ld_out + j] = swiglu_value(gate, up);  // last: out may be the gate's buffer
+    // last: out may be the gate's buffer
+    a.out[r * a.ld_out + j] = a.kind == PlanarEpilogue::kGeGlu ? geglu_tanh_value(gate, up) : swiglu_value(gate, up);
   }
 }
 
@@ -166,7 +168,7 @@ __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, Plana
 
 template <DType F, int kRows>
 void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
-  if (a.kind == PlanarEpilogue::kSwiGlu) {
+  if (a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu) {
     if constexpr (kRows <= kMaxSwiGluTileRows) planar_swiglu_kernel<F, kRows><<<blocks, kThreads, 0, stream>>>(a);
   } else {
     planar_group_kernel<F, kRows><<<blocks, kThreads, 0, stream>>>(a);
@@ -178,8 +180,9 @@ void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
 // kernels to build and ship, the same weight traffic.
 template <DType F>
 void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
-  const int max_rows = a.kind == PlanarEpilogue::kSwiGlu ? kMaxSwiGluTileRows : kMaxTileRows;
-  const unsigned blocks = a.kind == PlanarEpilogue::kSwiGlu ? a.first_block[1] : a.first_block[a.count];
+  const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
+  const int max_rows = gated ? kMaxSwiGluTileRows : kMaxTileRows;
+  const unsigned blocks = gated ? a.first_block[1] : a.first_block[a.count];
   const GroupArgs base = a;
   for (std::int64_t r0 = 0; r0 < m; r0 += max_rows) {
     a.rows = static_cast<int>(std::min<std::int64_t>(max_rows, m - r0));

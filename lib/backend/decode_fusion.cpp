@@ -41,9 +41,10 @@ DecodeFusions find_decode_fusions(const graph::Graph& graph) {
     if (count == 2 && end < nodes.size()) {
       const graph::Node& act = nodes[end];
       const graph::ValueId gate = nodes[i].output, up = nodes[i + 1].output;
-      if (act.op == graph::OpKind::kSwiGlu && act.inputs.size() == 2 && act.inputs[0] == gate &&
-          act.inputs[1] == up && width(gate) == width(up) && width(act.output) == width(gate)) {
-        add(FusionKind::kSwiGlu, {i, i + 1, end});
+      const bool gated = act.op == graph::OpKind::kSwiGlu || act.op == graph::OpKind::kGeGlu;
+      if (gated && act.inputs.size() == 2 && act.inputs[0] == gate && act.inputs[1] == up && width(gate) == width(up) &&
+          width(act.output) == width(gate)) {
+        add(act.op == graph::OpKind::kSwiGlu ? FusionKind::kSwiGlu : FusionKind::kGeGlu, {i, i + 1, end});
         i = end + 1;
         continue;
       }

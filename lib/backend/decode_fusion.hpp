@@ -15,6 +15,7 @@ namespace sitsrt {
 enum class FusionKind : std::uint8_t {
   kMatvecs,   // consecutive MatMuls reading the same input (Q, K, V)
   kSwiGlu,    // gate MatMul, up MatMul (same input), SwiGlu(gate, up)
+  kGeGlu,     // gate MatMul, up MatMul (same input), GeGlu(gate, up) (Gemma)
   kAddInto,   // MatMul, then Add of its output and a residual (attention output, FFN down)
   kRopePair,  // two Rope nodes of one setting on different values (Q, K): one launch on CUDA
 };

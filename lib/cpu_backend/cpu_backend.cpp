@@ -225,6 +225,10 @@ bool CpuBackend::run_fused(const graph::Graph& graph, std::size_t index, const S
       cpu::matvec_swiglu(ctx_, weight(0), weight(1), x, data(nodes[fusion.nodes[0]].output),
                          data(nodes[fusion.nodes[1]].output), data(nodes[fusion.nodes[2]].output));
       return true;
+    case FusionKind::kGeGlu:
+      cpu::matvec_geglu(ctx_, weight(0), weight(1), x, data(nodes[fusion.nodes[0]].output),
+                        data(nodes[fusion.nodes[1]].output), data(nodes[fusion.nodes[2]].output));
+      return true;
     case FusionKind::kRopePair:
       return false;  // dropped in prepare
     case FusionKind::kAddInto: {

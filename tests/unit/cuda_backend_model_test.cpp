@@ -445,22 +445,26 @@ void require_same_bits(const BatchTrace& a, const BatchTrace& b) {
   }
 }
 
-std::string planar_test_model() {
+std::string planar_test_model(const std::string& architecture = "llama") {
   RandomModelOptions options = test::tiny_options(DType::kQ8_0);
+  options.architecture = architecture;
   options.dim = 128;  // rows the planar INT4 g128 layout takes
   options.ffn = 256;
   options.context = 512;
-  return test::random_model(options, "cuda-planar");
+  return test::random_model(options, "cuda-planar-" + architecture);
 }
 
 }  // namespace
 
-TEST_CASE("cuda decode fusions (QKV, gate + up + SwiGLU, matmul + residual) give the unfused bits", "[cuda][gated]") {
+TEST_CASE("cuda decode fusions (QKV, gate + up + SwiGLU / GeGLU, matmul + residual) give the unfused bits",
+          "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
-  const std::string path = planar_test_model();
-  for (const char* weights : {"fp8", "q4g128"}) {
-    INFO("weights " << weights);
-    require_same_bits(run_batch(path, weights, false, true), run_batch(path, weights, false, false));
+  for (const char* architecture : {"llama", "gemma3"}) {
+    const std::string path = planar_test_model(architecture);
+    for (const char* weights : {"fp8", "q4g128"}) {
+      INFO(architecture << " weights " << weights);
+      require_same_bits(run_batch(path, weights, false, true), run_batch(path, weights, false, false));
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -148,6 +149,21 @@ TEST_CASE("fused decode products equal the unfused ops bit for bit and the doubl
     cpu::matvec_swiglu(ctx, gate.view(), up.view(), x.data(), g2.data(), u2.data(), g2.data());
     CHECK(g2 == act);
   }
+  SECTION("gate, up and GeGLU in one region (Gemma)") {
+    std::vector<float> g(static_cast<std::size_t>(ffn)), u(static_cast<std::size_t>(ffn));
+    const std::vector<float> g0 = unfused(ctx, gate, x), u0 = unfused(ctx, up, x);
+    std::vector<float> act(static_cast<std::size_t>(ffn));
+    cpu::geglu_tanh(ctx, g0.data(), ffn, u0.data(), ffn, 1, ffn, act.data(), ffn);
+    // In place (out aliases the gate output), as the graph plans it.
+    cpu::matvec_geglu(ctx, gate.view(), up.view(), x.data(), g.data(), u.data(), g.data());
+    CHECK(u == u0);
+    CHECK(g == act);
+    for (std::size_t i = 0; i < act.size(); ++i) {  // gelu_tanh(g) u in double
+      const double gd = g0[i], inner = -1.5957691216057308 * (gd + 0.044715 * gd * gd * gd);
+      const double want = gd * u0[i] / (1.0 + std::exp(inner));
+      REQUIRE(std::abs(g[i] - want) <= 1e-5 * std::abs(want) + 1e-6 * std::abs(u0[i]) + 1e-30);
+    }
+  }
   SECTION("down projection and residual add in one region") {
     std::vector<float> y(dim), out = residual;
     cpu::matvec_add(ctx, down.view(), h.data(), y.data(), out.data(), out.data());  // in place
@@ -251,6 +267,9 @@ TEST_CASE("the decoder graph fuses q/k/v, gate/up/SwiGLU, both residual adds and
         ++swiglu;
         CHECK(lead.name.ends_with("ffn_gate"));
         break;
+      case FusionKind::kGeGlu:
+        FAIL("a Llama graph has no GeGLU");
+        break;
       case FusionKind::kAddInto:
         ++add;
         CHECK(graph.nodes()[fusion.nodes[1]].op == graph::OpKind::kAdd);
@@ -267,6 +286,23 @@ TEST_CASE("the decoder graph fuses q/k/v, gate/up/SwiGLU, both residual adds and
   CHECK(swiglu == model.spec.n_layer);
   CHECK(add == 2 * model.spec.n_layer);
   CHECK(rope == model.spec.n_layer);
+}
+
+TEST_CASE("a Gemma graph fuses gate, up and GeGLU per layer", "[fusion]") {
+  RandomModelOptions mo = test::tiny_options(DType::kQ8_0);
+  mo.architecture = "gemma3";
+  const std::string path = test::random_model(mo, "fusion-graph-gemma");
+  const LoadedModel model = load_model(path);
+  const graph::Graph graph = build_model_graph(model.spec, model.tensors, {});
+  const DecodeFusions f = find_decode_fusions(graph);
+  const auto geglu = std::ranges::count_if(f.fusions, [&](const Fusion& fusion) {
+    if (fusion.kind != FusionKind::kGeGlu) return false;
+    CHECK(fusion.nodes.size() == 3);
+    CHECK(graph.nodes()[fusion.nodes[0]].name.ends_with("ffn_gate"));
+    CHECK(graph.nodes()[fusion.nodes[2]].op == graph::OpKind::kGeGlu);
+    return true;
+  });
+  CHECK(geglu == model.spec.n_layer);
 }
 
 TEST_CASE("decode with fusions gives the same tokens and log-probs as without", "[fusion][engine]") {

@@ -64,20 +64,34 @@ void matvec_group(CpuContext& ctx, std::span<const MatvecTarget> targets, const 
   });
 }
 
-void matvec_swiglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g,
-                   float* u, float* out) {
+namespace {
+
+// gate and up products, then `activation_row` of each chunk as soon as its rows are done (still
+// in cache).
+void matvec_gated(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g, float* u,
+                  float* out, void (*activation_row)(const float*, const float*, float*, std::int64_t),
+                  const char* op) {
   const std::array<const WeightMatrix*, 2> weights{&gate, &up};
-  const PreparedGroup p = prepare(ctx, weights, x, "matvec_swiglu");
-  if (gate.rows != up.rows) {
-    raise(ErrorCode::kInvalidArgument, "matvec_swiglu: gate has {} rows, up has {}", gate.rows, up.rows);
-  }
-  const auto swiglu_row = detail::vec_kernels_for(ctx.isa()).swiglu_row;
-  // Each chunk's activations are computed as soon as its gate and up rows are (still in cache).
+  const PreparedGroup p = prepare(ctx, weights, x, op);
+  if (gate.rows != up.rows)
+    raise(ErrorCode::kInvalidArgument, "{}: gate has {} rows, up has {}", op, gate.rows, up.rows);
   detail::for_each_decode_row_chunk(ctx.pool(), gate.rows, [&](std::int64_t begin, std::int64_t end) {
     p.kernels[0].rows(gate, p.in, g, begin, end);
     p.kernels[1].rows(up, p.in, u, begin, end);
-    swiglu_row(g + begin, u + begin, out + begin, end - begin);
+    activation_row(g + begin, u + begin, out + begin, end - begin);
   });
+}
+
+}  // namespace
+
+void matvec_swiglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g,
+                   float* u, float* out) {
+  matvec_gated(ctx, gate, up, x, g, u, out, detail::vec_kernels_for(ctx.isa()).swiglu_row, "matvec_swiglu");
+}
+
+void matvec_geglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g, float* u,
+                  float* out) {
+  matvec_gated(ctx, gate, up, x, g, u, out, detail::vec_kernels_for(ctx.isa()).geglu_row, "matvec_geglu");
 }
 
 void matvec_add(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y, const float* residual, float* out) {

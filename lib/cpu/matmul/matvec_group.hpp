@@ -26,6 +26,9 @@ void matvec_group(CpuContext& ctx, std::span<const MatvecTarget> targets, const 
 // g = Wg x, u = Wu x, out = silu(g) * u (Wg and Wu with the same shape; out may alias g or u).
 void matvec_swiglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g,
                    float* u, float* out);
+// The same with out = gelu_tanh(g) * u (cpu::geglu_tanh's values).
+void matvec_geglu(CpuContext& ctx, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* g, float* u,
+                  float* out);
 
 // y = W x, out = residual + y (out may alias residual, not x).
 void matvec_add(CpuContext& ctx, const WeightMatrix& w, const float* x, float* y, const float* residual, float* out);
