@@ -277,13 +277,25 @@ struct XTile {
   bool vector;
 };
 
+// Adds wf[o] . x[r][offset, offset + 4) to acc[o][r] for the tile's rows: one x load serves every
+// output. Accumulators of rows past xt.rows stay.
+template <int kOutputs, int kRows>
+SITSRT_LANE void accumulate4(const float (&wf)[kOutputs][4], const XTile& xt, std::int64_t offset,
+                             float (&acc)[kOutputs][kRows]) {
+  SITSRT_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
+    const float4 xv = load_x4(xt.x + r * xt.ldx + offset, xt.vector);
+    SITSRT_UNROLL
+    for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
+  }
+}
+
 // Adds the unit's products with the tile's rows of x to acc[o][r], for kOutputs weight rows
-// (w[o], s[o]) at once: each x load serves every output. Accumulators of rows past x.rows stay.
+// (w[o], s[o]) at once.
 template <DType F, int kOutputs, int kRows>
 SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], const XTile& xt,
                                  std::int64_t u, float (&acc)[kOutputs][kRows]) {
-  const float* x = xt.x;
-  const std::int64_t ldx = xt.ldx;
   if constexpr (F == DType::kFP8_E4M3 || F == DType::kQ8_0) {  // 16 byte codes: elements 16 u + 4 t + i
     SITSRT_UNROLL
     for (int t = 0; t < 4; ++t) {
@@ -296,13 +308,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           decode_q8x4(word_of(w[o][0], t), half_bits_to_float(s[o].word), wf[o]);
         }
       }
-      SITSRT_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
-        const float4 xv = load_x4(x + r * ldx + 16 * u + 4 * t, xt.vector);
-        SITSRT_UNROLL
-        for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
-      }
+      accumulate4(wf, xt, 16 * u + 4 * t, acc);
     }
   } else if constexpr (kNibbleFormat<F>) {
     // word t: low nibbles elements base + 4 t + i, high nibbles base + kHigh + 4 t + i
@@ -353,14 +359,9 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
         decode_codes4<kMode>(lq, dl[o][0], ml[o][0], low[o]);
         decode_codes4<kMode>(hq, dl[o][1], ml[o][1], high[o]);
       }
-      SITSRT_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
-        const float* xr = x + r * ldx + base + 4 * t;
-        const float4 xl = load_x4(xr, xt.vector), xh = load_x4(xr + kHigh, xt.vector);
-        SITSRT_UNROLL
-        for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(high[o], xh, dot4(low[o], xl, acc[o][r]));
-      }
+      // each accumulator takes the low products, then the high ones
+      accumulate4(low, xt, base + 4 * t, acc);
+      accumulate4(high, xt, base + kHigh + 4 * t, acc);
     }
   } else if constexpr (F == DType::kQ6_K) {
     // element 128 h + 32 k + 16 lh + 4 t + i: low nibble (k / 2) of w[k % 2] word t, high bits
@@ -385,13 +386,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           SITSRT_UNROLL
           for (int i = 0; i < 4; ++i) wf[o][i] = mul_rn(dl[o], sub_rn(biased_byte(low | high, i), kTwo23 + 32.0f));
         }
-        SITSRT_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
-          const float4 xv = load_x4(x + r * ldx + base + 32 * k + 4 * t, xt.vector);
-          SITSRT_UNROLL
-          for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
-        }
+        accumulate4(wf, xt, base + 32 * k + 4 * t, acc);
       }
     }
   } else {
@@ -414,13 +409,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           }
         }
       }
-      SITSRT_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= xt.rows) break;  // a tile of fewer rows than accumulators
-        const float4 xv = load_x4(x + r * ldx + 8 * u + 4 * p, xt.vector);
-        SITSRT_UNROLL
-        for (int o = 0; o < kOutputs; ++o) acc[o][r] = dot4(wf[o], xv, acc[o][r]);
-      }
+      accumulate4(wf, xt, 8 * u + 4 * p, acc);
     }
   }
 }
