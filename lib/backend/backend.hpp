@@ -7,6 +7,7 @@
 
 #include "core/device.hpp"
 #include "core/function_ref.hpp"
+#include "core/logit_summary.hpp"
 #include "graph/graph.hpp"
 #include "graph/memory_plan.hpp"
 #include "graph/weight_source.hpp"
@@ -83,6 +84,7 @@ struct BackendInfo {
   bool decode_fusion = false;     // one-row steps run fused matmul groups
   bool head_major_kv = false;     // its KV pools store blocks head by head (ops::KvLayerRef)
   bool exact_recent_window = false;  // attends int8/int4 KV's f16 recent window (ops::KvLayerRef::recent_window)
+  std::int64_t logit_summary_k = 0;  // most best ids summarize_logits gives a row; 0: it gives none
   std::uint64_t memory_bytes = 0;  // device memory (CPU: physical RAM); 0: unknown
 };
 
@@ -92,6 +94,11 @@ struct WeightBindReport {
   int repacked_tensors = 0;      // weights held in a layout private to the backend
   double copy_seconds = 0.0;     // copying / uploading / repacking; 0 when read in place
 };
+
+// The checks every summarize_logits makes: kInternal for k outside [1, limit], a row outside
+// [0, n_rows), fewer than n_rows outputs, or a vocabulary < 1.
+void check_logit_summary_request(std::int64_t n_rows, std::int64_t vocab, std::span<const std::int64_t> rows,
+                                 std::int64_t k, std::int64_t limit, std::span<const LogitSummary> out);
 
 class Backend {
  public:
@@ -120,6 +127,14 @@ class Backend {
   // Copies bytes [offset, offset + dst.size()) of `buffer` to host memory, after the work
   // queued so far; throws kInternal for a range outside the buffer or another backend's buffer.
   virtual void read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) = 0;
+  // Summaries (core/logit_summary.hpp, the CPU's definitions) of rows `rows` of the float logits
+  // [n_rows x vocab] at `offset` of `buffer`, each with its k best (1 <= k <=
+  // info().logit_summary_k), into out[r] for each r in `rows`, after the work queued so far; the
+  // same row gives the same summary whatever else is asked. Backends without summaries
+  // (logit_summary_k 0) throw kInternal.
+  virtual void summarize_logits(const BackendBuffer& buffer, std::size_t offset, std::int64_t n_rows,
+                                std::int64_t vocab, std::span<const std::int64_t> rows, std::int64_t k,
+                                std::span<LogitSummary> out);
   // Copies host bytes into [offset, offset + src.size()) of `buffer`, ordered with the queued
   // work (swapped-out KV blocks coming back); same range checks as read().
   virtual void write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) = 0;

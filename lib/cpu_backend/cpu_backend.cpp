@@ -5,6 +5,7 @@
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
 #include "cpu/attention/attention.hpp"
+#include "cpu/logits/logit_kernels.hpp"
 #include "cpu/matmul/matvec_group.hpp"
 #include "cpu/weight_layout.hpp"
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string_view>
 
 namespace sitsrt {
@@ -77,6 +79,7 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
   info_.decode_fusion = options.decode_fusion;
   info_.head_major_kv = true;  // attention reads each kv head's positions as one run per block
   info_.exact_recent_window = true;
+  info_.logit_summary_k = std::numeric_limits<std::int32_t>::max();  // clamped to the row
   info_.memory_bytes = physical_memory_bytes();
 }
 
@@ -311,6 +314,21 @@ void CpuBackend::run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> 
   }
   ctx_.pool().run([&](int part, int parts) {
     for (std::int64_t i = part; i < n; i += parts) task(i);
+  });
+}
+
+void CpuBackend::summarize_logits(const BackendBuffer& buffer, std::size_t offset, std::int64_t n_rows,
+                                  std::int64_t vocab, std::span<const std::int64_t> rows, std::int64_t k,
+                                  std::span<LogitSummary> out) {
+  check_logit_summary_request(n_rows, vocab, rows, k, info_.logit_summary_k, out);
+  const auto row_values = static_cast<std::size_t>(vocab);
+  const auto* logits = reinterpret_cast<const float*>(
+      checked_range(buffer, offset, static_cast<std::size_t>(n_rows) * row_values * sizeof(float), "summarize_logits"));
+  // The host passes the sampler made itself before (the same functions, so the same bits), one
+  // row a task on the pool's threads.
+  run_host_tasks(static_cast<std::int64_t>(rows.size()), [&](std::int64_t i) {
+    const auto r = static_cast<std::size_t>(rows[static_cast<std::size_t>(i)]);
+    cpu::summarize_logits({logits + r * row_values, row_values}, k, out[r]);
   });
 }
 

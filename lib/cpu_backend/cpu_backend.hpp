@@ -50,6 +50,8 @@ class CpuBackend final : public Backend {
             std::size_t bytes) override;
   [[nodiscard]] std::span<const std::byte> host_view(const BackendBuffer& buffer, std::size_t offset,
                                                      std::size_t bytes) override;
+  void summarize_logits(const BackendBuffer& buffer, std::size_t offset, std::int64_t n_rows, std::int64_t vocab,
+                        std::span<const std::int64_t> rows, std::int64_t k, std::span<LogitSummary> out) override;
   void synchronize() override {}
   // Tasks i, i + parts, ... on each of the context's threads.
   void run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> task) override;

@@ -42,6 +42,8 @@ std::span<const float> StepRunner::step(std::span<const SequenceWork> work) {
   positions_.clear();
   output_rows_.clear();
   sequences_.clear();
+  summary_rows_.clear();
+  summary_k_ = 0;
   for (const SequenceWork& w : work) {
     const auto n = static_cast<std::int64_t>(w.tokens.size());
     if (w.kv == nullptr || n == 0 || w.n_outputs < 0 || w.n_outputs > n) {
@@ -56,6 +58,16 @@ std::span<const float> StepRunner::step(std::span<const SequenceWork> work) {
     sequences_.push_back({row_begin, n, pos0, w.kv});
     token_ids_.insert(token_ids_.end(), w.tokens.begin(), w.tokens.end());
     for (std::int64_t i = 0; i < n; ++i) positions_.push_back(static_cast<std::int32_t>(pos0 + i));
+    if (w.summary_k > 0 && w.n_outputs > 0) {
+      if (w.summary_k > plan_.backend->info().logit_summary_k) {
+        raise(ErrorCode::kInternal, "step: summaries with {} best ids asked of a backend that gives {}", w.summary_k,
+              plan_.backend->info().logit_summary_k);
+      }
+      summary_k_ = std::max(summary_k_, w.summary_k);
+      for (std::int64_t i = 0; i < w.n_outputs; ++i) {
+        summary_rows_.push_back(static_cast<std::int64_t>(output_rows_.size()) + i);
+      }
+    }
     for (std::int64_t i = n - w.n_outputs; i < n; ++i) output_rows_.push_back(static_cast<std::int32_t>(row_begin + i));
   }
   const auto n = static_cast<std::int64_t>(token_ids_.size());
@@ -96,8 +108,14 @@ std::span<const float> StepRunner::step(std::span<const SequenceWork> work) {
       }
       profile->add_step(decode, n, std::chrono::duration<double>(Clock::now() - step_start).count());
     }
-    if (n_outputs > 0) {
-      const std::size_t offset = plan_.memory.offsets[static_cast<std::size_t>(graph.output())];
+    const std::size_t offset = plan_.memory.offsets[static_cast<std::size_t>(graph.output())];
+    if (!summary_rows_.empty()) {
+      if (summaries_.size() < static_cast<std::size_t>(n_outputs))
+        summaries_.resize(static_cast<std::size_t>(n_outputs));
+      backend.summarize_logits(*arena_, offset, n_outputs, plan_.n_vocab, summary_rows_, summary_k_,
+                               std::span(summaries_).first(static_cast<std::size_t>(n_outputs)));
+    }
+    if (n_outputs > static_cast<std::int64_t>(summary_rows_.size())) {
       const std::size_t count = static_cast<std::size_t>(n_outputs * plan_.n_vocab);
       const std::span<const std::byte> in_place = backend.host_view(*arena_, offset, count * sizeof(float));
       if (!in_place.empty()) {

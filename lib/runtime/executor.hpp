@@ -4,11 +4,12 @@
 // splitting long prompts into steps of at most plan.max_tokens tokens.
 #pragma once
 
-#include "core/function_ref.hpp"
-#include "graph/graph.hpp"
-#include "graph/memory_plan.hpp"
 #include "backend/backend.hpp"
 #include "backend/kv_cache.hpp"
+#include "core/function_ref.hpp"
+#include "core/logit_summary.hpp"
+#include "graph/graph.hpp"
+#include "graph/memory_plan.hpp"
 #include "runtime/step_profile.hpp"
 
 #include <cstdint>
@@ -34,11 +35,14 @@ struct ExecutionPlan {
 };
 
 // One sequence's part of a batched step: `tokens` go at positions kv->size() .. of its cache,
-// and the logits of its last n_outputs tokens (0 .. tokens.size()) are wanted.
+// and the logits of its last n_outputs tokens (0 .. tokens.size()) are wanted: as rows, or with
+// summary_k > 0 (at most the backend's BackendInfo::logit_summary_k) as summaries with that many
+// best ids, computed by the backend (core/logit_summary.hpp).
 struct SequenceWork {
   KvCache* kv = nullptr;
   std::span<const std::int32_t> tokens;
   std::int64_t n_outputs = 0;
+  std::int64_t summary_k = 0;
 };
 
 // Runs batched steps on one activation arena of its own. Not thread-safe (one runner per
@@ -50,8 +54,11 @@ class StepRunner {
   // Runs one step over `work` (at most plan.memory.max_tokens tokens and max_outputs outputs in
   // all; every token id inside the vocabulary; each cache prepared for its rows by
   // KvCache::prepare_write). Returns the wanted logits rows, [sum of n_outputs x n_vocab] in
-  // the order of `work`, valid until the next step; advances each cache by its tokens.
+  // the order of `work`, valid until the next step; advances each cache by its tokens. When all
+  // of them are wanted as summaries, no row is read and the view is empty.
   std::span<const float> step(std::span<const SequenceWork> work);
+  // After step(): one per output row in the same order, filled for the work asking summaries.
+  [[nodiscard]] std::span<const LogitSummary> summaries() const noexcept { return summaries_; }
   // The backend's host threads for work between steps (Backend::run_host_tasks).
   void run_host_tasks(std::int64_t n, FunctionRef<void(std::int64_t)> task) { plan_.backend->run_host_tasks(n, task); }
 
@@ -64,6 +71,9 @@ class StepRunner {
   std::vector<std::int32_t> output_rows_;
   std::vector<StepSequence> sequences_;
   std::vector<float> staging_;
+  std::vector<std::int64_t> summary_rows_;  // output rows wanted as summaries
+  std::int64_t summary_k_ = 0;              // the most best ids they ask
+  std::vector<LogitSummary> summaries_;     // per output row (their `best` vectors reused)
 };
 
 class Session {

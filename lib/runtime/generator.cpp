@@ -160,12 +160,36 @@ TokenGenerator::TokenGenerator(const Tokenizer& tokenizer, std::span<const std::
 
 TokenGenerator::~TokenGenerator() = default;
 
+std::int64_t TokenGenerator::summary_k(std::int64_t limit) const noexcept {
+  const std::int64_t sampler_k = sampler_->summary_k();
+  if (sampler_k == 0 || wants_full(config_, generated())) return 0;
+  const std::int64_t k = std::max<std::int64_t>(sampler_k, config_.top_logprobs);
+  return k <= limit ? k : 0;
+}
+
 const TokenEvent& TokenGenerator::sample(std::span<const float> logits, std::int64_t position) {
   const auto i = static_cast<std::int32_t>(result_.tokens.size());
   const cpu::LogitMax largest = cpu::max_logit(logits);  // one pass for the check and the statistics
   require_finite_logits(largest, i);
   const std::int32_t token = sampler_->sample(logits, history_);
   compute_token_stats(logits, largest.value, token, config_.top_logprobs, stats_);
+  record(token, position);
+  if (wants_full(config_, i)) full_log_softmax(logits, event_.full_logprobs);
+  return event_;
+}
+
+const TokenEvent& TokenGenerator::sample(const LogitSummary& summary, std::int64_t position) {
+  const auto i = static_cast<std::int32_t>(result_.tokens.size());
+  if (wants_full(config_, i)) raise(ErrorCode::kInternal, "token {} wants the full distribution, not a summary", i);
+  require_finite_logits({summary.max, summary.argmax}, i);
+  const std::int32_t token = sampler_->sample(summary);
+  token_stats_from_summary(summary, token, config_.top_logprobs, stats_);
+  record(token, position);
+  return event_;
+}
+
+void TokenGenerator::record(std::int32_t token, std::int64_t position) {
+  const auto i = static_cast<std::int32_t>(result_.tokens.size());
   history_.push_back(token);
   result_.tokens.push_back(token);
 
@@ -187,9 +211,7 @@ const TokenEvent& TokenGenerator::sample(std::span<const float> logits, std::int
   event_.top.clear();
   for (const auto& t : stats_.top) event_.top.push_back({t.id, t.logprob});
   event_.full_logprobs.clear();
-  if (wants_full(config_, i)) full_log_softmax(logits, event_.full_logprobs);
   event_.seconds_since_start = seconds_between(start_, Clock::now());
-  return event_;
 }
 
 bool TokenGenerator::advance(bool keep_going) {

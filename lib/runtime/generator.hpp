@@ -57,6 +57,13 @@ class TokenGenerator {
   // Samples the token after `logits`; `position` is how many tokens the cache then holds.
   // kInvalidModel when no logit is finite. The event is valid until the next call.
   const TokenEvent& sample(std::span<const float> logits, std::int64_t position);
+  // How many best ids the next sample() can work from as a row's summary (sampler's need and
+  // top_logprobs), or 0 when it needs the row: sampling parameters that read the whole row, the
+  // full distribution asked for this token, or more than `limit` (the backend's) best ids.
+  [[nodiscard]] std::int64_t summary_k(std::int64_t limit) const noexcept;
+  // sample() from the summary of the row (with at least summary_k() best ids): the same token,
+  // statistics and event as from the row.
+  const TokenEvent& sample(const LogitSummary& summary, std::int64_t position);
   // Applies the consumer's answer to the last event. true: feed next_token() and sample again.
   bool advance(bool keep_going);
   // Ends the request from outside (cancel, error path) with `reason`.
@@ -73,6 +80,8 @@ class TokenGenerator {
   GenerationResult finish();
 
  private:
+  // Appends the sampled token (stats_ holds its statistics) and fills event_.
+  void record(std::int32_t token, std::int64_t position);
   const Tokenizer& tokenizer_;
   GenerationConfig config_;
   std::int64_t capacity_;

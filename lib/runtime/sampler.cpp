@@ -99,6 +99,28 @@ void compute_token_stats(std::span<const float> logits, float max, std::int32_t 
   for (const cpu::IdLogit& entry : out.best) out.top.push_back({entry.id, static_cast<float>(entry.logit - log_z)});
 }
 
+void token_stats_from_summary(const LogitSummary& summary, std::int32_t chosen, std::int32_t k, TokenStats& out) {
+  if (!std::isfinite(summary.max)) {
+    raise(ErrorCode::kInvalidArgument, "token statistics: no finite logit (max {})", summary.max);
+  }
+  const auto found =
+      std::find_if(summary.best.begin(), summary.best.end(), [&](const IdLogit& entry) { return entry.id == chosen; });
+  if (found == summary.best.end()) {
+    raise(ErrorCode::kInvalidArgument, "token statistics: chosen id {} is not among the summary's {} best", chosen,
+          summary.best.size());
+  }
+  // As from the row (same sums, same order of operations).
+  const double log_sum = std::log(summary.exp_sum);
+  const double log_z = summary.max + log_sum;
+  out.logprob = static_cast<float>(found->logit - log_z);
+  out.entropy = static_cast<float>(log_sum - summary.exp_weighted / summary.exp_sum);
+  out.top.clear();
+  const std::size_t kept = std::min(summary.best.size(), static_cast<std::size_t>(std::max(k, 0)));
+  for (std::size_t i = 0; i < kept; ++i) {
+    out.top.push_back({summary.best[i].id, static_cast<float>(summary.best[i].logit - log_z)});
+  }
+}
+
 Sampler::Sampler(SamplingParams params, std::int32_t vocab_size)
     : params_(params), vocab_size_(vocab_size), rng_(params.seed) {
   if (vocab_size <= 0) raise(ErrorCode::kInvalidArgument, "sampler: vocab_size must be positive, got {}", vocab_size);
@@ -178,9 +200,12 @@ void Sampler::filter(std::span<const float> logits, std::span<const std::int32_t
     }
   }
 
+  narrow(max, sorted);
+}
+
+void Sampler::narrow(float max, bool sorted) {
   if (params_.top_p < 1.0f) {
     if (!sorted) sort_by_rank(candidates_, sort_scratch_);
-    sorted = true;
     // Smallest prefix whose probability (softmax over the survivors) reaches top_p.
     double total = 0.0;
     for (Candidate& c : candidates_) {
@@ -266,6 +291,37 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
   }
   if (draws_whole_vocabulary()) return draw_all(penalise(logits, history));
   filter(logits, history);
+  return draw();
+}
+
+std::int64_t Sampler::summary_k() const noexcept {
+  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) return 0;
+  if (params_.temperature <= 0.0f) return 1;
+  if (params_.top_k > 0 && params_.top_k < vocab_size_) return params_.top_k + 1;
+  return 0;
+}
+
+std::int32_t Sampler::sample(const LogitSummary& summary) {
+  const std::int64_t needed = summary_k();
+  if (needed == 0) raise(ErrorCode::kInternal, "sampler: these sampling parameters need the whole row of logits");
+  if (params_.temperature <= 0.0f) {
+    if (summary.argmax < 0) raise(ErrorCode::kInvalidArgument, "sampler: every logit is NaN");
+    return static_cast<std::int32_t>(summary.argmax);
+  }
+  if (!std::isfinite(summary.max)) raise(ErrorCode::kInvalidArgument, "sampler: no finite logit (max {})", summary.max);
+  // As filter(): the top_k best in rank order when more than top_k logits are numbers, else
+  // every number in id order (then the summary holds them all: fewer than it was asked for).
+  candidates_.clear();
+  const auto top_k = static_cast<std::size_t>(params_.top_k);
+  const bool ranked = summary.best.size() > top_k;
+  for (std::size_t i = 0; i < std::min(top_k, summary.best.size()); ++i) {
+    candidates_.push_back({summary.best[i].id, summary.best[i].logit, 0.0f});
+  }
+  if (!ranked) {
+    std::sort(candidates_.begin(), candidates_.end(),
+              [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  }
+  narrow(summary.max, ranked);
   return draw();
 }
 

@@ -42,6 +42,10 @@ void compute_token_stats(std::span<const float> logits, std::int32_t chosen, std
 // already has it.
 void compute_token_stats(std::span<const float> logits, float max, std::int32_t chosen, std::int32_t k,
                          TokenStats& out);
+// The same from a row's summary (core/logit_summary.hpp) with at least k best ids, `chosen`
+// among them: the same bits as from the row. kInvalidArgument when chosen is not among them or
+// the max is not finite.
+void token_stats_from_summary(const LogitSummary& summary, std::int32_t chosen, std::int32_t k, TokenStats& out);
 
 // Stateful sampler: owns its RNG (seeded from params.seed) and candidate scratch. Pipeline:
 // repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. top-p and min-p use
@@ -60,6 +64,14 @@ class Sampler {
   // mismatch, an out-of-range history id, or when no logit is a number above -inf.
   std::int32_t sample(std::span<const float> logits, std::span<const std::int32_t> history);
 
+  // How many best ids sample(summary) needs (greedy: 1; top-k sampling: top_k + 1), or 0 when it
+  // needs the whole row (a repetition penalty, or sampling without a top-k below the vocabulary).
+  [[nodiscard]] std::int64_t summary_k() const noexcept;
+  // The token sample(logits, history) gives for the row `summary` summarises (same bits, same
+  // draws from the generator), for a sampler whose summary_k() > 0 and a summary with at least
+  // that many best ids (or the row's every number). kInvalidArgument as sample().
+  std::int32_t sample(const LogitSummary& summary);
+
   [[nodiscard]] const SamplingParams& params() const noexcept { return params_; }
 
   // For tests: the candidate ids that survive filtering of `logits` (before the draw).
@@ -69,6 +81,9 @@ class Sampler {
   // Logits after the repetition penalty: `logits` itself, or penalised_ holding a copy.
   std::span<const float> penalise(std::span<const float> logits, std::span<const std::int32_t> history);
   void filter(std::span<const float> logits, std::span<const std::int32_t> history);
+  // top-p and min-p over candidates_ (sorted: in rank order, else in id order), `max` the
+  // largest score of the row.
+  void narrow(float max, bool sorted);
   std::int32_t draw();
   // No filter applies (no top-k below the vocabulary, top_p >= 1, min_p <= 0): every number is a
   // candidate in id order, so the draw reads the logits in place (draw_all).

@@ -410,7 +410,10 @@ bool Scheduler::iterate(std::vector<std::unique_ptr<Entry>>& fresh) {
       continue;
     }
     const bool completes = n == static_cast<std::int64_t>(pending.size());
-    work.push_back({e->kv.get(), pending.subspan(0, static_cast<std::size_t>(n)), completes ? 1 : 0});
+    // Where the request can sample from a summary of its row, the backend computes it (a GPU then
+    // copies a few hundred bytes instead of the row, and the host skips its passes over it).
+    const std::int64_t summary_k = completes ? e->gen->summary_k(plan_.backend->info().logit_summary_k) : 0;
+    work.push_back({e->kv.get(), pending.subspan(0, static_cast<std::size_t>(n)), completes ? 1 : 0, summary_k});
     in_step.push_back(e);
     budget -= n;
   }
@@ -454,15 +457,22 @@ bool Scheduler::iterate(std::vector<std::unique_ptr<Entry>>& fresh) {
   const std::size_t vocab = static_cast<std::size_t>(plan_.n_vocab);
   struct Sampled {
     Entry* entry;
-    std::span<const float> logits;
+    std::span<const float> logits;  // empty when sampled from its summary
+    const LogitSummary* summary = nullptr;
     const TokenEvent* event = nullptr;
     std::exception_ptr error;
   };
   std::vector<Sampled> sampled;
+  const std::span<const LogitSummary> summaries = runner_.summaries();
   for (std::size_t i = 0; i < work.size(); ++i) {
     if (work[i].n_outputs == 0) continue;
     Entry& e = *in_step[i];
-    sampled.push_back({&e, logits.subspan(sampled.size() * vocab, vocab)});
+    const std::size_t output = sampled.size();
+    if (work[i].summary_k > 0) {
+      sampled.push_back({&e, {}, &summaries[output]});
+    } else {
+      sampled.push_back({&e, logits.subspan(output * vocab, vocab)});
+    }
     if (!e.sampled_once) {
       e.sampled_once = true;
       e.gen->timings().prefill_seconds = std::chrono::duration<double>(Clock::now() - e.admitted).count();
@@ -473,7 +483,8 @@ bool Scheduler::iterate(std::vector<std::unique_ptr<Entry>>& fresh) {
   runner_.run_host_tasks(static_cast<std::int64_t>(sampled.size()), [&](std::int64_t i) {
     Sampled& s = sampled[static_cast<std::size_t>(i)];
     try {
-      s.event = &s.entry->gen->sample(s.logits, s.entry->kv->size());
+      s.event = s.summary != nullptr ? &s.entry->gen->sample(*s.summary, s.entry->kv->size())
+                                     : &s.entry->gen->sample(s.logits, s.entry->kv->size());
     } catch (...) {
       s.error = std::current_exception();
     }

@@ -12,10 +12,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
-#include <functional>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 using namespace sitsrt;
@@ -121,6 +122,47 @@ TEST_CASE("greedy chosen token is the top alternative and carries its logprob", 
     CHECK(e.top[0].logprob == Approx(e.logprob));
     return true;
   });
+}
+
+TEST_CASE("tokens and statistics sampled from the backend's logit summaries equal those from the rows", "[engine]") {
+  // Asking the full distribution of every token makes the scheduler read each row (the path
+  // without summaries); greedy and top-k sampling otherwise sample from summaries.
+  const Engine engine(tiny_engine());
+  const auto run = [&](GenerationConfig c, bool rows) {
+    if (rows) {
+      c.audit.level = TraceLevel::kFull;
+      for (std::int64_t i = 0; i < c.max_new_tokens; ++i) c.audit.full_distribution_steps.push_back(i);
+    }
+    std::vector<TokenEvent> events;
+    engine.generate("the cat sat", c, [&](const TokenEvent& e) {
+      CHECK(e.full_logprobs.empty() == !rows);
+      events.push_back(e);
+      return true;
+    });
+    return events;
+  };
+  GenerationConfig c;
+  c.max_new_tokens = 24;
+  c.seed = 11;
+  c.top_logprobs = 7;
+  c.stop_at_end_of_sequence = false;
+  c.temperature = GENERATE(0.0f, 1.2f);
+  c.top_k = GENERATE(3, 40);
+  CAPTURE(c.temperature, c.top_k);
+  const auto from_summaries = run(c, false), from_rows = run(c, true);
+  REQUIRE(from_summaries.size() == from_rows.size());
+  const auto bits = [](float x) { return std::bit_cast<std::uint32_t>(x); };
+  for (std::size_t i = 0; i < from_rows.size(); ++i) {
+    CAPTURE(i);
+    CHECK(from_summaries[i].token_id == from_rows[i].token_id);
+    CHECK(bits(from_summaries[i].logprob) == bits(from_rows[i].logprob));
+    CHECK(bits(from_summaries[i].entropy) == bits(from_rows[i].entropy));
+    REQUIRE(from_summaries[i].top.size() == from_rows[i].top.size());
+    for (std::size_t j = 0; j < from_rows[i].top.size(); ++j) {
+      CHECK(from_summaries[i].top[j].id == from_rows[i].top[j].id);
+      CHECK(bits(from_summaries[i].top[j].logprob) == bits(from_rows[i].top[j].logprob));
+    }
+  }
 }
 
 TEST_CASE("callback can stop generation", "[engine]") {

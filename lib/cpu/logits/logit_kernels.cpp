@@ -226,4 +226,17 @@ void top_k_logits(std::span<const float> logits, std::int64_t k, std::vector<IdL
   std::sort_heap(out.begin(), out.end(), ranks_higher);  // best first
 }
 
+void summarize_logits(std::span<const float> logits, std::int64_t k, LogitSummary& out) {
+  const LogitMax largest = max_logit(logits);
+  out.max = largest.value;
+  out.argmax = largest.index;
+  out.exp_sum = out.exp_weighted = 0.0;
+  if (std::isfinite(largest.value)) {
+    const ExpSums sums = exp_sums(logits, largest.value);
+    out.exp_sum = sums.sum;
+    out.exp_weighted = sums.weighted;
+  }
+  top_k_logits(logits, k, out.best);
+}
+
 }  // namespace sitsrt::cpu

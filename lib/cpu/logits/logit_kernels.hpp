@@ -5,6 +5,7 @@
 // because token logprobs are what audit replay compares (docs/audit.md).
 #pragma once
 
+#include "core/logit_summary.hpp"
 #include "cpu/cpu_context.hpp"
 
 #include <cstdint>
@@ -38,10 +39,7 @@ std::int64_t first_above(std::span<const float> logits, std::int64_t from, float
 // first, NaN never; k is clamped to the row. `out` is reused (no allocation once it has grown).
 // A heap of the k kept, fed only by the logits above its worst, which first_above finds: the
 // row is read once at vector speed and the heap sees O(k log(n / k)) candidates on random rows.
-struct IdLogit {
-  std::int32_t id;
-  float logit;
-};
+using sitsrt::IdLogit;  // core/logit_summary.hpp
 void top_k_logits(std::span<const float> logits, std::int64_t k, std::vector<IdLogit>& out);
 
 // The weights a sampler draws from when every logit is a candidate: out[i] =
@@ -52,6 +50,10 @@ void top_k_logits(std::span<const float> logits, std::int64_t k, std::vector<IdL
 // level is taken only where it agreed with the scalar form on a probe set at first use.
 // out.size() >= logits.size().
 void draw_weights(std::span<const float> logits, float max, double inv_temperature, std::span<float> out) noexcept;
+
+// The summary of one row (core/logit_summary.hpp) with its k best: max_logit, then exp_sums when
+// the max is finite, then top_k_logits; `out.best` is reused.
+void summarize_logits(std::span<const float> logits, std::int64_t k, LogitSummary& out);
 
 namespace detail {
 
