@@ -3,9 +3,14 @@
 #include "backend/node_dispatch.hpp"
 #include "core/check.hpp"
 #include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/logit_summary_record.hpp"
 #include "cuda_backend/planar_weights.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <limits>
 
 namespace sitsrt::cuda {
 namespace {
@@ -66,6 +71,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   info_.memory_bytes = context_.total_memory();
   info_.decode_fusion = options.decode_fusion;
   info_.exact_recent_window = true;
+  info_.logit_summary_k = kMaxSummaryBest;
   staging_ = std::make_unique<StagingRing>(context_, allocator_, kStagingBytes);
   kernels_ = std::make_unique<CudaKernels>(context_, allocator_, *staging_, weights_, options.batch_invariant);
   if (options.graphs) graphs_ = std::make_unique<DecodeGraphs>(context_, allocator_);
@@ -75,6 +81,8 @@ CudaBackend::~CudaBackend() {
   graphs_.reset();
   kernels_.reset();
   staging_.reset();
+  summaries_.reset();
+  if (summary_chunks_ != nullptr) allocator_.deallocate(summary_chunks_, summary_chunks_bytes_);
   if (weights_memory_ != nullptr) allocator_.deallocate(weights_memory_, weights_bytes_);
 }
 
@@ -205,6 +213,27 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
     kernels_->reserve_attention_partials(shape);
     kernels_->reserve_exact_rows(plan.max_tokens, shape.n_kv_heads * shape.head_dim);
   }
+  // Room for the summaries of kSummaryRows output rows at a time at the most best ids (the records
+  // and the chunk records they are merged from), before the KV pool takes the budget: steps
+  // with more rows take them in groups, so nothing grows at step time.
+  const std::int64_t n_vocab = graph.values()[static_cast<std::size_t>(graph.output())].width;
+  reserve_summaries(n_vocab);
+}
+
+void CudaBackend::reserve_summaries(std::int64_t vocab) {
+  const std::size_t bytes = static_cast<std::size_t>(kSummaryRows) * summary_record_bytes(kMaxSummaryBest);
+  const std::size_t chunk_bytes = bytes * static_cast<std::size_t>(logit_summary_chunks(vocab));
+  if (!summaries_) summaries_ = std::make_unique<MirroredBuffer>(context_, allocator_, bytes, "logit summaries");
+  if (summary_chunks_bytes_ < chunk_bytes) {  // a larger vocabulary than prepared for (tests)
+    if (summary_chunks_ != nullptr) {
+      context_.synchronize();  // queued summaries may still read it
+      allocator_.deallocate(summary_chunks_, summary_chunks_bytes_);
+      summary_chunks_ = nullptr;
+      summary_chunks_bytes_ = 0;
+    }
+    summary_chunks_ = allocator_.allocate(chunk_bytes, "logit summary chunks");
+    summary_chunks_bytes_ = chunk_bytes;
+  }
 }
 
 std::unique_ptr<BackendBuffer> CudaBackend::allocate(std::size_t bytes, std::string_view what) {
@@ -230,6 +259,57 @@ void CudaBackend::read(const BackendBuffer& buffer, std::size_t offset, std::spa
   context_.make_current();
   SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, dst.size(), cudaMemcpyDeviceToHost, context_.stream()));
   context_.synchronize();
+}
+
+void CudaBackend::summarize_logits(const BackendBuffer& buffer, std::size_t offset, std::int64_t n_rows,
+                                   std::int64_t vocab, std::span<const std::int64_t> rows, std::int64_t k,
+                                   std::span<LogitSummary> out) {
+  check_logit_summary_request(n_rows, vocab, rows, k, info_.logit_summary_k, out);
+  if (vocab > std::numeric_limits<std::int32_t>::max()) {
+    raise(ErrorCode::kUnsupported, "cuda: logit summaries of a {}-id vocabulary", vocab);
+  }
+  const auto values = static_cast<std::size_t>(n_rows) * static_cast<std::size_t>(vocab);
+  const auto* logits =
+      reinterpret_cast<const float*>(checked_range(buffer, offset, values * sizeof(float), "summarize_logits"));
+  if (rows.empty()) return;
+  if (offset % alignof(float) != 0) raise(ErrorCode::kInternal, "cuda: logits at byte offset {}", offset);
+  // Every row of a group of kSummaryRows is summarised (side by side): simpler than a row list,
+  // and a mixed step's extra rows cost a few microseconds of otherwise idle SMs.
+  const std::size_t record = summary_record_bytes(k);
+  const std::lock_guard stream(context_.stream_mutex());
+  context_.make_current();
+  reserve_summaries(vocab);
+  std::size_t next = 0;  // of `rows`, which the groups visit in order of row
+  std::vector<std::int64_t> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (std::int64_t first = 0; first < n_rows && next < sorted.size(); first += kSummaryRows) {
+    const std::int64_t count = std::min(kSummaryRows, n_rows - first);
+    if (sorted[next] >= first + count) continue;  // no row asked in this group
+    launch_logit_summaries(logits + static_cast<std::size_t>(first) * static_cast<std::size_t>(vocab), count, vocab, k,
+                           summary_chunks_, summaries_->device(), context_.stream());
+    SITSRT_CUDA_CHECK_LAUNCH("logit summary kernels");
+    SITSRT_CUDA_CHECK(cudaMemcpyAsync(summaries_->host(), summaries_->device(),
+                                      static_cast<std::size_t>(count) * record, cudaMemcpyDeviceToHost,
+                                      context_.stream()));
+    context_.synchronize();
+    for (; next < sorted.size() && sorted[next] < first + count; ++next) {
+      const std::int64_t r = sorted[next];
+      const std::byte* at = summaries_->host() + static_cast<std::size_t>(r - first) * record;
+      SummaryHeader header;
+      std::memcpy(&header, at, sizeof(header));
+      if (header.count < 0 || header.count > k) {
+        raise(ErrorCode::kInternal, "cuda: a logit summary of {} best ids where {} were asked", header.count, k);
+      }
+      LogitSummary& s = out[static_cast<std::size_t>(r)];
+      s.max = header.max;
+      s.argmax = header.argmax;
+      s.exp_sum = header.exp_sum;
+      s.exp_weighted = header.exp_weighted;
+      s.best.resize(static_cast<std::size_t>(header.count));
+      static_assert(sizeof(SummaryPair) == sizeof(IdLogit));
+      std::memcpy(s.best.data(), at + sizeof(header), s.best.size() * sizeof(IdLogit));
+    }
+  }
 }
 
 void CudaBackend::write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) {

@@ -13,6 +13,7 @@
 #include "cuda_backend/cuda_kernels.hpp"
 #include "cuda_backend/decode_graphs.hpp"
 #include "cuda_backend/device_allocator.hpp"
+#include "cuda_backend/mirrored_buffer.hpp"
 #include "cuda_backend/staging_ring.hpp"
 
 #include <memory>
@@ -33,6 +34,8 @@ class CudaBackend final : public Backend {
   void run(const graph::Graph& graph, std::size_t index, const StepContext& step) override;
   void compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) override;
   void read(const BackendBuffer& buffer, std::size_t offset, std::span<std::byte> dst) override;
+  void summarize_logits(const BackendBuffer& buffer, std::size_t offset, std::int64_t n_rows, std::int64_t vocab,
+                        std::span<const std::int64_t> rows, std::int64_t k, std::span<LogitSummary> out) override;
   void write(BackendBuffer& buffer, std::size_t offset, std::span<const std::byte> src) override;
   void copy(const BackendBuffer& src, std::size_t src_offset, BackendBuffer& dst, std::size_t dst_offset,
             std::size_t bytes) override;
@@ -48,6 +51,11 @@ class CudaBackend final : public Backend {
   [[nodiscard]] std::byte* checked_range(const BackendBuffer& buffer, std::size_t offset, std::size_t bytes,
                                          const char* what) const;
   void run_node(const graph::Graph& graph, std::size_t index, const StepContext& step);
+  // Makes the summary buffers hold kSummaryRows rows of `vocab` logits (stream mutex held, or
+  // before any step).
+  void reserve_summaries(std::int64_t vocab);
+  // Output rows summarised per launch (a step with more takes them in groups).
+  static constexpr std::int64_t kSummaryRows = 64;
   // The node's decode fusion, when it has one that applies to this step: true when handled (the
   // lead runs the fused kernel, the other members nothing).
   bool run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step);
@@ -59,6 +67,9 @@ class CudaBackend final : public Backend {
   std::size_t weights_bytes_ = 0;
   std::vector<DeviceWeight> weights_;
   std::unique_ptr<StagingRing> staging_;
+  std::unique_ptr<MirroredBuffer> summaries_;  // logit summary records (device) and their host copy
+  std::byte* summary_chunks_ = nullptr;        // the chunk records they are merged from (device)
+  std::size_t summary_chunks_bytes_ = 0;
   std::unique_ptr<CudaKernels> kernels_;
   std::unique_ptr<DecodeGraphs> graphs_;                        // null with CudaBackendOptions::graphs off
   std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -187,5 +188,13 @@ inline constexpr std::int64_t kMaxHeadDim = 512;
 // Stores every row's K and V (centered, scaled, rotated and quantized as each side asks), then
 // attends each row over its sequence's positions 0 .. its own (or the window's last ones).
 void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+
+// Summaries of `rows` rows of `vocab` float logits (row after row), each with its k best
+// (1 <= k <= kMaxSummaryBest, vocab < 2^31, rows <= 65535; the caller checks), into records of summary_record_bytes(k)
+// bytes (logit_summary_record.hpp); `chunk_records` is device scratch for rows * logit_summary_chunks(vocab) records of
+// that size (kernels/logit_summary.cu).
+std::int64_t logit_summary_chunks(std::int64_t vocab);
+void launch_logit_summaries(const float* logits, std::int64_t rows, std::int64_t vocab, std::int64_t k,
+                            std::byte* chunk_records, std::byte* records, cudaStream_t stream);
 
 }  // namespace sitsrt::cuda

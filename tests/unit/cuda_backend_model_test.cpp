@@ -482,3 +482,48 @@ TEST_CASE("cuda decode graphs give the eager launches' tokens and logprobs bit f
     require_same_bits(graphs, eager);
   }
 }
+
+TEST_CASE("cuda: tokens and statistics from the device's logit summaries equal those from the rows read back",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  // Full distributions for every token make the scheduler read each row to the host (no summary).
+  EngineOptions o;
+  o.model_path = planar_test_model();
+  o.device = "cuda";
+  o.context_length = 512;
+  const Engine engine(o);
+  GenerationConfig c;
+  c.max_new_tokens = 32;
+  c.seed = 5;
+  c.top_logprobs = 8;
+  c.stop_at_end_of_sequence = false;
+  c.temperature = GENERATE(0.0f, 0.9f);  // greedy, then top-k 40 sampling
+  const auto run = [&](bool rows) {
+    GenerationConfig r = c;
+    if (rows) {
+      r.audit.level = TraceLevel::kFull;
+      for (std::int64_t i = 0; i < r.max_new_tokens; ++i) r.audit.full_distribution_steps.push_back(i);
+    }
+    std::vector<TokenEvent> events;
+    engine.generate("Once upon a time", r, [&](const TokenEvent& e) {
+      events.push_back(e);
+      return true;
+    });
+    return events;
+  };
+  const std::vector<TokenEvent> summaries = run(false), rows = run(true);
+  REQUIRE(summaries.size() == rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(c.temperature, i);
+    // The same logits: the same token and ranking; the sums differ only by the device's expf
+    // and order of addition.
+    REQUIRE(summaries[i].token_id == rows[i].token_id);
+    CHECK(summaries[i].logprob == Approx(rows[i].logprob).margin(1e-5));
+    CHECK(summaries[i].entropy == Approx(rows[i].entropy).margin(1e-5));
+    REQUIRE(summaries[i].top.size() == rows[i].top.size());
+    for (std::size_t j = 0; j < rows[i].top.size(); ++j) {
+      CHECK(summaries[i].top[j].id == rows[i].top[j].id);
+      CHECK(summaries[i].top[j].logprob == Approx(rows[i].top[j].logprob).margin(1e-5));
+    }
+  }
+}

@@ -9,6 +9,7 @@
 #include "cpu/elementwise/elementwise.hpp"
 #include "cpu/elementwise/norm.hpp"
 #include "cpu/elementwise/rope.hpp"
+#include "cpu/logits/logit_kernels.hpp"
 #include "cuda_backend/cuda_backend_factory.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/cuda_context.hpp"
@@ -29,9 +30,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <numeric>
+#include <span>
 #include <vector>
 
 using namespace sitsrt;
@@ -396,4 +401,83 @@ TEST_CASE("cuda rms_norm, rope and the elementwise ops match the CPU kernels", "
       REQUIRE(std::memcmp(in_place.data() + r * ld, a.data() + pick[r] * ld, cols * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE(
+    "cuda logit summaries equal the CPU's: largest logit, its id and the k best exactly, the sums within 1e-6 (rows of "
+    "one and several chunks)",
+    "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::unique_ptr<Backend> backend = cuda::make_cuda_backend({});
+  const std::int64_t limit = backend->info().logit_summary_k;
+  REQUIRE(limit >= 65);
+  test::Rng rng(104);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // Rows of one kind each: normals, coarse ties with signed zeros, -inf and NaN among them, mostly
+  // NaN (fewer numbers than k), all NaN, all -inf, one number.
+  const auto make_row = [&](std::int64_t vocab, int kind) {
+    std::vector<float> row = rng.normals(static_cast<std::size_t>(vocab), 4.0f);
+    for (float& x : row) {
+      const int pick = rng.uniform_int(0, 99);
+      if (kind == 1) x = std::round(x) * (pick < 50 ? 1.0f : -1.0f);
+      if (kind == 2 && pick < 10) x = -inf;
+      if (kind == 2 && pick >= 10 && pick < 15) x = nan;
+      if ((kind == 3 && pick < 99) || kind == 4) x = nan;
+      if (kind == 5) x = -inf;
+    }
+    if (kind == 6) {
+      std::fill(row.begin(), row.end(), nan);
+      row[static_cast<std::size_t>(vocab / 2)] = -3.5f;
+    }
+    return row;
+  };
+  const std::vector<std::int64_t> vocabs = test::cuda_small_shapes()
+                                               ? std::vector<std::int64_t>{7, 8193}
+                                               : std::vector<std::int64_t>{1, 7, 1000, 8193, 128256};
+  for (const std::int64_t vocab : vocabs) {
+    constexpr int kKinds = 7;
+    const std::int64_t n_rows = kKinds + 2;  // two more normal rows, left out of the first request
+    std::vector<float> logits;
+    for (std::int64_t r = 0; r < n_rows; ++r) {
+      const std::vector<float> row = make_row(vocab, r < kKinds ? static_cast<int>(r) : 0);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    const std::size_t offset = 256;  // not at the buffer's start
+    const std::unique_ptr<BackendBuffer> buffer = backend->allocate(offset + logits.size() * sizeof(float), "logits");
+    backend->write(*buffer, offset, std::as_bytes(std::span(logits)));
+    for (const std::int64_t k : {std::int64_t{1}, std::int64_t{41}, limit}) {
+      CAPTURE(vocab, k);
+      std::vector<std::int64_t> rows(kKinds);
+      std::iota(rows.begin(), rows.end(), 0);
+      std::vector<LogitSummary> got(static_cast<std::size_t>(n_rows));
+      backend->summarize_logits(*buffer, offset, n_rows, vocab, rows, k, got);
+      LogitSummary want;
+      for (const std::int64_t r : rows) {
+        CAPTURE(r);
+        const std::span<const float> row(logits.data() + r * vocab, static_cast<std::size_t>(vocab));
+        cpu::summarize_logits(row, k, want);
+        const LogitSummary& g = got[static_cast<std::size_t>(r)];
+        CHECK(std::bit_cast<std::uint32_t>(g.max) == std::bit_cast<std::uint32_t>(want.max));
+        CHECK(g.argmax == want.argmax);
+        CHECK(g.exp_sum == Approx(want.exp_sum).epsilon(1e-6).margin(1e-300));
+        CHECK(g.exp_weighted == Approx(want.exp_weighted).epsilon(1e-6).margin(1e-6 * want.exp_sum));
+        REQUIRE(g.best.size() == want.best.size());
+        for (std::size_t i = 0; i < want.best.size(); ++i) {
+          CHECK(g.best[i].id == want.best[i].id);
+          CHECK(std::bit_cast<std::uint32_t>(g.best[i].logit) == std::bit_cast<std::uint32_t>(want.best[i].logit));
+        }
+      }
+      // The same row alone gives the same summary, bit for bit.
+      std::vector<LogitSummary> alone(static_cast<std::size_t>(n_rows));
+      const std::vector<std::int64_t> first = {0};
+      backend->summarize_logits(*buffer, offset, 1, vocab, first, k, alone);
+      CHECK(std::bit_cast<std::uint64_t>(alone[0].exp_sum) == std::bit_cast<std::uint64_t>(got[0].exp_sum));
+      CHECK(std::bit_cast<std::uint64_t>(alone[0].exp_weighted) == std::bit_cast<std::uint64_t>(got[0].exp_weighted));
+    }
+  }
+  std::vector<LogitSummary> out(2);
+  const std::unique_ptr<BackendBuffer> small = backend->allocate(64, "logits");
+  const std::vector<std::int64_t> row0 = {0};
+  CHECK_THROWS_AS(backend->summarize_logits(*small, 0, 2, 16, row0, 4, out), Error);  // 128 bytes of a 64-byte buffer
+  CHECK_THROWS_AS(backend->summarize_logits(*small, 0, 1, 16, row0, limit + 1, out), Error);
 }

@@ -6,6 +6,7 @@
 #include "core/quant_blocks.hpp"
 #include "cpu/attention/kv_quant.hpp"
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/logit_summary_record.hpp"
 #include "cuda_backend/planar_weights.hpp"
 #include "support/random.hpp"
 
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 using namespace sitsrt;
@@ -308,4 +310,32 @@ TEST_CASE("cuda formats: cached rows read back as the CPU dequantizes them", "[c
                         reference[static_cast<std::size_t>(e)]));
     }
   }
+}
+
+TEST_CASE("the logit summary's order key ranks logits descending, signed zeros as one", "[cuda]") {
+  test::Rng rng(907);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               inf,
+                               -inf,
+                               std::numeric_limits<float>::denorm_min(),
+                               -std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::lowest(),
+                               1.0f,
+                               -1.0f,
+                               1.0f,
+                               0.5f};
+  for (int i = 0; i < 400; ++i)
+    values.push_back(rng.normal() * std::pow(10.0f, static_cast<float>(rng.uniform_int(-30, 30))));
+  for (const float a : values) {
+    for (const float b : values) {
+      CAPTURE(a, b);
+      REQUIRE((cuda::descending_key(a) < cuda::descending_key(b)) == (a > b));
+      REQUIRE((cuda::descending_key(a) == cuda::descending_key(b)) == (a == b));
+    }
+  }
+  CHECK(cuda::summary_record_bytes(1) % 8 == 0);
+  CHECK(cuda::summary_record_bytes(cuda::kMaxSummaryBest) == sizeof(cuda::SummaryHeader) + 8 * cuda::kMaxSummaryBest);
 }
