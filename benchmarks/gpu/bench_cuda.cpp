@@ -5,13 +5,17 @@
 // decoded to BF16 + a cuBLASLt GEMM) in TFLOP/s against the BF16 GEMM. Weights cycle over
 // enough copies to exceed L2 so every call streams from HBM. Then decode attention per layer over
 // an f16 paged KV cache at 512 / 4096 / 16384 positions, split (flash-decoding) and one pass per
-// head. Prints markdown tables (--json: one JSON object).
+// head. Then the logit summaries greedy / top-k decode reads instead of the logits (a 128256-id
+// vocabulary) against what the host does without them (copy the rows back, summarise each on one
+// thread). Prints markdown tables (--json: one JSON object).
 #include "core/dtype.hpp"
+#include "cpu/logits/logit_kernels.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/cuda_kernels.hpp"
 #include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/logit_summary_record.hpp"
 #include "cuda_backend/planar_weights.hpp"
 #include "cuda_backend/prefill_gemm.hpp"
 #include "gpu/ceilings.hpp"
@@ -20,6 +24,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -150,6 +155,53 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split) {
 
 }  // namespace
 
+// Device seconds per summary launch of `rows` rows (k best each), and the host's seconds for the
+// same: the rows copied to pageable memory (as the executor's read) and cpu::summarize_logits of
+// each on the calling thread.
+struct SummaryTimes {
+  double device;
+  double host;
+};
+SummaryTimes time_summaries(std::int64_t rows, std::int64_t k) {
+  constexpr std::int64_t kVocab = 128256;
+  std::vector<float> logits(static_cast<std::size_t>(rows * kVocab));
+  std::uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (float& x : logits) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<std::int64_t>(state >> 40) - (1 << 23)) * 1e-6f;
+  }
+  void *logits_memory = nullptr, *chunks_memory = nullptr, *records_memory = nullptr;
+  const std::size_t record = cuda::summary_record_bytes(k);
+  SITSRT_CUDA_CHECK(cudaMalloc(&logits_memory, logits.size() * sizeof(float)));
+  SITSRT_CUDA_CHECK(
+      cudaMalloc(&chunks_memory, static_cast<std::size_t>(rows * cuda::logit_summary_chunks(kVocab)) * record));
+  SITSRT_CUDA_CHECK(cudaMalloc(&records_memory, static_cast<std::size_t>(rows) * record));
+  auto* d_logits = static_cast<float*>(logits_memory);
+  auto* d_chunks = static_cast<std::byte*>(chunks_memory);
+  auto* d_records = static_cast<std::byte*>(records_memory);
+  SITSRT_CUDA_CHECK(cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const auto launch = [&](int) {
+    cuda::launch_logit_summaries(d_logits, rows, kVocab, k, d_chunks, d_records, nullptr);
+  };
+  launch(0);
+  const double device = bench::seconds_per_call(50, launch);
+  std::vector<float> back(logits.size());
+  LogitSummary summary;
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kHostRepeats = 10;
+  for (int i = 0; i < kHostRepeats; ++i) {
+    SITSRT_CUDA_CHECK(cudaMemcpy(back.data(), d_logits, back.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      cpu::summarize_logits({back.data() + r * kVocab, static_cast<std::size_t>(kVocab)}, k, summary);
+    }
+  }
+  const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kHostRepeats;
+  SITSRT_CUDA_CHECK(cudaFree(d_logits));
+  SITSRT_CUDA_CHECK(cudaFree(d_chunks));
+  SITSRT_CUDA_CHECK(cudaFree(d_records));
+  return {device, host};
+}
+
 int main(int argc, char** argv) {
   const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
   try {
@@ -220,10 +272,29 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (!json) {
+      fmt::print(
+          "\n| logit summary (128256 ids) | rows | k best | device us | host us (copy back + summarise) |\n"
+          "|---|---|---|---|---|\n");
+    }
+    std::string summaries;
+    for (const std::int64_t batch : {1, 16}) {
+      for (const std::int64_t k : {41, 256}) {
+        const SummaryTimes t = time_summaries(batch, k);
+        if (json) {
+          summaries += fmt::format("{}{{\"rows\":{},\"k\":{},\"device_us\":{:.2f},\"host_us\":{:.1f}}}",
+                                   summaries.empty() ? "" : ",", batch, k, t.device * 1e6, t.host * 1e6);
+        } else {
+          fmt::print("| summary kernels vs host | {} | {} | {:.1f} | {:.0f} |\n", batch, k, t.device * 1e6,
+                     t.host * 1e6);
+        }
+      }
+    }
     if (json) {
       fmt::print(
-          "{{\"device\":\"{}\",\"read_gbs\":{:.1f},\"bf16_gemm_tflops\":{:.1f},\"kernels\":[{}],\"attention\":[{}]}}\n",
-          props.name, bandwidth, bf16_tflops, rows, attention);
+          "{{\"device\":\"{}\",\"read_gbs\":{:.1f},\"bf16_gemm_tflops\":{:.1f},\"kernels\":[{}],\"attention\":[{}],"
+          "\"logit_summaries\":[{}]}}\n",
+          props.name, bandwidth, bf16_tflops, rows, attention, summaries);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_cuda: {}\n", e.what());
