@@ -9,7 +9,8 @@
 #      Llama-3-8B layer shapes at batch 1 and 16 (GB/s, % of bandwidth), a prefill shape (TFLOP/s)
 #   4. end to end: a Llama-3-8B-shaped random model (make-model on the device) in FP8 and in
 #      INT4 g128, decode tok/s at batch 1 and 16 (sitsrt bench --device cuda; decode steps replay
-#      CUDA graphs), and INT4 at batch 1 without graphs (--no-device-graphs)
+#      CUDA graphs), and INT4 at batch 1 without graphs (--no-device-graphs) and without
+#      programmatic dependent launch (SITSRT_CUDA_PDL=0)
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/sitsrt-device-check; the
 # summary table comes last. Exits 1 when a test or memcheck failed, 2 without a bundle.
 set -uo pipefail
@@ -87,17 +88,21 @@ for format in fp8 q4g128; do
     --vocab 128256 --ctx 1024 --type "$format" -t "$(nproc)" >"$out/make_model_$format.log" 2>&1
   made=$((SECONDS - t0))
   # batch 1 with decode graphs (the default), 16 streams, and for INT4 batch 1 launched from the
-  # host (--no-device-graphs) to measure what the graphs save
+  # host (--no-device-graphs) and without programmatic dependent launch (SITSRT_CUDA_PDL=0) to
+  # measure what each saves
   batches="1 16"
-  [ "$format" = q4g128 ] && batches="1 16 1-eager"
+  [ "$format" = q4g128 ] && batches="1 16 1-eager 1-no-pdl"
   for batch in $batches; do
     t1=$SECONDS
     if [ "$batch" != 16 ]; then
       flags=""
       [ "$batch" = 1-eager ] && flags="--no-device-graphs"
+      export SITSRT_CUDA_PDL=1
+      [ "$batch" = 1-no-pdl ] && export SITSRT_CUDA_PDL=0
       limited_run 90 "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 -r 1 --no-bandwidth --json $flags \
         >"$out/e2e_${format}_b${batch}.json" 2>"$out/e2e_${format}_b${batch}.log"
       rc=$?
+      unset SITSRT_CUDA_PDL
       rate=$(grep -o '"decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | awk '{print $2}')
     else
       limited_run 90 "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 --concurrency 16 --json \

@@ -8,6 +8,7 @@
 // longer steps take the same kernel as one split per row (AttentionLaunch::staged). The one-pass kernel
 // per (row, head) remains for shapes those do not take (a group above 8 heads, head_dim above 256).
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 
 #include <cmath>
@@ -135,6 +136,7 @@ __device__ void store_row(int type, const float* buf, std::uint8_t* dst, std::in
 }
 
 __global__ void kv_store_kernel(AttentionLaunch a) {
+  begin_dependent_grid();
   extern __shared__ float buf[];
   const std::int64_t r = blockIdx.x;
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
@@ -161,6 +163,7 @@ __global__ void kv_store_kernel(AttentionLaunch a) {
 // After attention: each windowed side's copies of a sequence's last min(rows, window) rows of the
 // step go to its ring (position p to row p % window), where the next steps find them.
 __global__ void kv_commit_recent_kernel(AttentionLaunch a) {
+  begin_dependent_grid();
   const std::int64_t r = blockIdx.x;
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
   const std::int64_t p = s.pos0 + (r - s.row_begin);
@@ -173,6 +176,7 @@ __global__ void kv_commit_recent_kernel(AttentionLaunch a) {
 }
 
 __global__ void attention_kernel(AttentionLaunch a) {
+  begin_dependent_grid();
   __shared__ float q[kMaxHeadDim];
   __shared__ float weights[kChunk];
   __shared__ float reduced[2];
@@ -349,6 +353,7 @@ __device__ inline float* partial_of(const AttentionLaunch& a, std::int64_t r, st
 // split (prefill), in one launch.
 template <bool kDirect>
 __global__ void attention_split_kernel(AttentionLaunch a) {
+  begin_dependent_grid();
   extern __shared__ float smem[];
   const std::int64_t r = blockIdx.x, g = blockIdx.y;
   const int split = static_cast<int>(blockIdx.z);
@@ -522,6 +527,7 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
 // out row r, head h: the splits' partials merged (rescaled to the largest max), normalised, and
 // rotated back where V is stored rotated.
 __global__ void attention_merge_kernel(AttentionLaunch a) {
+  begin_dependent_grid();
   __shared__ float buf[kSplitMaxHeadDim];
   __shared__ float scale[kAttentionSplits];
   const std::int64_t r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
@@ -554,7 +560,7 @@ __global__ void attention_merge_kernel(AttentionLaunch a) {
 void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.n_rows <= 0) return;
   const std::size_t shared = static_cast<std::size_t>(a.n_kv_heads * a.head_dim) * sizeof(float);
-  kv_store_kernel<<<static_cast<unsigned>(a.n_rows), kStoreThreads, shared, stream>>>(a);
+  launch_kernel(kv_store_kernel, static_cast<unsigned>(a.n_rows), kStoreThreads, shared, stream, a);
   // The split kernel's shared memory depends on the K/V types, which are per sequence: the
   // widest of the step's sequences bounds it.
   const std::size_t split_shared =
@@ -564,19 +570,19 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   const bool staged = attention_group_fits(a.n_heads, a.n_kv_heads, a.head_dim) && split_shared <= kSplitMaxSharedBytes;
   if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
-    attention_split_kernel<false><<<split_grid, kAttendThreads, split_shared, stream>>>(a);
+    launch_kernel(attention_split_kernel<false>, split_grid, kAttendThreads, split_shared, stream, a);
     const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
-    attention_merge_kernel<<<merge_grid, kAttendThreads, 0, stream>>>(a);
+    launch_kernel(attention_merge_kernel, merge_grid, kAttendThreads, 0, stream, a);
   } else if (staged && a.staged) {
     const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), 1);
-    attention_split_kernel<true><<<grid, kAttendThreads, split_shared, stream>>>(a);
+    launch_kernel(attention_split_kernel<true>, grid, kAttendThreads, split_shared, stream, a);
   } else {
     const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
-    attention_kernel<<<grid, kAttendThreads, 0, stream>>>(a);
+    launch_kernel(attention_kernel, grid, kAttendThreads, 0, stream, a);
   }
   // The step's exact copies into the rings, once every row has read them.
   if (a.k_exact != nullptr || a.v_exact != nullptr) {
-    kv_commit_recent_kernel<<<static_cast<unsigned>(a.n_rows), kStoreThreads, 0, stream>>>(a);
+    launch_kernel(kv_commit_recent_kernel, static_cast<unsigned>(a.n_rows), kStoreThreads, 0, stream, a);
   }
 }
 

@@ -3,6 +3,7 @@
 // float activation rows to packed BF16.
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
+#include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/planar_weights.hpp"
 
@@ -18,6 +19,7 @@ template <DType F, bool kPlanar>
 __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, std::int64_t row_bytes,
                                        std::int64_t n, std::int64_t k, std::int64_t row0,
                                        __nv_bfloat16* __restrict__ out) {
+  begin_dependent_grid();
   const std::int64_t j = row0 + blockIdx.x;
   __nv_bfloat16* dst = out + static_cast<std::int64_t>(blockIdx.x) * k;
   if constexpr (kPlanar) {
@@ -42,6 +44,7 @@ __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, st
 
 __global__ void floats_to_bf16_kernel(const float* __restrict__ x, std::int64_t ldx, std::int64_t k,
                                       __nv_bfloat16* __restrict__ out) {
+  begin_dependent_grid();
   const float* src = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
   __nv_bfloat16* dst = out + static_cast<std::int64_t>(blockIdx.x) * k;
   for (std::int64_t e = threadIdx.x; e < k; e += kThreads) dst[e] = __float2bfloat16_rn(src[e]);
@@ -57,14 +60,14 @@ void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data,
   const auto blocks = static_cast<unsigned>(rows);
   if (planar) {
     if (!dispatch_planar_format(format, [&]<DType F>() {
-          weights_to_bf16_kernel<F, true><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+          launch_kernel(weights_to_bf16_kernel<F, true>, blocks, kThreads, 0, stream, data, row_bytes, n, k, row0, dst);
         })) {
       raise_unsupported_format(format, "planar to BF16");
     }
     return;
   }
   if (!dispatch_weight_format(format, [&]<DType F>() {
-        weights_to_bf16_kernel<F, false><<<blocks, kThreads, 0, stream>>>(data, row_bytes, n, k, row0, dst);
+        launch_kernel(weights_to_bf16_kernel<F, false>, blocks, kThreads, 0, stream, data, row_bytes, n, k, row0, dst);
       })) {
     raise_unsupported_format(format, "weights to BF16");
   }
@@ -73,7 +76,7 @@ void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data,
 void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, void* out,
                            cudaStream_t stream) {
   if (m <= 0) return;
-  floats_to_bf16_kernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, ldx, k,
+  launch_kernel(floats_to_bf16_kernel, static_cast<unsigned>(m), kThreads, 0, stream, x, ldx, k,
                                                                            static_cast<__nv_bfloat16*>(out));
 }
 

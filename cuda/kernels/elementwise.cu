@@ -3,6 +3,7 @@
 // RMSNorm's scale in double from a float sum of squares, rope angles and their cos/sin in
 // double rounded once, the activations with expf / tanhf.
 #include "cuda_backend/kernels/activation_math.hpp"
+#include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 
 namespace sitsrt::cuda {
@@ -13,6 +14,7 @@ constexpr int kThreads = 256;
 // x and y may be one buffer (in place): not __restrict__.
 __global__ void rms_norm_kernel(const float* x, std::int64_t ldx, std::int64_t n, const float* __restrict__ weight,
                                 float eps, float* y, std::int64_t ldy) {
+  begin_dependent_grid();
   __shared__ float partial[kThreads / 32];
   const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
@@ -36,6 +38,7 @@ __global__ void rms_norm_kernel(const float* x, std::int64_t ldx, std::int64_t n
 __global__ void rope_kernel(RopeTargets targets, std::int64_t head_dim, std::int64_t rot_dims, bool neox,
                             const std::int32_t* __restrict__ positions, const double* __restrict__ inv_freq,
                             double mscale) {
+  begin_dependent_grid();
   const RopeTarget& target = targets.t[blockIdx.y];
   const std::int64_t half = rot_dims / 2, n_heads = target.n_heads;
   float* row = target.x + static_cast<std::int64_t>(blockIdx.x) * target.ldx;
@@ -74,6 +77,7 @@ __device__ inline float apply(Elementwise op, float a, float b, float scalar) {
 // a or b may be out's buffer (in place): not __restrict__.
 __global__ void elementwise_kernel(Elementwise op, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                                    float scalar, std::int64_t cols, float* out, std::int64_t ldo) {
+  begin_dependent_grid();
   const std::int64_t r = blockIdx.y;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
@@ -83,6 +87,7 @@ __global__ void elementwise_kernel(Elementwise op, const float* a, std::int64_t 
 
 __global__ void gather_rows_kernel(const float* x, std::int64_t ldx, const std::int32_t* __restrict__ rows,
                                    std::int64_t cols, float* out, std::int64_t ldo) {
+  begin_dependent_grid();
   const float* src = x + static_cast<std::int64_t>(rows[blockIdx.x]) * ldx;
   float* dst = out + static_cast<std::int64_t>(blockIdx.x) * ldo;
   for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
@@ -92,6 +97,7 @@ __global__ void gather_rows_kernel(const float* x, std::int64_t ldx, const std::
 // row r never lies past input row rows[r], so no row is overwritten before it is read).
 __global__ void gather_rows_in_order_kernel(const float* x, std::int64_t ldx, const std::int32_t* __restrict__ rows,
                                             std::int64_t n_rows, std::int64_t cols, float* out, std::int64_t ldo) {
+  begin_dependent_grid();
   for (std::int64_t r = 0; r < n_rows; ++r) {
     const float* src = x + static_cast<std::int64_t>(rows[r]) * ldx;
     float* dst = out + r * ldo;
@@ -110,14 +116,14 @@ __global__ void gather_rows_in_order_kernel(const float* x, std::int64_t ldx, co
 void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
                      float eps, float* y, std::int64_t ldy, cudaStream_t stream) {
   if (rows <= 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, ldx, n, weight, eps, y, ldy);
+  launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, ldx, n, weight, eps, y, ldy);
 }
 
 void launch_rope(const RopeTargets& targets, std::int64_t rows, std::int64_t head_dim, std::int64_t rot_dims,
                  bool neox, const std::int32_t* positions, const double* inv_freq, double mscale, cudaStream_t stream) {
   if (rows <= 0 || rot_dims <= 0 || targets.count <= 0) return;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(targets.count));
-  rope_kernel<<<grid, kThreads, 0, stream>>>(targets, head_dim, rot_dims, neox, positions, inv_freq, mscale);
+  launch_kernel(rope_kernel, grid, kThreads, 0, stream, targets, head_dim, rot_dims, neox, positions, inv_freq, mscale);
 }
 
 void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
@@ -129,7 +135,7 @@ void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const 
     const std::int64_t n = rows - r0 < kMaxGridRows ? rows - r0 : kMaxGridRows;
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
     const float* br = b == nullptr || op == Elementwise::kAddBias ? b : b + r0 * ldb;
-    elementwise_kernel<<<grid, kThreads, 0, stream>>>(op, a + r0 * lda, lda, br, ldb, scalar, cols, out + r0 * ldo,
+    launch_kernel(elementwise_kernel, grid, kThreads, 0, stream, op, a + r0 * lda, lda, br, ldb, scalar, cols, out + r0 * ldo,
                                                       ldo);
   }
 }
@@ -138,9 +144,9 @@ void launch_gather_rows(const float* x, std::int64_t ldx, const std::int32_t* ro
                         std::int64_t cols, float* out, std::int64_t ldo, bool in_place, cudaStream_t stream) {
   if (n_rows <= 0) return;
   if (in_place) {
-    gather_rows_in_order_kernel<<<1, kThreads, 0, stream>>>(x, ldx, rows, n_rows, cols, out, ldo);
+    launch_kernel(gather_rows_in_order_kernel, 1, kThreads, 0, stream, x, ldx, rows, n_rows, cols, out, ldo);
   } else {
-    gather_rows_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, ldx, rows, cols, out, ldo);
+    launch_kernel(gather_rows_kernel, static_cast<unsigned>(n_rows), kThreads, 0, stream, x, ldx, rows, cols, out, ldo);
   }
 }
 

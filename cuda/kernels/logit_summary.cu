@@ -19,6 +19,7 @@
 // smaller key, and the first items (in index order, a tile at a time) holding the kept-th key
 // itself; then a rank sort by (key, id). Index order is id order for equal keys in both lists
 // (a chunk's ids increase; the merged list is chunk after chunk, each sorted by (key, id)).
+#include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/logit_summary_record.hpp"
 
@@ -228,6 +229,7 @@ __device__ SummaryHeader* record_at(std::byte* records, std::size_t index, std::
 __global__ void __launch_bounds__(kThreads)
     summary_chunk_kernel(const float* __restrict__ logits, int vocab, int k, std::byte* __restrict__ chunks,
                          std::size_t record_bytes) {
+  begin_dependent_grid();
   __shared__ float s_values[kChunk];
   __shared__ Reduction s_reduction;
   __shared__ Selection s_selection;
@@ -292,6 +294,7 @@ struct MergedItems {
 __global__ void __launch_bounds__(kThreads)
     summary_merge_kernel(const std::byte* __restrict__ chunks, int n_chunks, int k, std::size_t record_bytes,
                          std::byte* __restrict__ records) {
+  begin_dependent_grid();
   __shared__ Reduction s_reduction;
   __shared__ Selection s_selection;
   const std::byte* row_chunks = chunks + static_cast<std::size_t>(blockIdx.x) * n_chunks * record_bytes;
@@ -339,10 +342,8 @@ void launch_logit_summaries(const float* logits, std::int64_t rows, std::int64_t
   if (rows <= 0) return;
   const std::size_t record_bytes = summary_record_bytes(k);
   const auto chunks = static_cast<unsigned>(logit_summary_chunks(vocab));
-  summary_chunk_kernel<<<dim3(chunks, static_cast<unsigned>(rows)), kThreads, 0, stream>>>(
-      logits, static_cast<int>(vocab), static_cast<int>(k), chunk_records, record_bytes);
-  summary_merge_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      chunk_records, static_cast<int>(chunks), static_cast<int>(k), record_bytes, records);
+  launch_kernel(summary_chunk_kernel, dim3(chunks, static_cast<unsigned>(rows)), kThreads, 0, stream, logits, static_cast<int>(vocab), static_cast<int>(k), chunk_records, record_bytes);
+  launch_kernel(summary_merge_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, chunk_records, static_cast<int>(chunks), static_cast<int>(k), record_bytes, records);
 }
 
 }  // namespace sitsrt::cuda

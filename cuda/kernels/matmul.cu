@@ -5,6 +5,7 @@
 // the tensor-core prefill GEMM instead, prefill_gemm.hpp).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
+#include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/row_tiles.hpp"
 
@@ -24,6 +25,7 @@ template <DType F, int kRows>
 __global__ void matmul_rows_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int64_t n,
                                    std::int64_t k, const float* __restrict__ x, std::int64_t ldx, float* __restrict__ y,
                                    std::int64_t ldy, int rows) {
+  begin_dependent_grid();
   const int lane = threadIdx.x % 32;
   const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (j >= n) return;
@@ -64,6 +66,7 @@ __global__ void matmul_rows_kernel(const std::uint8_t* __restrict__ w, std::int6
 template <DType F>
 __global__ void embed_kernel(const std::uint8_t* __restrict__ table, std::int64_t row_bytes, std::int64_t cols,
                              const std::int32_t* __restrict__ ids, float* __restrict__ out, std::int64_t ldo) {
+  begin_dependent_grid();
   const std::uint8_t* row = table + static_cast<std::int64_t>(ids[blockIdx.x]) * row_bytes;
   float* dst = out + static_cast<std::int64_t>(blockIdx.x) * ldo;
   for (std::int64_t e = threadIdx.x; e < cols; e += blockDim.x) dst[e] = decode_element<F>(row, e);
@@ -73,7 +76,7 @@ template <DType F, int kRows>
 void launch_tile(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
                  std::int64_t ldx, float* y, std::int64_t ldy, int rows, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  matmul_rows_kernel<F, kRows><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(w, row_bytes, n, k, x, ldx, y, ldy, rows);
+  launch_kernel(matmul_rows_kernel<F, kRows>, blocks, 32 * kWarpsPerBlock, 0, stream, w, row_bytes, n, k, x, ldx, y, ldy, rows);
 }
 
 template <DType F>
@@ -87,7 +90,7 @@ void launch_matmul_format(const std::uint8_t* w, std::int64_t row_bytes, std::in
 template <DType F>
 void launch_embed_format(const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols, const std::int32_t* ids,
                          std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream) {
-  embed_kernel<F><<<static_cast<unsigned>(rows), 256, 0, stream>>>(table, row_bytes, cols, ids, out, ldo);
+  launch_kernel(embed_kernel<F>, static_cast<unsigned>(rows), 256, 0, stream, table, row_bytes, cols, ids, out, ldo);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 // accumulation code, so every output has the bits of the matrix's own launch.
 #include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
+#include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/row_tiles.hpp"
 #include "cuda_backend/kernels/planar_units.hpp"
@@ -119,6 +120,7 @@ __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMat
 // Plain and grouped matmuls, and kAdd (one target: out = y + residual as well).
 template <DType F, int kRows>
 __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs a) {
+  begin_dependent_grid();
   int target = 0;
   while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
   const GroupArgs::Target& tg = a.t[target];
@@ -140,6 +142,7 @@ __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs 
 // or (kGeGlu) geglu_tanh(gate, up).
 template <DType F, int kRows>
 __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs a) {
+  begin_dependent_grid();
   const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs;
   __shared__ float totals[2 * kOutputs * kRows];
   const int targets[2] = {0, 1};
@@ -159,6 +162,7 @@ __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs
 template <DType F>
 __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, PlanarGeometry g, std::int64_t cols,
                                     const std::int32_t* __restrict__ ids, float* __restrict__ out, std::int64_t ldo) {
+  begin_dependent_grid();
   const std::int64_t id = ids[blockIdx.x];
   const std::uint8_t* codes = data + id * g.code_row_bytes;
   const std::uint8_t* scales = data + g.scales_of(id);
@@ -169,9 +173,9 @@ __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, Plana
 template <DType F, int kRows>
 void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
   if (a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu) {
-    if constexpr (kRows <= kMaxSwiGluTileRows) planar_swiglu_kernel<F, kRows><<<blocks, kThreads, 0, stream>>>(a);
+    if constexpr (kRows <= kMaxSwiGluTileRows) launch_kernel(planar_swiglu_kernel<F, kRows>, blocks, kThreads, 0, stream, a);
   } else {
-    planar_group_kernel<F, kRows><<<blocks, kThreads, 0, stream>>>(a);
+    launch_kernel(planar_group_kernel<F, kRows>, blocks, kThreads, 0, stream, a);
   }
 }
 
@@ -245,7 +249,7 @@ void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n,
   const PlanarGeometry g = planar_geometry(format, n, k);
   const auto blocks = static_cast<unsigned>(rows);
   if (!dispatch_planar_format(format, [&]<DType F>() {
-        planar_embed_kernel<F><<<blocks, 256, 0, stream>>>(data, g, k, ids, out, ldo);
+        launch_kernel(planar_embed_kernel<F>, blocks, 256, 0, stream, data, g, k, ids, out, ldo);
       })) {
     raise_unsupported_format(format, "planar embedding");
   }

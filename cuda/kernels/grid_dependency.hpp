@@ -1,0 +1,74 @@
+// Programmatic dependent launch (Hopper, sm_90 and later): the backend's kernels are launched with
+// programmatic stream serialization, so a kernel's blocks are scheduled while its predecessor's
+// last ones still run, instead of after it drains and the launch goes through (a decode step is
+// ~10 launches a layer, each otherwise leaving the GPU idle for that latency). Every kernel waits
+// for its predecessors' completion and memory (griddepcontrol.wait) before it reads or writes
+// anything, so the results are those of serial launches; then it lets the next grid launch.
+// Off (plain launches) on older devices, for kernels built without the wait, and with
+// SITSRT_CUDA_PDL=0 in the environment (to measure what it saves).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace sitsrt::cuda {
+
+// The first statement of every kernel launched through launch_kernel.
+__device__ __forceinline__ void begin_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches on the current device may be programmatic: a device of compute capability 9+
+// running this build's sm_90+ code (`kernel`'s binary says which one it runs; every kernel of the
+// backend is built for the same architectures), and not switched off. Decided once per device.
+inline bool programmatic_launch_enabled(const void* kernel) noexcept {
+  static const bool allowed = [] {
+    const char* setting = std::getenv("SITSRT_CUDA_PDL");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  constexpr int kDevices = 64;
+  static std::atomic<int> decided[kDevices] = {};  // 0: not yet, 1: on, 2: off
+  int device = 0;
+  if (!allowed || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
+  int state = decided[device].load(std::memory_order_relaxed);
+  if (state == 0) {
+    int major = 0;
+    cudaFuncAttributes attributes{};
+    const bool capable = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                         major >= 9 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+                         attributes.binaryVersion >= 90;
+    state = capable ? 1 : 2;
+    decided[device].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), programmatic where enabled. Launch errors are
+// left for the caller's cudaGetLastError check, as with <<<>>>.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                   Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic_launch_enabled(reinterpret_cast<const void*>(kernel))) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  static_cast<void>(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace sitsrt::cuda
