@@ -4,7 +4,8 @@
 # root with the bundle scripts/cuda-bundle.sh builds on a development machine (build/cuda-bundle,
 # carried with the working tree; its binaries run through the bundle's own loader and libraries).
 #   1. every [cuda] test: cuda_formats_test, cuda_backend_test, cuda_backend_model_test
-#   2. compute-sanitizer --tool memcheck on the kernel tests
+#   2. compute-sanitizer --tool memcheck on the kernel tests; the same tokens and logprobs with and
+#      without programmatic dependent launch
 #   3. bench_cuda: read bandwidth and a cuBLASLt BF16 GEMM as ceilings, every decode kernel on
 #      Llama-3-8B layer shapes at batch 1 and 16 (GB/s, % of bandwidth), a prefill shape (TFLOP/s)
 #   4. end to end: a Llama-3-8B-shaped random model (make-model on the device) in FP8 and in
@@ -72,6 +73,25 @@ unset SITSRT_TEST_SMALL_SHAPES
 errors=$(grep -h "ERROR SUMMARY" "$out/memcheck_kernels.log" "$out/memcheck_attention.log" | tr '\n' ' ')
 if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then result=clean; else result="FAILED (exit $rc1 / $rc2)"; status=1; fi
 note "memcheck" "$result" $((SECONDS - t0)) "$errors"
+
+# 2b. Programmatic dependent launch changes no bit: greedy tokens, logprobs and alternatives of
+#     stories260K on the GPU (decode graphs on) with it and without it (SITSRT_CUDA_PDL=0).
+t0=$SECONDS
+for pdl in 1 0; do
+  export SITSRT_CUDA_PDL=$pdl
+  limited_run 60 "$bundle/bin/sitsrt" run -m "$bundle/shared/models/stories260K.gguf" --device cuda -n 96 --temp 0 \
+    -p "Once upon a time" --json 2>"$out/pdl_$pdl.log" | grep '"type":"token"' | sed 's/"t":[0-9.e+-]*,//' \
+    >"$out/pdl_$pdl.jsonl"
+  unset SITSRT_CUDA_PDL
+done
+tokens=$(wc -l <"$out/pdl_1.jsonl")
+if [ "$tokens" -gt 0 ] && cmp -s "$out/pdl_1.jsonl" "$out/pdl_0.jsonl"; then
+  result="same bits"
+else
+  result="DIFFERENT or FAILED"
+  status=1
+fi
+note "PDL on = off" "$result" $((SECONDS - t0)) "$tokens tokens compared"
 
 # 3. Kernels against the ceilings.
 t0=$SECONDS

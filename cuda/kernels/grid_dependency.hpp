@@ -27,32 +27,41 @@ __device__ __forceinline__ void begin_dependent_grid() {
 }
 
 // Whether launches on the current device may be programmatic: a device of compute capability 9+
-// running this build's sm_90+ code (`kernel`'s binary says which one it runs; every kernel of the
-// backend is built for the same architectures), and not switched off. Decided once per device.
-inline bool programmatic_launch_enabled(const void* kernel) noexcept {
+// running code compiled from this build's sm_90+ PTX (`kernel`'s ptxVersion: where the driver
+// compiles an older PTX just in time, e.g. compute_89 on a newer GPU, the wait is not in it),
+// and not switched off. Every kernel of the backend is built for the same architectures, so the
+// first kernel launched on a device decides for all.
+inline std::atomic<int>& programmatic_launch_state(int device) noexcept {
+  constexpr int kDevices = 64;
+  static std::atomic<int> decided[kDevices] = {};  // 0: not yet, 1: on, 2: off
+  return decided[device];
+}
+
+inline bool programmatic_launch_enabled(const void* kernel, int* device_out) noexcept {
   static const bool allowed = [] {
     const char* setting = std::getenv("SITSRT_CUDA_PDL");
     return setting == nullptr || std::strcmp(setting, "0") != 0;
   }();
-  constexpr int kDevices = 64;
-  static std::atomic<int> decided[kDevices] = {};  // 0: not yet, 1: on, 2: off
   int device = 0;
-  if (!allowed || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
-  int state = decided[device].load(std::memory_order_relaxed);
+  if (!allowed || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  *device_out = device;
+  std::atomic<int>& decided = programmatic_launch_state(device);
+  int state = decided.load(std::memory_order_relaxed);
   if (state == 0) {
     int major = 0;
     cudaFuncAttributes attributes{};
     const bool capable = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
                          major >= 9 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
-                         attributes.binaryVersion >= 90;
+                         attributes.ptxVersion >= 90;
     state = capable ? 1 : 2;
-    decided[device].store(state, std::memory_order_relaxed);
+    decided.store(state, std::memory_order_relaxed);
   }
   return state == 1;
 }
 
-// kernel<<<grid, block, shared, stream>>>(args...), programmatic where enabled. Launch errors are
-// left for the caller's cudaGetLastError check, as with <<<>>>.
+// kernel<<<grid, block, shared, stream>>>(args...), programmatic where enabled. A programmatic
+// launch the runtime refuses is made again plainly, and the device's launches stay plain from
+// then on; other launch errors are left for the caller's cudaGetLastError check, as with <<<>>>.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
                    Args&&... args) {
@@ -64,9 +73,15 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic_launch_enabled(reinterpret_cast<const void*>(kernel))) {
+  int device = 0;
+  if (programmatic_launch_enabled(reinterpret_cast<const void*>(kernel), &device)) {
     config.attrs = &attribute;
     config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return;
+    static_cast<void>(cudaGetLastError());  // this error is answered by the plain launch below
+    programmatic_launch_state(device).store(2, std::memory_order_relaxed);
+    config.attrs = nullptr;
+    config.numAttrs = 0;
   }
   static_cast<void>(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
