@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 namespace sitsrt::cuda {
 namespace {
@@ -77,6 +78,16 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (options.graphs) graphs_ = std::make_unique<DecodeGraphs>(context_, allocator_);
 }
 
+namespace {
+
+// Whether a weight gets room for per-channel scales: FP8 E4M3 matrices the matmul kernels read
+// planar (the FP8 x FP8 prefill GEMM reads their codes plane in place).
+bool takes_channel_scales(const graph::Weight& w, bool decoded) {
+  return decoded && w.type == DType::kFP8_E4M3 && planar_supports(w.type, w.dims[0]);
+}
+
+}  // namespace
+
 CudaBackend::~CudaBackend() {
   graphs_.reset();
   kernels_.reset();
@@ -92,7 +103,7 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
   context_.make_current();
   const auto start = std::chrono::steady_clock::now();
   const WeightUses uses = weight_uses(graph);
-  std::vector<std::size_t> offsets;
+  std::vector<std::size_t> offsets, channel_offsets;
   std::size_t total = 0;
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     const graph::Weight& w = graph.weights()[id];
@@ -106,9 +117,15 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
     if (!uses.decoded[id] && w.type != DType::kF32) {
       raise(ErrorCode::kUnsupported, "cuda: weight '{}' is {}, the CUDA kernels read it as f32", w.name, name(w.type));
     }
+    const auto aligned = [](std::size_t bytes) {
+      return (bytes + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+    };
     offsets.push_back(total);
-    total += (row_bytes(w.type, w.dims[0]) * static_cast<std::size_t>(weight_rows(w)) + kWeightAlignment - 1) /
-             kWeightAlignment * kWeightAlignment;
+    total += aligned(row_bytes(w.type, w.dims[0]) * static_cast<std::size_t>(weight_rows(w)));
+    // Room for an FP8 matrix's per-channel scales, used where its rows turn out to have one each.
+    channel_offsets.push_back(total);
+    if (takes_channel_scales(w, uses.decoded[id]))
+      total += aligned(static_cast<std::size_t>(weight_rows(w)) * sizeof(float));
   }
   if (weights_memory_ != nullptr) allocator_.deallocate(weights_memory_, weights_bytes_);
   weights_memory_ = nullptr;
@@ -152,6 +169,16 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
     if (uses.rope_factors[id]) {
       const auto* values = reinterpret_cast<const float*>(bytes.data());
       dw.host_copy.assign(values, values + need / sizeof(float));
+    }
+    if (planar && takes_channel_scales(w, uses.decoded[id])) {
+      const PlanarGeometry g = planar_geometry(w.type, weight_rows(w), w.dims[0]);
+      if (std::optional<std::vector<float>> scales = fp8_channel_scales(planar_staging.data(), g, weight_rows(w))) {
+        std::byte* at = weights_memory_ + channel_offsets[id];
+        // From pageable memory: staged when the call returns, as the planes above.
+        SITSRT_CUDA_CHECK(cudaMemcpyAsync(at, scales->data(), scales->size() * sizeof(float), cudaMemcpyHostToDevice,
+                                          context_.stream()));
+        dw.channel_scales = reinterpret_cast<const float*>(at);
+      }
     }
     weights_.push_back(std::move(dw));
     source.release(w);

@@ -30,6 +30,9 @@ struct DeviceWeight {
   std::int64_t row_bytes = 0;
   bool planar = false;           // in the planar layout (planar_weights.hpp)
   std::vector<float> host_copy;  // f32 vectors the host needs (rope frequency factors)
+  // FP8 E4M3 whose every row has one scale for all its blocks (per-channel checkpoints): the rows'
+  // scales, contiguous on the device (the FP8 x FP8 prefill GEMM's); null otherwise.
+  const float* channel_scales = nullptr;
 };
 
 class CudaKernels final : public ops::OpKernels {

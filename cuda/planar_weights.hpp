@@ -32,6 +32,10 @@
 
 #include "cuda_backend/device_formats.hpp"
 
+#include <cstring>
+#include <optional>
+#include <vector>
+
 namespace sitsrt::cuda {
 
 // What one unit of a planar format is (table above).
@@ -191,6 +195,25 @@ SITSRT_HD float planar_element(const std::uint8_t* codes, const std::uint8_t* sc
     return half_to_float(static_cast<std::uint16_t>(word & 0xffffu)) *
            static_cast<float>(q - static_cast<int>((word >> 16) & 15u));
   }
+}
+
+// The rows' scales of a planar FP8 E4M3 matrix (`planes`, geometry g) when every row's blocks
+// share one (a checkpoint quantized per output channel: the FP8 x FP8 prefill GEMM's weight
+// scales), else nothing.
+inline std::optional<std::vector<float>> fp8_channel_scales(const std::uint8_t* planes, const PlanarGeometry& g,
+                                                            std::int64_t rows) {
+  const std::int64_t blocks = g.scale_row_bytes / static_cast<std::int64_t>(sizeof(float));
+  std::vector<float> scales(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint8_t* side = planes + g.scales_of(r);
+    for (std::int64_t b = 1; b < blocks; ++b) {
+      if (std::memcmp(side, side + b * static_cast<std::int64_t>(sizeof(float)), sizeof(float)) != 0) {
+        return std::nullopt;
+      }
+    }
+    std::memcpy(&scales[static_cast<std::size_t>(r)], side, sizeof(float));
+  }
+  return scales;
 }
 
 }  // namespace sitsrt::cuda

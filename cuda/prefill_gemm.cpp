@@ -15,15 +15,20 @@ constexpr std::size_t kActivationBytes = 16u << 20;  // BF16 rows of x per GEMM 
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 constexpr std::int64_t kBf16Bytes = 2;
 
+constexpr std::int64_t kMaxTokenScales = 1 << 16;  // rows of x per FP8 GEMM, at most
+
 // The three matrix layouts of one GEMM, column-major as cuBLASLt sees them: W chunk (k x rows_w,
-// used transposed), x chunk (k x rows_x), y (rows_w x rows_x, ldy apart).
+// used transposed), x chunk (k x rows_x), both of `type` (BF16 or E4M3), y (rows_w x rows_x, ldy
+// apart, float).
 class Layouts {
  public:
-  Layouts(const CublasLt& lt, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k, std::int64_t ldy) : lt_(lt) {
+  Layouts(const CublasLt& lt, cudaDataType_t type, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
+          std::int64_t ldy)
+      : lt_(lt) {
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     try {
-      SITSRT_CUBLASLT_CHECK(lt.matrix_layout_create(&a, CUDA_R_16BF, u(k), u(rows_w), k));
-      SITSRT_CUBLASLT_CHECK(lt.matrix_layout_create(&b, CUDA_R_16BF, u(k), u(rows_x), k));
+      SITSRT_CUBLASLT_CHECK(lt.matrix_layout_create(&a, type, u(k), u(rows_w), k));
+      SITSRT_CUBLASLT_CHECK(lt.matrix_layout_create(&b, type, u(k), u(rows_x), k));
       SITSRT_CUBLASLT_CHECK(lt.matrix_layout_create(&c, CUDA_R_32F, u(rows_w), u(rows_x), ldy));
     } catch (...) {
       release();
@@ -57,7 +62,11 @@ PrefillGemm::~PrefillGemm() {
   if (weights_ != nullptr) allocator_.deallocate(weights_, kWeightBytes);
   if (activations_ != nullptr) allocator_.deallocate(activations_, kActivationBytes);
   if (workspace_ != nullptr) allocator_.deallocate(workspace_, kWorkspaceBytes);
+  if (token_scales_ != nullptr) {
+    allocator_.deallocate(reinterpret_cast<std::byte*>(token_scales_), kMaxTokenScales * sizeof(float));
+  }
   if (lt_ != nullptr && desc_ != nullptr) static_cast<void>(lt_->matmul_desc_destroy(desc_));
+  if (lt_ != nullptr && fp8_desc_ != nullptr) static_cast<void>(lt_->matmul_desc_destroy(fp8_desc_));
   if (lt_ != nullptr && handle_ != nullptr) static_cast<void>(lt_->destroy(handle_));
 }
 
@@ -87,11 +96,41 @@ bool PrefillGemm::ensure() {
   return true;
 }
 
-const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
+bool PrefillGemm::ensure_fp8() {
+  if (fp8_tried_) return fp8_desc_ != nullptr && token_scales_ != nullptr;
+  fp8_tried_ = true;
+  if (context_.compute_capability() < 89) {
+    fp8_why_ = fmt::format("sm_{} has no FP8 tensor cores", context_.compute_capability());
+    return false;
+  }
+  try {
+    SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_create(&fp8_desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T;  // FP8 GEMMs take A transposed ("TN") only
+    SITSRT_CUBLASLT_CHECK(
+        lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    // Per-channel and per-token scale vectors (outer-vector scaling: cuBLASLt 12.9+; an older
+    // library refuses the attribute, and the BF16 path runs).
+    const auto mode = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+    SITSRT_CUBLASLT_CHECK(
+        lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    SITSRT_CUBLASLT_CHECK(
+        lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    token_scales_ = reinterpret_cast<float*>(
+        allocator_.allocate(kMaxTokenScales * sizeof(float), "prefill GEMM per-token FP8 scales"));
+  } catch (const Error& e) {
+    fp8_why_ = e.what();
+    if (fp8_desc_ != nullptr) static_cast<void>(lt_->matmul_desc_destroy(fp8_desc_));
+    fp8_desc_ = nullptr;
+    return false;
+  }
+  return true;
+}
+
+const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(bool fp8, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
                                                    std::int64_t ldy, std::uint32_t y_alignment) {
-  const auto key = std::make_tuple(rows_w, rows_x, k, ldy, y_alignment);
+  const auto key = std::make_tuple(fp8, rows_w, rows_x, k, ldy, y_alignment);
   if (const auto it = algorithms_.find(key); it != algorithms_.end()) return &it->second;
-  const Layouts l(*lt_, rows_w, rows_x, k, ldy);
+  const Layouts l(*lt_, fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, rows_w, rows_x, k, ldy);
   cublasLtMatmulPreference_t preference = nullptr;
   SITSRT_CUBLASLT_CHECK(lt_->preference_create(&preference));
   const std::uint64_t workspace = kWorkspaceBytes;
@@ -107,23 +146,40 @@ const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(std::int64_t rows_w, std::int
       set = lt_->preference_set_attribute(preference, attribute, &y_alignment, sizeof(y_alignment));
     }
   }
-  const cublasStatus_t asked =
-      set == CUBLAS_STATUS_SUCCESS
-          ? lt_->algo_get_heuristic(handle_, desc_, l.a, l.b, l.c, l.c, preference, 1, &result, &found)
-          : set;
+  const cublasStatus_t asked = set == CUBLAS_STATUS_SUCCESS
+                                   ? lt_->algo_get_heuristic(handle_, fp8 ? fp8_desc_ : desc_, l.a, l.b, l.c, l.c,
+                                                             preference, 1, &result, &found)
+                                   : set;
   static_cast<void>(lt_->preference_destroy(preference));
   if (asked != CUBLAS_STATUS_SUCCESS || found == 0) {
-    why_ = fmt::format("cuBLASLt has no BF16 GEMM for {} x {} x {} (status {})", rows_w, rows_x, k,
-                       static_cast<int>(asked));
+    (fp8 ? fp8_why_ : why_) =
+        fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (status {})",
+                    fp8 ? "FP8 (per-channel x per-token scales)" : "BF16", rows_w, rows_x, k, static_cast<int>(asked));
     return nullptr;
   }
   return &algorithms_.emplace(key, result.algo).first->second;
 }
 
+namespace {
+
+// The alignment every chunk's output start keeps: y's, and its steps of rows and of columns.
+std::uint32_t output_alignment(const float* y, std::int64_t ldy, std::int64_t rows_w) {
+  const auto bits = reinterpret_cast<std::uintptr_t>(y) | static_cast<std::uintptr_t>(ldy * 4) |
+                    static_cast<std::uintptr_t>(rows_w * 4) | 256u;
+  return static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
+}
+
+}  // namespace
+
 bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
                       std::int64_t ldy) {
   why_.clear();
+  last_path_ = Path::kNone;
   if (m <= 0 || !ensure()) return false;
+  if (run_fp8(w, x, ldx, m, y, ldy)) {
+    last_path_ = Path::kFp8;
+    return true;
+  }
   const std::int64_t n = w.rows, k = w.cols;
   const std::int64_t rows_w = std::min<std::int64_t>(n, static_cast<std::int64_t>(kWeightBytes) / (kBf16Bytes * k));
   const std::int64_t rows_x = std::min<std::int64_t>(m, static_cast<std::int64_t>(kActivationBytes) / (kBf16Bytes * k));
@@ -131,14 +187,11 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
     why_ = fmt::format("rows of {} values do not fit the BF16 buffers", k);
     return false;
   }
-  // The alignment every chunk's output start keeps: y's, and its steps of rows and of columns.
-  const auto bits = reinterpret_cast<std::uintptr_t>(y) | static_cast<std::uintptr_t>(ldy * 4) |
-                    static_cast<std::uintptr_t>(rows_w * 4) | 256u;
-  const auto y_alignment = static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
+  const std::uint32_t y_alignment = output_alignment(y, ldy, rows_w);
   // Every shape's algorithm first, so nothing is queued for a GEMM that cannot run.
   for (const std::int64_t nw : {rows_w, n % rows_w}) {
     for (const std::int64_t mx : {rows_x, m % rows_x}) {
-      if (nw > 0 && mx > 0 && algorithm(nw, mx, k, ldy, y_alignment) == nullptr) return false;
+      if (nw > 0 && mx > 0 && algorithm(false, nw, mx, k, ldy, y_alignment) == nullptr) return false;
     }
   }
   cudaStream_t stream = context_.stream();
@@ -151,12 +204,58 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
       const std::int64_t nw = std::min(rows_w, n - r0);
       launch_weights_to_bf16(w.format, w.planar, w.data, w.row_bytes, n, k, r0, nw, weights_, stream);
       SITSRT_CUDA_CHECK_LAUNCH("bf16 weight kernel");
-      const Layouts l(*lt_, nw, mx, k, ldy);
+      const Layouts l(*lt_, CUDA_R_16BF, nw, mx, k, ldy);
       float* out = y + x0 * ldy + r0;
       SITSRT_CUBLASLT_CHECK(lt_->matmul(handle_, desc_, &alpha, weights_, l.a, activations_, l.b, &beta, out, l.c, out,
-                                        l.c, algorithm(nw, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes,
+                                        l.c, algorithm(false, nw, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes,
                                         stream));
     }
+  }
+  last_path_ = Path::kBf16;
+  return true;
+}
+
+bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
+                          std::int64_t ldy) {
+  fp8_why_.clear();
+  if (w.format != DType::kFP8_E4M3 || !w.planar || w.channel_scales == nullptr) {
+    fp8_why_ = "the weights are not FP8 E4M3 with one scale per output channel";
+    return false;
+  }
+  const std::int64_t n = w.rows, k = w.cols;  // k: whole blocks of 64 (planar), as FP8 GEMMs need (16)
+  if (n % 16 != 0) {  // the weights' dimensions (k, n) multiples of 16 for cuBLASLt's FP8 kernels
+    fp8_why_ = fmt::format("{} output channels are not a multiple of 16", n);
+    return false;
+  }
+  if (!ensure_fp8()) return false;
+  const std::int64_t rows_x = std::min({m, static_cast<std::int64_t>(kActivationBytes) / k, kMaxTokenScales});
+  if (rows_x < 1) {
+    fp8_why_ = fmt::format("rows of {} values do not fit the FP8 activation buffer", k);
+    return false;
+  }
+  const std::uint32_t y_alignment = output_alignment(y, ldy, n);
+  for (const std::int64_t mx : {rows_x, m % rows_x}) {
+    if (mx > 0 && algorithm(true, n, mx, k, ldy, y_alignment) == nullptr) return false;
+  }
+  cudaStream_t stream = context_.stream();
+  const float alpha = 1.0f, beta = 0.0f;
+  // The weights' codes plane is the n x k E4M3 matrix itself (planar_weights.hpp).
+  const void* channel_scales = w.channel_scales;
+  const void* token_scales = token_scales_;
+  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &channel_scales,
+                                                       sizeof(channel_scales)));
+  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &token_scales,
+                                                       sizeof(token_scales)));
+  for (std::int64_t x0 = 0; x0 < m; x0 += rows_x) {
+    const std::int64_t mx = std::min(rows_x, m - x0);
+    launch_floats_to_fp8_rows(x + x0 * ldx, ldx, mx, k, reinterpret_cast<std::uint8_t*>(activations_), token_scales_,
+                              stream);
+    SITSRT_CUDA_CHECK_LAUNCH("fp8 activation kernel");
+    const Layouts l(*lt_, CUDA_R_8F_E4M3, n, mx, k, ldy);
+    float* out = y + x0 * ldy;
+    SITSRT_CUBLASLT_CHECK(lt_->matmul(handle_, fp8_desc_, &alpha, w.data, l.a, activations_, l.b, &beta, out, l.c, out,
+                                      l.c, algorithm(true, n, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes,
+                                      stream));
   }
   return true;
 }

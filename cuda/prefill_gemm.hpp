@@ -1,10 +1,18 @@
-// Matmuls of many rows (prompt chunks) on the tensor cores: the weights decoded to BF16 a chunk of
-// rows at a time, the activations rounded to BF16, and a cuBLASLt GEMM with float accumulation
-// and float output. Roughly the precision of BF16 inputs (each product within 2^-8 of its exact
-// value), where the decode kernels (planar_matmul.cu, matmul.cu) are exact products summed in
-// float; decode steps below kMinRows rows keep those. Algorithms are chosen by cuBLASLt's
-// heuristic once per shape and kept. Unavailable (returns false) when libcublasLt cannot be
-// loaded or its buffers do not fit the budget: callers then run the decode kernels.
+// Matmuls of many rows (prompt chunks) on the tensor cores, through cuBLASLt with float
+// accumulation and float output:
+//  - FP8 x FP8, for FP8 E4M3 weights with one scale per output channel (DeviceWeight::
+//    channel_scales: checkpoints quantized per channel; ours scale each block of 64 apart, which
+//    no cuBLASLt scale mode takes): the activations quantized to E4M3 per token (a scale per row,
+//    launch_floats_to_fp8_rows), the weights read in place, both scale vectors applied by
+//    cuBLASLt (outer-vector scaling, cuBLASLt 12.9+ on FP8 tensor cores: sm_89+). Each activation
+//    within 2^-4 of its value (E4M3's 3 mantissa bits).
+//  - BF16 otherwise (and where cuBLASLt offers no FP8 algorithm): the weights decoded to BF16 a
+//    chunk of rows at a time, the activations rounded to BF16 (each product within 2^-8 of its
+//    exact value).
+// The decode kernels (planar_matmul.cu, matmul.cu) are exact products summed in float; decode
+// steps below kMinRows rows keep those. Algorithms are chosen by cuBLASLt's heuristic once per
+// shape and kept. Unavailable (returns false) when libcublasLt cannot be loaded or its buffers do
+// not fit the budget: callers then run the decode kernels.
 #pragma once
 
 #include "cuda_backend/cublaslt_library.hpp"
@@ -36,11 +44,20 @@ class PrefillGemm {
   bool run(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
   // Why the last run() returned false ("" when it did not).
   [[nodiscard]] const std::string& unavailable_reason() const noexcept { return why_; }
+  // Which GEMM the last successful run() took, and why it did not take FP8 x FP8 ("" when it did).
+  enum class Path { kNone, kBf16, kFp8 };
+  [[nodiscard]] Path last_path() const noexcept { return last_path_; }
+  [[nodiscard]] const std::string& fp8_unavailable_reason() const noexcept { return fp8_why_; }
 
  private:
   bool ensure();
-  const cublasLtMatmulAlgo_t* algorithm(std::int64_t rows_w, std::int64_t rows_x, std::int64_t k, std::int64_t ldy,
-                                        std::uint32_t y_alignment);
+  // The FP8 x FP8 GEMM; false (nothing queued, fp8_why_ set) where it does not apply.
+  bool run_fp8(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
+  bool ensure_fp8();
+  // The heuristic's algorithm for a shape of `desc` (operands of `type`), cached; null (why_ or
+  // fp8_why_ set) when it has none.
+  const cublasLtMatmulAlgo_t* algorithm(bool fp8, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
+                                        std::int64_t ldy, std::uint32_t y_alignment);
 
   const CudaContext& context_;
   DeviceAllocator& allocator_;
@@ -52,7 +69,15 @@ class PrefillGemm {
   std::byte* workspace_ = nullptr;
   bool tried_ = false;
   std::string why_;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>, cublasLtMatmulAlgo_t>
+  // FP8 x FP8: its own descriptor (scale modes, scale pointers set per call) and the per-token
+  // scales of the activation rows (the E4M3 codes go in activations_).
+  cublasLtMatmulDesc_t fp8_desc_ = nullptr;
+  float* token_scales_ = nullptr;
+  bool fp8_tried_ = false;
+  std::string fp8_why_;
+  Path last_path_ = Path::kNone;
+  std::map<std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,
+           cublasLtMatmulAlgo_t>
       algorithms_;
 };
 

@@ -1,6 +1,7 @@
 // Conversions feeding the tensor-core prefill GEMMs (prefill_gemm.hpp): weight rows of any
-// format decoded to BF16 (each value decode_element's float, rounded once to nearest even), and
-// float activation rows to packed BF16.
+// format decoded to BF16 (each value decode_element's float, rounded once to nearest even), float
+// activation rows to packed BF16, and float activation rows to E4M3 with a scale per row (the
+// FP8 GEMM's per-token scales).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
@@ -8,6 +9,7 @@
 #include "cuda_backend/planar_weights.hpp"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 namespace sitsrt::cuda {
 namespace {
@@ -50,6 +52,28 @@ __global__ void floats_to_bf16_kernel(const float* __restrict__ x, std::int64_t 
   for (std::int64_t e = threadIdx.x; e < k; e += kThreads) dst[e] = __float2bfloat16_rn(src[e]);
 }
 
+// One block per row: scale = the row's largest |x| / 448 (E4M3's largest finite; 1 for a row of
+// zeros), codes = x / scale rounded to the nearest E4M3 (saturating), packed k bytes a row.
+__global__ void floats_to_fp8_rows_kernel(const float* __restrict__ x, std::int64_t ldx, std::int64_t k,
+                                          std::uint8_t* __restrict__ out, float* __restrict__ scales) {
+  begin_dependent_grid();
+  __shared__ float partial[kThreads / 32];
+  const float* src = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
+  std::uint8_t* dst = out + static_cast<std::int64_t>(blockIdx.x) * k;
+  float amax = 0.0f;
+  for (std::int64_t e = threadIdx.x; e < k; e += kThreads) amax = fmaxf(amax, fabsf(src[e]));
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) amax = fmaxf(amax, partial[w]);
+  const float scale = amax > 0.0f && isfinite(amax) ? amax / 448.0f : 1.0f;
+  for (std::int64_t e = threadIdx.x; e < k; e += kThreads) {
+    dst[e] = __nv_cvt_float_to_fp8(src[e] / scale, __NV_SATFINITE, __NV_E4M3);
+  }
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+}
+
 }  // namespace
 
 void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes,
@@ -77,7 +101,13 @@ void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std
                            cudaStream_t stream) {
   if (m <= 0) return;
   launch_kernel(floats_to_bf16_kernel, static_cast<unsigned>(m), kThreads, 0, stream, x, ldx, k,
-                                                                           static_cast<__nv_bfloat16*>(out));
+                static_cast<__nv_bfloat16*>(out));
+}
+
+void launch_floats_to_fp8_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::uint8_t* out,
+                               float* scales, cudaStream_t stream) {
+  if (m <= 0) return;
+  launch_kernel(floats_to_fp8_rows_kernel, static_cast<unsigned>(m), kThreads, 0, stream, x, ldx, k, out, scales);
 }
 
 }  // namespace sitsrt::cuda

@@ -65,6 +65,11 @@ void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data,
 void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, void* out,
                            cudaStream_t stream);
 
+// m rows of k floats (ldx apart) as E4M3 codes with a scale per row (x ~ code * scale; the scale
+// is the row's largest |x| / 448): m * k bytes packed at `out`, m floats at `scales`.
+void launch_floats_to_fp8_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::uint8_t* out,
+                               float* scales, cudaStream_t stream);
+
 // out row r = table row ids[r] decoded to float (cols elements).
 void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,
                   const std::int32_t* ids, std::int64_t rows, float* out, std::int64_t ldo, cudaStream_t stream);

@@ -279,6 +279,7 @@ TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference wit
     INFO(name(c.format) << (c.planar ? " planar" : "") << " n=" << c.n << " k=" << c.k << " m=" << c.m);
     INFO(gemm.unavailable_reason());
     REQUIRE(gemm.run(weight, dx.get(), ldx, c.m, dy.get(), ldy));
+    CHECK(gemm.last_path() == cuda::PrefillGemm::Path::kBf16);  // FP8 here scales each block of 64 apart
     const std::vector<float> y = dy.download();
     // Checked on a sample of rows (the reference is O(m n k) on the host), every output of each.
     for (std::int64_t r = 0; r < c.m; r += std::max<std::int64_t>(1, c.m / 7)) {
@@ -298,6 +299,92 @@ TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference wit
       }
       for (std::int64_t j = c.n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
     }
+  }
+}
+
+TEST_CASE(
+    "cuda prefill GEMM FP8 x FP8 (per-channel weight scales, per-token activation scales) equals the double "
+    "reference within E4M3 rounding",
+    "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(107);
+  cuda::CudaContext context(0);
+  if (context.compute_capability() < 89) SITSRT_SKIP("[cuda] sm_" << context.compute_capability() << " has no FP8");
+  cuda::DeviceAllocator allocator(context, 0);
+  cuda::PrefillGemm gemm(context, allocator);
+  struct Case {
+    std::int64_t n, k, m;
+  };
+  // an odd number of rows of x; several chunks of x (16 MiB of E4M3 rows: 1024 rows of 16384)
+  for (const Case& c : {Case{256, 1024, 77}, Case{1040, 4096, 300}, Case{64, 16384, 1100}}) {
+    const std::size_t stride = row_bytes(DType::kFP8_E4M3, c.k);
+    std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(c.n));
+    std::vector<float> decoded(static_cast<std::size_t>(c.n * c.k)), channel(static_cast<std::size_t>(c.n));
+    for (std::int64_t j = 0; j < c.n; ++j) {  // one scale for the whole row, repeated in every block
+      const std::vector<float> row = rng.normals(static_cast<std::size_t>(c.k), 0.05f);
+      float amax = 0.0f;
+      for (const float v : row) amax = std::max(amax, std::fabs(v));
+      const float d = amax / 448.0f;
+      channel[static_cast<std::size_t>(j)] = d;
+      for (std::int64_t b = 0; b < c.k / 64; ++b) {
+        BlockFP8_E4M3 block{};
+        block.d = d;
+        for (int i = 0; i < 64; ++i) block.qs[i] = fp32_to_fp8_e4m3(row[static_cast<std::size_t>(b * 64 + i)] / d);
+        std::memcpy(w.data() + j * stride + b * sizeof(block), &block, sizeof(block));
+      }
+      dequantize_row(DType::kFP8_E4M3, w.data() + j * stride, decoded.data() + j * c.k, c.k);
+    }
+    DeviceArray<std::uint8_t> dw(planar_matrix(DType::kFP8_E4M3, w, c.n, c.k));
+    DeviceArray<float> dchannel(channel);
+    cuda::DeviceWeight weight{dw.get(), DType::kFP8_E4M3, c.n, c.k, static_cast<std::int64_t>(stride), true, {}};
+    weight.channel_scales = dchannel.get();
+    const std::int64_t ldx = c.k + 3, ldy = c.n + 5;
+    std::vector<float> x(static_cast<std::size_t>(c.m * ldx));
+    for (float& v : x) v = rng.normal() * (rng.uniform_int(0, 9) == 0 ? 20.0f : 1.0f);  // some outliers
+    DeviceArray<float> dx(x), dy(static_cast<std::size_t>(c.m * ldy));
+    INFO("n=" << c.n << " k=" << c.k << " m=" << c.m << ": " << gemm.unavailable_reason() << " "
+              << gemm.fp8_unavailable_reason());
+    REQUIRE(gemm.run(weight, dx.get(), ldx, c.m, dy.get(), ldy));
+    REQUIRE(gemm.last_path() == cuda::PrefillGemm::Path::kFp8);
+    const std::vector<float> y = dy.download();
+    // Also against the activations quantized on the host as the kernel does (scale = the row's
+    // largest |x| / 448, nearest E4M3): then only the float sums differ (rms over the outputs
+    // checked; a wrong scale or row mapping is far off).
+    double rms_quantized_error = 0, rms_reference = 0;
+    for (std::int64_t r = 0; r < c.m; r += std::max<std::int64_t>(1, c.m / 7)) {
+      float amax = 0.0f;
+      for (std::int64_t e = 0; e < c.k; ++e) amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * ldx + e)]));
+      const double token_scale = amax / 448.0;
+      std::vector<double> quantized(static_cast<std::size_t>(c.k));
+      for (std::int64_t e = 0; e < c.k; ++e) {
+        const float s = amax / 448.0f;
+        quantized[static_cast<std::size_t>(e)] =
+            static_cast<double>(fp8_e4m3_to_fp32(fp32_to_fp8_e4m3(x[static_cast<std::size_t>(r * ldx + e)] / s))) * s;
+      }
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double sum = 0, magnitude = 0, weights = 0, sum_quantized = 0;
+        for (std::int64_t e = 0; e < c.k; ++e) {
+          const double wv = decoded[static_cast<std::size_t>(j * c.k + e)];
+          const double p = wv * x[static_cast<std::size_t>(r * ldx + e)];
+          sum += p;
+          magnitude += std::fabs(p);
+          weights += std::fabs(wv);
+          sum_quantized += wv * quantized[static_cast<std::size_t>(e)];
+        }
+        const double deviation = y[static_cast<std::size_t>(r * ldy + j)] - sum_quantized;
+        rms_quantized_error += deviation * deviation;
+        rms_reference += sum_quantized * sum_quantized;
+        const double got = y[static_cast<std::size_t>(r * ldy + j)];
+        // Each activation rounded to E4M3 relative to its row's scale: within 2^-4 of its value
+        // (3 mantissa bits), or 2^-10 scales below E4M3's normal range; then float sums.
+        const double bound = 1e-5 + magnitude / 16.0 + weights * token_scale / 1024.0;
+        if (!(std::fabs(got - sum) <= bound)) {
+          FAIL("row " << r << " output " << j << ": " << got << ", expected " << sum << " within " << bound);
+        }
+      }
+      for (std::int64_t j = c.n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
+    }
+    CHECK(std::sqrt(rms_quantized_error) <= 1e-3 * std::sqrt(rms_reference));
   }
 }
 

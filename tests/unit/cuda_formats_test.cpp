@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 using namespace sitsrt;
@@ -338,4 +339,37 @@ TEST_CASE("the logit summary's order key ranks logits descending, signed zeros a
   }
   CHECK(cuda::summary_record_bytes(1) % 8 == 0);
   CHECK(cuda::summary_record_bytes(cuda::kMaxSummaryBest) == sizeof(cuda::SummaryHeader) + 8 * cuda::kMaxSummaryBest);
+}
+
+TEST_CASE("fp8_channel_scales finds one scale per row only where every block of the row has it", "[cuda]") {
+  test::Rng rng(908);
+  const std::int64_t rows = 5, cols = 256;
+  const std::size_t stride = row_bytes(DType::kFP8_E4M3, cols);
+  std::vector<std::uint8_t> stored(stride * rows);
+  std::vector<float> want(rows);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    want[static_cast<std::size_t>(r)] = rng.uniform(0.01f, 1.0f);
+    for (std::int64_t b = 0; b < cols / 64; ++b) {
+      BlockFP8_E4M3 block{};
+      block.d = want[static_cast<std::size_t>(r)];
+      for (auto& q : block.qs) q = static_cast<std::uint8_t>(rng.uniform_int(0, 0x7e));
+      std::memcpy(stored.data() + r * stride + b * sizeof(block), &block, sizeof(block));
+    }
+  }
+  const cuda::PlanarGeometry g = cuda::planar_geometry(DType::kFP8_E4M3, rows, cols);
+  const auto pack = [&] {
+    std::vector<std::uint8_t> planes(stored.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      cuda::planar_pack_row(DType::kFP8_E4M3, stored.data() + r * stride, cols, planes.data() + r * g.code_row_bytes,
+                            planes.data() + g.scales_of(r));
+    }
+    return planes;
+  };
+  const std::optional<std::vector<float>> found = cuda::fp8_channel_scales(pack().data(), g, rows);
+  REQUIRE(found.has_value());
+  CHECK(*found == want);
+  // One block of one row with another scale: per-block scales, no channel scales.
+  float other = want[3] * 1.5f;
+  std::memcpy(stored.data() + 3 * stride + 2 * sizeof(BlockFP8_E4M3), &other, sizeof(other));
+  CHECK_FALSE(cuda::fp8_channel_scales(pack().data(), g, rows).has_value());
 }
