@@ -204,6 +204,25 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
     step_input_nodes_[i] = op == graph::OpKind::kEmbed || op == graph::OpKind::kRope ||
                            op == graph::OpKind::kAttention || op == graph::OpKind::kGatherRows;
   }
+  // Rope pairs whose Q and K only the next node reads, an attention: its KV store kernel rotates
+  // them (one launch fewer a layer).
+  rope_into_attention_.assign(graph.nodes().size(), false);
+  for (const Fusion& fusion : fusions_.fusions) {
+    if (fusion.kind != FusionKind::kRopePair) continue;
+    const std::size_t q_node = fusion.nodes[0], k_node = fusion.nodes[1];
+    const std::size_t next = std::max(q_node, k_node) + 1;
+    if (next >= graph.nodes().size()) continue;
+    const graph::Node& attention = graph.nodes()[next];
+    const graph::ValueId q = graph.nodes()[q_node].output, k = graph.nodes()[k_node].output;
+    bool only_attention = attention.op == graph::OpKind::kAttention && attention.inputs.size() >= 2 &&
+                          attention.inputs[0] == q && attention.inputs[1] == k;
+    for (std::size_t i = 0; i < graph.nodes().size() && only_attention; ++i) {
+      if (i == next) continue;
+      for (const graph::ValueId input : graph.nodes()[i].inputs)
+        only_attention = only_attention && input != q && input != k;
+    }
+    rope_into_attention_[q_node] = only_attention;
+  }
   const auto overlaps = [&](graph::ValueId a, graph::ValueId b) {
     const auto i = static_cast<std::size_t>(a), j = static_cast<std::size_t>(b);
     return plan.offsets[i] < plan.offsets[j] + plan.sizes[j] && plan.offsets[j] < plan.offsets[i] + plan.sizes[i];
@@ -407,6 +426,8 @@ void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepCo
 }
 
 void CudaBackend::run_node(const graph::Graph& graph, std::size_t index, const StepContext& step) {
+  const graph::OpKind op = graph.nodes()[index].op;
+  if (op != graph::OpKind::kRope && op != graph::OpKind::kAttention) kernels_->clear_deferred_rope();
   if (run_fused(graph, index, step)) return;
   run_node_through_kernels(*kernels_, graph, index, step, attention_sequences_);
 }
@@ -433,8 +454,9 @@ bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const 
       factor_ref = {static_cast<std::int32_t>(id), factors->type, factors->dims.size() > 1 ? factors->dims[1] : 1,
                     factors->dims[0], info_.device};
     }
+    const bool into_attention = index < rope_into_attention_.size() && rope_into_attention_[index];
     kernels_->rope_pair(view(lead.output), lead.attrs.n_heads, view(second.output), second.attrs.n_heads,
-                        step.positions, lead.attrs.rope, factors != nullptr ? &factor_ref : nullptr);
+                        step.positions, lead.attrs.rope, factors != nullptr ? &factor_ref : nullptr, into_attention);
     return true;
   }
   const ops::TensorRef x = view(lead.inputs[0]);

@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   DecodeFusions fusions_;  // those whose matmuls are all planar, of one format and width
   std::vector<bool> step_input_nodes_;  // per node of the prepared graph: takes per-step host inputs
+  std::vector<bool> rope_into_attention_;  // per rope pair lead: its attention's store kernel rotates Q and K
 };
 
 }  // namespace sitsrt::cuda

@@ -265,7 +265,7 @@ void CudaKernels::rope(const ops::TensorRef& x, std::int64_t n_heads, std::span<
 
 void CudaKernels::rope_pair(const ops::TensorRef& a, std::int64_t a_heads, const ops::TensorRef& b,
                             std::int64_t b_heads, std::span<const std::int32_t> positions, const graph::RopeAttrs& r,
-                            const ops::WeightRef* freq_factors) {
+                            const ops::WeightRef* freq_factors, bool into_attention) {
   if (a.rows != b.rows) raise(ErrorCode::kInternal, "rope pair: {} and {} rows", a.rows, b.rows);
   if (a.cols != a_heads * r.head_dim || b.cols != b_heads * r.head_dim) {
     raise(ErrorCode::kInvalidArgument, "rope pair: {} and {} columns for {} and {} heads of {}", a.cols, b.cols,
@@ -275,11 +275,12 @@ void CudaKernels::rope_pair(const ops::TensorRef& a, std::int64_t a_heads, const
   targets.t[0] = {f32(a), a.ld, a_heads};
   targets.t[1] = {f32(b), b.ld, b_heads};
   targets.count = 2;
-  rope_targets(targets, a.rows, positions, r, freq_factors);
+  rope_targets(targets, a.rows, positions, r, freq_factors, into_attention);
 }
 
 void CudaKernels::rope_targets(const RopeTargets& targets, std::int64_t rows, std::span<const std::int32_t> positions,
-                               const graph::RopeAttrs& r, const ops::WeightRef* freq_factors) {
+                               const graph::RopeAttrs& r, const ops::WeightRef* freq_factors, bool defer) {
+  deferred_rope_.reset();
   if (r.head_dim <= 0 || r.rot_dims < 0 || r.rot_dims > r.head_dim || r.rot_dims % 2 != 0) {
     raise(ErrorCode::kInvalidArgument, "rope: bad shape head_dim={} rot_dims={}", r.head_dim, r.rot_dims);
   }
@@ -302,6 +303,10 @@ void CudaKernels::rope_targets(const RopeTargets& targets, std::int64_t rows, st
   inputs_->commit(slot);
   const auto* device_positions = reinterpret_cast<const std::int32_t*>(slot.device);
   const auto* device_freq = reinterpret_cast<const double*>(slot.device + positions_bytes);
+  if (defer) {  // the same slot in every mode, so replays find the inputs where the capture put them
+    deferred_rope_ = DeferredRope{targets, rows, r.head_dim, r.rot_dims, r.neox, device_positions, device_freq, mscale};
+    return;
+  }
   if (!launching_) return;
   launch_rope(targets, rows, r.head_dim, r.rot_dims, r.neox, device_positions, device_freq, mscale, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("rope kernel");
@@ -405,6 +410,20 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   a.window = shape.window;
   a.sequences = reinterpret_cast<const AttentionSequenceDesc*>(slot.device);
   a.row_sequence = reinterpret_cast<const std::int32_t*>(slot.device + desc_bytes);
+  if (deferred_rope_) {  // the rope pair of this attention's Q and K, rotated by its store kernel
+    const DeferredRope rope = *deferred_rope_;
+    deferred_rope_.reset();
+    if (rope.targets.count != 2 || rope.targets.t[0].x != a.q || rope.targets.t[1].x != a.k || rope.rows != q.rows) {
+      raise(ErrorCode::kInternal, "cuda attention: a rope pair left for it rotates other rows than its Q and K");
+    }
+    a.rope = rope.targets;
+    a.rope_head_dim = rope.head_dim;
+    a.rope_rot_dims = rope.rot_dims;
+    a.rope_neox = rope.neox;
+    a.rope_positions = rope.positions;
+    a.rope_inv_freq = rope.inv_freq;
+    a.rope_mscale = rope.mscale;
+  }
   if (!launching_) return;
   a.widest_k_type = a.widest_v_type = 3;  // int4, the narrowest: lowered to each sequence's
   bool int4 = false;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -78,10 +79,15 @@ class CudaKernels final : public ops::OpKernels {
   };
   void fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
                      const ops::TensorRef* residual, const ops::TensorRef* out);
-  // Two rope nodes of one setting (Q and K: a decode fusion) in one launch, as rope() each.
+  // Two rope nodes of one setting (Q and K: a decode fusion) in one launch, as rope() each; with
+  // into_attention, no launch: the next attention_batch, whose q and k must be a and b, rotates
+  // them in its KV store kernel (the same bits, one launch fewer a layer).
   void rope_pair(const ops::TensorRef& a, std::int64_t a_heads, const ops::TensorRef& b, std::int64_t b_heads,
                  std::span<const std::int32_t> positions, const graph::RopeAttrs& rope,
-                 const ops::WeightRef* freq_factors);
+                 const ops::WeightRef* freq_factors, bool into_attention = false);
+  // Forgets a rope pair left for an attention that did not come (the backend calls it before
+  // every other node).
+  void clear_deferred_rope() noexcept { deferred_rope_.reset(); }
 
   [[nodiscard]] Device device() const noexcept override { return {DeviceKind::kCuda, context_.device()}; }
   void embed(const ops::WeightRef& table, std::span<const std::int32_t> ids, const ops::TensorRef& out) override;
@@ -122,8 +128,21 @@ class CudaKernels final : public ops::OpKernels {
     double mscale = 1.0;
   };
   [[nodiscard]] const RopeFrequencies& rope_frequencies(const graph::RopeAttrs& r, const ops::WeightRef* freq_factors);
+  // Uploads the rope inputs and launches the rope kernel; with `defer`, records the launch's
+  // arguments in deferred_rope_ instead.
   void rope_targets(const RopeTargets& targets, std::int64_t rows, std::span<const std::int32_t> positions,
-                    const graph::RopeAttrs& r, const ops::WeightRef* freq_factors);
+                    const graph::RopeAttrs& r, const ops::WeightRef* freq_factors, bool defer = false);
+  struct DeferredRope {
+    RopeTargets targets;
+    std::int64_t rows = 0;
+    std::int64_t head_dim = 0;
+    std::int64_t rot_dims = 0;
+    bool neox = false;
+    const std::int32_t* positions = nullptr;  // device
+    const double* inv_freq = nullptr;         // device
+    double mscale = 1.0;
+  };
+  std::optional<DeferredRope> deferred_rope_;
   void elementwise(Elementwise op, const ops::TensorRef& a, const float* b, std::int64_t ldb, float scalar,
                    const ops::TensorRef& out);
 

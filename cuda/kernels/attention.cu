@@ -10,6 +10,7 @@
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/kernels/rope_math.hpp"
 
 #include <cmath>
 
@@ -139,6 +140,15 @@ __global__ void kv_store_kernel(AttentionLaunch a) {
   begin_dependent_grid();
   extern __shared__ float buf[];
   const std::int64_t r = blockIdx.x;
+  if (a.rope.count > 0) {  // a folded rope pair: this row of Q and K rotated first, in place
+    const double pos = static_cast<double>(a.rope_positions[r]);
+    for (int t = 0; t < a.rope.count; ++t) {
+      const RopeTarget target = a.rope.t[t];
+      rope_row(target.x + r * target.ldx, target.n_heads, a.rope_head_dim, a.rope_rot_dims, a.rope_neox, pos,
+               a.rope_inv_freq, a.rope_mscale, threadIdx.x, blockDim.x);
+    }
+    __syncthreads();  // the block's writes to K are visible to its reads below
+  }
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
   const std::int64_t width = a.n_kv_heads * a.head_dim;
   const std::int64_t phys = physical_row(s, s.pos0 + (r - s.row_begin));

@@ -5,6 +5,7 @@
 #include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/kernels/rope_math.hpp"
 
 namespace sitsrt::cuda {
 namespace {
@@ -40,21 +41,8 @@ __global__ void rope_kernel(RopeTargets targets, std::int64_t head_dim, std::int
                             double mscale) {
   begin_dependent_grid();
   const RopeTarget& target = targets.t[blockIdx.y];
-  const std::int64_t half = rot_dims / 2, n_heads = target.n_heads;
-  float* row = target.x + static_cast<std::int64_t>(blockIdx.x) * target.ldx;
-  const double pos = static_cast<double>(positions[blockIdx.x]);
-  for (std::int64_t t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
-    const std::int64_t h = t / half, j = t % half;
-    const double angle = pos * inv_freq[j];
-    const auto cs = static_cast<float>(cos(angle) * mscale), sn = static_cast<float>(sin(angle) * mscale);
-    float* head = row + h * head_dim;
-    float* a = neox ? head + j : head + 2 * j;
-    float* b = neox ? head + j + half : head + 2 * j + 1;
-    const float x0 = *a, x1 = *b;
-    // Each product rounded on its own, as the CPU's (nvcc would fuse one into an fma).
-    *a = __fmul_rn(x0, cs) - __fmul_rn(x1, sn);
-    *b = __fmul_rn(x0, sn) + __fmul_rn(x1, cs);
-  }
+  rope_row(target.x + static_cast<std::int64_t>(blockIdx.x) * target.ldx, target.n_heads, head_dim, rot_dims, neox,
+           static_cast<double>(positions[blockIdx.x]), inv_freq, mscale, threadIdx.x, blockDim.x);
 }
 
 __device__ inline float apply(Elementwise op, float a, float b, float scalar) {

@@ -162,6 +162,16 @@ struct AttentionLaunch {
   // after attention; null when no sequence of the step has a windowed side.
   std::uint8_t* k_exact = nullptr;
   std::uint8_t* v_exact = nullptr;
+  // A rope pair folded into this attention (count > 0): the store kernel rotates each row of these
+  // targets (Q and K, in place) as launch_rope would, before it reads K; positions and inverse
+  // frequencies in device memory. count 0: Q and K arrive rotated.
+  RopeTargets rope{{}, 0};
+  std::int64_t rope_head_dim = 0;
+  std::int64_t rope_rot_dims = 0;
+  bool rope_neox = false;
+  const std::int32_t* rope_positions = nullptr;
+  const double* rope_inv_freq = nullptr;
+  double rope_mscale = 1.0;
   // Whether the staged GQA kernels (split, or one split per row and KV head) may run: their
   // compact K/V head slices need int4 heads of whole 32-value scale groups, which the caller
   // checks. false: every row takes the one-pass kernel per (row, head), partials unused.
