@@ -99,8 +99,11 @@ bool PrefillGemm::ensure() {
 bool PrefillGemm::ensure_fp8() {
   if (fp8_tried_) return fp8_desc_ != nullptr && token_scales_ != nullptr;
   fp8_tried_ = true;
-  if (context_.compute_capability() < 89) {
-    fp8_why_ = fmt::format("sm_{} has no FP8 tensor cores", context_.compute_capability());
+  // cuBLASLt's outer-vector FP8 scaling runs on Hopper only (Ada has no scaled FP8 kernels of that
+  // mode, Blackwell takes block modes instead).
+  if (context_.compute_capability() / 10 != 9) {
+    fp8_why_ = fmt::format("cuBLASLt scales FP8 per channel and token on sm_90 only, not sm_{}",
+                           context_.compute_capability());
     return false;
   }
   try {
@@ -129,7 +132,12 @@ bool PrefillGemm::ensure_fp8() {
 const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(bool fp8, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
                                                    std::int64_t ldy, std::uint32_t y_alignment) {
   const auto key = std::make_tuple(fp8, rows_w, rows_x, k, ldy, y_alignment);
-  if (const auto it = algorithms_.find(key); it != algorithms_.end()) return &it->second;
+  if (const auto it = algorithms_.find(key); it != algorithms_.end()) {
+    if (it->second) return &*it->second;
+    (fp8 ? fp8_why_ : why_) = fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (asked before)",
+                                          fp8 ? "FP8 (per-channel x per-token scales)" : "BF16", rows_w, rows_x, k);
+    return nullptr;
+  }
   const Layouts l(*lt_, fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, rows_w, rows_x, k, ldy);
   cublasLtMatmulPreference_t preference = nullptr;
   SITSRT_CUBLASLT_CHECK(lt_->preference_create(&preference));
@@ -155,9 +163,10 @@ const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(bool fp8, std::int64_t rows_w
     (fp8 ? fp8_why_ : why_) =
         fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (status {})",
                     fp8 ? "FP8 (per-channel x per-token scales)" : "BF16", rows_w, rows_x, k, static_cast<int>(asked));
+    algorithms_.emplace(key, std::nullopt);  // not asked again
     return nullptr;
   }
-  return &algorithms_.emplace(key, result.algo).first->second;
+  return &*algorithms_.emplace(key, result.algo).first->second;
 }
 
 namespace {
@@ -217,7 +226,6 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
 
 bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
                           std::int64_t ldy) {
-  fp8_why_.clear();
   if (w.format != DType::kFP8_E4M3 || !w.planar || w.channel_scales == nullptr) {
     fp8_why_ = "the weights are not FP8 E4M3 with one scale per output channel";
     return false;
@@ -227,7 +235,20 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
     fp8_why_ = fmt::format("{} output channels are not a multiple of 16", n);
     return false;
   }
-  if (!ensure_fp8()) return false;
+  // Scaled FP8 kernels need 16-byte aligned operands and leading dimensions (float y: ldy % 4).
+  if (ldy % 4 != 0 || reinterpret_cast<std::uintptr_t>(y) % 16 != 0) {
+    fp8_why_ = fmt::format("the output rows ({} apart) are not 16-byte aligned", ldy);
+    return false;
+  }
+  if (!ensure_fp8()) return false;  // fp8_why_ keeps why not, for every later call
+  fp8_why_.clear();
+  // The scale pointers before the heuristic: cuBLASLt refuses scale modes without them.
+  const void* channel_scales = w.channel_scales;
+  const void* token_scales = token_scales_;
+  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &channel_scales,
+                                                       sizeof(channel_scales)));
+  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &token_scales,
+                                                       sizeof(token_scales)));
   const std::int64_t rows_x = std::min({m, static_cast<std::int64_t>(kActivationBytes) / k, kMaxTokenScales});
   if (rows_x < 1) {
     fp8_why_ = fmt::format("rows of {} values do not fit the FP8 activation buffer", k);
@@ -240,12 +261,6 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
   cudaStream_t stream = context_.stream();
   const float alpha = 1.0f, beta = 0.0f;
   // The weights' codes plane is the n x k E4M3 matrix itself (planar_weights.hpp).
-  const void* channel_scales = w.channel_scales;
-  const void* token_scales = token_scales_;
-  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &channel_scales,
-                                                       sizeof(channel_scales)));
-  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &token_scales,
-                                                       sizeof(token_scales)));
   for (std::int64_t x0 = 0; x0 < m; x0 += rows_x) {
     const std::int64_t mx = std::min(rows_x, m - x0);
     launch_floats_to_fp8_rows(x + x0 * ldx, ldx, mx, k, reinterpret_cast<std::uint8_t*>(activations_), token_scales_,

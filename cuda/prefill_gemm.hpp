@@ -4,7 +4,7 @@
 //    channel_scales: checkpoints quantized per channel; ours scale each block of 64 apart, which
 //    no cuBLASLt scale mode takes): the activations quantized to E4M3 per token (a scale per row,
 //    launch_floats_to_fp8_rows), the weights read in place, both scale vectors applied by
-//    cuBLASLt (outer-vector scaling, cuBLASLt 12.9+ on FP8 tensor cores: sm_89+). Each activation
+//    cuBLASLt (outer-vector scaling: cuBLASLt 12.9+ on Hopper, sm_90). Each activation
 //    within 2^-4 of its value (E4M3's 3 mantissa bits).
 //  - BF16 otherwise (and where cuBLASLt offers no FP8 algorithm): the weights decoded to BF16 a
 //    chunk of rows at a time, the activations rounded to BF16 (each product within 2^-8 of its
@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -76,8 +77,9 @@ class PrefillGemm {
   bool fp8_tried_ = false;
   std::string fp8_why_;
   Path last_path_ = Path::kNone;
+  // Per shape: the heuristic's algorithm, or none (it had none: not asked again).
   std::map<std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,
-           cublasLtMatmulAlgo_t>
+           std::optional<cublasLtMatmulAlgo_t>>
       algorithms_;
 };
 
