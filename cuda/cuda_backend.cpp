@@ -110,7 +110,8 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
     if (uses.decoded[id] && !kernel_supports(w.type)) {
       raise(ErrorCode::kUnsupported,
             "cuda: weight '{}' is {}, which the CUDA kernels do not decode yet (they take f32, f16, bf16, q8_0, "
-            "q4_0, q4_1, q5_0, q5_1, fp8_e4m3, q4_g128, q4_k, q5_k, q6_k; convert at load with --weights q8 or run it "
+            "q4_0, q4_1, q5_0, q5_1, fp8_e4m3, q4_g128, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl; convert at load with "
+            "--weights q8 or run it "
             "on the cpu)",
             w.name, name(w.type));
     }

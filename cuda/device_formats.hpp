@@ -151,6 +151,33 @@ template <>
 struct WeightFormat<DType::kQ6_K> {  // 128 bytes of low nibbles, 64 of high pairs, 16 int8 scales, f16 d
   static constexpr int kElements = 256, kBytes = 210;
 };
+template <>
+struct WeightFormat<DType::kQ2_K> {  // 16 (scale | min << 4), 64 bytes of 2-bit levels, f16 d, f16 dmin
+  static constexpr int kElements = 256, kBytes = 84;
+};
+template <>
+struct WeightFormat<DType::kQ3_K> {  // 32 bytes of high bits, 64 of 2-bit levels, 12 of 6-bit scales, f16 d
+  static constexpr int kElements = 256, kBytes = 110;
+};
+template <>
+struct WeightFormat<DType::kIQ4_NL> {  // f16 d, 16 bytes of table indices (nibbles as Q4_0)
+  static constexpr int kElements = 32, kBytes = 18;
+};
+
+// IQ4_NL's 16 levels (core/kquant_blocks.hpp kIq4nlLevels) as bytes of two constants, since
+// device code cannot index a host table: level i is byte i % 8 of the low (i < 8) or high one.
+SITSRT_HD int iq4nl_level(int index) {
+  constexpr std::uint64_t kLow = 0xF6EADDCFBFAD9881ull, kHigh = 0x7159453526190D01ull;
+  const std::uint64_t levels = index < 8 ? kLow : kHigh;
+  return static_cast<std::int8_t>(static_cast<std::uint8_t>(levels >> (8 * (index % 8))));
+}
+
+// Q3_K: the signed scale (-32..31) of sub-block s (0..15) from the 12 packed bytes.
+SITSRT_HD int unpack_scale_q3_k(const std::uint8_t* packed, int s) {
+  const int low = s < 8 ? packed[s] & 0x0F : packed[s - 8] >> 4;
+  const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
 
 // Q4_K / Q5_K: sub-block s's 6-bit scale and min from the 12 packed bytes.
 SITSRT_HD void unpack_scale_min_k4(const std::uint8_t* packed, int s, int* scale, int* min) {
@@ -211,6 +238,27 @@ SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
       const float dl = mul_rn(half_to_float(load_u16(block)), static_cast<float>(scale));
       const float ml = mul_rn(half_to_float(load_u16(block + 2)), static_cast<float>(min));
       return mul_rn(dl, static_cast<float>(q)) - ml;
+    } else if constexpr (F == DType::kQ2_K || F == DType::kQ3_K) {
+      // Element 128 n + 32 k + l: 2 low bits at 2 k of qs[32 n + l]; Q2_K: x = (d * (scale & 15))
+      // * q - dmin * (scale >> 4) per 16-element sub-block; Q3_K: bit k of hmask[l] adds 4 to
+      // q - 4, x = (d * scale) * level.
+      const int l = j % 32, k = (j % 128) / 32;
+      constexpr int kQs = F == DType::kQ2_K ? 16 : 32;
+      const int low = (block[kQs + 32 * (j / 128) + l] >> (2 * k)) & 3;
+      if constexpr (F == DType::kQ2_K) {
+        const int sc = block[j / 16];
+        const float dl = mul_rn(half_to_float(load_u16(block + 80)), static_cast<float>(sc & 15));
+        const float ml = mul_rn(half_to_float(load_u16(block + 82)), static_cast<float>(sc >> 4));
+        return mul_rn(dl, static_cast<float>(low)) - ml;
+      } else {
+        const int level = low - 4 + 4 * ((block[l] >> (j / 32)) & 1);
+        const float dl =
+            mul_rn(half_to_float(load_u16(block + 108)), static_cast<float>(unpack_scale_q3_k(block + 96, j / 16)));
+        return mul_rn(dl, static_cast<float>(level));
+      }
+    } else if constexpr (F == DType::kIQ4_NL) {
+      const int index = j < 16 ? (block[2 + j] & 15) : (block[2 + j - 16] >> 4);
+      return half_to_float(load_u16(block)) * static_cast<float>(iq4nl_level(index));
     } else if constexpr (F == DType::kQ6_K) {
       // Element 128 h + 32 k + l: low nibble (k / 2) of ql[64 h + 32 (k % 2) + l], high two bits
       // at 2 k of qh[32 h + l]; x = (d * scale[j / 16]) * (q - 32).
@@ -229,7 +277,7 @@ SITSRT_HD float decode_element(const std::uint8_t* row, std::int64_t e) {
 template <DType F>
 SITSRT_HD void decode8(const std::uint8_t* row, std::int64_t e0, float* out) {
   if constexpr (WeightFormat<F>::kElements == 1 || WeightFormat<F>::kElements == 256 || F == DType::kQ5_0 ||
-                F == DType::kQ5_1) {
+                F == DType::kQ5_1 || F == DType::kIQ4_NL) {
     for (int i = 0; i < 8; ++i) out[i] = decode_element<F>(row, e0 + i);
   } else {
     constexpr int kN = WeightFormat<F>::kElements;

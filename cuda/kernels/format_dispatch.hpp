@@ -54,6 +54,15 @@ bool dispatch_weight_format(DType format, Fn&& fn) {
     case DType::kQ6_K:
       fn.template operator()<DType::kQ6_K>();
       return true;
+    case DType::kQ2_K:  // stored rows only (element by element): no planar layout yet
+      fn.template operator()<DType::kQ2_K>();
+      return true;
+    case DType::kQ3_K:
+      fn.template operator()<DType::kQ3_K>();
+      return true;
+    case DType::kIQ4_NL:
+      fn.template operator()<DType::kIQ4_NL>();
+      return true;
     default:
       return false;
   }

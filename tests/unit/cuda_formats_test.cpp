@@ -112,6 +112,9 @@ TEST_CASE("cuda formats: weight rows decode as dequantize_row, element by elemen
   check_format<DType::kQ4_K>(512, 9);
   check_format<DType::kQ5_K>(512, 10);
   check_format<DType::kQ6_K>(512, 11);
+  check_format<DType::kQ2_K>(512, 14);
+  check_format<DType::kQ3_K>(512, 15);
+  check_format<DType::kIQ4_NL>(256, 16);
 }
 
 // The planar layout the decode kernels read (cuda/planar_weights.hpp): every element of a packed
