@@ -134,9 +134,9 @@ std::vector<std::uint8_t> planar_matrix(DType format, const std::vector<std::uin
 TEST_CASE("cuda matmul of every format equals the double reference of its decoded weights", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(101);
-  for (const DType format :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-        DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (const DType format : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                             DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ5_K,
+                             DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL}) {
     const bool floats = traits(format).block_size == 1;
     const std::int64_t block = traits(format).block_size;
     for (const std::int64_t k :
@@ -169,9 +169,9 @@ TEST_CASE("cuda matmul of every format equals the double reference of its decode
 TEST_CASE("cuda embedding rows (stored and planar) equal dequantize_row exactly", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(102);
-  for (const DType format :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-        DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (const DType format : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                             DType::kQ5_0, DType::kQ5_1, DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ4_K, DType::kQ5_K,
+                             DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL}) {
     const std::int64_t vocab = 50, cols = 512;
     const std::size_t stride = row_bytes(format, cols);
     std::vector<std::uint8_t> table(stride * vocab);
@@ -261,7 +261,7 @@ TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference wit
   for (const Case& c : {Case{DType::kF32, false, 67, 256, 48}, Case{DType::kQ8_0, false, 300, 512, 130},
                         Case{DType::kQ4_K, false, 67, 512, 64}, Case{DType::kFP8_E4M3, true, 131, 1024, 77},
                         Case{DType::kQ4_G128, true, 67, 1024, 200}, Case{DType::kQ8_0, true, 70, 512, 49},
-                        Case{DType::kQ4_0, false, 2050, 16384, 514}}) {
+                        Case{DType::kQ4_0, false, 2050, 16384, 514}, Case{DType::kQ3_K, false, 67, 512, 60}}) {
     const std::size_t stride = row_bytes(c.format, c.k);
     std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(c.n));
     std::vector<float> decoded(static_cast<std::size_t>(c.n * c.k));
