@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 
 namespace sitsrt::cuda {
 namespace {
@@ -51,45 +52,50 @@ void CudaKernels::use_staging() noexcept {
   use(staging_, Mode::kEager);
 }
 
+bool CudaKernels::grow_scratch(std::byte*& data, std::size_t& bytes, std::size_t need, const char* what) {
+  if (need <= bytes) return true;
+  ++constants_generation_;  // a captured graph holding the old address is stale
+  if (capturing_) return false;
+  if (data != nullptr) {
+    context_.synchronize();
+    allocator_.deallocate(data, bytes);
+    data = nullptr;
+    bytes = 0;
+  }
+  data = allocator_.allocate(need, what);
+  bytes = need;
+  return true;
+}
+
 float* CudaKernels::attention_partials(std::int64_t rows, const ops::AttentionShape& shape) {
   if (!attention_splits_apply(rows, shape.n_heads, shape.n_kv_heads, shape.head_dim)) return nullptr;
   // Sized once for the largest step that splits, so graphs keep one address.
-  const auto need =
+  const auto floats =
       static_cast<std::size_t>(attention_partials_floats(kAttentionSplitMaxRows, shape.n_heads, shape.head_dim));
-  if (need > partials_floats_) {
-    ++constants_generation_;  // a captured graph holding the old address is stale
-    if (capturing_) return nullptr;
-    if (partials_ != nullptr) {
-      context_.synchronize();
-      allocator_.deallocate(partials_, partials_floats_ * sizeof(float));
-      partials_ = nullptr;
-      partials_floats_ = 0;
-    }
-    partials_ = allocator_.allocate(need * sizeof(float), "attention split partials");
-    partials_floats_ = need;
-  }
+  if (!grow_scratch(partials_, partials_bytes_, floats * sizeof(float), "attention split partials")) return nullptr;
   return reinterpret_cast<float*>(partials_);
 }
 
+unsigned* CudaKernels::attention_counters(const ops::AttentionShape& shape) {
+  // One per (row, KV head) of the largest step that splits; zero between launches (the splits
+  // reset theirs), so made zero once, when allocated.
+  const auto words = static_cast<std::size_t>(attention_split_counters(kAttentionSplitMaxRows, shape.n_kv_heads));
+  const std::size_t had = counters_bytes_;
+  if (!grow_scratch(counters_, counters_bytes_, words * sizeof(unsigned), "attention split counters")) return nullptr;
+  if (counters_bytes_ != had) SITSRT_CUDA_CHECK(cudaMemsetAsync(counters_, 0, counters_bytes_, context_.stream()));
+  return reinterpret_cast<unsigned*>(counters_);
+}
+
 std::byte* CudaKernels::exact_rows(std::size_t side_bytes) {
-  if (side_bytes > exact_side_bytes_) {
-    ++constants_generation_;  // a captured graph holding the old address is stale
-    if (capturing_) return nullptr;
-    if (exact_ != nullptr) {
-      context_.synchronize();
-      allocator_.deallocate(exact_, 2 * exact_side_bytes_);
-      exact_ = nullptr;
-      exact_side_bytes_ = 0;
-    }
-    exact_ = allocator_.allocate(2 * side_bytes, "exact recent-window rows");
-    exact_side_bytes_ = side_bytes;
-  }
+  if (!grow_scratch(exact_, exact_bytes_, 2 * side_bytes, "exact recent-window rows")) return nullptr;
   return exact_;
 }
 
 CudaKernels::~CudaKernels() {
-  if (partials_ != nullptr) allocator_.deallocate(partials_, partials_floats_ * sizeof(float));
-  if (exact_ != nullptr) allocator_.deallocate(exact_, 2 * exact_side_bytes_);
+  for (auto [data, bytes] : {std::pair{partials_, partials_bytes_}, std::pair{counters_, counters_bytes_},
+                             std::pair{exact_, exact_bytes_}}) {
+    if (data != nullptr) allocator_.deallocate(data, bytes);
+  }
   for (auto& [host, constant] : constants_) {
     allocator_.deallocate(constant.device, constant.values.size() * sizeof(float));
   }
@@ -439,13 +445,14 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     std::byte* rows = exact_rows(static_cast<std::size_t>(q.rows * width) * 2);
     if (rows != nullptr) {
       a.k_exact = reinterpret_cast<std::uint8_t*>(rows);
-      a.v_exact = reinterpret_cast<std::uint8_t*>(rows + exact_side_bytes_);
+      a.v_exact = reinterpret_cast<std::uint8_t*>(rows + exact_bytes_ / 2);
     }
   }
   // The staged kernels copy one head's slice of each row: int4 scale codes (one per 32 values)
   // belong to one head only when heads are whole groups.
   a.staged = !int4 || shape.head_dim % kv_int4::kGroup == 0;
   if (a.staged) a.partials = attention_partials(q.rows, shape);
+  if (a.partials != nullptr) a.split_counters = attention_counters(shape);  // null: the merge kernel runs
   launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
 }

@@ -60,6 +60,7 @@ class CudaKernels final : public ops::OpKernels {
   // the first decode step finds them in place).
   void reserve_attention_partials(const ops::AttentionShape& shape) {
     static_cast<void>(attention_partials(kAttentionSplitMaxRows, shape));
+    static_cast<void>(attention_counters(shape));
   }
   // Allocates the f16 copies of a step's K and V rows that windowed caches keep (steps of up to
   // `rows` rows of `width` values), likewise ahead of the first step.
@@ -117,7 +118,13 @@ class CudaKernels final : public ops::OpKernels {
   [[nodiscard]] const float* device_floats(const float* host, std::int64_t n);
   // The flash-decoding scratch for a step of `rows` rows (null: the step attends in one pass).
   [[nodiscard]] float* attention_partials(std::int64_t rows, const ops::AttentionShape& shape);
-  // The step's exact K copies, then (exact_side_bytes_ on) its V copies: at least side_bytes each
+  // The split path's counters (AttentionLaunch::split_counters), zero between launches (null
+  // while capturing a graph that would need them to grow).
+  [[nodiscard]] unsigned* attention_counters(const ops::AttentionShape& shape);
+  // Grows scratch that captured graphs hold the address of (data, bytes) to `need` bytes; false,
+  // with nothing changed, while capturing (the capture is then discarded).
+  bool grow_scratch(std::byte*& data, std::size_t& bytes, std::size_t need, const char* what);
+  // The step's exact K copies, then (exact_bytes_ / 2 on) its V copies: at least side_bytes each
   // (null while capturing a graph that would need them to grow).
   [[nodiscard]] std::byte* exact_rows(std::size_t side_bytes);
   // The inverse frequencies and magnitude scale of a rope setting, computed once (pow per pair).
@@ -165,9 +172,11 @@ class CudaKernels final : public ops::OpKernels {
   RopeFrequencies rope_scratch_;
   std::vector<std::byte> blob_;    // attention's descriptors, row map and block tables, reused
   std::byte* partials_ = nullptr;  // attention_partials
-  std::size_t partials_floats_ = 0;
+  std::size_t partials_bytes_ = 0;
+  std::byte* counters_ = nullptr;  // attention_counters
+  std::size_t counters_bytes_ = 0;
   std::byte* exact_ = nullptr;        // exact_rows
-  std::size_t exact_side_bytes_ = 0;
+  std::size_t exact_bytes_ = 0;       // K copies, then V copies: half each
 };
 
 }  // namespace sitsrt::cuda

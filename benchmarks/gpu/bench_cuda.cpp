@@ -143,9 +143,11 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split) {
   a.sequences = d_descs;
   a.row_sequence = d_rows;
   a.widest_k_type = a.widest_v_type = 1;
-  if (split) {
+  if (split) {  // as the backend runs it: the last split of each (row, KV head) merges (zeroed counters)
     a.partials = static_cast<float*>(
         device(static_cast<std::size_t>(cuda::attention_partials_floats(batch, kHeads, kHeadDim)) * 4, 0));
+    a.split_counters = static_cast<unsigned*>(
+        device(static_cast<std::size_t>(cuda::attention_split_counters(batch, kKvHeads)) * 4, 0));
   }
   for (int i = 0; i < 3; ++i) cuda::launch_attention(a, nullptr);
   const double seconds = bench::seconds_per_call(20, [&](int) { cuda::launch_attention(a, nullptr); });

@@ -358,6 +358,42 @@ __device__ inline float* partial_of(const AttentionLaunch& a, std::int64_t r, st
   return a.partials + ((r * a.n_heads + h) * kAttentionSplits + split) * (a.head_dim + 2);
 }
 
+// Row r, heads [h0, h0 + heads): the splits' partials merged (rescaled to the largest max),
+// normalised, rotated back where V is stored rotated, written to out (one contiguous run).
+// buf: heads * head_dim floats and scale: heads * kAttentionSplits floats of shared memory; every
+// thread of the block calls it. The partials are read past L1 (__ldcg): in the split kernel's
+// own merge other blocks wrote them during this launch.
+__device__ void merge_heads(const AttentionLaunch& a, std::int64_t r, std::int64_t h0, int heads, bool v_rotated,
+                            float* buf, float* scale) {
+  const std::int64_t hd = a.head_dim;
+  if (threadIdx.x < static_cast<unsigned>(heads)) {  // one thread per head: its splits' weights
+    const std::int64_t h = h0 + threadIdx.x;
+    float* weights = scale + threadIdx.x * kAttentionSplits;
+    float top = -INFINITY;
+    for (int k = 0; k < kAttentionSplits; ++k) top = fmaxf(top, __ldcg(partial_of(a, r, h, k)));
+    float total = 0.0f;
+    for (int k = 0; k < kAttentionSplits; ++k) {
+      const float* p = partial_of(a, r, h, k);
+      const float max = __ldcg(p), sum = __ldcg(p + 1);
+      weights[k] = sum > 0.0f ? expf(max - top) : 0.0f;  // an empty split counts for nothing
+      total += sum * weights[k];
+    }
+    for (int k = 0; k < kAttentionSplits; ++k) weights[k] /= total;
+  }
+  __syncthreads();
+  for (std::int64_t e = threadIdx.x; e < heads * hd; e += blockDim.x) {
+    const std::int64_t hh = e / hd, d = e % hd;
+    const float* weights = scale + hh * kAttentionSplits;
+    float sum = 0.0f;
+    for (int k = 0; k < kAttentionSplits; ++k) sum = fmaf(__ldcg(partial_of(a, r, h0 + hh, k) + 2 + d), weights[k], sum);
+    buf[e] = sum;
+  }
+  __syncthreads();
+  if (v_rotated) hadamard_heads(buf, heads * hd, hd);  // H H = I: back from the rotated basis
+  float* out = a.out + r * a.ldo + h0 * hd;
+  for (std::int64_t e = threadIdx.x; e < heads * hd; e += blockDim.x) out[e] = buf[e];
+}
+
 // kDirect: one split covering all of the row's positions, whose output is normalised (and rotated
 // back) here instead of left for the merge: the GQA-shared, staged kernel for steps too long to
 // split (prefill), in one launch.
@@ -531,6 +567,24 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
         if (d < hd) out[2 + d] = acc[hh][j];
       }
     }
+    if (a.split_counters != nullptr) {
+      // The last of the (row, KV head)'s splits to finish merges its heads: every thread's partials
+      // made visible device-wide, then the count (the threadfence reduction pattern).
+      __threadfence();
+      __syncthreads();
+      bool mine = false;
+      if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned* counter = a.split_counters + r * a.n_kv_heads + g;
+        mine = atomicAdd(counter, 1u) == kAttentionSplits - 1;
+        if (mine) *counter = 0;  // every split has counted: zero for the next launch
+      }
+      if (__syncthreads_or(mine)) {
+        __threadfence();
+        // q and the weights are done with: group * head_dim and group * kAttentionSplits floats.
+        merge_heads(a, r, g * group, group, s.v_rotated != 0, q, w);
+      }
+    }
   }
 }
 
@@ -540,29 +594,8 @@ __global__ void attention_merge_kernel(AttentionLaunch a) {
   begin_dependent_grid();
   __shared__ float buf[kSplitMaxHeadDim];
   __shared__ float scale[kAttentionSplits];
-  const std::int64_t r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
-  const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
-  if (threadIdx.x == 0) {
-    float top = -INFINITY;
-    for (int k = 0; k < kAttentionSplits; ++k) top = fmaxf(top, partial_of(a, r, h, k)[0]);
-    float total = 0.0f;
-    for (int k = 0; k < kAttentionSplits; ++k) {
-      const float* p = partial_of(a, r, h, k);
-      scale[k] = p[1] > 0.0f ? expf(p[0] - top) : 0.0f;  // an empty split counts for nothing
-      total += p[1] * scale[k];
-    }
-    for (int k = 0; k < kAttentionSplits; ++k) scale[k] /= total;
-  }
-  __syncthreads();
-  for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int k = 0; k < kAttentionSplits; ++k) sum = fmaf(partial_of(a, r, h, k)[2 + d], scale[k], sum);
-    buf[d] = sum;
-  }
-  __syncthreads();
-  if (s.v_rotated != 0) hadamard_heads(buf, hd, hd);  // H H = I: back from the rotated basis
-  float* out = a.out + r * a.ldo + h * hd;
-  for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) out[d] = buf[d];
+  const std::int64_t r = blockIdx.x, h = blockIdx.y;
+  merge_heads(a, r, h, 1, a.sequences[a.row_sequence[r]].v_rotated != 0, buf, scale);
 }
 
 }  // namespace
@@ -581,8 +614,10 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
     launch_kernel(attention_split_kernel<false>, split_grid, kAttendThreads, split_shared, stream, a);
-    const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
-    launch_kernel(attention_merge_kernel, merge_grid, kAttendThreads, 0, stream, a);
+    if (a.split_counters == nullptr) {  // else the splits merge themselves
+      const dim3 merge_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_heads));
+      launch_kernel(attention_merge_kernel, merge_grid, kAttendThreads, 0, stream, a);
+    }
   } else if (staged && a.staged) {
     const dim3 grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), 1);
     launch_kernel(attention_split_kernel<true>, grid, kAttendThreads, split_shared, stream, a);

@@ -153,6 +153,9 @@ struct AttentionLaunch {
   // Device scratch of attention_partials_floats(n_rows, n_heads, head_dim) floats, or null: the
   // rows then attend in one pass each (no split over the sequence).
   float* partials = nullptr;
+  // One counter per (row, KV head) of the split path, zero between launches, or null: the last
+  // split of a (row, KV head) to finish merges its heads (no merge launch); null: the merge kernel.
+  unsigned* split_counters = nullptr;
   // The widest K and V types of the sequences (ops::KvType codes, f32 = 0 the widest; a windowed
   // side counts as f16, its copies' type), which size the split kernel's staged rows.
   int widest_k_type = 0;
@@ -195,6 +198,10 @@ inline bool attention_splits_apply(std::int64_t n_rows, std::int64_t n_heads, st
 }
 inline std::int64_t attention_partials_floats(std::int64_t n_rows, std::int64_t n_heads, std::int64_t head_dim) {
   return n_rows * n_heads * kAttentionSplits * (head_dim + 2);
+}
+// The split counters (AttentionLaunch::split_counters) of up to n_rows rows.
+inline std::int64_t attention_split_counters(std::int64_t n_rows, std::int64_t n_kv_heads) {
+  return n_rows * n_kv_heads;
 }
 
 // Largest head_dim the attention kernels take.
