@@ -61,6 +61,7 @@ struct AttentionCase {
   // > 0: the exact recent window of the int8/int4 sides (f16 copies in rings and the step's
   // staging rows; the third sequence's first 16 positions came from a prefix cache: no copies)
   std::int64_t recent = 0;
+  std::int64_t heads = 4, kv_heads = 2, head_dim = 64;  // a GQA group of 2 unless set
 };
 
 // Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions) over random
@@ -69,7 +70,8 @@ struct AttentionCase {
 // bytes, the outputs, and the rings after the step's copies moved in.
 void check_attention(const AttentionCase& c, std::uint64_t seed) {
   test::Rng rng(seed);
-  const std::int64_t n_heads = 4, n_kv = 2, hd = 64, width = n_kv * hd, block = 16, blocks_per_seq = 4;
+  const std::int64_t n_heads = c.heads, n_kv = c.kv_heads, hd = c.head_dim, width = n_kv * hd, block = 16,
+                     blocks_per_seq = 4;
   const std::int64_t pool_blocks = 3 * blocks_per_seq + 2;
   const std::size_t k_row = cpu::kv_row_bytes(c.k_type, n_kv, hd), v_row = cpu::kv_row_bytes(c.v_type, n_kv, hd);
   std::vector<std::byte> k_pool(k_row * pool_blocks * block), v_pool(v_row * pool_blocks * block);
@@ -290,6 +292,15 @@ TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, e
           }
         }
       }
+    }
+  }
+  // Full GQA groups of 8 for the split paths (merge kernel; the last split merging): head_dim 128
+  // (one value a thread) and 256 (two), with and without the rotation.
+  for (const int path : {2, 3}) {
+    if (path == 2 && test::cuda_small_shapes()) continue;  // under memcheck: the backend's merge (3)
+    for (const bool rotated : {false, true}) {
+      check_attention({cpu::KvType::kF16, cpu::KvType::kInt8, rotated, false, 0, path, 0, 16, 2, 128}, ++seed);
+      check_attention({cpu::KvType::kInt4, cpu::KvType::kF16, rotated, true, 8, path, 0, 8, 1, 256}, ++seed);
     }
   }
 }
