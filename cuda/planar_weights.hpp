@@ -9,6 +9,7 @@
 //   INT4 g128   32 / 16 (nibbles)             f16 scale | zero << 16 (4) per 4 bytes 4..67 of 68
 //   Q8_0        16 / 16 (byte codes)          f16 scale (2) per 2 units        bytes 2..33 of 34
 //   Q4_0        32 / 16 (nibbles)             f16 scale (2) per unit           bytes 2..17 of 18
+//   IQ4_NL      as Q4_0 (nibbles index its 16 levels)
 //   Q4_1        32 / 16 (nibbles)             f16 scale, f16 min (4) per unit  bytes 4..19 of 20
 //   Q5_0        32 / 16 (nibbles)             f16 scale, fifth bits (6) per    bytes 6..21 of 22
 //                                             unit
@@ -59,6 +60,7 @@ SITSRT_HD PlanarUnit planar_unit(DType format) {
     case DType::kQ8_0:
       return {16, 16, 2, 2, 32, 34, 0, 2};
     case DType::kQ4_0:
+    case DType::kIQ4_NL:  // Q4_0's layout, the nibbles index a table of levels
       return {32, 16, 1, 2, 32, 18, 0, 2};
     case DType::kQ4_1:
       return {32, 16, 1, 4, 32, 20, 0, 4};
@@ -185,12 +187,15 @@ SITSRT_HD float planar_element(const std::uint8_t* codes, const std::uint8_t* sc
     if constexpr (F == DType::kQ5_0) return d * static_cast<float>(q - 16);
     return add_rn(mul_rn(d, static_cast<float>(q)), half_to_float(load_u16(side + 2)));
   } else {
-    static_assert(F == DType::kQ4_G128 || F == DType::kQ4_0, "a planar format (planar_unit)");
+    static_assert(F == DType::kQ4_G128 || F == DType::kQ4_0 || F == DType::kIQ4_NL, "a planar format (planar_unit)");
     const std::int64_t sub = e / 32;
     const int jj = static_cast<int>(e % 32);
     const std::uint8_t byte = codes[16 * sub + (jj % 16)];
     const int q = jj < 16 ? (byte & 15) : (byte >> 4);
     if constexpr (F == DType::kQ4_0) return half_to_float(load_u16(scales + 2 * sub)) * static_cast<float>(q - 8);
+    if constexpr (F == DType::kIQ4_NL) {
+      return half_to_float(load_u16(scales + 2 * sub)) * static_cast<float>(iq4nl_level(q));
+    }
     const std::uint32_t word = load_u32(scales + 4 * (e / 128));
     return half_to_float(static_cast<std::uint16_t>(word & 0xffffu)) *
            static_cast<float>(q - static_cast<int>((word >> 16) & 15u));

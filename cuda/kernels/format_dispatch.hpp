@@ -54,7 +54,7 @@ bool dispatch_weight_format(DType format, Fn&& fn) {
     case DType::kQ6_K:
       fn.template operator()<DType::kQ6_K>();
       return true;
-    case DType::kQ2_K:  // stored rows only (element by element): no planar layout yet
+    case DType::kQ2_K:  // Q2_K and Q3_K: stored rows only (element by element), no planar layout yet
       fn.template operator()<DType::kQ2_K>();
       return true;
     case DType::kQ3_K:
@@ -73,7 +73,7 @@ template <DType F>
 inline constexpr bool kPlanarFormat =
     F == DType::kFP8_E4M3 || F == DType::kQ4_G128 || F == DType::kQ8_0 || F == DType::kQ4_0 || F == DType::kQ4_1 ||
     F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ4_K || F == DType::kQ5_K || F == DType::kQ6_K ||
-    F == DType::kF16 || F == DType::kBF16;
+    F == DType::kF16 || F == DType::kBF16 || F == DType::kIQ4_NL;
 
 // dispatch_weight_format for the planar formats only; false for the others.
 template <typename Fn>

@@ -104,6 +104,33 @@ SITSRT_LANE float biased_byte(std::uint32_t w, int i) {
 #endif
 }
 
+// Bytes of the 8-byte value (y, x): result byte k = byte (s >> 4k) & 7 (selectors below 8: no
+// sign replication), as __byte_perm; on the host, its exact stand-in.
+SITSRT_LANE std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32_t s) {
+#if defined(__CUDACC__)
+  return __byte_perm(x, y, s);
+#else
+  const std::uint64_t bytes = static_cast<std::uint64_t>(y) << 32 | x;
+  std::uint32_t out = 0;
+  for (int k = 0; k < 4; ++k)
+    out |= static_cast<std::uint32_t>((bytes >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return out;
+#endif
+}
+
+// IQ4_NL: the int8 levels (device_formats.hpp iq4nl_level) of the four indices in bytes of q
+// (each 0..15): two byte permutes of the table's halves, then each byte from the half its bit 3
+// names.
+SITSRT_LANE std::uint32_t iq4nl_levels4(std::uint32_t q) {
+  const std::uint32_t low3 = q & 0x07070707u;
+  const std::uint32_t selector =
+      (low3 & 0xfu) | ((low3 >> 4) & 0xf0u) | ((low3 >> 8) & 0xf00u) | ((low3 >> 12) & 0xf000u);
+  const std::uint32_t lower = byte_perm(0xBFAD9881u, 0xF6EADDCFu, selector);  // levels 0..7
+  const std::uint32_t upper = byte_perm(0x26190D01u, 0x71594535u, selector);  // levels 8..15
+  const std::uint32_t high = ((q >> 3) & 0x01010101u) * 0xffu;
+  return (upper & high) | (lower & ~high);
+}
+
 // Products, sums and differences rounded once each (never contracted into an fma): hd::mul_rn,
 // add_rn, sub_rn (core/host_device.hpp), __fmul_rn and kin on the device.
 using hd::sub_rn;
@@ -120,8 +147,9 @@ inline constexpr int kLoads = F == DType::kQ6_K ? 3 : 1;  // 16-byte code loads 
 
 // Formats whose unit is 16 bytes of nibbles (32 elements; Q5_x with a fifth bit from the side).
 template <DType F>
-inline constexpr bool kNibbleFormat = F == DType::kQ4_0 || F == DType::kQ4_G128 || F == DType::kQ4_1 ||
-                                      F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ4_K || F == DType::kQ5_K;
+inline constexpr bool kNibbleFormat =
+    F == DType::kQ4_0 || F == DType::kQ4_G128 || F == DType::kQ4_1 || F == DType::kQ5_0 || F == DType::kQ5_1 ||
+    F == DType::kQ4_K || F == DType::kQ5_K || F == DType::kIQ4_NL;
 
 // The side data of a unit as loaded: a scale word (FP8: f32; INT4 g128: f16 | zero << 16; Q8_0,
 // Q4_0: f16), the Q4_K super-block header (d, dmin, 12 packed bytes), the Q6_K unit's four int8
@@ -179,7 +207,7 @@ SITSRT_LANE Side<F> load_side(const std::uint8_t* row_side, std::int64_t u) {
     s.word = load_ro(reinterpret_cast<const std::uint32_t*>(row_side) + u / 4);
   } else if constexpr (F == DType::kQ8_0) {
     s.word = load_ro(reinterpret_cast<const unsigned short*>(row_side) + u / 2);
-  } else if constexpr (F == DType::kQ4_0) {
+  } else if constexpr (F == DType::kQ4_0 || F == DType::kIQ4_NL) {
     s.word = load_ro(reinterpret_cast<const unsigned short*>(row_side) + u);
   } else if constexpr (F == DType::kQ4_1) {
     s.word = load_ro(reinterpret_cast<const std::uint32_t*>(row_side) + u);
@@ -254,12 +282,15 @@ SITSRT_LANE std::uint32_t spread_fifth(std::uint32_t b) {
 
 // Four 4- or 5-bit codes (bytes of q) as weights: kMode 0: d * (q - zero) with bias = 2^23 + zero
 // (Q4_0, INT4 g128, Q5_0); 1: d * q + m (Q4_1, Q5_1); 2: d * q - m (K-quants, d and m of the
-// sub-block). Each operation rounded once, in decode_element's order.
+// sub-block); 3: d * level(q) (IQ4_NL). Each operation rounded once, in decode_element's order.
 template <int kMode>
 SITSRT_LANE void decode_codes4(std::uint32_t q, float d, float bias_or_min, float out[4]) {
+  const std::uint32_t levels = kMode == 3 ? iq4nl_levels4(q) : 0u;
   SITSRT_UNROLL
   for (int i = 0; i < 4; ++i) {
-    if constexpr (kMode == 0) {
+    if constexpr (kMode == 3) {
+      out[i] = mul_rn(d, static_cast<float>(static_cast<std::int8_t>((levels >> (8 * i)) & 0xffu)));
+    } else if constexpr (kMode == 0) {
       out[i] = mul_rn(d, sub_rn(biased_byte(q, i), bias_or_min));
     } else {
       const float scaled = mul_rn(d, sub_rn(biased_byte(q, i), kTwo23));
@@ -314,7 +345,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
     // word t: low nibbles elements base + 4 t + i, high nibbles base + kHigh + 4 t + i
     constexpr bool kSuper = F == DType::kQ4_K || F == DType::kQ5_K;
     constexpr bool kFifth = F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ5_K;
-    constexpr int kMode = kSuper ? 2 : F == DType::kQ4_1 || F == DType::kQ5_1 ? 1 : 0;
+    constexpr int kMode = kSuper ? 2 : F == DType::kQ4_1 || F == DType::kQ5_1 ? 1 : F == DType::kIQ4_NL ? 3 : 0;
     constexpr int kHigh = kSuper ? 32 : 16;
     const std::int64_t base = kSuper ? 64 * (u / 2) + 16 * (u % 2) : 32 * u;
     const int sub = 2 * (static_cast<int>(u % 8) / 2);  // K-quants: sub-blocks sub, sub + 1 (g = u % 8 / 2)

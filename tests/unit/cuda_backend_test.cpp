@@ -212,8 +212,9 @@ TEST_CASE("cuda planar matmul (every planar format) equals the double reference 
     std::int64_t n, k;
     std::vector<std::int64_t> ms;
   };
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                             DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
+  for (const DType format :
+       {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16, DType::kIQ4_NL}) {
     const std::int64_t block = std::max<std::int64_t>(traits(format).block_size, 8);  // floats: units of 8
     // odd output counts (a partial last block of outputs), one and several chunks per thread
     for (const Shape& shape : {Shape{67, block, {1, 2, 3, 5, 8, 11, 16}}, Shape{5, 3 * block, {1, 4, 9}},

@@ -159,6 +159,8 @@ TEST_CASE("cuda formats: planar matrices (every planar format) decode as their s
   check_planar<DType::kQ8_0>(2, 32, 26);
   check_planar<DType::kQ4_0>(5, 416, 27);
   check_planar<DType::kQ4_0>(2, 32, 28);
+  check_planar<DType::kIQ4_NL>(5, 416, 41);
+  check_planar<DType::kIQ4_NL>(2, 32, 42);
   check_planar<DType::kQ4_K>(5, 768, 29);
   check_planar<DType::kQ4_K>(2, 256, 30);
   check_planar<DType::kQ6_K>(5, 768, 31);
@@ -182,8 +184,9 @@ TEST_CASE("cuda formats: planar matrices (every planar format) decode as their s
   CHECK_FALSE(cuda::planar_supports(DType::kF32, 256));
   CHECK_FALSE(cuda::planar_supports(DType::kQ3_K, 256));
   // the unit tables agree with the stored blocks (dtype.hpp): codes + side data = block bytes
-  for (const DType f : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                        DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
+  for (const DType f :
+       {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16, DType::kIQ4_NL}) {
     const cuda::PlanarUnit u = cuda::planar_unit(f);
     INFO(name(f));
     CHECK(u.block_elements == traits(f).block_size);

@@ -118,6 +118,8 @@ TEST_CASE("cuda planar lanes: every format's unit decode and x offsets equal the
   check_format<DType::kQ8_0>(4096, 6);
   check_format<DType::kQ4_0>(96, 7);
   check_format<DType::kQ4_0>(8192, 8);
+  check_format<DType::kIQ4_NL>(96, 31);
+  check_format<DType::kIQ4_NL>(4096, 32);
   check_format<DType::kQ4_1>(96, 17);
   check_format<DType::kQ4_1>(4096, 18);
   check_format<DType::kQ5_0>(96, 19);
