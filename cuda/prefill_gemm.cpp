@@ -268,9 +268,17 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
     SITSRT_CUDA_CHECK_LAUNCH("fp8 activation kernel");
     const Layouts l(*lt_, CUDA_R_8F_E4M3, n, mx, k, ldy);
     float* out = y + x0 * ldy;
-    SITSRT_CUBLASLT_CHECK(lt_->matmul(handle_, fp8_desc_, &alpha, w.data, l.a, activations_, l.b, &beta, out, l.c, out,
-                                      l.c, algorithm(true, n, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes,
-                                      stream));
+    const cublasStatus_t status =
+        lt_->matmul(handle_, fp8_desc_, &alpha, w.data, l.a, activations_, l.b, &beta, out, l.c, out, l.c,
+                    algorithm(true, n, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes, stream);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      // A scale setting cuBLASLt refuses only here: this shape takes the BF16 path from now on,
+      // which rewrites every row of y (the chunks done so far included).
+      algorithms_[std::make_tuple(true, n, mx, k, ldy, y_alignment)] = std::nullopt;
+      fp8_why_ = fmt::format("cublasLtMatmul refused the FP8 GEMM {} x {} x {} (status {})", n, mx, k,
+                             static_cast<int>(status));
+      return false;
+    }
   }
   return true;
 }
