@@ -2,7 +2,8 @@
 // decode matmul format on Llama-3-8B layer shapes at batch 1 and 16, in GB/s of weights and %
 // of the measured read bandwidth (the floor of a decode matmul is its weight bytes / bandwidth),
 // and the prefill path at 512 rows (what the backend runs from PrefillGemm::kMinRows rows: weights
-// decoded to BF16 + a cuBLASLt GEMM) in TFLOP/s against the BF16 GEMM. Weights cycle over
+// decoded to BF16 + a cuBLASLt GEMM; for per-channel FP8 also the FP8 x FP8 GEMM) in TFLOP/s
+// against the BF16 GEMM. Weights cycle over
 // enough copies to exceed L2 so every call streams from HBM. Then decode attention per layer over
 // an f16 paged KV cache at 512 / 4096 / 16384 positions, split (flash-decoding) and one pass per
 // head. Then the logit summaries greedy / top-k decode reads instead of the logits (a 128256-id
@@ -50,7 +51,9 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // planar: the FP8 / INT4 g128 kernels over the layout the backend uploads (planar_weights.hpp);
 // otherwise the stored-block kernels (matmul.cu).
 // Rows from PrefillGemm::kMinRows take the BF16 tensor-core GEMM, as in the backend.
-double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm) {
+// channel_scales: FP8 weights with one scale per output channel (the FP8 x FP8 prefill GEMM's).
+double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm,
+                   bool channel_scales = false) {
   const std::size_t stride = row_bytes(format, s.k);
   const std::size_t bytes = stride * static_cast<std::size_t>(s.n);
   const std::size_t copies = std::max<std::size_t>(1, ((512u << 20) + bytes - 1) / bytes);
@@ -63,10 +66,16 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   SITSRT_CUDA_CHECK(cudaMalloc(&x, static_cast<std::size_t>(m * s.k) * 4));
   SITSRT_CUDA_CHECK(cudaMalloc(&y, static_cast<std::size_t>(m * s.n) * 4));
   SITSRT_CUDA_CHECK(cudaMemset(x, 0x11, static_cast<std::size_t>(m * s.k) * 4));
+  void* scales = nullptr;  // every block's scale is the same 0x11111111 float: per channel
+  if (channel_scales) {
+    SITSRT_CUDA_CHECK(cudaMalloc(&scales, static_cast<std::size_t>(s.n) * 4));
+    SITSRT_CUDA_CHECK(cudaMemset(scales, 0x11, static_cast<std::size_t>(s.n) * 4));
+  }
   const auto call = [&](std::size_t i) {
     const auto* w = static_cast<const std::uint8_t*>(weights[i % copies]);
     if (m >= cuda::PrefillGemm::kMinRows) {
-      const cuda::DeviceWeight dw{w, format, s.n, s.k, static_cast<std::int64_t>(stride), planar, {}};
+      cuda::DeviceWeight dw{w, format, s.n, s.k, static_cast<std::int64_t>(stride), planar, {}};
+      dw.channel_scales = static_cast<const float*>(scales);
       if (!gemm.run(dw, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n)) {
         throw std::runtime_error("prefill GEMM unavailable: " + gemm.unavailable_reason());
       }
@@ -80,9 +89,14 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   };
   for (std::size_t i = 0; i < copies; ++i) call(i);
   const double seconds = bench::seconds_per_call(repeats, [&](int i) { call(static_cast<std::size_t>(i)); });
+  const bool fp8_ran = gemm.last_path() == cuda::PrefillGemm::Path::kFp8;
   for (void* w : weights) SITSRT_CUDA_CHECK(cudaFree(w));
+  if (scales != nullptr) SITSRT_CUDA_CHECK(cudaFree(scales));
   SITSRT_CUDA_CHECK(cudaFree(x));
   SITSRT_CUDA_CHECK(cudaFree(y));
+  if (channel_scales && !fp8_ran) {
+    throw std::runtime_error("the FP8 x FP8 prefill GEMM did not run: " + gemm.fp8_unavailable_reason());
+  }
   return seconds;
 }
 
@@ -227,23 +241,37 @@ int main(int argc, char** argv) {
       const bool planar_format = cuda::planar_supports(format, 4096);
       for (const bool planar : planar_format ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
         for (const Shape& s : kShapes) {
-          for (const std::int64_t m : {1, 16, 512}) {
-            if (m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
-            if (planar_format && !planar && m != 1) continue;
-            const double seconds = time_matmul(format, s, m, m == 512 ? 5 : 50, planar, gemm);
-            const char* layout = planar ? "planar" : "blocks";
+          // 512 rows of per-channel FP8 also: the FP8 x FP8 GEMM (a row saying why where it cannot run)
+          const bool fp8_channel = format == DType::kFP8_E4M3 && planar;
+          for (const std::int64_t m :
+               fp8_channel ? std::vector<std::int64_t>{1, 16, 512, -512} : std::vector<std::int64_t>{1, 16, 512}) {
+            const bool channel = m < 0;
+            const std::int64_t rows_m = channel ? -m : m;
+            if (rows_m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
+            if (planar_format && !planar && rows_m != 1) continue;
+            double seconds = 0.0;
+            try {
+              seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, channel);
+            } catch (const std::runtime_error& e) {
+              if (!channel) throw;
+              if (!json)
+                fmt::print("| {} | planar, per channel | {} | 512 | {} | | | |\n", name(format), s.name, e.what());
+              continue;
+            }
+            const std::int64_t m_rows = rows_m;
+            const char* layout = channel ? "planar, per channel (FP8 x FP8)" : planar ? "planar" : "blocks";
             const double weight_bytes = static_cast<double>(row_bytes(format, s.k)) * static_cast<double>(s.n);
             const double gbs = weight_bytes / seconds / 1e9;
-            const double tflops = 2.0 * static_cast<double>(m * s.n * s.k) / seconds / 1e12;
+            const double tflops = 2.0 * static_cast<double>(m_rows * s.n * s.k) / seconds / 1e12;
             if (json) {
               rows += fmt::format(
                   "{}{{\"format\":\"{}\",\"layout\":\"{}\",\"shape\":\"{}\",\"rows\":{},\"us\":{:.2f},"
                   "\"gbs\":{:.1f},\"pct_bandwidth\":{:.1f},\"tflops\":{:.3f}}}",
-                  rows.empty() ? "" : ",", name(format), layout, s.name, m, seconds * 1e6, gbs, 100.0 * gbs / bandwidth,
-                  tflops);
+                  rows.empty() ? "" : ",", name(format), layout, s.name, m_rows, seconds * 1e6, gbs,
+                  100.0 * gbs / bandwidth, tflops);
             } else {
               fmt::print("| {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f}% | {:.2f} |\n", name(format), layout, s.name,
-                         m, seconds * 1e6, gbs, 100.0 * gbs / bandwidth, tflops);
+                         m_rows, seconds * 1e6, gbs, 100.0 * gbs / bandwidth, tflops);
             }
           }
         }
