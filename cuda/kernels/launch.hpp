@@ -22,8 +22,9 @@ namespace sitsrt::cuda {
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
                    const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
 
-// launch_matmul over a planar matrix (FP8 E4M3, INT4 g128, Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16) of n rows of k elements
-// (planar_weights.hpp: planar_supports(format, k) must hold; data 16-byte aligned).
+// launch_matmul over a planar matrix (FP8 E4M3, INT4 g128, Q8_0, Q4_x, Q5_x, K-quants, IQ4_NL,
+// F16, BF16) of n rows of k elements, rows of x 16 at a time (planar_weights.hpp:
+// planar_supports(format, k) must hold; data 16-byte aligned).
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
 

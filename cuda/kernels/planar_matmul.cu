@@ -1,13 +1,13 @@
 // Decode matmul over planar weights (planar_weights.hpp: FP8 E4M3, INT4 g128, Q8_0, Q4_0, Q4_K, Q6_K,
 // F16, BF16). Memory-bound at 1-16 rows, so the kernel is built around the weight stream:
-//   - a block of 128 threads owns kOutputs consecutive outputs and splits their rows' units
+//   - a block of 128 threads owns kOutputs (4; 2 at 16 rows) consecutive outputs and splits their rows' units
 //     among its threads (split-K inside the block, one reduction at the end), so a 4096-wide
 //     row keeps 128 loads in flight and short matrices still fill the GPU;
 //   - each thread loads one unit of each of its kOutputs weight rows (16-byte non-allocating
 //     loads), so one load of x serves kOutputs rows (planar_units.hpp decodes the units);
 //   - every decoded weight is the value decode_element gives, so each product equals the CPU
 //     reference's; only the order of the float sums differs.
-// Rows of x are taken 8 at a time (tiles), as in matmul.cu. One launch may also run several
+// Rows of x are taken 16 at a time (tiles; 2 outputs a block at 16 rows, 4 below). One launch may also run several
 // matrices that read the same x (Q, K, V: the decode fusions of backend/decode_fusion.hpp), the
 // residual add after a matmul, or gate and up with their SwiGLU (4 rows per tile there): the same
 // accumulation code, so every output has the bits of the matrix's own launch.
@@ -15,7 +15,6 @@
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
-#include "cuda_backend/kernels/row_tiles.hpp"
 #include "cuda_backend/kernels/planar_units.hpp"
 #include "cuda_backend/planar_weights.hpp"
 
@@ -27,7 +26,11 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kOutputs = 4;  // weight rows per block
+// Weight rows per block: 4, or 2 for tiles of 16 rows of x (the same accumulators a thread, and
+// every weight read once for a decode batch of 16 instead of once per 8 rows).
+template <int kRows>
+inline constexpr int kOutputs = kRows > 8 ? 2 : 4;
+constexpr int kMaxPlanarTileRows = 16;
 constexpr int kMaxSwiGluTileRows = 4;  // two matrices' accumulators per thread
 
 __device__ inline float warp_sum(float v) {
@@ -64,25 +67,26 @@ struct GroupArgs {
 // and however many rows share its tile): the same bits.
 template <DType F, int kRows, int kMats>
 __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMats], std::int64_t j0, float* totals) {
+  constexpr int kOuts = kOutputs<kRows>;
   const std::int64_t units = a.t[targets[0]].g.units;
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
-  float acc[kMats][kOutputs][kRows];
+  float acc[kMats][kOuts][kRows];
 #pragma unroll
   for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-    for (int o = 0; o < kOutputs; ++o) {
+    for (int o = 0; o < kOuts; ++o) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) acc[m][o][r] = 0.0f;
     }
   }
   for (std::int64_t u = threadIdx.x; u < units; u += kThreads) {
-    uint4 w[kMats][kOutputs][planar::kLoads<F>];
-    planar::Side<F> s[kMats][kOutputs];
+    uint4 w[kMats][kOuts][planar::kLoads<F>];
+    planar::Side<F> s[kMats][kOuts];
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
       const GroupArgs::Target& tg = a.t[targets[m]];
 #pragma unroll
-      for (int o = 0; o < kOutputs; ++o) {
+      for (int o = 0; o < kOuts; ++o) {
         const std::int64_t j = j0 + o < tg.n ? j0 + o : tg.n - 1;  // past n: the last row again, not stored
         planar::load_codes<F>(tg.data + j * tg.g.code_row_bytes, u, w[m][o]);
         s[m][o] = planar::load_side<F>(tg.data + tg.g.scales_of(j), u);
@@ -90,20 +94,20 @@ __device__ void accumulate_outputs(const GroupArgs& a, const int (&targets)[kMat
     }
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      planar::accumulate_unit<F, kOutputs, kRows>(w[m], s[m], xt, u, acc[m]);
+      planar::accumulate_unit<F, kOuts, kRows>(w[m], s[m], xt, u, acc[m]);
     }
   }
-  constexpr int kTotals = kMats * kOutputs * kRows;
+  constexpr int kTotals = kMats * kOuts * kRows;
   __shared__ float partial[kWarps][kTotals];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-    for (int o = 0; o < kOutputs; ++o) {
+    for (int o = 0; o < kOuts; ++o) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const float v = warp_sum(acc[m][o][r]);
-        if (lane == 0) partial[warp][(m * kOutputs + o) * kRows + r] = v;
+        if (lane == 0) partial[warp][(m * kOuts + o) * kRows + r] = v;
       }
     }
   }
@@ -124,11 +128,11 @@ __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs 
   int target = 0;
   while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
   const GroupArgs::Target& tg = a.t[target];
-  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * kOutputs;
-  __shared__ float totals[kOutputs * kRows];
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * kOutputs<kRows>;
+  __shared__ float totals[kOutputs<kRows> * kRows];
   const int targets[1] = {target};
   accumulate_outputs<F, kRows, 1>(a, targets, j0, totals);
-  for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
+  for (int i = threadIdx.x; i < kOutputs<kRows> * kRows; i += kThreads) {
     const std::int64_t j = j0 + i / kRows;
     const int r = i % kRows;
     if (j >= tg.n || r >= a.rows) continue;
@@ -143,15 +147,15 @@ __global__ void __launch_bounds__(kThreads) planar_group_kernel(const GroupArgs 
 template <DType F, int kRows>
 __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs a) {
   begin_dependent_grid();
-  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs;
-  __shared__ float totals[2 * kOutputs * kRows];
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * kOutputs<kRows>;
+  __shared__ float totals[2 * kOutputs<kRows> * kRows];
   const int targets[2] = {0, 1};
   accumulate_outputs<F, kRows, 2>(a, targets, j0, totals);
-  for (int i = threadIdx.x; i < kOutputs * kRows; i += kThreads) {
+  for (int i = threadIdx.x; i < kOutputs<kRows> * kRows; i += kThreads) {
     const std::int64_t j = j0 + i / kRows;
     const int r = i % kRows;
     if (j >= a.t[0].n || r >= a.rows) continue;
-    const float gate = totals[i], up = totals[kOutputs * kRows + i];
+    const float gate = totals[i], up = totals[kOutputs<kRows> * kRows + i];
     a.t[0].y[r * a.t[0].ldy + j] = gate;
     a.t[1].y[r * a.t[1].ldy + j] = up;
     // last: out may be the gate's buffer
@@ -180,13 +184,26 @@ void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
 }
 
 // Tiles of rows: every row pointer of the launch moved to the tile's first row. A tile of r rows
-// runs the kernel of the next power of two (1, 2, 4, 8) with the others idle: a quarter of the
-// kernels to build and ship, the same weight traffic.
+// runs the kernel of the next power of two (1, 2, 4, 8, 16) with the others idle: fewer kernels
+// to build and ship, the same weight traffic.
+// The blocks of outputs of each target, one after another, at `outputs` rows a block.
+unsigned number_blocks(GroupArgs& a, int outputs) {
+  unsigned blocks = 0;
+  for (int t = 0; t < a.count; ++t) {
+    a.first_block[t] = blocks;
+    blocks += static_cast<unsigned>((a.t[t].n + outputs - 1) / outputs);
+  }
+  a.first_block[a.count] = blocks;
+  return blocks;
+}
+
 template <DType F>
 void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
-  const int max_rows = gated ? kMaxSwiGluTileRows : kMaxTileRows;
+  const int max_rows = gated ? kMaxSwiGluTileRows : kMaxPlanarTileRows;
   const unsigned blocks = gated ? a.first_block[1] : a.first_block[a.count];
+  GroupArgs wide = a;  // the 16-row tiles' numbering: kOutputs<16> rows a block
+  const unsigned wide_blocks = number_blocks(wide, kOutputs<kMaxPlanarTileRows>);
   const GroupArgs base = a;
   for (std::int64_t r0 = 0; r0 < m; r0 += max_rows) {
     a.rows = static_cast<int>(std::min<std::int64_t>(max_rows, m - r0));
@@ -200,8 +217,12 @@ void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
       launch_tile<F, 2>(a, blocks, stream);
     } else if (a.rows <= 4) {
       launch_tile<F, 4>(a, blocks, stream);
+    } else if (a.rows <= 8) {
+      launch_tile<F, 8>(a, blocks, stream);
     } else {
-      launch_tile<F, kMaxTileRows>(a, blocks, stream);
+      std::copy(std::begin(wide.first_block), std::end(wide.first_block), std::begin(a.first_block));
+      launch_tile<F, kMaxPlanarTileRows>(a, wide_blocks, stream);
+      std::copy(std::begin(base.first_block), std::end(base.first_block), std::begin(a.first_block));
     }
   }
 }
@@ -213,14 +234,11 @@ void launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
   if (m <= 0 || targets.empty()) return;
   GroupArgs a{};
   a.count = static_cast<int>(std::min<std::size_t>(targets.size(), kMaxPlanarTargets));
-  unsigned blocks = 0;
   for (int t = 0; t < a.count; ++t) {
     const PlanarTarget& in = targets[static_cast<std::size_t>(t)];
     a.t[t] = {in.data, in.n, planar_geometry(format, in.n, k), in.y, in.ldy};
-    a.first_block[t] = blocks;
-    blocks += static_cast<unsigned>((in.n + kOutputs - 1) / kOutputs);
   }
-  a.first_block[a.count] = blocks;
+  const unsigned blocks = number_blocks(a, kOutputs<1>);
   a.x = x;
   a.ldx = ldx;
   a.vector = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;

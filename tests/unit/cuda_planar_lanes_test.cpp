@@ -49,29 +49,29 @@ PlanarMatrix make_matrix(DType f, std::int64_t n, std::int64_t cols, test::Rng& 
 // Outputs j0 .. j0 + 3 (rows past n clamped to n - 1, as the kernel loads them) for the first
 // `rows` of kRows accumulated rows of x, each lane's units summed as the kernel's threads do
 // (unit u on lane u % 128), then the lanes in order; the accumulators past `rows` stay zero.
-template <DType F, int kRows>
+template <DType F, int kRows, int kOuts = kOutputs>
 void check_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
                  std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
   constexpr int kLanes = 128;
-  double got[kOutputs][kRows] = {};
+  double got[kOuts][kRows] = {};
   for (int lane = 0; lane < kLanes; ++lane) {
-    float acc[kOutputs][kRows] = {};
+    float acc[kOuts][kRows] = {};
     for (std::int64_t u = lane; u < m.g.units; u += kLanes) {
-      cuda::planar::uint4 w[kOutputs][cuda::planar::kLoads<F>];
-      cuda::planar::Side<F> s[kOutputs];
-      for (int o = 0; o < kOutputs; ++o) {
+      cuda::planar::uint4 w[kOuts][cuda::planar::kLoads<F>];
+      cuda::planar::Side<F> s[kOuts];
+      for (int o = 0; o < kOuts; ++o) {
         const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
         cuda::planar::load_codes<F>(m.planes.data() + j * m.g.code_row_bytes, u, w[o]);
         s[o] = cuda::planar::load_side<F>(m.planes.data() + m.g.scales_of(j), u);
       }
       const cuda::planar::XTile tile{x.data(), ldx, rows, vector};
-      cuda::planar::accumulate_unit<F, kOutputs, kRows>(w, s, tile, u, acc);
+      cuda::planar::accumulate_unit<F, kOuts, kRows>(w, s, tile, u, acc);
     }
-    for (int o = 0; o < kOutputs; ++o) {
+    for (int o = 0; o < kOuts; ++o) {
       for (int r = 0; r < kRows; ++r) got[o][r] += acc[o][r];
     }
   }
-  for (int o = 0; o < kOutputs; ++o) {
+  for (int o = 0; o < kOuts; ++o) {
     const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
     const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
     for (int r = rows; r < kRows; ++r) REQUIRE(got[o][r] == 0.0);
@@ -98,13 +98,15 @@ void check_format(std::int64_t cols, std::uint64_t seed) {
   const PlanarMatrix m = make_matrix(F, n, cols, rng);
   REQUIRE(m.g.code_row_bytes % 16 == 0);
   for (const std::int64_t ldx : {cols, cols + 3}) {
-    std::vector<float> x(static_cast<std::size_t>(4 * ldx));
+    std::vector<float> x(static_cast<std::size_t>(16 * ldx));
     for (float& v : x) v = rng.normal();
     for (std::int64_t j0 = 0; j0 < n; j0 += kOutputs) {
       check_block<F, 1>(m, n, cols, x, ldx, 1, ldx % 4 == 0, j0);
       check_block<F, 4>(m, n, cols, x, ldx, 3, false, j0);  // a tile of 3 rows in the 4-row kernel
       check_block<F, 4>(m, n, cols, x, ldx, 4, false, j0);
     }
+    // the 16-row tiles: 2 outputs a block, 13 rows in the 16-row kernel
+    for (std::int64_t j0 = 0; j0 < n; j0 += 2) check_block<F, 16, 2>(m, n, cols, x, ldx, 13, ldx % 4 == 0, j0);
   }
 }
 
