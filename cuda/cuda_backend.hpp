@@ -74,8 +74,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DecodeGraphs> graphs_;                        // null with CudaBackendOptions::graphs off
   std::vector<ops::AttentionSequenceRef> attention_sequences_;  // the current attention node's, reused
   CudaBackendOptions options_;
-  DecodeFusions fusions_;  // those whose matmuls are all planar, of one format and width
-  std::vector<bool> step_input_nodes_;  // per node of the prepared graph: takes per-step host inputs
+  DecodeFusions fusions_;                  // those whose matmuls are all planar, of one format and width
+  std::vector<bool> step_input_nodes_;     // per node of the prepared graph: takes per-step host inputs
   std::vector<bool> rope_into_attention_;  // per rope pair lead: its attention's store kernel rotates Q and K
 };
 

@@ -175,8 +175,8 @@ class CudaKernels final : public ops::OpKernels {
   std::size_t partials_bytes_ = 0;
   std::byte* counters_ = nullptr;  // attention_counters
   std::size_t counters_bytes_ = 0;
-  std::byte* exact_ = nullptr;        // exact_rows
-  std::size_t exact_bytes_ = 0;       // K copies, then V copies: half each
+  std::byte* exact_ = nullptr;   // exact_rows
+  std::size_t exact_bytes_ = 0;  // K copies, then V copies: half each
 };
 
 }  // namespace sitsrt::cuda

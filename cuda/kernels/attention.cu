@@ -288,7 +288,6 @@ __global__ void attention_kernel(AttentionLaunch a) {
   for (std::int64_t d = threadIdx.x; d < hd; d += blockDim.x) out[d] = q[d];
 }
 
-
 // ---- flash-decoding: decode rows split over the sequence, GQA heads together ----------------
 // Block (row, kv head, split) attends the split's share of the row's positions for every query
 // head of the KV head's group, so each K and V element is read once for the group; it leaves the
@@ -385,7 +384,8 @@ __device__ void merge_heads(const AttentionLaunch& a, std::int64_t r, std::int64
     const std::int64_t hh = e / hd, d = e % hd;
     const float* weights = scale + hh * kAttentionSplits;
     float sum = 0.0f;
-    for (int k = 0; k < kAttentionSplits; ++k) sum = fmaf(__ldcg(partial_of(a, r, h0 + hh, k) + 2 + d), weights[k], sum);
+    for (int k = 0; k < kAttentionSplits; ++k)
+      sum = fmaf(__ldcg(partial_of(a, r, h0 + hh, k) + 2 + d), weights[k], sum);
     buf[e] = sum;
   }
   __syncthreads();
@@ -408,11 +408,11 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
   const int group = static_cast<int>(a.n_heads / a.n_kv_heads);
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[r]];
   const std::int64_t hd = a.head_dim, width = a.n_kv_heads * hd;
-  float* q = smem;                           // [group][hd]
-  float* w = q + group * hd;                 // [group][kSplitChunk]
-  float* m = w + group * kSplitChunk;        // [group] running max
-  float* l = m + group;                      // [group] running sum
-  float* correction = l + group;             // [group] this chunk's rescale
+  float* q = smem;                     // [group][hd]
+  float* w = q + group * hd;           // [group][kSplitChunk]
+  float* m = w + group * kSplitChunk;  // [group] running max
+  float* l = m + group;                // [group] running sum
+  float* correction = l + group;       // [group] this chunk's rescale
   // Head slices of the stored rows and of the exact f16 copies (a windowed side's chunks inside
   // the window); a side's staging area fits the wider of the two.
   const HeadSlice k_stored = head_slice(s.k_type, width, hd, g), v_stored = head_slice(s.v_type, width, hd, g);
@@ -607,9 +607,7 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   // The split kernel's shared memory depends on the K/V types, which are per sequence: the
   // widest of the step's sequences bounds it.
   const std::size_t split_shared =
-      a.n_kv_heads > 0
-          ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type)
-          : 0;
+      a.n_kv_heads > 0 ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type) : 0;
   const bool staged = attention_group_fits(a.n_heads, a.n_kv_heads, a.head_dim) && split_shared <= kSplitMaxSharedBytes;
   if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);

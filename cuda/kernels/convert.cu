@@ -18,9 +18,8 @@ constexpr int kThreads = 256;
 
 // One block per weight row: out row r = row (row0 + r) of the matrix, k values.
 template <DType F, bool kPlanar>
-__global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, std::int64_t row_bytes,
-                                       std::int64_t n, std::int64_t k, std::int64_t row0,
-                                       __nv_bfloat16* __restrict__ out) {
+__global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, std::int64_t row_bytes, std::int64_t n,
+                                       std::int64_t k, std::int64_t row0, __nv_bfloat16* __restrict__ out) {
   begin_dependent_grid();
   const std::int64_t j = row0 + blockIdx.x;
   __nv_bfloat16* dst = out + static_cast<std::int64_t>(blockIdx.x) * k;
@@ -28,7 +27,8 @@ __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, st
     const PlanarGeometry g = planar_geometry(F, n, k);
     const std::uint8_t* codes = data + j * g.code_row_bytes;
     const std::uint8_t* scales = data + g.scales_of(j);
-    for (std::int64_t e = threadIdx.x; e < k; e += kThreads) dst[e] = __float2bfloat16_rn(planar_element<F>(codes, scales, e));
+    for (std::int64_t e = threadIdx.x; e < k; e += kThreads)
+      dst[e] = __float2bfloat16_rn(planar_element<F>(codes, scales, e));
   } else {
     const std::uint8_t* row = data + j * row_bytes;
     const std::int64_t chunks = k / 8;
@@ -76,9 +76,8 @@ __global__ void floats_to_fp8_rows_kernel(const float* __restrict__ x, std::int6
 
 }  // namespace
 
-void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes,
-                            std::int64_t n, std::int64_t k, std::int64_t row0, std::int64_t rows, void* out,
-                            cudaStream_t stream) {
+void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes, std::int64_t n,
+                            std::int64_t k, std::int64_t row0, std::int64_t rows, void* out, cudaStream_t stream) {
   if (rows <= 0) return;
   auto* dst = static_cast<__nv_bfloat16*>(out);
   const auto blocks = static_cast<unsigned>(rows);

@@ -107,8 +107,8 @@ void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::i
   launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, ldx, n, weight, eps, y, ldy);
 }
 
-void launch_rope(const RopeTargets& targets, std::int64_t rows, std::int64_t head_dim, std::int64_t rot_dims,
-                 bool neox, const std::int32_t* positions, const double* inv_freq, double mscale, cudaStream_t stream) {
+void launch_rope(const RopeTargets& targets, std::int64_t rows, std::int64_t head_dim, std::int64_t rot_dims, bool neox,
+                 const std::int32_t* positions, const double* inv_freq, double mscale, cudaStream_t stream) {
   if (rows <= 0 || rot_dims <= 0 || targets.count <= 0) return;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(targets.count));
   launch_kernel(rope_kernel, grid, kThreads, 0, stream, targets, head_dim, rot_dims, neox, positions, inv_freq, mscale);
@@ -123,8 +123,8 @@ void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const 
     const std::int64_t n = rows - r0 < kMaxGridRows ? rows - r0 : kMaxGridRows;
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
     const float* br = b == nullptr || op == Elementwise::kAddBias ? b : b + r0 * ldb;
-    launch_kernel(elementwise_kernel, grid, kThreads, 0, stream, op, a + r0 * lda, lda, br, ldb, scalar, cols, out + r0 * ldo,
-                                                      ldo);
+    launch_kernel(elementwise_kernel, grid, kThreads, 0, stream, op, a + r0 * lda, lda, br, ldb, scalar, cols,
+                  out + r0 * ldo, ldo);
   }
 }
 

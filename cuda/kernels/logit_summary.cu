@@ -342,8 +342,10 @@ void launch_logit_summaries(const float* logits, std::int64_t rows, std::int64_t
   if (rows <= 0) return;
   const std::size_t record_bytes = summary_record_bytes(k);
   const auto chunks = static_cast<unsigned>(logit_summary_chunks(vocab));
-  launch_kernel(summary_chunk_kernel, dim3(chunks, static_cast<unsigned>(rows)), kThreads, 0, stream, logits, static_cast<int>(vocab), static_cast<int>(k), chunk_records, record_bytes);
-  launch_kernel(summary_merge_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, chunk_records, static_cast<int>(chunks), static_cast<int>(k), record_bytes, records);
+  launch_kernel(summary_chunk_kernel, dim3(chunks, static_cast<unsigned>(rows)), kThreads, 0, stream, logits,
+                static_cast<int>(vocab), static_cast<int>(k), chunk_records, record_bytes);
+  launch_kernel(summary_merge_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, chunk_records,
+                static_cast<int>(chunks), static_cast<int>(k), record_bytes, records);
 }
 
 }  // namespace sitsrt::cuda

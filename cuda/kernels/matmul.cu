@@ -76,7 +76,8 @@ template <DType F, int kRows>
 void launch_tile(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k, const float* x,
                  std::int64_t ldx, float* y, std::int64_t ldy, int rows, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch_kernel(matmul_rows_kernel<F, kRows>, blocks, 32 * kWarpsPerBlock, 0, stream, w, row_bytes, n, k, x, ldx, y, ldy, rows);
+  launch_kernel(matmul_rows_kernel<F, kRows>, blocks, 32 * kWarpsPerBlock, 0, stream, w, row_bytes, n, k, x, ldx, y,
+                ldy, rows);
 }
 
 template <DType F>

@@ -177,7 +177,8 @@ __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, Plana
 template <DType F, int kRows>
 void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
   if (a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu) {
-    if constexpr (kRows <= kMaxSwiGluTileRows) launch_kernel(planar_swiglu_kernel<F, kRows>, blocks, kThreads, 0, stream, a);
+    if constexpr (kRows <= kMaxSwiGluTileRows)
+      launch_kernel(planar_swiglu_kernel<F, kRows>, blocks, kThreads, 0, stream, a);
   } else {
     launch_kernel(planar_group_kernel<F, kRows>, blocks, kThreads, 0, stream, a);
   }
