@@ -211,7 +211,8 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
     return;
   }
   if (dw.planar) {
-    launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld, context_.stream());
+    launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld, context_.stream(),
+                         planar_path());
   } else {
     launch_matmul(dw.format, dw.data, dw.row_bytes, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld,
                   context_.stream());
@@ -258,7 +259,8 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
     e.out = f32(*out);
     e.ld_out = out->ld;
   }
-  launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld, x.rows, e, context_.stream());
+  launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld, x.rows, e, context_.stream(),
+                      planar_path());
   SITSRT_CUDA_CHECK_LAUNCH("fused planar matmul kernel");
 }
 

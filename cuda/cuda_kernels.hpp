@@ -71,6 +71,11 @@ class CudaKernels final : public ops::OpKernels {
   [[nodiscard]] bool planar_rows(std::int64_t rows) const noexcept {
     return batch_invariant_ || rows < PrefillGemm::kMinRows;
   }
+  // The planar kernels' choice: the tensor-core decode for many-row steps, but under batch
+  // invariance (its rows' bits depend on their tile's kernel).
+  [[nodiscard]] PlanarPath planar_path() const noexcept {
+    return batch_invariant_ ? PlanarPath::kExact : PlanarPath::kTensorCores;
+  }
   // A decode fusion's matmuls (backend/decode_fusion.hpp) over planar weights of one format and
   // width, reading x, in one launch; with kAdd also out = y + residual, with kSwiGlu (gate, up)
   // also out = swiglu(gate, up). Each output has the bits of the unfused node.

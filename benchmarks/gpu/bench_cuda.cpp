@@ -52,8 +52,9 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // otherwise the stored-block kernels (matmul.cu).
 // Rows from PrefillGemm::kMinRows take the BF16 tensor-core GEMM, as in the backend.
 // channel_scales: FP8 weights with one scale per output channel (the FP8 x FP8 prefill GEMM's).
+// tensor_cores: the planar kernels may take the tensor-core decode (FP8 / INT4 g128 at 5+ rows).
 double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm,
-                   bool channel_scales = false) {
+                   bool channel_scales = false, bool tensor_cores = false) {
   const std::size_t stride = row_bytes(format, s.k);
   const std::size_t bytes = stride * static_cast<std::size_t>(s.n);
   const std::size_t copies = std::max<std::size_t>(1, ((512u << 20) + bytes - 1) / bytes);
@@ -81,7 +82,7 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
       }
     } else if (planar) {
       cuda::launch_planar_matmul(format, w, s.n, s.k, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n,
-                                 nullptr);
+                                 nullptr, tensor_cores ? cuda::PlanarPath::kTensorCores : cuda::PlanarPath::kExact);
     } else {
       cuda::launch_matmul(format, w, static_cast<std::int64_t>(stride), s.n, s.k, static_cast<const float*>(x), s.k, m,
                           static_cast<float*>(y), s.n, nullptr);
@@ -242,16 +243,24 @@ int main(int argc, char** argv) {
       for (const bool planar : planar_format ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
         for (const Shape& s : kShapes) {
           // 512 rows of per-channel FP8 also: the FP8 x FP8 GEMM (a row saying why where it cannot run)
+          // and for FP8 / INT4 g128, 8 and 16 rows on the tensor cores beside the CUDA cores' 8 and 16
           const bool fp8_channel = format == DType::kFP8_E4M3 && planar;
-          for (const std::int64_t m :
-               fp8_channel ? std::vector<std::int64_t>{1, 16, 512, -512} : std::vector<std::int64_t>{1, 16, 512}) {
-            const bool channel = m < 0;
-            const std::int64_t rows_m = channel ? -m : m;
+          const bool mma_format = planar && (format == DType::kFP8_E4M3 || format == DType::kQ4_G128);
+          struct Run {
+            std::int64_t rows;
+            bool channel = false, tensor_cores = false;
+          };
+          std::vector<Run> runs = {{1}, {16}, {512}};
+          if (mma_format) runs.insert(runs.begin() + 1, {Run{8}, Run{8, false, true}, Run{16, false, true}});
+          if (fp8_channel) runs.push_back({512, true});
+          for (const Run& run : runs) {
+            const bool channel = run.channel;
+            const std::int64_t rows_m = run.rows;
             if (rows_m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
             if (planar_format && !planar && rows_m != 1) continue;
             double seconds = 0.0;
             try {
-              seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, channel);
+              seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, channel, run.tensor_cores);
             } catch (const std::runtime_error& e) {
               if (!channel) throw;
               if (!json)
@@ -259,7 +268,10 @@ int main(int argc, char** argv) {
               continue;
             }
             const std::int64_t m_rows = rows_m;
-            const char* layout = channel ? "planar, per channel (FP8 x FP8)" : planar ? "planar" : "blocks";
+            const char* layout = channel            ? "planar, per channel (FP8 x FP8)"
+                                 : run.tensor_cores ? "planar, tensor cores"
+                                 : planar           ? "planar"
+                                                    : "blocks";
             const double weight_bytes = static_cast<double>(row_bytes(format, s.k)) * static_cast<double>(s.n);
             const double gbs = weight_bytes / seconds / 1e9;
             const double tflops = 2.0 * static_cast<double>(m_rows * s.n * s.k) / seconds / 1e12;

@@ -22,11 +22,20 @@ namespace sitsrt::cuda {
 void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t n, std::int64_t k,
                    const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
 
+// Which kernels a planar matmul may take. kExact: the CUDA-core kernels, exact products summed in
+// float, each row's bits independent of the rows beside it (batch invariance). kTensorCores: also
+// the tensor-core kernel (kernels/mma_units.hpp) for steps of kMmaMinRows rows and more over FP8
+// E4M3 and INT4 g128 (each x within 2^-16 of its value); SITSRT_CUDA_MMA_DECODE=0 in the
+// environment keeps kExact (to compare).
+enum class PlanarPath { kExact, kTensorCores };
+inline constexpr std::int64_t kMmaMinRows = 5;
+
 // launch_matmul over a planar matrix (FP8 E4M3, INT4 g128, Q8_0, Q4_x, Q5_x, K-quants, IQ4_NL,
 // F16, BF16) of n rows of k elements, rows of x 16 at a time (planar_weights.hpp:
 // planar_supports(format, k) must hold; data 16-byte aligned).
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
-                          std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream);
+                          std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream,
+                          PlanarPath path = PlanarPath::kExact);
 
 // One matrix of a grouped planar launch: n rows (k elements each, the group's), outputs to y.
 struct PlanarTarget {
@@ -51,7 +60,8 @@ struct PlanarEpilogueArgs {
 // also writes the residual sum (kAdd) or the SwiGLU of two equal-sized targets (kSwiGlu) as the
 // elementwise kernels would, after the targets' own outputs.
 void launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
-                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream);
+                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
+                         PlanarPath path = PlanarPath::kExact);
 
 // launch_embed over a planar matrix of n rows of k elements.
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

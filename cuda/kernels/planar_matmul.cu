@@ -11,14 +11,19 @@
 // matrices that read the same x (Q, K, V: the decode fusions of backend/decode_fusion.hpp), the
 // residual add after a matmul, or gate and up with their SwiGLU (4 rows per tile there): the same
 // accumulation code, so every output has the bits of the matrix's own launch.
+// Outside batch invariance, steps of kMmaMinRows rows or more over FP8 E4M3 and INT4 g128 take
+// the tensor-core kernel below instead (planar_mma_kernel), with the same fusions.
 #include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/kernels/mma_units.hpp"
 #include "cuda_backend/kernels/planar_units.hpp"
 #include "cuda_backend/planar_weights.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace sitsrt::cuda {
@@ -163,6 +168,151 @@ __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs
   }
 }
 
+// Tensor-core decode (mma_units.hpp) for FP8 E4M3 and INT4 g128 at 5-16 rows of x: a block of
+// kMmaWarps warps owns 32 weight rows (two m16 tiles: 32 consecutive outputs of one matrix, or 16
+// of gate and 16 of up), its warps taking every kMmaWarps-th scale block of the row (split-K, one
+// reduction through shared memory in warp order, so every output has one order of sums whatever
+// the launch). One warp's x fragments serve both tiles; one tile's codes serve the kNTiles n8
+// tiles of x (8 rows each): x is read once a block for 32 weight rows where the CUDA-core kernel
+// reads it once for 2 or 4. Not under batch invariance (a row's bits depend on its tile's kernel).
+constexpr int kMmaWarps = 8;
+constexpr int kMmaThreads = 32 * kMmaWarps;
+constexpr int kMmaTiles = 2;  // m16 tiles a block
+constexpr int kMmaOutputs = 16 * kMmaTiles;
+
+template <DType F, int kNTiles, bool kGated>
+__global__ void __launch_bounds__(kMmaThreads) planar_mma_kernel(const GroupArgs a) {
+  begin_dependent_grid();
+  int tile_target[kMmaTiles];
+  std::int64_t tile_j0[kMmaTiles];
+  if constexpr (kGated) {  // gate outputs j0.. (tile 0) and up's (tile 1)
+    tile_target[0] = 0;
+    tile_target[1] = 1;
+    tile_j0[0] = tile_j0[1] = static_cast<std::int64_t>(blockIdx.x) * 16;
+  } else {
+    int target = 0;
+    while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
+    const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * kMmaOutputs;
+    for (int mt = 0; mt < kMmaTiles; ++mt) {
+      tile_target[mt] = target;
+      tile_j0[mt] = j0 + 16 * mt;
+    }
+  }
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int g = lane / 4, t = lane % 4;
+  // The lane's weight rows: g and g + 8 of each tile (past n: the last row again, not stored).
+  const std::uint8_t* codes[kMmaTiles][2];
+  const std::uint8_t* sides[kMmaTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMmaTiles; ++mt) {
+    const GroupArgs::Target& tg = a.t[tile_target[mt]];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      std::int64_t j = tile_j0[mt] + g + 8 * h;
+      j = j < tg.n ? j : tg.n - 1;
+      codes[mt][h] = tg.data + j * tg.g.code_row_bytes;
+      sides[mt][h] = tg.data + tg.g.scales_of(j);
+    }
+  }
+  const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
+  float acc[kMmaTiles][kNTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMmaTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    }
+  }
+  const std::int64_t blocks = a.t[tile_target[0]].g.units / 4;
+  for (std::int64_t b = warp; b < blocks; b += kMmaWarps) {
+    const std::int64_t u = 4 * b + t;
+    uint4 w[kMmaTiles][2][1];
+    mma::BlockSide side[kMmaTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMmaTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        planar::load_codes<F>(codes[mt][h], u, w[mt][h]);
+        side[mt][h] = mma::load_block_side<F>(sides[mt][h], b);
+      }
+    }
+    float block_sum[kMmaTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMmaTiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) block_sum[mt][nt][i] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int step = 0; step < mma::kSteps<F>; ++step) {
+      mma::FragB hi[kNTiles], lo[kNTiles];
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments<F>(xt, 8 * nt + g, u, step, hi[nt], lo[nt]);
+#pragma unroll
+      for (int mt = 0; mt < kMmaTiles; ++mt) {
+        const mma::FragA frag = mma::a_fragment<F>(w[mt][0][0], w[mt][1][0], side[mt][0], side[mt][1], step);
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          mma::mma_bf16(frag, hi[nt], block_sum[mt][nt]);
+          mma::mma_bf16(frag, lo[nt], block_sum[mt][nt]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMmaTiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, block_sum[mt][nt][i], acc[mt][nt][i]);
+      }
+    }
+  }
+  // partial[warp][output o of the block][row r of x]; c_i: output g + 8 (i / 2), row 2t + i % 2
+  constexpr int kCols = 8 * kNTiles;
+  __shared__ float partial[kMmaWarps][kMmaOutputs][kCols];
+#pragma unroll
+  for (int mt = 0; mt < kMmaTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[warp][16 * mt + g + 8 * (i / 2)][8 * nt + 2 * t + i % 2] = acc[mt][nt][i];
+    }
+  }
+  __syncthreads();
+  __shared__ float totals[kMmaOutputs][kCols];
+  for (int i = static_cast<int>(threadIdx.x); i < kMmaOutputs * kCols; i += kMmaThreads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kMmaWarps; ++wi) sum += partial[wi][i / kCols][i % kCols];
+    totals[i / kCols][i % kCols] = sum;
+  }
+  __syncthreads();
+  if constexpr (kGated) {
+    for (int i = static_cast<int>(threadIdx.x); i < 16 * kCols; i += kMmaThreads) {
+      const int o = i / kCols, r = i % kCols;
+      const std::int64_t j = tile_j0[0] + o;
+      if (j >= a.t[0].n || r >= a.rows) continue;
+      const float gate = totals[o][r], up = totals[16 + o][r];
+      a.t[0].y[r * a.t[0].ldy + j] = gate;
+      a.t[1].y[r * a.t[1].ldy + j] = up;
+      a.out[r * a.ld_out + j] = a.kind == PlanarEpilogue::kGeGlu ? geglu_tanh_value(gate, up) : swiglu_value(gate, up);
+    }
+  } else {
+    const GroupArgs::Target& tg = a.t[tile_target[0]];
+    for (int i = static_cast<int>(threadIdx.x); i < kMmaOutputs * kCols; i += kMmaThreads) {
+      const int o = i / kCols, r = i % kCols;
+      const std::int64_t j = tile_j0[0] + o;
+      if (j >= tg.n || r >= a.rows) continue;
+      const float y = totals[o][r];
+      tg.y[r * tg.ldy + j] = y;
+      if (a.kind == PlanarEpilogue::kAdd) a.out[r * a.ld_out + j] = y + a.residual[r * a.ld_residual + j];
+    }
+  }
+}
+
 template <DType F>
 __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, PlanarGeometry g, std::int64_t cols,
                                     const std::int32_t* __restrict__ ids, float* __restrict__ out, std::int64_t ldo) {
@@ -198,8 +348,49 @@ unsigned number_blocks(GroupArgs& a, int outputs) {
   return blocks;
 }
 
+bool mma_decode_allowed() {
+  static const bool allowed = [] {
+    const char* setting = std::getenv("SITSRT_CUDA_MMA_DECODE");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  return allowed;
+}
+
+// The tensor-core kernel over tiles of up to 16 rows (8-row kernels for tiles of 8 or fewer).
 template <DType F>
-void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
+void launch_mma(GroupArgs a, std::int64_t m, cudaStream_t stream) {
+  const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
+  const unsigned blocks = gated ? static_cast<unsigned>((a.t[0].n + 15) / 16) : number_blocks(a, kMmaOutputs);
+  const GroupArgs base = a;
+  for (std::int64_t r0 = 0; r0 < m; r0 += 16) {
+    a.rows = static_cast<int>(std::min<std::int64_t>(16, m - r0));
+    a.x = base.x + r0 * base.ldx;
+    for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
+    if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
+    if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
+    const auto launch = [&]<int kNTiles>() {
+      if (gated) {
+        launch_kernel(planar_mma_kernel<F, kNTiles, true>, blocks, kMmaThreads, 0, stream, a);
+      } else {
+        launch_kernel(planar_mma_kernel<F, kNTiles, false>, blocks, kMmaThreads, 0, stream, a);
+      }
+    };
+    if (a.rows <= 8) {
+      launch.template operator()<1>();
+    } else {
+      launch.template operator()<2>();
+    }
+  }
+}
+
+template <DType F>
+void launch_format(GroupArgs a, std::int64_t m, PlanarPath path, cudaStream_t stream) {
+  if constexpr (mma::kFormat<F>) {
+    if (path == PlanarPath::kTensorCores && m >= kMmaMinRows && mma_decode_allowed()) {
+      launch_mma<F>(a, m, stream);
+      return;
+    }
+  }
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
   const int max_rows = gated ? kMaxSwiGluTileRows : kMaxPlanarTileRows;
   const unsigned blocks = gated ? a.first_block[1] : a.first_block[a.count];
@@ -231,7 +422,8 @@ void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
 }  // namespace
 
 void launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
-                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream) {
+                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
+                         PlanarPath path) {
   if (m <= 0 || targets.empty()) return;
   GroupArgs a{};
   a.count = static_cast<int>(std::min<std::size_t>(targets.size(), kMaxPlanarTargets));
@@ -249,16 +441,17 @@ void launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
   a.out = epilogue.out;
   a.ld_out = epilogue.ld_out;
   if (blocks == 0) return;  // every target empty: nothing to launch (a zero grid is an error)
-  if (!dispatch_planar_format(format, [&]<DType F>() { launch_format<F>(a, m, stream); })) {
+  if (!dispatch_planar_format(format, [&]<DType F>() { launch_format<F>(a, m, path, stream); })) {
     raise_unsupported_format(format, "planar matmul");
   }
 }
 
 void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
-                          std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream) {
+                          std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream,
+                          PlanarPath path) {
   if (n <= 0) return;
   const PlanarTarget target{data, n, y, ldy};
-  launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream);
+  launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream, path);
 }
 
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

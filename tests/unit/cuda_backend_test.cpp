@@ -33,6 +33,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <numeric>
@@ -243,6 +244,135 @@ TEST_CASE("cuda planar matmul (every planar format) equals the double reference 
         }
       }
     }
+  }
+}
+
+TEST_CASE("cuda tensor-core decode matmul (FP8, INT4 g128) equals the double reference within x's hi / lo rounding",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(107);
+  struct Shape {
+    std::int64_t n, k;
+    std::vector<std::int64_t> ms;
+  };
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
+    const std::int64_t block = format == DType::kQ4_G128 ? 128 : 64;
+    // odd output counts (partial blocks of 32 and tiles of 16), fewer scale blocks than warps and
+    // many; 5-8 rows (one n8 tile), 9-16 (two), and steps of several 16-row tiles
+    for (const Shape& shape :
+         {Shape{67, 3 * block, {5, 8, 9, 16, 21, 47}}, Shape{1029, 4096, {5, 16}}, Shape{130, 14336, {7, 12}}}) {
+      if (test::cuda_small_shapes() && shape.n * shape.k > (1 << 20)) continue;
+      const std::int64_t n = shape.n, k = shape.k;
+      const std::size_t stride = row_bytes(format, k);
+      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+      std::vector<float> decoded(static_cast<std::size_t>(n * k));
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f * static_cast<float>(1 + j % 7));
+        quantize_row(format, row.data(), w.data() + j * stride, k);
+        dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
+      }
+      DeviceArray<std::uint8_t> dw(planar_matrix(format, w, n, k));
+      for (const std::int64_t m : shape.ms) {
+        for (const std::int64_t ldx : {k, k + 2}) {  // vector loads of x, and the scalar path
+          const std::int64_t ldy = n + 5;
+          std::vector<float> x(static_cast<std::size_t>(m * ldx));
+          for (float& v : x) v = rng.normal();
+          DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
+          cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr,
+                                     cuda::PlanarPath::kTensorCores);
+          SITSRT_CUDA_CHECK(cudaGetLastError());
+          INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
+          const std::vector<float> y = dy.download();
+          std::vector<float> got;
+          std::vector<double> want, scale;
+          for (std::int64_t r = 0; r < m; ++r) {
+            for (std::int64_t j = 0; j < n; ++j) {
+              double sum = 0, magnitude = 0;
+              for (std::int64_t e = 0; e < k; ++e) {
+                const double p = static_cast<double>(decoded[static_cast<std::size_t>(j * k + e)]) *
+                                 x[static_cast<std::size_t>(r * ldx + e)];
+                sum += p;
+                magnitude += std::fabs(p);
+              }
+              got.push_back(y[static_cast<std::size_t>(r * ldy + j)]);
+              want.push_back(sum);
+              scale.push_back(magnitude);
+            }
+            for (std::int64_t j = n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
+          }
+          // x within 2^-16 of each value, and float sums (the tensor cores' own accumulation order)
+          check_close(got, want, 1e-6, scale, 3e-5, "tensor-core decode matmul");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give each matrix's own bits",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(108);
+  const std::int64_t k = 512, m = 13;
+  const std::int64_t ns[3] = {96, 40, 40};  // Q, K, V-like; gate and up take the first two at 96
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
+    std::deque<DeviceArray<std::uint8_t>> mats;  // deque: the arrays neither copy nor move
+    for (const std::int64_t n : ns) {
+      const std::size_t stride = row_bytes(format, k);
+      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f);
+        quantize_row(format, row.data(), w.data() + j * stride, k);
+      }
+      mats.emplace_back(planar_matrix(format, w, n, k));
+    }
+    std::vector<float> x(static_cast<std::size_t>(m * k));
+    for (float& v : x) v = rng.normal();
+    DeviceArray<float> dx(x);
+    const auto alone = [&](int i, std::int64_t n) {
+      DeviceArray<float> dy(static_cast<std::size_t>(m * n));
+      cuda::launch_planar_matmul(format, mats[static_cast<std::size_t>(i)].get(), n, k, dx.get(), k, m, dy.get(), n,
+                                 nullptr, cuda::PlanarPath::kTensorCores);
+      return dy.download();
+    };
+    INFO(name(format));
+    // Q, K, V in one launch
+    std::deque<DeviceArray<float>> ys;
+    std::vector<cuda::PlanarTarget> targets;
+    for (int i = 0; i < 3; ++i) {
+      ys.emplace_back(static_cast<std::size_t>(m * ns[i]));
+      targets.push_back({mats[static_cast<std::size_t>(i)].get(), ns[i], ys.back().get(), ns[i]});
+    }
+    cuda::launch_planar_group(format, targets, k, dx.get(), k, m, {}, nullptr, cuda::PlanarPath::kTensorCores);
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> a = alone(i, ns[i]), b = ys[static_cast<std::size_t>(i)].download();
+      REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+    // matmul + residual
+    std::vector<float> residual(static_cast<std::size_t>(m * ns[0]));
+    for (float& v : residual) v = rng.normal();
+    DeviceArray<float> dres(residual), dsum(residual.size()), dy0(residual.size());
+    cuda::PlanarEpilogueArgs add{cuda::PlanarEpilogue::kAdd, dres.get(), ns[0], dsum.get(), ns[0]};
+    const cuda::PlanarTarget first{mats[0].get(), ns[0], dy0.get(), ns[0]};
+    cuda::launch_planar_group(format, {&first, 1}, k, dx.get(), k, m, add, nullptr, cuda::PlanarPath::kTensorCores);
+    const std::vector<float> q = alone(0, ns[0]), sums = dsum.download();
+    REQUIRE(std::memcmp(q.data(), dy0.download().data(), q.size() * sizeof(float)) == 0);
+    for (std::size_t i = 0; i < q.size(); ++i) REQUIRE(sums[i] == q[i] + residual[i]);
+    // gate (matrix 1 at 40 rows) and up (matrix 2) with SwiGLU
+    const auto outputs = static_cast<std::size_t>(m * ns[1]);
+    DeviceArray<float> gate(outputs), up(outputs), act(outputs);
+    const cuda::PlanarTarget pair[2] = {{mats[1].get(), ns[1], gate.get(), ns[1]},
+                                        {mats[2].get(), ns[2], up.get(), ns[2]}};
+    cuda::PlanarEpilogueArgs swiglu{cuda::PlanarEpilogue::kSwiGlu, nullptr, 0, act.get(), ns[1]};
+    cuda::launch_planar_group(format, pair, k, dx.get(), k, m, swiglu, nullptr, cuda::PlanarPath::kTensorCores);
+    SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> g = alone(1, ns[1]), u = alone(2, ns[2]);
+    REQUIRE(std::memcmp(g.data(), gate.download().data(), g.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(u.data(), up.download().data(), u.size() * sizeof(float)) == 0);
+    DeviceArray<float> dg(g), du(u), unfused(g.size());  // the unfused SwiGLU node's kernel
+    cuda::launch_elementwise(cuda::Elementwise::kSwiGlu, dg.get(), ns[1], du.get(), ns[1], 0.0f, m, ns[1],
+                             unfused.get(), ns[1], nullptr);
+    const std::vector<float> a = act.download(), b = unfused.download();
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   }
 }
 

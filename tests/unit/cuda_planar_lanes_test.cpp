@@ -3,9 +3,12 @@
 // loads, side data, nibble / bit-pair assembly and x offsets a lane uses, accumulated over a
 // row's units for 4 weight rows and 1-3 rows of x at once, equal the double reference of the
 // decoded weights. This is the kernel's per-thread arithmetic checked without a GPU; the block
-// reduction and launch shape are covered by the [cuda] tests on a device.
+// reduction and launch shape are covered by the [cuda] tests on a device. The tensor-core kernel's
+// lanes (cuda/kernels/mma_units.hpp) likewise: their fragments through an emulated
+// mma.m16n8k16 (the PTX ISA's fragment layout), split-K over 8 warps as the kernel splits it.
 #include "core/quant_blocks.hpp"
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/mma_units.hpp"
 #include "cuda_backend/kernels/planar_units.hpp"
 #include "cuda_backend/planar_weights.hpp"
 #include "support/random.hpp"
@@ -138,6 +141,171 @@ TEST_CASE("cuda planar lanes: every format's unit decode and x offsets equal the
   check_format<DType::kF16>(2048, 14);
   check_format<DType::kBF16>(24, 15);
   check_format<DType::kBF16>(2048, 16);
+}
+
+// mma.m16n8k16 (BF16 in, accumulation in double) over one warp's fragments, placed as the PTX
+// ISA lays them out: A register i of lane 4 g + t holds row g + 8 (i % 2), columns 2t + 8 (i / 2)
+// and one more; B register i column g, rows 2t + 8 i and one more; c[i] row g + 8 (i / 2), column
+// 2t + i % 2.
+using cuda::mma::FragA;
+using cuda::mma::FragB;
+void emulated_mma(const FragA (&a)[32], const FragB (&b)[32], double (&c)[32][4]) {
+  double am[16][16] = {}, bm[16][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      am[g + 8 * (i % 2)][2 * t + 8 * (i / 2)] = cuda::mma::bf16_low(a[lane].r[i]);
+      am[g + 8 * (i % 2)][2 * t + 8 * (i / 2) + 1] = cuda::mma::bf16_high(a[lane].r[i]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      bm[2 * t + 8 * i][g] = cuda::mma::bf16_low(b[lane].r[i]);
+      bm[2 * t + 8 * i + 1][g] = cuda::mma::bf16_high(b[lane].r[i]);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 16; ++k) c[lane][i] += am[g + 8 * (i / 2)][k] * bm[k][2 * t + i % 2];
+    }
+  }
+}
+
+// The tensor-core kernel's block of 32 outputs from j0 (two m16 tiles; past n the last row
+// again) over `rows` rows of x in kNTiles n8 tiles: each warp's scale blocks (every 8th), each
+// lane's units, side data and fragments as the kernel builds them, the block's sums scaled per
+// weight row; against the double reference, within x's hi / lo rounding (2^-16 of each product).
+template <DType F, int kNTiles>
+void check_mma_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
+                     std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
+  namespace mma = cuda::mma;
+  constexpr int kWarps = 8, kTiles = 2;
+  double got[32][16] = {};
+  const std::int64_t blocks = m.g.units / 4;
+  const cuda::planar::XTile xt{x.data(), ldx, rows, vector};
+  const auto row_of = [&](int mt, int lane, int h) {
+    const std::int64_t j = j0 + 16 * mt + lane / 4 + 8 * h;
+    return j < n ? j : n - 1;
+  };
+  for (int warp = 0; warp < kWarps; ++warp) {
+    for (std::int64_t b = warp; b < blocks; b += kWarps) {
+      cuda::planar::uint4 w[kTiles][32][2][1];
+      mma::BlockSide side[kTiles][32][2];
+      for (int mt = 0; mt < kTiles; ++mt) {
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int h = 0; h < 2; ++h) {
+            const std::int64_t j = row_of(mt, lane, h);
+            cuda::planar::load_codes<F>(m.planes.data() + j * m.g.code_row_bytes, 4 * b + lane % 4, w[mt][lane][h]);
+            side[mt][lane][h] = mma::load_block_side<F>(m.planes.data() + m.g.scales_of(j), b);
+          }
+        }
+      }
+      double block_sum[kTiles][kNTiles][32][4] = {};
+      for (int step = 0; step < mma::kSteps<F>; ++step) {
+        FragB hi[kNTiles][32], lo[kNTiles][32];
+        FragA a[kTiles][32];
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            mma::b_fragments<F>(xt, 8 * nt + lane / 4, 4 * b + lane % 4, step, hi[nt][lane], lo[nt][lane]);
+          }
+          for (int mt = 0; mt < kTiles; ++mt) {
+            a[mt][lane] =
+                mma::a_fragment<F>(w[mt][lane][0][0], w[mt][lane][1][0], side[mt][lane][0], side[mt][lane][1], step);
+          }
+        }
+        for (int mt = 0; mt < kTiles; ++mt) {
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            emulated_mma(a[mt], hi[nt], block_sum[mt][nt]);
+            emulated_mma(a[mt], lo[nt], block_sum[mt][nt]);
+          }
+        }
+      }
+      for (int mt = 0; mt < kTiles; ++mt) {
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < 4; ++i) {
+              const int o = 16 * mt + lane / 4 + 8 * (i / 2), r = 8 * nt + 2 * (lane % 4) + i % 2;
+              got[o][r] += side[mt][lane][i / 2].scale * block_sum[mt][nt][lane][i];
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int o = 0; o < 32; ++o) {
+    const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
+    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
+    for (int r = rows; r < 8 * kNTiles; ++r) REQUIRE(got[o][r] == 0.0);  // idle columns: x read as zeros
+    for (int r = 0; r < rows; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t e = 0; e < cols; ++e) {
+        const double p =
+            static_cast<double>(cuda::decode_element<F>(row, e)) * x[static_cast<std::size_t>(r * ldx + e)];
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
+      REQUIRE(std::fabs(got[o][r] - want) <= std::ldexp(magnitude, -16) + 1e-30);
+    }
+  }
+}
+
+template <DType F>
+void check_mma_format(std::int64_t cols, std::uint64_t seed) {
+  test::Rng rng(seed);
+  const std::int64_t n = 40;  // a block of 32 outputs, then one clamped past n
+  const PlanarMatrix m = make_matrix(F, n, cols, rng);
+  for (const std::int64_t ldx : {cols, cols + 2}) {
+    std::vector<float> x(static_cast<std::size_t>(16 * ldx));
+    for (float& v : x) v = rng.normal();
+    x[5] = 3.0e5f;  // beyond f16's range: BF16 keeps it
+    for (std::int64_t j0 = 0; j0 < n; j0 += 32) {
+      check_mma_block<F, 1>(m, n, cols, x, ldx, 5, ldx % 4 == 0, j0);
+      check_mma_block<F, 2>(m, n, cols, x, ldx, 13, ldx % 4 == 0, j0);
+      check_mma_block<F, 2>(m, n, cols, x, ldx, 16, false, j0);
+    }
+  }
+}
+
+TEST_CASE("cuda mma lanes: the tensor-core decode's fragments through an emulated mma equal the reference",
+          "[cuda-formats]") {
+  // one scale block per warp and several (the 8 warps wrap), idle warps at 3 blocks
+  check_mma_format<DType::kFP8_E4M3>(192, 41);
+  check_mma_format<DType::kFP8_E4M3>(2048, 42);
+  check_mma_format<DType::kQ4_G128>(384, 43);
+  check_mma_format<DType::kQ4_G128>(4096, 44);
+}
+
+TEST_CASE("cuda mma lanes: BF16 hi / lo split and code conversions are exact where they must be", "[cuda-formats]") {
+  namespace mma = cuda::mma;
+  // every E4M3 code (NaN aside) is its value in BF16
+  for (std::uint32_t c = 0; c < 256; ++c) {
+    if ((c & 0x7fu) == 0x7fu) continue;
+    const std::uint32_t v = mma::fp8x2_bf16x2(c | (c ^ 0x80u) << 8);
+    REQUIRE(mma::bf16_low(v) == cuda::fp8_e4m3_to_float(static_cast<std::uint8_t>(c)));
+    REQUIRE(mma::bf16_high(v) == cuda::fp8_e4m3_to_float(static_cast<std::uint8_t>(c ^ 0x80u)));
+  }
+  // q - zero for every nibble and zero point
+  for (std::uint32_t q = 0; q < 16; ++q) {
+    for (std::uint32_t z = 0; z < 16; ++z) {
+      const std::uint32_t v = mma::sub_bf16x2((0x4300u | q) | (0x4300u | (15 - q)) << 16, (0x4300u | z) * 0x10001u);
+      REQUIRE(mma::bf16_low(v) == static_cast<float>(static_cast<int>(q) - static_cast<int>(z)));
+      REQUIRE(mma::bf16_high(v) == static_cast<float>(15 - static_cast<int>(q) - static_cast<int>(z)));
+    }
+  }
+  // hi + lo within 2^-16 of x (two roundings to 8 bits), hi within 2^-8, ties to even
+  test::Rng rng(45);
+  for (int i = 0; i < 10000; ++i) {
+    const float x0 = rng.normal() * std::ldexp(1.0f, i % 60 - 30), x1 = -x0 * 1.0009765625f;
+    std::uint32_t hi = 0, lo = 0;
+    mma::split_x2(x0, x1, hi, lo);
+    REQUIRE(std::fabs(static_cast<double>(mma::bf16_low(hi)) + mma::bf16_low(lo) - x0) <=
+            std::ldexp(std::fabs(x0), -16));
+    REQUIRE(std::fabs(static_cast<double>(mma::bf16_high(hi)) + mma::bf16_high(lo) - x1) <=
+            std::ldexp(std::fabs(x1), -16));
+    REQUIRE(std::fabs(mma::bf16_low(hi) - x0) <= std::ldexp(std::fabs(x0), -8));
+  }
+  REQUIRE(mma::pack_bf16x2(1.0f + 1.0f / 256, 0.0f) == 0x3f80u);  // a tie: to even (down)
+  REQUIRE(mma::pack_bf16x2(1.0f + 3.0f / 256, 0.0f) == 0x3f82u);  // a tie: to even (up)
 }
 
 }  // namespace
