@@ -72,9 +72,11 @@ SITSRT_LANE float bf16_high(std::uint32_t v) {
 }
 
 // x0, x1 as the hi and lo BF16 pairs (x - hi is exact in float; its rounding is the only loss).
+// An infinite hi (x infinite, or rounded past BF16's largest) keeps lo 0: x - hi would be NaN.
 SITSRT_LANE void split_x2(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
   hi = pack_bf16x2(x0, x1);
-  lo = pack_bf16x2(planar::sub_rn(x0, bf16_low(hi)), planar::sub_rn(x1, bf16_high(hi)));
+  const float h0 = bf16_low(hi), h1 = bf16_high(hi);
+  lo = pack_bf16x2(std::isinf(h0) ? 0.0f : planar::sub_rn(x0, h0), std::isinf(h1) ? 0.0f : planar::sub_rn(x1, h1));
 }
 
 // Two E4M3 codes (bits 0-15) as BF16, exactly: through the f16 pair the hardware converts to.
@@ -184,6 +186,15 @@ SITSRT_LANE void b_fragments(const planar::XTile& xt, int row, std::int64_t u, i
   }
   split_x2(x[0], x[1], hi.r[0], lo.r[0]);
   split_x2(x[2], x[3], hi.r[1], lo.r[1]);
+}
+
+// Where c[i] of lane `lane` sits in the 16 x 8 C tile: its row (weight row of the m16 tile) and
+// column (row of x in the n8 tile).
+SITSRT_LANE int c_row(int lane, int i) {
+  return lane / 4 + 8 * (i / 2);
+}
+SITSRT_LANE int c_column(int lane, int i) {
+  return 2 * (lane % 4) + i % 2;
 }
 
 #if defined(__CUDACC__)

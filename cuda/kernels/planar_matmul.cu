@@ -22,6 +22,7 @@
 #include "cuda_backend/planar_weights.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -177,23 +178,24 @@ __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs
 // reads it once for 2 or 4. Not under batch invariance (a row's bits depend on its tile's kernel).
 constexpr int kMmaWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaTiles = 2;  // m16 tiles a block
-constexpr int kMmaOutputs = 16 * kMmaTiles;
 
-template <DType F, int kNTiles, bool kGated>
-__global__ void __launch_bounds__(kMmaThreads) planar_mma_kernel(const GroupArgs a) {
+// kTiles m16 tiles of one matrix a block (16 kTiles consecutive outputs), or with kGated the same
+// 16 outputs of gate (tile 0) and up (tile 1).
+template <DType F, int kTiles, int kNTiles, bool kGated>
+__global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupArgs a) {
   begin_dependent_grid();
-  int tile_target[kMmaTiles];
-  std::int64_t tile_j0[kMmaTiles];
-  if constexpr (kGated) {  // gate outputs j0.. (tile 0) and up's (tile 1)
+  static_assert(!kGated || kTiles == 2, "gate and up: one tile each");
+  int tile_target[kTiles];
+  std::int64_t tile_j0[kTiles];
+  if constexpr (kGated) {
     tile_target[0] = 0;
     tile_target[1] = 1;
     tile_j0[0] = tile_j0[1] = static_cast<std::int64_t>(blockIdx.x) * 16;
   } else {
     int target = 0;
     while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
-    const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * kMmaOutputs;
-    for (int mt = 0; mt < kMmaTiles; ++mt) {
+    const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * 16 * kTiles;
+    for (int mt = 0; mt < kTiles; ++mt) {
       tile_target[mt] = target;
       tile_j0[mt] = j0 + 16 * mt;
     }
@@ -201,10 +203,10 @@ __global__ void __launch_bounds__(kMmaThreads) planar_mma_kernel(const GroupArgs
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
   // The lane's weight rows: g and g + 8 of each tile (past n: the last row again, not stored).
-  const std::uint8_t* codes[kMmaTiles][2];
-  const std::uint8_t* sides[kMmaTiles][2];
+  const std::uint8_t* codes[kTiles][2];
+  const std::uint8_t* sides[kTiles][2];
 #pragma unroll
-  for (int mt = 0; mt < kMmaTiles; ++mt) {
+  for (int mt = 0; mt < kTiles; ++mt) {
     const GroupArgs::Target& tg = a.t[tile_target[mt]];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -215,35 +217,53 @@ __global__ void __launch_bounds__(kMmaThreads) planar_mma_kernel(const GroupArgs
     }
   }
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
-  float acc[kMmaTiles][kNTiles][4];
+  float acc[kTiles][kNTiles][4];
 #pragma unroll
-  for (int mt = 0; mt < kMmaTiles; ++mt) {
+  for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
     }
   }
+  // The warp's scale blocks b = warp, warp + kMmaWarps, ...: the next one's codes and side words
+  // loaded before the current one's mmas, so a warp keeps two blocks' loads in flight.
   const std::int64_t blocks = a.t[tile_target[0]].g.units / 4;
-  for (std::int64_t b = warp; b < blocks; b += kMmaWarps) {
-    const std::int64_t u = 4 * b + t;
-    uint4 w[kMmaTiles][2][1];
-    mma::BlockSide side[kMmaTiles][2];
+  uint4 next_w[kTiles][2][1];
+  mma::BlockSide next_side[kTiles][2];
+  const auto load_block = [&](std::int64_t b) {
 #pragma unroll
-    for (int mt = 0; mt < kMmaTiles; ++mt) {
+    for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        planar::load_codes<F>(codes[mt][h], u, w[mt][h]);
-        side[mt][h] = mma::load_block_side<F>(sides[mt][h], b);
+        planar::load_codes<F>(codes[mt][h], 4 * b + t, next_w[mt][h]);
+        next_side[mt][h] = mma::load_block_side<F>(sides[mt][h], b);
       }
     }
-    float block_sum[kMmaTiles][kNTiles][4];
+  };
+  if (warp < blocks) load_block(warp);
+  for (std::int64_t b = warp; b < blocks; b += kMmaWarps) {
+    const std::int64_t u = 4 * b + t;
+    uint4 w[kTiles][2];
+    mma::BlockSide side[kTiles][2];
 #pragma unroll
-    for (int mt = 0; mt < kMmaTiles; ++mt) {
+    for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        w[mt][h] = next_w[mt][h][0];
+        side[mt][h] = next_side[mt][h];
+      }
+    }
+    if (b + kMmaWarps < blocks) load_block(b + kMmaWarps);
+    // x's hi and lo parts in separate sums (two chains of dependent mmas instead of one twice as
+    // long), added before the block's scale
+    float sum_hi[kTiles][kNTiles][4], sum_lo[kTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) block_sum[mt][nt][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) sum_hi[mt][nt][i] = sum_lo[mt][nt][i] = 0.0f;
       }
     }
 #pragma unroll
@@ -252,38 +272,42 @@ __global__ void __launch_bounds__(kMmaThreads) planar_mma_kernel(const GroupArgs
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments<F>(xt, 8 * nt + g, u, step, hi[nt], lo[nt]);
 #pragma unroll
-      for (int mt = 0; mt < kMmaTiles; ++mt) {
-        const mma::FragA frag = mma::a_fragment<F>(w[mt][0][0], w[mt][1][0], side[mt][0], side[mt][1], step);
+      for (int mt = 0; mt < kTiles; ++mt) {
+        const mma::FragA frag = mma::a_fragment<F>(w[mt][0], w[mt][1], side[mt][0], side[mt][1], step);
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          mma::mma_bf16(frag, hi[nt], block_sum[mt][nt]);
-          mma::mma_bf16(frag, lo[nt], block_sum[mt][nt]);
+          mma::mma_bf16(frag, hi[nt], sum_hi[mt][nt]);
+          mma::mma_bf16(frag, lo[nt], sum_lo[mt][nt]);
         }
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < kMmaTiles; ++mt) {
+    for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, block_sum[mt][nt][i], acc[mt][nt][i]);
+        for (int i = 0; i < 4; ++i) {
+          acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, sum_hi[mt][nt][i] + sum_lo[mt][nt][i], acc[mt][nt][i]);
+        }
       }
     }
   }
-  // partial[warp][output o of the block][row r of x]; c_i: output g + 8 (i / 2), row 2t + i % 2
-  constexpr int kCols = 8 * kNTiles;
-  __shared__ float partial[kMmaWarps][kMmaOutputs][kCols];
+  // partial[warp][output o of the block][row r of x], from the C fragment's places
+  constexpr int kOutputs = 16 * kTiles, kCols = 8 * kNTiles;
+  __shared__ float partial[kMmaWarps][kOutputs][kCols];
 #pragma unroll
-  for (int mt = 0; mt < kMmaTiles; ++mt) {
+  for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) partial[warp][16 * mt + g + 8 * (i / 2)][8 * nt + 2 * t + i % 2] = acc[mt][nt][i];
+      for (int i = 0; i < 4; ++i) {
+        partial[warp][16 * mt + mma::c_row(lane, i)][8 * nt + mma::c_column(lane, i)] = acc[mt][nt][i];
+      }
     }
   }
   __syncthreads();
-  __shared__ float totals[kMmaOutputs][kCols];
-  for (int i = static_cast<int>(threadIdx.x); i < kMmaOutputs * kCols; i += kMmaThreads) {
+  __shared__ float totals[kOutputs][kCols];
+  for (int i = static_cast<int>(threadIdx.x); i < kOutputs * kCols; i += kMmaThreads) {
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kMmaWarps; ++wi) sum += partial[wi][i / kCols][i % kCols];
@@ -292,18 +316,19 @@ __global__ void __launch_bounds__(kMmaThreads) planar_mma_kernel(const GroupArgs
   __syncthreads();
   if constexpr (kGated) {
     for (int i = static_cast<int>(threadIdx.x); i < 16 * kCols; i += kMmaThreads) {
-      const int o = i / kCols, r = i % kCols;
+      const int r = i / 16, o = i % 16;  // consecutive threads: consecutive outputs of a row
       const std::int64_t j = tile_j0[0] + o;
       if (j >= a.t[0].n || r >= a.rows) continue;
       const float gate = totals[o][r], up = totals[16 + o][r];
       a.t[0].y[r * a.t[0].ldy + j] = gate;
       a.t[1].y[r * a.t[1].ldy + j] = up;
+      // last: out may be the gate's buffer
       a.out[r * a.ld_out + j] = a.kind == PlanarEpilogue::kGeGlu ? geglu_tanh_value(gate, up) : swiglu_value(gate, up);
     }
   } else {
     const GroupArgs::Target& tg = a.t[tile_target[0]];
-    for (int i = static_cast<int>(threadIdx.x); i < kMmaOutputs * kCols; i += kMmaThreads) {
-      const int o = i / kCols, r = i % kCols;
+    for (int i = static_cast<int>(threadIdx.x); i < kOutputs * kCols; i += kMmaThreads) {
+      const int r = i / kOutputs, o = i % kOutputs;
       const std::int64_t j = tile_j0[0] + o;
       if (j >= tg.n || r >= a.rows) continue;
       const float y = totals[o][r];
@@ -356,11 +381,34 @@ bool mma_decode_allowed() {
   return allowed;
 }
 
-// The tensor-core kernel over tiles of up to 16 rows (8-row kernels for tiles of 8 or fewer).
+// The device's multiprocessor count, asked once per device.
+int multiprocessors() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> counts[kDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
+  int count = counts[device].load(std::memory_order_relaxed);
+  if (count == 0) {
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+      count = 132;
+    }
+    counts[device].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
+
+// The tensor-core kernel over tiles of up to 16 rows (one n8 tile for 8 rows or fewer). Blocks of
+// 32 outputs where that still gives every multiprocessor two, else of 16 (twice the blocks, the
+// same bits: an output's sums do not depend on the tile beside it).
 template <DType F>
 void launch_mma(GroupArgs a, std::int64_t m, cudaStream_t stream) {
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
-  const unsigned blocks = gated ? static_cast<unsigned>((a.t[0].n + 15) / 16) : number_blocks(a, kMmaOutputs);
+  GroupArgs narrow = a;
+  const unsigned wide_blocks = number_blocks(a, 32);
+  const bool wide = gated || wide_blocks >= 2u * static_cast<unsigned>(multiprocessors());
+  const unsigned blocks =
+      gated ? static_cast<unsigned>((a.t[0].n + 15) / 16) : wide ? wide_blocks : number_blocks(narrow, 16);
+  if (!wide) a = narrow;
   const GroupArgs base = a;
   for (std::int64_t r0 = 0; r0 < m; r0 += 16) {
     a.rows = static_cast<int>(std::min<std::int64_t>(16, m - r0));
@@ -370,9 +418,11 @@ void launch_mma(GroupArgs a, std::int64_t m, cudaStream_t stream) {
     if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
     const auto launch = [&]<int kNTiles>() {
       if (gated) {
-        launch_kernel(planar_mma_kernel<F, kNTiles, true>, blocks, kMmaThreads, 0, stream, a);
+        launch_kernel(planar_mma_kernel<F, 2, kNTiles, true>, blocks, kMmaThreads, 0, stream, a);
+      } else if (wide) {
+        launch_kernel(planar_mma_kernel<F, 2, kNTiles, false>, blocks, kMmaThreads, 0, stream, a);
       } else {
-        launch_kernel(planar_mma_kernel<F, kNTiles, false>, blocks, kMmaThreads, 0, stream, a);
+        launch_kernel(planar_mma_kernel<F, 1, kNTiles, false>, blocks, kMmaThreads, 0, stream, a);
       }
     };
     if (a.rows <= 8) {

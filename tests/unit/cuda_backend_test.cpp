@@ -373,6 +373,18 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
                              unfused.get(), ns[1], nullptr);
     const std::vector<float> a = act.download(), b = unfused.download();
     REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    // GeGLU written over the gate's own buffer (as the backend's fusion may)
+    DeviceArray<float> gate2(outputs), up2(outputs);
+    const cuda::PlanarTarget pair2[2] = {{mats[1].get(), ns[1], gate2.get(), ns[1]},
+                                         {mats[2].get(), ns[2], up2.get(), ns[2]}};
+    cuda::PlanarEpilogueArgs geglu{cuda::PlanarEpilogue::kGeGlu, nullptr, 0, gate2.get(), ns[1]};
+    cuda::launch_planar_group(format, pair2, k, dx.get(), k, m, geglu, nullptr, cuda::PlanarPath::kTensorCores);
+    DeviceArray<float> unfused_geglu(outputs);
+    cuda::launch_elementwise(cuda::Elementwise::kGeGluTanh, dg.get(), ns[1], du.get(), ns[1], 0.0f, m, ns[1],
+                             unfused_geglu.get(), ns[1], nullptr);
+    const std::vector<float> c = gate2.download(), d = unfused_geglu.download();
+    REQUIRE(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(u.data(), up2.download().data(), u.size() * sizeof(float)) == 0);
   }
 }
 

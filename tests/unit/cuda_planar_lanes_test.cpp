@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace sitsrt {
@@ -223,7 +224,7 @@ void check_mma_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, c
         for (int nt = 0; nt < kNTiles; ++nt) {
           for (int lane = 0; lane < 32; ++lane) {
             for (int i = 0; i < 4; ++i) {
-              const int o = 16 * mt + lane / 4 + 8 * (i / 2), r = 8 * nt + 2 * (lane % 4) + i % 2;
+              const int o = 16 * mt + mma::c_row(lane, i), r = 8 * nt + mma::c_column(lane, i);
               got[o][r] += side[mt][lane][i / 2].scale * block_sum[mt][nt][lane][i];
             }
           }
@@ -277,6 +278,14 @@ TEST_CASE("cuda mma lanes: the tensor-core decode's fragments through an emulate
 
 TEST_CASE("cuda mma lanes: BF16 hi / lo split and code conversions are exact where they must be", "[cuda-formats]") {
   namespace mma = cuda::mma;
+  // c_row / c_column: the PTX ISA's C layout (row g + 8 (i / 2), column 2t + i % 2), every place once
+  int seen[16][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 4; ++i) ++seen[mma::c_row(lane, i)][mma::c_column(lane, i)];
+  }
+  for (const auto& row : seen) {
+    for (const int count : row) REQUIRE(count == 1);
+  }
   // every E4M3 code (NaN aside) is its value in BF16
   for (std::uint32_t c = 0; c < 256; ++c) {
     if ((c & 0x7fu) == 0x7fu) continue;
@@ -304,6 +313,12 @@ TEST_CASE("cuda mma lanes: BF16 hi / lo split and code conversions are exact whe
             std::ldexp(std::fabs(x1), -16));
     REQUIRE(std::fabs(mma::bf16_low(hi) - x0) <= std::ldexp(std::fabs(x0), -8));
   }
+  // infinities: hi infinite, lo 0 (not NaN); a float past BF16's largest rounds to infinity
+  std::uint32_t hi = 0, lo = 0;
+  mma::split_x2(std::numeric_limits<float>::infinity(), -3.3999e38f, hi, lo);
+  REQUIRE(std::isinf(mma::bf16_low(hi)));
+  REQUIRE(mma::bf16_high(hi) == -std::numeric_limits<float>::infinity());
+  REQUIRE(lo == 0u);
   REQUIRE(mma::pack_bf16x2(1.0f + 1.0f / 256, 0.0f) == 0x3f80u);  // a tie: to even (down)
   REQUIRE(mma::pack_bf16x2(1.0f + 3.0f / 256, 0.0f) == 0x3f82u);  // a tie: to even (up)
 }
