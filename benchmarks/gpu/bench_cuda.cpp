@@ -243,9 +243,10 @@ int main(int argc, char** argv) {
       for (const bool planar : planar_format ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
         for (const Shape& s : kShapes) {
           // 512 rows of per-channel FP8 also: the FP8 x FP8 GEMM (a row saying why where it cannot run)
-          // and for FP8 / INT4 g128, 8 and 16 rows on the tensor cores beside the CUDA cores' 8 and 16
+          // and for the formats with a tensor-core decode, 8 and 16 rows on the tensor cores beside
+          // the CUDA cores' 8 and 16
           const bool fp8_channel = format == DType::kFP8_E4M3 && planar;
-          const bool mma_format = planar && (format == DType::kFP8_E4M3 || format == DType::kQ4_G128);
+          const bool mma_format = planar && format != DType::kF16 && format != DType::kBF16;
           struct Run {
             std::int64_t rows;
             bool channel = false, tensor_cores = false;

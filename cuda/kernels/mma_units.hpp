@@ -1,11 +1,12 @@
-// The lane logic of the tensor-core decode matmul (planar_matmul.cu's mma kernel, 5-16 rows of x
-// over FP8 E4M3 and INT4 g128 planar weights): one warp computes 16 weight rows x 8 rows of x per
-// mma.sync.m16n8k16 (BF16 operands, float accumulation).
+// The lane logic of the tensor-core decode matmul (planar_mma.cu, tiles of up to 16 rows of x over
+// planar weights): one warp computes 16 weight rows x 8 rows of x per mma.sync.m16n8k16 (BF16
+// operands, float accumulation). Two schemes: the block scheme below for FP8 E4M3 and INT4 g128,
+// the quarter scheme (further down) for the GGUF block formats.
 //
 // Operands, exact where the CUDA-core kernels are exact:
 //   - weights as their integer-valued codes, which BF16 holds exactly (an E4M3 value; q - zero of
-//     INT4, -15..15), the block's scale applied to the block's float sum afterwards: a k16 step
-//     never mixes scale blocks;
+//     INT4, -15..15; int8, IQ4_NL levels, 5- and 6-bit codes), the scale applied to the float sum
+//     afterwards: a k16 step never mixes scale blocks;
 //   - each x as two BF16 (hi = x rounded, lo = x - hi rounded), two mmas: x to within 2^-16 of
 //     its value with float's range (the prefill GEMM rounds x to BF16: 2^-8).
 //
@@ -165,28 +166,199 @@ SITSRT_LANE void load_x2(const float* p, bool vector, float& x0, float& x1) {
   x1 = planar::load_ro(p + 1);
 }
 
-// The B fragments (hi, lo) of step s for row `row` of the tile's x (zeros past xt.rows: the
-// tile's idle columns read nothing) and the lane's unit u, in a_fragment's element order.
+// The B fragments (hi, lo) of x's row `row`, elements e .. e + 3 at rows 2t, 2t + 1 (register 0)
+// and 2t + 8, 2t + 9 (register 1); zeros past xt.rows (the tile's idle columns read nothing).
+SITSRT_LANE void b_fragments_x4(const planar::XTile& xt, int row, std::int64_t e, FragB& hi, FragB& lo) {
+  float4 v{0.0f, 0.0f, 0.0f, 0.0f};
+  if (row < xt.rows) v = planar::load_x4(xt.x + row * xt.ldx + e, xt.vector);
+  split_x2(v.x, v.y, hi.r[0], lo.r[0]);
+  split_x2(v.z, v.w, hi.r[1], lo.r[1]);
+}
+
+// The B fragments (hi, lo) of step s for row `row` of the tile's x (zeros past xt.rows) and the
+// lane's unit u, in a_fragment's element order.
 template <DType F>
 SITSRT_LANE void b_fragments(const planar::XTile& xt, int row, std::int64_t u, int step, FragB& hi, FragB& lo) {
-  float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (row < xt.rows) {
-    const float* xr = xt.x + row * xt.ldx;
-    if constexpr (F == DType::kFP8_E4M3) {
-      const float4 v = planar::load_x4(xr + 16 * u + 4 * step, xt.vector);
-      x[0] = v.x;
-      x[1] = v.y;
-      x[2] = v.z;
-      x[3] = v.w;
-    } else {
+  if constexpr (F == DType::kFP8_E4M3) {
+    b_fragments_x4(xt, row, 16 * u + 4 * step, hi, lo);
+  } else {  // INT4: elements e, e + 1 (low nibbles) and e + 16, e + 17 (high)
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (row < xt.rows) {
+      const float* xr = xt.x + row * xt.ldx;
       const std::int64_t e = 32 * u + 4 * (step / 2) + 2 * (step % 2);
       load_x2(xr + e, xt.vector, x[0], x[1]);
       load_x2(xr + e + 16, xt.vector, x[2], x[3]);
     }
+    split_x2(x[0], x[1], hi.r[0], lo.r[0]);
+    split_x2(x[2], x[3], hi.r[1], lo.r[1]);
   }
-  split_x2(x[0], x[1], hi.r[0], lo.r[0]);
-  split_x2(x[2], x[3], hi.r[1], lo.r[1]);
 }
+
+// ---- The quarter scheme, for formats whose scale blocks are smaller than a quad's 4 units
+// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K). Lane t of a quad takes word t (bytes
+// 4t .. 4t + 3) of each 16-byte code load of the same unit, so a k16 step is 16 elements of one
+// unit inside one scale block or sub-block: the step's sum takes its scale, and for formats with a
+// min (elements scale * q + offset) the offset times the sum of x over the step, an mma with an
+// all-ones A. The lane's 4 elements of a step are its x's 4 floats at step_x_offset + 4t.
+
+template <DType F>
+inline constexpr bool kQuarterFormat =
+    F == DType::kQ8_0 || F == DType::kQ4_0 || F == DType::kQ4_1 || F == DType::kQ5_0 || F == DType::kQ5_1 ||
+    F == DType::kIQ4_NL || F == DType::kQ4_K || F == DType::kQ5_K || F == DType::kQ6_K;
+template <DType F>
+inline constexpr int kQuarterSteps = F == DType::kQ8_0   ? 1
+                                     : F == DType::kQ6_K ? 4
+                                                         : 2;  // steps a unit
+template <DType F>
+inline constexpr bool kQuarterOffset = F == DType::kQ4_1 || F == DType::kQ5_1 || F == DType::kQ4_K || F == DType::kQ5_K;
+template <DType F>
+inline constexpr int kChunkUnits =  // a warp's units at a time (64 or 128 elements), fewer where side data is large
+    F == DType::kQ6_K || F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ5_K ? 2 : 4;
+
+// The lane's word of each code load of unit u (planar::load_codes' addresses, plus 4t).
+template <DType F>
+SITSRT_LANE void load_quarter(const std::uint8_t* row_codes, std::int64_t u, int t,
+                              std::uint32_t (&w)[planar::kLoads<F>]) {
+  const auto word = [](const std::uint8_t* p) { return planar::load_ro(reinterpret_cast<const std::uint32_t*>(p)); };
+  if constexpr (F == DType::kQ6_K) {
+    const std::uint8_t* block = row_codes + 192 * (u / 4);
+    const int h = static_cast<int>(u % 4) / 2, lh = static_cast<int>(u % 2);
+    w[0] = word(block + 64 * h + 16 * lh + 4 * t);
+    w[1] = word(block + 64 * h + 32 + 16 * lh + 4 * t);
+    w[2] = word(block + 128 + 32 * h + 16 * lh + 4 * t);
+  } else {
+    w[0] = word(row_codes + 16 * u + 4 * t);
+  }
+}
+
+// The first of the 16 elements of step s of unit u (the lane's 4 are at + 4t).
+template <DType F>
+SITSRT_LANE std::int64_t step_x_offset(std::int64_t u, int step) {
+  if constexpr (F == DType::kQ8_0) {
+    return 16 * u;
+  } else if constexpr (F == DType::kQ6_K) {
+    return 256 * (u / 4) + 128 * ((u % 4) / 2) + 16 * (u % 2) + 32 * step;
+  } else if constexpr (F == DType::kQ4_K || F == DType::kQ5_K) {
+    return 64 * (u / 2) + 16 * (u % 2) + 32 * step;  // low nibbles: sub-block 2 (u % 8 / 2), high: the next
+  } else {
+    return 32 * u + 16 * step;  // byte i: element i (low nibble) and i + 16 (high)
+  }
+}
+
+// A step's elements of one weight row are scale * code + offset.
+struct StepScale {
+  float scale = 0.0f;
+  float offset = 0.0f;
+};
+
+template <DType F>
+SITSRT_LANE StepScale step_scale(const planar::Side<F>& s, std::int64_t u, int step) {
+  using planar::half_bits_to_float;
+  if constexpr (F == DType::kQ4_1 || F == DType::kQ5_1) {
+    return {half_bits_to_float(s.word), half_bits_to_float(s.word >> 16)};
+  } else if constexpr (F == DType::kQ4_K || F == DType::kQ5_K) {
+    int scale = 0, min = 0;
+    planar::q4k_scale_min(s.header, 2 * (static_cast<int>(u % 8) / 2) + step, &scale, &min);
+    return {mul_rn(half_bits_to_float(s.header.x), static_cast<float>(scale)),
+            -mul_rn(half_bits_to_float(s.header.x >> 16), static_cast<float>(min))};
+  } else if constexpr (F == DType::kQ6_K) {
+    const auto scale = static_cast<std::int8_t>((s.scales >> (8 * step)) & 0xffu);
+    return {mul_rn(half_bits_to_float(s.d), static_cast<float>(scale)), 0.0f};
+  } else {
+    return {half_bits_to_float(s.word), 0.0f};  // Q8_0, Q4_0, Q5_0, IQ4_NL
+  }
+}
+
+// Four codes below 128 (bytes of q) minus `bias` as BF16 pairs (bytes 0, 1 and bytes 2, 3):
+// 128 + q by the exponent byte 0x43, minus 128 + bias.
+SITSRT_LANE void small_codes(std::uint32_t q, std::uint32_t bias, std::uint32_t& c01, std::uint32_t& c89) {
+  const std::uint32_t b = (0x4300u | bias) * 0x00010001u;
+  c01 = sub_bf16x2(planar::byte_perm(q, 0u, 0x4140u) | 0x43004300u, b);
+  c89 = sub_bf16x2(planar::byte_perm(q, 0u, 0x4342u) | 0x43004300u, b);
+}
+
+// Four int8 codes (bytes of w) as BF16 pairs: 2^23 + 128 + q, minus 2^23 + 128, exact in BF16.
+SITSRT_LANE void int8_codes(std::uint32_t w, std::uint32_t& c01, std::uint32_t& c89) {
+  const std::uint32_t biased = w ^ 0x80808080u;
+  float f[4];
+  SITSRT_UNROLL
+  for (int i = 0; i < 4; ++i) f[i] = planar::sub_rn(planar::biased_byte(biased, i), planar::kTwo23 + 128.0f);
+  c01 = pack_bf16x2(f[0], f[1]);
+  c89 = pack_bf16x2(f[2], f[3]);
+}
+
+// The codes of the lane's 4 elements of step s for one weight row: the A registers of columns
+// 2t, 2t + 1 (c01) and 2t + 8, 2t + 9 (c89).
+template <DType F>
+SITSRT_LANE void step_codes(const std::uint32_t (&w)[planar::kLoads<F>], const planar::Side<F>& s, std::int64_t u,
+                            int t, int step, std::uint32_t& c01, std::uint32_t& c89) {
+  if constexpr (F == DType::kQ8_0) {
+    int8_codes(w[0], c01, c89);
+  } else if constexpr (F == DType::kQ6_K) {
+    // element 128 h + 32 k + 16 lh + i: low nibble (k / 2) of load k % 2, high bits 2k of load 2
+    const std::uint32_t low = (w[step % 2] >> (4 * (step / 2))) & 0x0f0f0f0fu;
+    const std::uint32_t high = ((w[2] >> (2 * step)) & 0x03030303u) << 4;
+    small_codes(low | high, 32u, c01, c89);
+  } else {
+    std::uint32_t q = step == 0 ? w[0] & 0x0f0f0f0fu : (w[0] >> 4) & 0x0f0f0f0fu;
+    if constexpr (F == DType::kQ5_K) {  // byte i of fifth word t: bit s for sub-block s
+      q |= ((planar::word_of(s.fifth, t) >> (2 * (static_cast<int>(u % 8) / 2) + step)) & 0x01010101u) << 4;
+    } else if constexpr (F == DType::kQ5_0 || F == DType::kQ5_1) {  // bit jj: element jj of the block
+      q |= planar::spread_fifth((s.fifth >> (16 * step + 4 * t)) & 15u);
+    }
+    if constexpr (F == DType::kIQ4_NL) {
+      int8_codes(planar::iq4nl_levels4(q), c01, c89);
+    } else {
+      small_codes(q, F == DType::kQ4_0 ? 8u : F == DType::kQ5_0 ? 16u : 0u, c01, c89);
+    }
+  }
+}
+
+// The side data of a chunk's units for one weight row, loaded with the chunk's codes: each unit's
+// record, but one Q4_K / Q5_K super-block header for the chunk (its 4 units share it) and of Q5_K's
+// fifth bits only the lane's word of each half. unit(c): unit u0 + c's side as load_side gives
+// it, or (Q5_K) with the lane's fifth word in every word (step_codes reads only word t).
+template <DType F>
+struct ChunkSide {
+  planar::Side<F> s[kChunkUnits<F>];
+  SITSRT_LANE void load(const std::uint8_t* row_side, std::int64_t u0, std::int64_t units, int /*t*/) {
+    SITSRT_UNROLL
+    for (int c = 0; c < kChunkUnits<F>; ++c) s[c] = planar::load_side<F>(row_side, u0 + c < units ? u0 + c : units - 1);
+  }
+  [[nodiscard]] SITSRT_LANE planar::Side<F> unit(int c) const { return s[c]; }
+};
+// The K-quant specializations take a chunk to lie in one super-block of 8 units (chunks start at
+// multiples of kChunkUnits, and planar rows are whole super-blocks); Q5_K's fifth words take its
+// first unit to be even.
+static_assert(8 % kChunkUnits<DType::kQ4_K> == 0 && 8 % kChunkUnits<DType::kQ5_K> == 0 &&
+                  kChunkUnits<DType::kQ5_K> % 2 == 0,
+              "a K-quant chunk inside one super-block, Q5_K's starting on an even unit");
+template <>
+struct ChunkSide<DType::kQ4_K> {
+  planar::Side<DType::kQ4_K> s;
+  SITSRT_LANE void load(const std::uint8_t* row_side, std::int64_t u0, std::int64_t /*units*/, int /*t*/) {
+    s = planar::load_side<DType::kQ4_K>(row_side, u0);
+  }
+  [[nodiscard]] SITSRT_LANE planar::Side<DType::kQ4_K> unit(int /*c*/) const { return s; }
+};
+template <>
+struct ChunkSide<DType::kQ5_K> {
+  uint4 header;
+  std::uint32_t fifth[2];  // word t of the halves u % 2 = 0, 1
+  SITSRT_LANE void load(const std::uint8_t* row_side, std::int64_t u0, std::int64_t /*units*/, int t) {
+    const auto* record = reinterpret_cast<const uint4*>(row_side) + 3 * (u0 / 8);  // header, 32 fifth bytes
+    header = planar::load_ro(record);
+    const auto* words = reinterpret_cast<const std::uint32_t*>(record + 1);
+    fifth[0] = planar::load_ro(words + t);
+    fifth[1] = planar::load_ro(words + 4 + t);
+  }
+  [[nodiscard]] SITSRT_LANE planar::Side<DType::kQ5_K> unit(int c) const {
+    const std::uint32_t f = fifth[c % 2];  // u0 is even
+    return {header, uint4{f, f, f, f}};
+  }
+};
+
+inline constexpr std::uint32_t kOnesBf16x2 = 0x3f803f80u;  // the all-ones A's registers
 
 // Where c[i] of lane `lane` sits in the 16 x 8 C tile: its row (weight row of the m16 tile) and
 // column (row of x in the n8 tile).

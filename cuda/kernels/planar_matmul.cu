@@ -11,20 +11,17 @@
 // matrices that read the same x (Q, K, V: the decode fusions of backend/decode_fusion.hpp), the
 // residual add after a matmul, or gate and up with their SwiGLU (4 rows per tile there): the same
 // accumulation code, so every output has the bits of the matrix's own launch.
-// Outside batch invariance, steps of kMmaMinRows rows or more over FP8 E4M3 and INT4 g128 take
-// the tensor-core kernel below instead (planar_mma_kernel), with the same fusions.
+// Outside batch invariance, steps of kMmaMinRows rows or more take the tensor-core kernels of
+// planar_mma.cu instead where the format has one, with the same fusions.
 #include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
-#include "cuda_backend/kernels/mma_units.hpp"
+#include "cuda_backend/kernels/planar_group.hpp"
 #include "cuda_backend/kernels/planar_units.hpp"
 #include "cuda_backend/planar_weights.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 namespace sitsrt::cuda {
@@ -44,28 +41,6 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// A launch: up to kMaxPlanarTargets matrices (same format and k) reading the same rows of x,
-// their blocks of outputs numbered one after the other, and what the epilogue writes.
-struct GroupArgs {
-  struct Target {
-    const std::uint8_t* data;
-    std::int64_t n;
-    PlanarGeometry g;
-    float* y;
-    std::int64_t ldy;
-  } t[kMaxPlanarTargets];
-  unsigned first_block[kMaxPlanarTargets + 1];
-  int count;
-  const float* x;
-  std::int64_t ldx;
-  int rows;     // rows of this tile (at most the kernel's kRows accumulators)
-  bool vector;  // x 16-byte aligned, ldx a multiple of 4: float4 loads
-  PlanarEpilogue kind;
-  const float* residual;
-  std::int64_t ld_residual;
-  float* out;
-  std::int64_t ld_out;
-};
 
 // The block's kOutputs outputs from j0 of each of kMats matrices (targets[m]), over the tile's
 // tile's rows of x (a.rows <= kRows), summed over the block into totals[(m * kOutputs + o) *
@@ -169,175 +144,6 @@ __global__ void __launch_bounds__(kThreads) planar_swiglu_kernel(const GroupArgs
   }
 }
 
-// Tensor-core decode (mma_units.hpp) for FP8 E4M3 and INT4 g128 at 5-16 rows of x: a block of
-// kMmaWarps warps owns 32 weight rows (two m16 tiles: 32 consecutive outputs of one matrix, or 16
-// of gate and 16 of up), its warps taking every kMmaWarps-th scale block of the row (split-K, one
-// reduction through shared memory in warp order, so every output has one order of sums whatever
-// the launch). One warp's x fragments serve both tiles; one tile's codes serve the kNTiles n8
-// tiles of x (8 rows each): x is read once a block for 32 weight rows where the CUDA-core kernel
-// reads it once for 2 or 4. Not under batch invariance (a row's bits depend on its tile's kernel).
-constexpr int kMmaWarps = 8;
-constexpr int kMmaThreads = 32 * kMmaWarps;
-
-// kTiles m16 tiles of one matrix a block (16 kTiles consecutive outputs), or with kGated the same
-// 16 outputs of gate (tile 0) and up (tile 1).
-template <DType F, int kTiles, int kNTiles, bool kGated>
-__global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupArgs a) {
-  begin_dependent_grid();
-  static_assert(!kGated || kTiles == 2, "gate and up: one tile each");
-  int tile_target[kTiles];
-  std::int64_t tile_j0[kTiles];
-  if constexpr (kGated) {
-    tile_target[0] = 0;
-    tile_target[1] = 1;
-    tile_j0[0] = tile_j0[1] = static_cast<std::int64_t>(blockIdx.x) * 16;
-  } else {
-    int target = 0;
-    while (target + 1 < a.count && blockIdx.x >= a.first_block[target + 1]) ++target;
-    const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x - a.first_block[target]) * 16 * kTiles;
-    for (int mt = 0; mt < kTiles; ++mt) {
-      tile_target[mt] = target;
-      tile_j0[mt] = j0 + 16 * mt;
-    }
-  }
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int g = lane / 4, t = lane % 4;
-  // The lane's weight rows: g and g + 8 of each tile (past n: the last row again, not stored).
-  const std::uint8_t* codes[kTiles][2];
-  const std::uint8_t* sides[kTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kTiles; ++mt) {
-    const GroupArgs::Target& tg = a.t[tile_target[mt]];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      std::int64_t j = tile_j0[mt] + g + 8 * h;
-      j = j < tg.n ? j : tg.n - 1;
-      codes[mt][h] = tg.data + j * tg.g.code_row_bytes;
-      sides[mt][h] = tg.data + tg.g.scales_of(j);
-    }
-  }
-  const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
-  float acc[kTiles][kNTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
-    }
-  }
-  // The warp's scale blocks b = warp, warp + kMmaWarps, ...: the next one's codes and side words
-  // loaded before the current one's mmas, so a warp keeps two blocks' loads in flight.
-  const std::int64_t blocks = a.t[tile_target[0]].g.units / 4;
-  uint4 next_w[kTiles][2][1];
-  mma::BlockSide next_side[kTiles][2];
-  const auto load_block = [&](std::int64_t b) {
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        planar::load_codes<F>(codes[mt][h], 4 * b + t, next_w[mt][h]);
-        next_side[mt][h] = mma::load_block_side<F>(sides[mt][h], b);
-      }
-    }
-  };
-  if (warp < blocks) load_block(warp);
-  for (std::int64_t b = warp; b < blocks; b += kMmaWarps) {
-    const std::int64_t u = 4 * b + t;
-    uint4 w[kTiles][2];
-    mma::BlockSide side[kTiles][2];
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        w[mt][h] = next_w[mt][h][0];
-        side[mt][h] = next_side[mt][h];
-      }
-    }
-    if (b + kMmaWarps < blocks) load_block(b + kMmaWarps);
-    // x's hi and lo parts in separate sums (two chains of dependent mmas instead of one twice as
-    // long), added before the block's scale
-    float sum_hi[kTiles][kNTiles][4], sum_lo[kTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sum_hi[mt][nt][i] = sum_lo[mt][nt][i] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int step = 0; step < mma::kSteps<F>; ++step) {
-      mma::FragB hi[kNTiles], lo[kNTiles];
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments<F>(xt, 8 * nt + g, u, step, hi[nt], lo[nt]);
-#pragma unroll
-      for (int mt = 0; mt < kTiles; ++mt) {
-        const mma::FragA frag = mma::a_fragment<F>(w[mt][0], w[mt][1], side[mt][0], side[mt][1], step);
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          mma::mma_bf16(frag, hi[nt], sum_hi[mt][nt]);
-          mma::mma_bf16(frag, lo[nt], sum_lo[mt][nt]);
-        }
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, sum_hi[mt][nt][i] + sum_lo[mt][nt][i], acc[mt][nt][i]);
-        }
-      }
-    }
-  }
-  // partial[warp][output o of the block][row r of x], from the C fragment's places
-  constexpr int kOutputs = 16 * kTiles, kCols = 8 * kNTiles;
-  __shared__ float partial[kMmaWarps][kOutputs][kCols];
-#pragma unroll
-  for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        partial[warp][16 * mt + mma::c_row(lane, i)][8 * nt + mma::c_column(lane, i)] = acc[mt][nt][i];
-      }
-    }
-  }
-  __syncthreads();
-  __shared__ float totals[kOutputs][kCols];
-  for (int i = static_cast<int>(threadIdx.x); i < kOutputs * kCols; i += kMmaThreads) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int wi = 0; wi < kMmaWarps; ++wi) sum += partial[wi][i / kCols][i % kCols];
-    totals[i / kCols][i % kCols] = sum;
-  }
-  __syncthreads();
-  if constexpr (kGated) {
-    for (int i = static_cast<int>(threadIdx.x); i < 16 * kCols; i += kMmaThreads) {
-      const int r = i / 16, o = i % 16;  // consecutive threads: consecutive outputs of a row
-      const std::int64_t j = tile_j0[0] + o;
-      if (j >= a.t[0].n || r >= a.rows) continue;
-      const float gate = totals[o][r], up = totals[16 + o][r];
-      a.t[0].y[r * a.t[0].ldy + j] = gate;
-      a.t[1].y[r * a.t[1].ldy + j] = up;
-      // last: out may be the gate's buffer
-      a.out[r * a.ld_out + j] = a.kind == PlanarEpilogue::kGeGlu ? geglu_tanh_value(gate, up) : swiglu_value(gate, up);
-    }
-  } else {
-    const GroupArgs::Target& tg = a.t[tile_target[0]];
-    for (int i = static_cast<int>(threadIdx.x); i < kOutputs * kCols; i += kMmaThreads) {
-      const int r = i / kOutputs, o = i % kOutputs;
-      const std::int64_t j = tile_j0[0] + o;
-      if (j >= tg.n || r >= a.rows) continue;
-      const float y = totals[o][r];
-      tg.y[r * tg.ldy + j] = y;
-      if (a.kind == PlanarEpilogue::kAdd) a.out[r * a.ld_out + j] = y + a.residual[r * a.ld_residual + j];
-    }
-  }
-}
-
 template <DType F>
 __global__ void planar_embed_kernel(const std::uint8_t* __restrict__ data, PlanarGeometry g, std::int64_t cols,
                                     const std::int32_t* __restrict__ ids, float* __restrict__ out, std::int64_t ldo) {
@@ -362,85 +168,9 @@ void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
 // Tiles of rows: every row pointer of the launch moved to the tile's first row. A tile of r rows
 // runs the kernel of the next power of two (1, 2, 4, 8, 16) with the others idle: fewer kernels
 // to build and ship, the same weight traffic.
-// The blocks of outputs of each target, one after another, at `outputs` rows a block.
-unsigned number_blocks(GroupArgs& a, int outputs) {
-  unsigned blocks = 0;
-  for (int t = 0; t < a.count; ++t) {
-    a.first_block[t] = blocks;
-    blocks += static_cast<unsigned>((a.t[t].n + outputs - 1) / outputs);
-  }
-  a.first_block[a.count] = blocks;
-  return blocks;
-}
-
-bool mma_decode_allowed() {
-  static const bool allowed = [] {
-    const char* setting = std::getenv("SITSRT_CUDA_MMA_DECODE");
-    return setting == nullptr || std::strcmp(setting, "0") != 0;
-  }();
-  return allowed;
-}
-
-// The device's multiprocessor count, asked once per device.
-int multiprocessors() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> counts[kDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
-  int count = counts[device].load(std::memory_order_relaxed);
-  if (count == 0) {
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-      count = 132;
-    }
-    counts[device].store(count, std::memory_order_relaxed);
-  }
-  return count;
-}
-
-// The tensor-core kernel over tiles of up to 16 rows (one n8 tile for 8 rows or fewer). Blocks of
-// 32 outputs where that still gives every multiprocessor two, else of 16 (twice the blocks, the
-// same bits: an output's sums do not depend on the tile beside it).
-template <DType F>
-void launch_mma(GroupArgs a, std::int64_t m, cudaStream_t stream) {
-  const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
-  GroupArgs narrow = a;
-  const unsigned wide_blocks = number_blocks(a, 32);
-  const bool wide = gated || wide_blocks >= 2u * static_cast<unsigned>(multiprocessors());
-  const unsigned blocks =
-      gated ? static_cast<unsigned>((a.t[0].n + 15) / 16) : wide ? wide_blocks : number_blocks(narrow, 16);
-  if (!wide) a = narrow;
-  const GroupArgs base = a;
-  for (std::int64_t r0 = 0; r0 < m; r0 += 16) {
-    a.rows = static_cast<int>(std::min<std::int64_t>(16, m - r0));
-    a.x = base.x + r0 * base.ldx;
-    for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
-    if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
-    if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
-    const auto launch = [&]<int kNTiles>() {
-      if (gated) {
-        launch_kernel(planar_mma_kernel<F, 2, kNTiles, true>, blocks, kMmaThreads, 0, stream, a);
-      } else if (wide) {
-        launch_kernel(planar_mma_kernel<F, 2, kNTiles, false>, blocks, kMmaThreads, 0, stream, a);
-      } else {
-        launch_kernel(planar_mma_kernel<F, 1, kNTiles, false>, blocks, kMmaThreads, 0, stream, a);
-      }
-    };
-    if (a.rows <= 8) {
-      launch.template operator()<1>();
-    } else {
-      launch.template operator()<2>();
-    }
-  }
-}
-
 template <DType F>
 void launch_format(GroupArgs a, std::int64_t m, PlanarPath path, cudaStream_t stream) {
-  if constexpr (mma::kFormat<F>) {
-    if (path == PlanarPath::kTensorCores && m >= kMmaMinRows && mma_decode_allowed()) {
-      launch_mma<F>(a, m, stream);
-      return;
-    }
-  }
+  if (path == PlanarPath::kTensorCores && m >= kMmaMinRows && launch_planar_mma(F, a, m, stream)) return;
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
   const int max_rows = gated ? kMaxSwiGluTileRows : kMaxPlanarTileRows;
   const unsigned blocks = gated ? a.first_block[1] : a.first_block[a.count];

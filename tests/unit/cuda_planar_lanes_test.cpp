@@ -171,6 +171,31 @@ void emulated_mma(const FragA (&a)[32], const FragB (&b)[32], double (&c)[32][4]
   }
 }
 
+// A tensor-core block's 32 outputs from j0 (past n: the last row, as the kernel loads it) for the
+// first `rows` of `columns` rows of x, against the double reference: within 2^bound_exponent of
+// sum |products|; the idle columns past `rows` exactly zero (x read as zeros there).
+template <DType F>
+void check_block_outputs(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
+                         std::int64_t ldx, int rows, bool vector, std::int64_t j0, int columns,
+                         const double (&got)[32][16], int bound_exponent) {
+  for (int o = 0; o < 32; ++o) {
+    const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
+    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
+    for (int r = rows; r < columns; ++r) REQUIRE(got[o][r] == 0.0);
+    for (int r = 0; r < rows; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t e = 0; e < cols; ++e) {
+        const double p =
+            static_cast<double>(cuda::decode_element<F>(row, e)) * x[static_cast<std::size_t>(r * ldx + e)];
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
+      REQUIRE(std::fabs(got[o][r] - want) <= std::ldexp(magnitude, bound_exponent) + 1e-30);
+    }
+  }
+}
+
 // The tensor-core kernel's block of 32 outputs from j0 (two m16 tiles; past n the last row
 // again) over `rows` rows of x in kNTiles n8 tiles: each warp's scale blocks (every 8th), each
 // lane's units, side data and fragments as the kernel builds them, the block's sums scaled per
@@ -232,22 +257,7 @@ void check_mma_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, c
       }
     }
   }
-  for (int o = 0; o < 32; ++o) {
-    const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
-    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
-    for (int r = rows; r < 8 * kNTiles; ++r) REQUIRE(got[o][r] == 0.0);  // idle columns: x read as zeros
-    for (int r = 0; r < rows; ++r) {
-      double want = 0.0, magnitude = 0.0;
-      for (std::int64_t e = 0; e < cols; ++e) {
-        const double p =
-            static_cast<double>(cuda::decode_element<F>(row, e)) * x[static_cast<std::size_t>(r * ldx + e)];
-        want += p;
-        magnitude += std::fabs(p);
-      }
-      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
-      REQUIRE(std::fabs(got[o][r] - want) <= std::ldexp(magnitude, -16) + 1e-30);
-    }
-  }
+  check_block_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, 8 * kNTiles, got, -16);
 }
 
 template <DType F>
@@ -265,6 +275,126 @@ void check_mma_format(std::int64_t cols, std::uint64_t seed) {
       check_mma_block<F, 2>(m, n, cols, x, ldx, 16, false, j0);
     }
   }
+}
+
+// The quarter kernel's block of 32 outputs from j0 (planar_mma.cu planar_mma_quarter_kernel):
+// each warp's chunks, each lane's words, chunk side data, step codes, scales, offsets and x sums
+// (an all-ones A) as the kernel builds them, through the emulated mma; against the double
+// reference within x's hi / lo rounding.
+template <DType F, int kNTiles>
+void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
+                         std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
+  namespace mma = cuda::mma;
+  constexpr int kWarps = 8, kTiles = 2, kChunk = mma::kChunkUnits<F>, kLoads = cuda::planar::kLoads<F>;
+  double got[32][16] = {};
+  const std::int64_t units = m.g.units;
+  const cuda::planar::XTile xt{x.data(), ldx, rows, vector};
+  const auto row_of = [&](int mt, int lane, int h) {
+    const std::int64_t j = j0 + 16 * mt + lane / 4 + 8 * h;
+    return j < n ? j : n - 1;
+  };
+  FragA ones[32];
+  for (FragA& a : ones) a = {{mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2}};
+  for (int warp = 0; warp < kWarps; ++warp) {
+    for (std::int64_t u0 = static_cast<std::int64_t>(warp) * kChunk; u0 < units; u0 += kWarps * kChunk) {
+      std::vector<std::uint32_t> words(static_cast<std::size_t>(kChunk * kTiles * 32 * 2 * kLoads));
+      const auto word_at = [&](int c, int mt, int lane, int h) {
+        return reinterpret_cast<std::uint32_t(*)[kLoads]>(
+            &words[static_cast<std::size_t>((((c * kTiles + mt) * 32 + lane) * 2 + h) * kLoads)]);
+      };
+      std::vector<mma::ChunkSide<F>> sides(static_cast<std::size_t>(kTiles * 32 * 2));
+      const auto side_at = [&](int mt, int lane, int h) -> mma::ChunkSide<F>& {
+        return sides[static_cast<std::size_t>((mt * 32 + lane) * 2 + h)];
+      };
+      for (int mt = 0; mt < kTiles; ++mt) {
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int h = 0; h < 2; ++h) {
+            const std::int64_t j = row_of(mt, lane, h);
+            for (int c = 0; c < kChunk; ++c) {
+              const std::int64_t u = u0 + c < units ? u0 + c : units - 1;
+              mma::load_quarter<F>(m.planes.data() + j * m.g.code_row_bytes, u, lane % 4, *word_at(c, mt, lane, h));
+            }
+            side_at(mt, lane, h).load(m.planes.data() + m.g.scales_of(j), u0, units, lane % 4);
+          }
+        }
+      }
+      for (int c = 0; c < kChunk && u0 + c < units; ++c) {
+        const std::int64_t u = u0 + c;
+        for (int step = 0; step < mma::kQuarterSteps<F>; ++step) {
+          FragB hi[kNTiles][32], lo[kNTiles][32];
+          double sums[kNTiles][32][4] = {};
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            for (int lane = 0; lane < 32; ++lane) {
+              const std::int64_t e = mma::step_x_offset<F>(u, step) + 4 * (lane % 4);
+              mma::b_fragments_x4(xt, 8 * nt + lane / 4, e, hi[nt][lane], lo[nt][lane]);
+            }
+            emulated_mma(ones, hi[nt], sums[nt]);
+            emulated_mma(ones, lo[nt], sums[nt]);
+          }
+          for (int mt = 0; mt < kTiles; ++mt) {
+            FragA a[32];
+            mma::StepScale scale[32][2];
+            for (int lane = 0; lane < 32; ++lane) {
+              for (int h = 0; h < 2; ++h) {
+                const cuda::planar::Side<F> s = side_at(mt, lane, h).unit(c);
+                mma::step_codes<F>(*word_at(c, mt, lane, h), s, u, lane % 4, step, a[lane].r[h], a[lane].r[2 + h]);
+                scale[lane][h] = mma::step_scale<F>(s, u, step);
+              }
+            }
+            for (int nt = 0; nt < kNTiles; ++nt) {
+              double sum[32][4] = {};
+              emulated_mma(a, hi[nt], sum);
+              emulated_mma(a, lo[nt], sum);
+              for (int lane = 0; lane < 32; ++lane) {
+                for (int i = 0; i < 4; ++i) {
+                  const mma::StepScale& sc = scale[lane][i / 2];
+                  got[16 * mt + mma::c_row(lane, i)][8 * nt + mma::c_column(lane, i)] +=
+                      sc.scale * sum[lane][i] + (mma::kQuarterOffset<F> ? sc.offset * sums[nt][lane][i] : 0.0);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // the offset formats' mins meet x's rounding through its sums as well: twice the bound
+  check_block_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, 8 * kNTiles, got, -15);
+}
+
+template <DType F>
+void check_quarter_format(std::int64_t cols, std::uint64_t seed) {
+  test::Rng rng(seed);
+  const std::int64_t n = 40;
+  const PlanarMatrix m = make_matrix(F, n, cols, rng);
+  for (const std::int64_t ldx : {cols, cols + 2}) {
+    std::vector<float> x(static_cast<std::size_t>(16 * ldx));
+    for (float& v : x) v = rng.normal();
+    for (std::int64_t j0 = 0; j0 < n; j0 += 32) {
+      check_quarter_block<F, 1>(m, n, cols, x, ldx, 6, ldx % 4 == 0, j0);
+      check_quarter_block<F, 2>(m, n, cols, x, ldx, 14, false, j0);
+    }
+  }
+}
+
+TEST_CASE("cuda mma lanes: the quarter scheme's fragments (GGUF block formats) equal the reference", "[cuda-formats]") {
+  // partial last chunks (a unit count not a multiple of the chunk), and several chunks per warp
+  check_quarter_format<DType::kQ8_0>(96, 51);
+  check_quarter_format<DType::kQ8_0>(2048, 52);
+  check_quarter_format<DType::kQ4_0>(96, 53);
+  check_quarter_format<DType::kQ4_0>(4096, 54);
+  check_quarter_format<DType::kQ4_1>(160, 55);
+  check_quarter_format<DType::kQ5_0>(96, 56);
+  check_quarter_format<DType::kQ5_0>(2048, 57);
+  check_quarter_format<DType::kQ5_1>(160, 58);
+  check_quarter_format<DType::kIQ4_NL>(96, 59);
+  check_quarter_format<DType::kIQ4_NL>(2048, 60);
+  check_quarter_format<DType::kQ4_K>(256, 61);
+  check_quarter_format<DType::kQ4_K>(4096, 62);
+  check_quarter_format<DType::kQ5_K>(256, 63);
+  check_quarter_format<DType::kQ5_K>(4096, 64);
+  check_quarter_format<DType::kQ6_K>(256, 65);
+  check_quarter_format<DType::kQ6_K>(4096, 66);
 }
 
 TEST_CASE("cuda mma lanes: the tensor-core decode's fragments through an emulated mma equal the reference",

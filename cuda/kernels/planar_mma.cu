@@ -1,0 +1,366 @@
+// Tensor-core decode matmul over planar weights (kernels/mma_units.hpp), for steps of 5-47 rows of
+// x outside batch invariance: a block of kMmaWarps warps owns 32 weight rows (two m16 tiles: 32
+// consecutive outputs of one matrix, or 16 of gate and 16 of up; 16 outputs where 32 would leave
+// fewer than two blocks a multiprocessor), its warps splitting the row's scale blocks (split-K,
+// one reduction through shared memory in warp order, so every output has one order of sums
+// whatever the launch: alone, grouped, with a residual or SwiGLU). One warp's x fragments serve
+// both tiles and one tile's codes serve the kNTiles n8 tiles of x (8 rows each): x is read once a
+// block for 32 weight rows, where the CUDA-core kernels read it once for 2 or 4.
+//   - planar_mma_kernel (FP8 E4M3, INT4 g128): a lane quad's 4 16-byte units are one scale block,
+//     the next block's codes loaded before the current one's mmas;
+//   - planar_mma_quarter_kernel (Q8_0, Q4_x, Q5_x, IQ4_NL, Q4_K, Q5_K, Q6_K): each lane takes a word
+//     of every unit of a chunk (64-128 elements), a step's scale (and offset) per 16 elements.
+#include "cuda_backend/kernels/activation_math.hpp"
+#include "cuda_backend/kernels/format_dispatch.hpp"
+#include "cuda_backend/kernels/grid_dependency.hpp"
+#include "cuda_backend/kernels/mma_units.hpp"
+#include "cuda_backend/kernels/planar_group.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace sitsrt::cuda {
+namespace {
+
+constexpr int kMmaWarps = 8;
+constexpr int kMmaThreads = 32 * kMmaWarps;
+
+// A block's tiles: kTiles m16 tiles of one matrix (16 kTiles consecutive outputs), or with kGated
+// the same 16 outputs of gate (tile 0) and up (tile 1); and the lane's weight rows g and g + 8 of
+// each (past n: the last row again, not stored).
+template <int kTiles, bool kGated>
+struct BlockTiles {
+  static_assert(!kGated || kTiles == 2, "gate and up: one tile each");
+  int target[kTiles];
+  std::int64_t j0[kTiles];
+  const std::uint8_t* codes[kTiles][2];
+  const std::uint8_t* sides[kTiles][2];
+
+  __device__ explicit BlockTiles(const GroupArgs& a) {
+    if constexpr (kGated) {
+      target[0] = 0;
+      target[1] = 1;
+      j0[0] = j0[1] = static_cast<std::int64_t>(blockIdx.x) * 16;
+    } else {
+      int tg = 0;
+      while (tg + 1 < a.count && blockIdx.x >= a.first_block[tg + 1]) ++tg;
+      const std::int64_t first = static_cast<std::int64_t>(blockIdx.x - a.first_block[tg]) * 16 * kTiles;
+      for (int mt = 0; mt < kTiles; ++mt) {
+        target[mt] = tg;
+        j0[mt] = first + 16 * mt;
+      }
+    }
+    const int g = static_cast<int>(threadIdx.x % 32) / 4;
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+      const GroupArgs::Target& tg = a.t[target[mt]];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        std::int64_t j = j0[mt] + g + 8 * h;
+        j = j < tg.n ? j : tg.n - 1;
+        codes[mt][h] = tg.data + j * tg.g.code_row_bytes;
+        sides[mt][h] = tg.data + tg.g.scales_of(j);
+      }
+    }
+  }
+};
+
+// The warps' sums added in warp order, then written with the epilogue (outputs fastest).
+template <int kTiles, int kNTiles, bool kGated>
+__device__ void store_outputs(const GroupArgs& a, const BlockTiles<kTiles, kGated>& tiles,
+                              const float (&acc)[kTiles][kNTiles][4]) {
+  constexpr int kOutputs = 16 * kTiles, kCols = 8 * kNTiles;
+  __shared__ float partial[kMmaWarps][kOutputs][kCols];  // [warp][output of the block][row of x]
+  __shared__ float totals[kOutputs][kCols];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+#pragma unroll
+  for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        partial[warp][16 * mt + mma::c_row(lane, i)][8 * nt + mma::c_column(lane, i)] = acc[mt][nt][i];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < kOutputs * kCols; i += kMmaThreads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kMmaWarps; ++wi) sum += partial[wi][i / kCols][i % kCols];
+    totals[i / kCols][i % kCols] = sum;
+  }
+  __syncthreads();
+  if constexpr (kGated) {
+    for (int i = static_cast<int>(threadIdx.x); i < 16 * kCols; i += kMmaThreads) {
+      const int r = i / 16, o = i % 16;
+      const std::int64_t j = tiles.j0[0] + o;
+      if (j >= a.t[0].n || r >= a.rows) continue;
+      const float gate = totals[o][r], up = totals[16 + o][r];
+      a.t[0].y[r * a.t[0].ldy + j] = gate;
+      a.t[1].y[r * a.t[1].ldy + j] = up;
+      // last: out may be the gate's buffer
+      a.out[r * a.ld_out + j] = a.kind == PlanarEpilogue::kGeGlu ? geglu_tanh_value(gate, up) : swiglu_value(gate, up);
+    }
+  } else {
+    const GroupArgs::Target& tg = a.t[tiles.target[0]];
+    for (int i = static_cast<int>(threadIdx.x); i < kOutputs * kCols; i += kMmaThreads) {
+      const int r = i / kOutputs, o = i % kOutputs;
+      const std::int64_t j = tiles.j0[0] + o;
+      if (j >= tg.n || r >= a.rows) continue;
+      const float y = totals[o][r];
+      tg.y[r * tg.ldy + j] = y;
+      if (a.kind == PlanarEpilogue::kAdd) a.out[r * a.ld_out + j] = y + a.residual[r * a.ld_residual + j];
+    }
+  }
+}
+
+template <int kTiles, int kNTiles>
+__device__ void zero(float (&v)[kTiles][kNTiles][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[mt][nt][i] = 0.0f;
+    }
+  }
+}
+
+// FP8 E4M3 and INT4 g128: the warp's scale blocks b = warp, warp + kMmaWarps, ...
+template <DType F, int kTiles, int kNTiles, bool kGated>
+__global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupArgs a) {
+  begin_dependent_grid();
+  const BlockTiles<kTiles, kGated> tiles(a);
+  const int warp = static_cast<int>(threadIdx.x / 32), g = static_cast<int>(threadIdx.x % 32) / 4;
+  const int t = static_cast<int>(threadIdx.x % 4);
+  const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
+  float acc[kTiles][kNTiles][4];
+  zero(acc);
+  // the next block's codes and side words loaded before the current one's mmas: two blocks' loads
+  // in flight a warp
+  const std::int64_t blocks = a.t[tiles.target[0]].g.units / 4;
+  uint4 next_w[kTiles][2][1];
+  mma::BlockSide next_side[kTiles][2];
+  const auto load_block = [&](std::int64_t b) {
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        planar::load_codes<F>(tiles.codes[mt][h], 4 * b + t, next_w[mt][h]);
+        next_side[mt][h] = mma::load_block_side<F>(tiles.sides[mt][h], b);
+      }
+    }
+  };
+  if (warp < blocks) load_block(warp);
+  for (std::int64_t b = warp; b < blocks; b += kMmaWarps) {
+    const std::int64_t u = 4 * b + t;
+    uint4 w[kTiles][2];
+    mma::BlockSide side[kTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        w[mt][h] = next_w[mt][h][0];
+        side[mt][h] = next_side[mt][h];
+      }
+    }
+    if (b + kMmaWarps < blocks) load_block(b + kMmaWarps);
+    // x's hi and lo parts in separate sums (two chains of dependent mmas instead of one twice as
+    // long), added before the block's scale
+    float sum_hi[kTiles][kNTiles][4], sum_lo[kTiles][kNTiles][4];
+    zero(sum_hi);
+    zero(sum_lo);
+#pragma unroll
+    for (int step = 0; step < mma::kSteps<F>; ++step) {
+      mma::FragB hi[kNTiles], lo[kNTiles];
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments<F>(xt, 8 * nt + g, u, step, hi[nt], lo[nt]);
+#pragma unroll
+      for (int mt = 0; mt < kTiles; ++mt) {
+        const mma::FragA frag = mma::a_fragment<F>(w[mt][0], w[mt][1], side[mt][0], side[mt][1], step);
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          mma::mma_bf16(frag, hi[nt], sum_hi[mt][nt]);
+          mma::mma_bf16(frag, lo[nt], sum_lo[mt][nt]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, sum_hi[mt][nt][i] + sum_lo[mt][nt][i], acc[mt][nt][i]);
+        }
+      }
+    }
+  }
+  store_outputs<kTiles, kNTiles, kGated>(a, tiles, acc);
+}
+
+// The GGUF block formats: the warp's chunks of kChunkUnits units (64-128 elements) c = warp,
+// warp + kMmaWarps, ...; every unit's steps in order, each step's sum scaled (and its offset
+// times the step's x sums added) into the accumulators.
+template <DType F, int kTiles, int kNTiles, bool kGated>
+__global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(const GroupArgs a) {
+  begin_dependent_grid();
+  const BlockTiles<kTiles, kGated> tiles(a);
+  const int warp = static_cast<int>(threadIdx.x / 32), g = static_cast<int>(threadIdx.x % 32) / 4;
+  const int t = static_cast<int>(threadIdx.x % 4);
+  const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
+  constexpr int kChunk = mma::kChunkUnits<F>;
+  const mma::FragA ones{{mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2}};
+  float acc[kTiles][kNTiles][4];
+  zero(acc);
+  const std::int64_t units = a.t[tiles.target[0]].g.units;
+  for (std::int64_t u0 = static_cast<std::int64_t>(warp) * kChunk; u0 < units; u0 += kMmaWarps * kChunk) {
+    // the chunk's code words and side data first (every load in flight), then its steps
+    std::uint32_t w[kChunk][kTiles][2][planar::kLoads<F>];
+    mma::ChunkSide<F> side[kTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          const std::int64_t u = u0 + c < units ? u0 + c : units - 1;  // a partial last chunk: not summed
+          mma::load_quarter<F>(tiles.codes[mt][h], u, t, w[c][mt][h]);
+        }
+        side[mt][h].load(tiles.sides[mt][h], u0, units, t);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      const std::int64_t u = u0 + c;
+      if (u >= units) break;
+#pragma unroll
+      for (int step = 0; step < mma::kQuarterSteps<F>; ++step) {
+        mma::FragB hi[kNTiles], lo[kNTiles];
+        const std::int64_t e = mma::step_x_offset<F>(u, step) + 4 * t;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments_x4(xt, 8 * nt + g, e, hi[nt], lo[nt]);
+        float x_sums[kNTiles][4];  // every weight row's: the sums of x over the step
+        if constexpr (mma::kQuarterOffset<F>) {
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) x_sums[nt][i] = 0.0f;
+            mma::mma_bf16(ones, hi[nt], x_sums[nt]);
+            mma::mma_bf16(ones, lo[nt], x_sums[nt]);
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < kTiles; ++mt) {
+          const planar::Side<F> s0 = side[mt][0].unit(c), s8 = side[mt][1].unit(c);
+          mma::FragA frag;
+          mma::step_codes<F>(w[c][mt][0], s0, u, t, step, frag.r[0], frag.r[2]);
+          mma::step_codes<F>(w[c][mt][1], s8, u, t, step, frag.r[1], frag.r[3]);
+          const mma::StepScale scale[2] = {mma::step_scale<F>(s0, u, step), mma::step_scale<F>(s8, u, step)};
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma::mma_bf16(frag, hi[nt], sum);
+            mma::mma_bf16(frag, lo[nt], sum);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              acc[mt][nt][i] = fmaf(scale[i / 2].scale, sum[i], acc[mt][nt][i]);
+              if constexpr (mma::kQuarterOffset<F>) {
+                acc[mt][nt][i] = fmaf(scale[i / 2].offset, x_sums[nt][i], acc[mt][nt][i]);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  store_outputs<kTiles, kNTiles, kGated>(a, tiles, acc);
+}
+
+bool mma_decode_allowed() {
+  static const bool allowed = [] {
+    const char* setting = std::getenv("SITSRT_CUDA_MMA_DECODE");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  return allowed;
+}
+
+// The device's multiprocessor count, asked once per device.
+int multiprocessors() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> counts[kDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
+  int count = counts[device].load(std::memory_order_relaxed);
+  if (count == 0) {
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+      count = 132;
+    }
+    counts[device].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
+
+template <DType F, int kTiles, int kNTiles, bool kGated>
+void launch_tiles(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
+  if constexpr (mma::kFormat<F>) {
+    launch_kernel(planar_mma_kernel<F, kTiles, kNTiles, kGated>, blocks, kMmaThreads, 0, stream, a);
+  } else {
+    launch_kernel(planar_mma_quarter_kernel<F, kTiles, kNTiles, kGated>, blocks, kMmaThreads, 0, stream, a);
+  }
+}
+
+// Tiles of up to 16 rows of x (one n8 tile for 8 rows or fewer). Blocks of 32 outputs where that
+// still gives every multiprocessor two, else of 16 (twice the blocks, the same bits: an output's
+// sums do not depend on the tile beside it).
+template <DType F>
+void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
+  const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
+  GroupArgs narrow = a;
+  const unsigned wide_blocks = number_blocks(a, 32);
+  const bool wide = gated || wide_blocks >= 2u * static_cast<unsigned>(multiprocessors());
+  const unsigned blocks =
+      gated ? static_cast<unsigned>((a.t[0].n + 15) / 16) : wide ? wide_blocks : number_blocks(narrow, 16);
+  if (!wide) a = narrow;
+  const GroupArgs base = a;
+  for (std::int64_t r0 = 0; r0 < m; r0 += 16) {
+    a.rows = static_cast<int>(std::min<std::int64_t>(16, m - r0));
+    a.x = base.x + r0 * base.ldx;
+    for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
+    if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
+    if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
+    const auto launch = [&]<int kNTiles>() {
+      if (gated) {
+        launch_tiles<F, 2, kNTiles, true>(a, blocks, stream);
+      } else if (wide) {
+        launch_tiles<F, 2, kNTiles, false>(a, blocks, stream);
+      } else {
+        launch_tiles<F, 1, kNTiles, false>(a, blocks, stream);
+      }
+    };
+    if (a.rows <= 8) {
+      launch.template operator()<1>();
+    } else {
+      launch.template operator()<2>();
+    }
+  }
+}
+
+}  // namespace
+
+bool launch_planar_mma(DType format, GroupArgs a, std::int64_t m, cudaStream_t stream) {
+  if (!mma_decode_allowed()) return false;
+  bool launched = false;
+  dispatch_planar_format(format, [&]<DType F>() {
+    if constexpr (mma::kFormat<F> || mma::kQuarterFormat<F>) {
+      launch_format<F>(a, m, stream);
+      launched = true;
+    }
+  });
+  return launched;
+}
+
+}  // namespace sitsrt::cuda
