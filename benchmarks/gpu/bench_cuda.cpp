@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
           // and for the formats with a tensor-core decode, 8 and 16 rows on the tensor cores beside
           // the CUDA cores' 8 and 16
           const bool fp8_channel = format == DType::kFP8_E4M3 && planar;
-          const bool mma_format = planar && format != DType::kF16 && format != DType::kBF16;
+          const bool mma_format = planar;
           struct Run {
             std::int64_t rows;
             bool channel = false, tensor_cores = false;

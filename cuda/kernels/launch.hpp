@@ -25,7 +25,8 @@ void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, 
 // Which kernels a planar matmul may take. kExact: the CUDA-core kernels, exact products summed in
 // float, each row's bits independent of the rows beside it (batch invariance). kTensorCores: also
 // the tensor-core kernels (kernels/planar_mma.cu) for steps of kMmaMinRows rows and more over
-// every planar format but F16 and BF16 (each x within 2^-16 of its value); SITSRT_CUDA_MMA_DECODE=0
+// every planar format (F16 / BF16 rows of whole 16-element steps; each x within 2^-16 of its
+// value); SITSRT_CUDA_MMA_DECODE=0
 // in the environment keeps kExact (to compare).
 enum class PlanarPath { kExact, kTensorCores };
 inline constexpr std::int64_t kMmaMinRows = 5;

@@ -204,23 +204,41 @@ SITSRT_LANE void b_fragments(const planar::XTile& xt, int row, std::int64_t u, i
 template <DType F>
 inline constexpr bool kQuarterFormat =
     F == DType::kQ8_0 || F == DType::kQ4_0 || F == DType::kQ4_1 || F == DType::kQ5_0 || F == DType::kQ5_1 ||
-    F == DType::kIQ4_NL || F == DType::kQ4_K || F == DType::kQ5_K || F == DType::kQ6_K;
+    F == DType::kIQ4_NL || F == DType::kQ4_K || F == DType::kQ5_K || F == DType::kQ6_K || F == DType::kF16 ||
+    F == DType::kBF16;
+// F16 / BF16: an mma unit is two planar units (16 elements, a step), the lane's 4 elements the
+// float pairs 2t, 2t + 1 of each; F16 weights as hi + lo BF16 (exact: 11 bits in two 8-bit parts).
 template <DType F>
-inline constexpr int kQuarterSteps = F == DType::kQ8_0   ? 1
-                                     : F == DType::kQ6_K ? 4
-                                                         : 2;  // steps a unit
+inline constexpr bool kFloatPairs = F == DType::kF16 || F == DType::kBF16;
+template <DType F>
+inline constexpr bool kWeightSplit = F == DType::kF16;
+template <DType F>
+inline constexpr int kQuarterLoads = kFloatPairs<F> ? 2 : planar::kLoads<F>;  // words a lane takes of a unit
+template <DType F>
+inline constexpr int kQuarterSteps = F == DType::kQ8_0 || kFloatPairs<F> ? 1
+                                     : F == DType::kQ6_K                 ? 4
+                                                                         : 2;
 template <DType F>
 inline constexpr bool kQuarterOffset = F == DType::kQ4_1 || F == DType::kQ5_1 || F == DType::kQ4_K || F == DType::kQ5_K;
 template <DType F>
 inline constexpr int kChunkUnits =  // a warp's units at a time (64 or 128 elements), fewer where side data is large
     F == DType::kQ6_K || F == DType::kQ5_0 || F == DType::kQ5_1 || F == DType::kQ5_K ? 2 : 4;
 
+// The units the quarter scheme counts in a row of `planar_units` (F16 / BF16: pairs of them).
+template <DType F>
+SITSRT_HD std::int64_t quarter_units(std::int64_t planar_units) {
+  return kFloatPairs<F> ? planar_units / 2 : planar_units;
+}
+
 // The lane's word of each code load of unit u (planar::load_codes' addresses, plus 4t).
 template <DType F>
 SITSRT_LANE void load_quarter(const std::uint8_t* row_codes, std::int64_t u, int t,
-                              std::uint32_t (&w)[planar::kLoads<F>]) {
+                              std::uint32_t (&w)[kQuarterLoads<F>]) {
   const auto word = [](const std::uint8_t* p) { return planar::load_ro(reinterpret_cast<const std::uint32_t*>(p)); };
-  if constexpr (F == DType::kQ6_K) {
+  if constexpr (kFloatPairs<F>) {  // planar units 2u and 2u + 1
+    w[0] = word(row_codes + 32 * u + 4 * t);
+    w[1] = word(row_codes + 32 * u + 16 + 4 * t);
+  } else if constexpr (F == DType::kQ6_K) {
     const std::uint8_t* block = row_codes + 192 * (u / 4);
     const int h = static_cast<int>(u % 4) / 2, lh = static_cast<int>(u % 2);
     w[0] = word(block + 64 * h + 16 * lh + 4 * t);
@@ -234,7 +252,9 @@ SITSRT_LANE void load_quarter(const std::uint8_t* row_codes, std::int64_t u, int
 // The first of the 16 elements of step s of unit u (the lane's 4 are at + 4t).
 template <DType F>
 SITSRT_LANE std::int64_t step_x_offset(std::int64_t u, int step) {
-  if constexpr (F == DType::kQ8_0) {
+  if constexpr (kFloatPairs<F>) {
+    return 16 * u;  // the lane's: 16 u + 2t, + 1 and 16 u + 8 + 2t, + 1 (quarter_b_fragments)
+  } else if constexpr (F == DType::kQ8_0) {
     return 16 * u;
   } else if constexpr (F == DType::kQ6_K) {
     return 256 * (u / 4) + 128 * ((u % 4) / 2) + 16 * (u % 2) + 32 * step;
@@ -264,6 +284,11 @@ SITSRT_LANE StepScale step_scale(const planar::Side<F>& s, std::int64_t u, int s
   } else if constexpr (F == DType::kQ6_K) {
     const auto scale = static_cast<std::int8_t>((s.scales >> (8 * step)) & 0xffu);
     return {mul_rn(half_bits_to_float(s.d), static_cast<float>(scale)), 0.0f};
+  } else if constexpr (kFloatPairs<F>) {
+    static_cast<void>(s);
+    static_cast<void>(u);
+    static_cast<void>(step);
+    return {1.0f, 0.0f};
   } else {
     return {half_bits_to_float(s.word), 0.0f};  // Q8_0, Q4_0, Q5_0, IQ4_NL
   }
@@ -287,12 +312,46 @@ SITSRT_LANE void int8_codes(std::uint32_t w, std::uint32_t& c01, std::uint32_t& 
   c89 = pack_bf16x2(f[2], f[3]);
 }
 
-// The codes of the lane's 4 elements of step s for one weight row: the A registers of columns
-// 2t, 2t + 1 (c01) and 2t + 8, 2t + 9 (c89).
+// F16 pair (bits 0-15, 16-31) as hi + lo BF16 pairs, exactly.
+SITSRT_LANE void f16_pair_split(std::uint32_t pair, std::uint32_t& hi, std::uint32_t& lo) {
+  const float a = planar::half_bits_to_float(pair), b = planar::half_bits_to_float(pair >> 16);
+  hi = pack_bf16x2(a, b);
+  lo = pack_bf16x2(planar::sub_rn(a, bf16_low(hi)), planar::sub_rn(b, bf16_high(hi)));
+}
+
+// The lane's B fragments of step s of unit u (float pairs: elements 16 u + 2t, + 1 and
+// 16 u + 8 + 2t, + 1; otherwise 4 consecutive floats at step_x_offset + 4t).
 template <DType F>
-SITSRT_LANE void step_codes(const std::uint32_t (&w)[planar::kLoads<F>], const planar::Side<F>& s, std::int64_t u,
-                            int t, int step, std::uint32_t& c01, std::uint32_t& c89) {
-  if constexpr (F == DType::kQ8_0) {
+SITSRT_LANE void quarter_b_fragments(const planar::XTile& xt, int row, std::int64_t u, int step, int t, FragB& hi,
+                                     FragB& lo) {
+  const std::int64_t e = step_x_offset<F>(u, step);
+  if constexpr (kFloatPairs<F>) {
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (row < xt.rows) {
+      const float* xr = xt.x + row * xt.ldx + e + 2 * t;
+      load_x2(xr, xt.vector, x[0], x[1]);
+      load_x2(xr + 8, xt.vector, x[2], x[3]);
+    }
+    split_x2(x[0], x[1], hi.r[0], lo.r[0]);
+    split_x2(x[2], x[3], hi.r[1], lo.r[1]);
+  } else {
+    b_fragments_x4(xt, row, e + 4 * t, hi, lo);
+  }
+}
+
+// The codes of the lane's 4 elements of step s for one weight row: the A registers of columns
+// 2t, 2t + 1 (c01) and 2t + 8, 2t + 9 (c89). F16: the hi parts (step_codes_lo: the lo parts).
+template <DType F>
+SITSRT_LANE void step_codes(const std::uint32_t (&w)[kQuarterLoads<F>], const planar::Side<F>& s, std::int64_t u, int t,
+                            int step, std::uint32_t& c01, std::uint32_t& c89) {
+  if constexpr (F == DType::kBF16) {
+    c01 = w[0];
+    c89 = w[1];
+  } else if constexpr (F == DType::kF16) {
+    std::uint32_t lo = 0;
+    f16_pair_split(w[0], c01, lo);
+    f16_pair_split(w[1], c89, lo);
+  } else if constexpr (F == DType::kQ8_0) {
     int8_codes(w[0], c01, c89);
   } else if constexpr (F == DType::kQ6_K) {
     // element 128 h + 32 k + 16 lh + i: low nibble (k / 2) of load k % 2, high bits 2k of load 2
@@ -357,6 +416,14 @@ struct ChunkSide<DType::kQ5_K> {
     return {header, uint4{f, f, f, f}};
   }
 };
+
+template <DType F>
+SITSRT_LANE void step_codes_lo(const std::uint32_t (&w)[kQuarterLoads<F>], std::uint32_t& c01, std::uint32_t& c89) {
+  static_assert(kWeightSplit<F>, "F16's lo parts");
+  std::uint32_t hi = 0;
+  f16_pair_split(w[0], hi, c01);
+  f16_pair_split(w[1], hi, c89);
+}
 
 inline constexpr std::uint32_t kOnesBf16x2 = 0x3f803f80u;  // the all-ones A's registers
 

@@ -8,8 +8,9 @@
 // block for 32 weight rows, where the CUDA-core kernels read it once for 2 or 4.
 //   - planar_mma_kernel (FP8 E4M3, INT4 g128): a lane quad's 4 16-byte units are one scale block,
 //     the next block's codes loaded before the current one's mmas;
-//   - planar_mma_quarter_kernel (Q8_0, Q4_x, Q5_x, IQ4_NL, Q4_K, Q5_K, Q6_K): each lane takes a word
-//     of every unit of a chunk (64-128 elements), a step's scale (and offset) per 16 elements.
+//   - planar_mma_quarter_kernel (Q8_0, Q4_x, Q5_x, IQ4_NL, Q4_K, Q5_K, Q6_K, F16, BF16): each lane
+//     takes a word of every unit of a chunk (64-128 elements), a step's scale (and offset) per 16
+//     elements; F16 weights as hi + lo BF16 (four mmas a step).
 #include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupA
   store_outputs<kTiles, kNTiles, kGated>(a, tiles, acc);
 }
 
-// The GGUF block formats: the warp's chunks of kChunkUnits units (64-128 elements) c = warp,
+// The GGUF block formats and F16 / BF16: the warp's chunks of kChunkUnits units (64-128 elements) c = warp,
 // warp + kMmaWarps, ...; every unit's steps in order, each step's sum scaled (and its offset
 // times the step's x sums added) into the accumulators.
 template <DType F, int kTiles, int kNTiles, bool kGated>
@@ -216,10 +217,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(cons
   const mma::FragA ones{{mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2}};
   float acc[kTiles][kNTiles][4];
   zero(acc);
-  const std::int64_t units = a.t[tiles.target[0]].g.units;
+  const std::int64_t units = mma::quarter_units<F>(a.t[tiles.target[0]].g.units);
   for (std::int64_t u0 = static_cast<std::int64_t>(warp) * kChunk; u0 < units; u0 += kMmaWarps * kChunk) {
     // the chunk's code words and side data first (every load in flight), then its steps
-    std::uint32_t w[kChunk][kTiles][2][planar::kLoads<F>];
+    std::uint32_t w[kChunk][kTiles][2][mma::kQuarterLoads<F>];
     mma::ChunkSide<F> side[kTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kTiles; ++mt) {
@@ -240,9 +241,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(cons
 #pragma unroll
       for (int step = 0; step < mma::kQuarterSteps<F>; ++step) {
         mma::FragB hi[kNTiles], lo[kNTiles];
-        const std::int64_t e = mma::step_x_offset<F>(u, step) + 4 * t;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments_x4(xt, 8 * nt + g, e, hi[nt], lo[nt]);
+        for (int nt = 0; nt < kNTiles; ++nt) mma::quarter_b_fragments<F>(xt, 8 * nt + g, u, step, t, hi[nt], lo[nt]);
         float x_sums[kNTiles][4];  // every weight row's: the sums of x over the step
         if constexpr (mma::kQuarterOffset<F>) {
 #pragma unroll
@@ -265,6 +265,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(cons
             float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             mma::mma_bf16(frag, hi[nt], sum);
             mma::mma_bf16(frag, lo[nt], sum);
+            if constexpr (mma::kWeightSplit<F>) {  // F16: the weights' lo parts too
+              mma::FragA frag_lo;
+              mma::step_codes_lo<F>(w[c][mt][0], frag_lo.r[0], frag_lo.r[2]);
+              mma::step_codes_lo<F>(w[c][mt][1], frag_lo.r[1], frag_lo.r[3]);
+              mma::mma_bf16(frag_lo, hi[nt], sum);
+              mma::mma_bf16(frag_lo, lo[nt], sum);
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               acc[mt][nt][i] = fmaf(scale[i / 2].scale, sum[i], acc[mt][nt][i]);
@@ -356,6 +363,7 @@ bool launch_planar_mma(DType format, GroupArgs a, std::int64_t m, cudaStream_t s
   bool launched = false;
   dispatch_planar_format(format, [&]<DType F>() {
     if constexpr (mma::kFormat<F> || mma::kQuarterFormat<F>) {
+      if (mma::kFloatPairs<F> && a.t[0].g.units % 2 != 0) return;  // rows of 16-element steps only
       launch_format<F>(a, m, stream);
       launched = true;
     }

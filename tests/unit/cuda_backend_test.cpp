@@ -257,8 +257,9 @@ TEST_CASE(
     std::int64_t n, k;
     std::vector<std::int64_t> ms;
   };
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                             DType::kQ5_1, DType::kIQ4_NL, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (const DType format :
+       {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+        DType::kIQ4_NL, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
     const std::int64_t block = std::max<std::int64_t>(traits(format).block_size, 32);
     // odd output counts (partial blocks of 32 and tiles of 16), fewer scale blocks / chunks than
     // warps and many, partial last chunks; 5-8 rows (one n8 tile), 9-16 (two), and steps of
@@ -319,8 +320,8 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
   test::Rng rng(108);
   const std::int64_t k = 768, m = 13;       // whole super-blocks, 3 per row
   const std::int64_t ns[3] = {96, 40, 40};  // Q, K, V-like; gate and up take the first two at 96
-  for (const DType format :
-       {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                             DType::kQ6_K, DType::kF16}) {
     std::deque<DeviceArray<std::uint8_t>> mats;  // deque: the arrays neither copy nor move
     for (const std::int64_t n : ns) {
       const std::size_t stride = row_bytes(format, k);

@@ -285,9 +285,9 @@ template <DType F, int kNTiles>
 void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
                          std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
   namespace mma = cuda::mma;
-  constexpr int kWarps = 8, kTiles = 2, kChunk = mma::kChunkUnits<F>, kLoads = cuda::planar::kLoads<F>;
+  constexpr int kWarps = 8, kTiles = 2, kChunk = mma::kChunkUnits<F>, kLoads = mma::kQuarterLoads<F>;
   double got[32][16] = {};
-  const std::int64_t units = m.g.units;
+  const std::int64_t units = mma::quarter_units<F>(m.g.units);
   const cuda::planar::XTile xt{x.data(), ldx, rows, vector};
   const auto row_of = [&](int mt, int lane, int h) {
     const std::int64_t j = j0 + 16 * mt + lane / 4 + 8 * h;
@@ -325,8 +325,7 @@ void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t col
           double sums[kNTiles][32][4] = {};
           for (int nt = 0; nt < kNTiles; ++nt) {
             for (int lane = 0; lane < 32; ++lane) {
-              const std::int64_t e = mma::step_x_offset<F>(u, step) + 4 * (lane % 4);
-              mma::b_fragments_x4(xt, 8 * nt + lane / 4, e, hi[nt][lane], lo[nt][lane]);
+              mma::quarter_b_fragments<F>(xt, 8 * nt + lane / 4, u, step, lane % 4, hi[nt][lane], lo[nt][lane]);
             }
             emulated_mma(ones, hi[nt], sums[nt]);
             emulated_mma(ones, lo[nt], sums[nt]);
@@ -341,10 +340,22 @@ void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t col
                 scale[lane][h] = mma::step_scale<F>(s, u, step);
               }
             }
+            FragA a_lo[32] = {};  // F16: the weights' lo parts
+            if constexpr (mma::kWeightSplit<F>) {
+              for (int lane = 0; lane < 32; ++lane) {
+                for (int h = 0; h < 2; ++h) {
+                  mma::step_codes_lo<F>(*word_at(c, mt, lane, h), a_lo[lane].r[h], a_lo[lane].r[2 + h]);
+                }
+              }
+            }
             for (int nt = 0; nt < kNTiles; ++nt) {
               double sum[32][4] = {};
               emulated_mma(a, hi[nt], sum);
               emulated_mma(a, lo[nt], sum);
+              if constexpr (mma::kWeightSplit<F>) {
+                emulated_mma(a_lo, hi[nt], sum);
+                emulated_mma(a_lo, lo[nt], sum);
+              }
               for (int lane = 0; lane < 32; ++lane) {
                 for (int i = 0; i < 4; ++i) {
                   const mma::StepScale& sc = scale[lane][i / 2];
@@ -377,7 +388,8 @@ void check_quarter_format(std::int64_t cols, std::uint64_t seed) {
   }
 }
 
-TEST_CASE("cuda mma lanes: the quarter scheme's fragments (GGUF block formats) equal the reference", "[cuda-formats]") {
+TEST_CASE("cuda mma lanes: the quarter scheme's fragments (GGUF block formats, F16, BF16) equal the reference",
+          "[cuda-formats]") {
   // partial last chunks (a unit count not a multiple of the chunk), and several chunks per warp
   check_quarter_format<DType::kQ8_0>(96, 51);
   check_quarter_format<DType::kQ8_0>(2048, 52);
@@ -395,6 +407,10 @@ TEST_CASE("cuda mma lanes: the quarter scheme's fragments (GGUF block formats) e
   check_quarter_format<DType::kQ5_K>(4096, 64);
   check_quarter_format<DType::kQ6_K>(256, 65);
   check_quarter_format<DType::kQ6_K>(4096, 66);
+  check_quarter_format<DType::kF16>(48, 67);  // 3 steps: fewer chunks than warps, a partial one
+  check_quarter_format<DType::kF16>(2048, 68);
+  check_quarter_format<DType::kBF16>(48, 69);
+  check_quarter_format<DType::kBF16>(2048, 70);
 }
 
 TEST_CASE("cuda mma lanes: the tensor-core decode's fragments through an emulated mma equal the reference",
