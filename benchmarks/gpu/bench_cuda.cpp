@@ -251,8 +251,12 @@ int main(int argc, char** argv) {
             std::int64_t rows;
             bool channel = false, tensor_cores = false;
           };
+          // (and 32 rows on them beside 64 on the prefill GEMM: where the two meet)
           std::vector<Run> runs = {{1}, {16}, {512}};
-          if (mma_format) runs.insert(runs.begin() + 1, {Run{8}, Run{8, false, true}, Run{16, false, true}});
+          if (mma_format) {
+            runs.insert(runs.begin() + 1, {Run{8}, Run{8, false, true}, Run{16, false, true}});
+            runs.insert(runs.end() - 1, {Run{32, false, true}, Run{64}});
+          }
           if (fp8_channel) runs.push_back({512, true});
           for (const Run& run : runs) {
             const bool channel = run.channel;
