@@ -1,11 +1,11 @@
 // Matmuls of many rows (prompt chunks) on the tensor cores, through cuBLASLt with float
 // accumulation and float output:
 //  - FP8 x FP8, for FP8 E4M3 weights with one scale per output channel (DeviceWeight::
-//    channel_scales: checkpoints quantized per channel; ours scale each block of 64 apart, which
-//    no cuBLASLt scale mode takes): the activations quantized to E4M3 per token (a scale per row,
-//    launch_floats_to_fp8_rows), the weights read in place, both scale vectors applied by
-//    cuBLASLt (outer-vector scaling: cuBLASLt 12.9+ on Hopper, sm_90). Each activation
-//    within 2^-4 of its value (E4M3's 3 mantissa bits).
+//    channel_scales: checkpoints quantized per channel, and `--weights fp8-channel`; `fp8` scales
+//    each block of 64 apart, which no cuBLASLt scale mode takes): the activations quantized to E4M3 per token (a scale
+//    per row, launch_floats_to_fp8_rows), the weights read in place, both scale vectors applied by cuBLASLt
+//    (outer-vector scaling: cuBLASLt 12.9+ on Hopper, sm_90). Each activation within 2^-4 of its value (E4M3's 3
+//    mantissa bits).
 //  - BF16 otherwise (and where cuBLASLt offers no FP8 algorithm): the weights decoded to BF16 a
 //    chunk of rows at a time, the activations rounded to BF16 (each product within 2^-8 of its
 //    exact value).

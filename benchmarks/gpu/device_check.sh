@@ -8,10 +8,12 @@
 #      without programmatic dependent launch
 #   3. bench_cuda: read bandwidth and a cuBLASLt BF16 GEMM as ceilings, every decode kernel on
 #      Llama-3-8B layer shapes at batch 1 and 16 (GB/s, % of bandwidth), a prefill shape (TFLOP/s)
-#   4. end to end: a Llama-3-8B-shaped random model (make-model on the device) in FP8 and in
-#      INT4 g128, decode tok/s at batch 1 and 16 (sitsrt bench --device cuda; decode steps replay
-#      CUDA graphs), and INT4 at batch 1 without graphs (--no-device-graphs) and without
-#      programmatic dependent launch (SITSRT_CUDA_PDL=0)
+#   4. end to end: a Llama-3-8B-shaped random model (make-model on the device) in FP8 (one scale
+#      per output row, as FP8 checkpoints: prompts run FP8 x FP8 through cuBLASLt on Hopper) and
+#      in INT4 g128, decode tok/s at batch 1 and 16 (sitsrt bench --device cuda; decode steps
+#      replay CUDA graphs; batch 16 on the tensor-core decode), prefill tok/s at batch 1, and INT4
+#      at batch 1 without graphs (--no-device-graphs) and without programmatic dependent launch
+#      (SITSRT_CUDA_PDL=0)
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/sitsrt-device-check; the
 # summary table comes last. Exits 1 when a test or memcheck failed, 2 without a bundle.
 set -uo pipefail
@@ -101,7 +103,7 @@ note "bench_cuda" "$([ $rc -eq 0 ] && echo done || echo "FAILED (exit $rc)")" $(
   "$(grep '^ceilings' "$out/bench_cuda.md")"
 
 # 4. End to end on the 8B shape, one format at a time (the files are 8.5 and 4.3 GB).
-for format in fp8 q4g128; do
+for format in fp8-channel q4g128; do
   t0=$SECONDS
   model="$work/llama3-8b-shape-$format.gguf"
   limited_run 120 "$bundle/bin/sitsrt" make-model -o "$model" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336 \
@@ -124,14 +126,16 @@ for format in fp8 q4g128; do
       rc=$?
       unset SITSRT_CUDA_PDL
       rate=$(grep -o '"decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | awk '{print $2}')
+      prefill=$(grep -o '"prefill_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | awk '{print $2}')
     else
       limited_run 90 "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 --concurrency 16 --json \
         >"$out/e2e_${format}_b16.json" 2>"$out/e2e_${format}_b16.log"
       rc=$?
       rate=$(grep -o '"aggregate_decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b16.json" | head -n 1 | awk '{print $2}')
+      prefill=""
     fi
     note "e2e 8B-shape $format batch $batch" "$([ $rc -eq 0 ] && echo "${rate:-?} tok/s" || echo "FAILED (exit $rc)")" \
-      $((SECONDS - t1)) "make-model ${made} s"
+      $((SECONDS - t1)) "make-model ${made} s${prefill:+; prefill $prefill tok/s}"
   done
   rm -f "$model"
 done

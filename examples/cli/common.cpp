@@ -182,7 +182,8 @@ EngineOptions engine_options_from(const Args& args) {
 OptionSpec weights_option_spec() {
   return {"weights", 0, "FORMAT",
           "matmul weight format: as-stored, or converted at load to f16, bf16, q8 (Q8_0), q4 (Q4_0), fp8 (E4M3; "
-          "the output head stays 16-bit: bf16 for an f32 head), fp8-all (E4M3, the head too) or q4g128 (INT4 g128)",
+          "the output head stays 16-bit: bf16 for an f32 head), fp8-channel (E4M3, one scale per output row: FP8 x "
+          "FP8 prefill on Hopper), fp8-all (E4M3, the head too) or q4g128 (INT4 g128)",
           "as-stored"};
 }
 

@@ -75,4 +75,10 @@ void dequantize_row(DType type, const void* src, float* dst, std::int64_t n);
 // round-trip identically; the K-quants and IQ4_NL use the simpler rules of kquant_blocks.cpp).
 void quantize_row(DType type, const float* src, void* dst, std::int64_t n);
 
+// Encodes n floats (whole blocks of 64) as kFP8_E4M3 blocks that all carry the row's one scale,
+// amax / 448 (per-channel FP8, as vLLM and TensorRT-LLM quantize; quantize_row searches a scale
+// per block instead). Decodes with dequantize_row like any kFP8_E4M3 row; the CUDA backend runs
+// its prefill matmuls FP8 x FP8 on Hopper (cuda/prefill_gemm.hpp).
+void quantize_row_fp8_per_channel(const float* src, void* dst, std::int64_t n);
+
 }  // namespace sitsrt

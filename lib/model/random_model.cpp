@@ -143,9 +143,16 @@ bool k_mix_uses_more_bits(std::int64_t layer, std::int64_t layers) noexcept {
 bool set_weight_type(RandomModelOptions& o, std::string_view name) {
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  o.fp8_per_channel = false;
   if (lower == "q4_k_m" || lower == "q5_k_m") {
     o.type = lower == "q4_k_m" ? DType::kQ4_K : DType::kQ5_K;
     o.sensitive_type = DType::kQ6_K;
+    return true;
+  }
+  if (lower == "fp8-channel") {
+    o.type = DType::kFP8_E4M3;
+    o.sensitive_type.reset();
+    o.fp8_per_channel = true;
     return true;
   }
   std::optional<DType> type = dtype_from_name(name);
@@ -157,6 +164,7 @@ bool set_weight_type(RandomModelOptions& o, std::string_view name) {
 }
 
 std::string weight_type_name(const RandomModelOptions& o) {
+  if (o.fp8_per_channel && o.type == DType::kFP8_E4M3) return fmt::format("{} per channel", name(o.type));
   if (!o.sensitive_type) return std::string(name(o.type));
   return fmt::format("{}_m", name(o.type));
 }
@@ -248,6 +256,7 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
     const DType wanted = sensitive && o.sensitive_type ? *o.sensitive_type : o.type;
     const DType type = fits_blocks(wanted, cols) ? wanted : DType::kF16;
     const std::size_t row_size = row_bytes(type, cols);
+    const bool per_channel = o.fp8_per_channel;
     w.add_tensor(name, {cols, rows}, type, [=](std::span<std::byte> out) {
       const std::uint64_t base = mix(seed ^ hash_name(name));
       pool->run([&](int t, int n) {
@@ -259,7 +268,12 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
             state = mix(state);
             v = scale * (static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f);
           }
-          quantize_row(type, row.data(), out.data() + static_cast<std::size_t>(r) * row_size, cols);
+          std::byte* dst = out.data() + static_cast<std::size_t>(r) * row_size;
+          if (per_channel && type == DType::kFP8_E4M3) {
+            quantize_row_fp8_per_channel(row.data(), dst, cols);
+          } else {
+            quantize_row(type, row.data(), dst, cols);
+          }
         }
       });
     });

@@ -50,8 +50,9 @@ bool converts(const graph::Weight& weight, DType to) {
   return weight.dims.size() == 2 && weight.type != to && fits_blocks(to, weight.dims[0]);
 }
 
-// dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool.
-void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType target, std::int64_t rows,
+// dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool
+// (per_channel: FP8 with one scale a row).
+void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType target, bool per_channel, std::int64_t rows,
                   std::int64_t cols, ThreadPool& pool) {
   const std::size_t src_stride = row_bytes(stored, cols), dst_stride = row_bytes(target, cols);
   pool.run([&](int t, int n) {
@@ -59,7 +60,12 @@ void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType targ
     std::vector<float> row(static_cast<std::size_t>(cols));
     for (std::int64_t i = r.begin; i < r.end; ++i) {
       dequantize_row(stored, src + static_cast<std::size_t>(i) * src_stride, row.data(), cols);
-      quantize_row(target, row.data(), dst + static_cast<std::size_t>(i) * dst_stride, cols);
+      std::byte* out = dst + static_cast<std::size_t>(i) * dst_stride;
+      if (per_channel && target == DType::kFP8_E4M3) {
+        quantize_row_fp8_per_channel(row.data(), out, cols);
+      } else {
+        quantize_row(target, row.data(), out, cols);
+      }
     }
   });
 }
@@ -76,6 +82,7 @@ std::optional<DType> weight_format_alias(std::string_view value) noexcept {
 std::optional<WeightFormat> parse_weight_format(std::string_view value) {
   if (value.empty() || value == "as-stored") return std::nullopt;
   if (value == "fp8-all") return WeightFormat{DType::kFP8_E4M3, false};
+  if (value == "fp8-channel") return WeightFormat{DType::kFP8_E4M3, true, true};
   if (const std::optional<DType> type = weight_format_alias(value)) {
     return WeightFormat{*type, *type == DType::kFP8_E4M3};
   }
@@ -118,7 +125,7 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
     }
     AlignedBuffer buffer(row_bytes(to, cols) * static_cast<std::size_t>(rows),
                          "converted weight '" + weight.name + "'");
-    convert_rows(source.data(), weight.type, buffer.data(), to, rows, cols, pool);
+    convert_rows(source.data(), weight.type, buffer.data(), to, target.fp8_per_channel, rows, cols, pool);
     graph.set_weight_type(static_cast<graph::WeightId>(id), to);
     report_.tensors_converted += 1;
     report_.bytes_read += weight.bytes;

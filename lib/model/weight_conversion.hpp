@@ -18,7 +18,8 @@
 namespace sitsrt {
 
 // The values EngineOptions::weights accepts, as listed in error messages and --help.
-inline constexpr std::string_view kWeightFormatChoices = "as-stored, f16, bf16, q8, q4, fp8, q4g128, fp8-all";
+inline constexpr std::string_view kWeightFormatChoices =
+    "as-stored, f16, bf16, q8, q4, fp8, q4g128, fp8-all, fp8-channel";
 
 // The format an EngineOptions::weights value names ("fp8" -> kFP8_E4M3, ...); nullopt for
 // "as-stored", "fp8-all" (a conversion policy, not a type name) and anything unknown.
@@ -31,6 +32,10 @@ struct WeightFormat {
   // stays as stored), as FP8 checkpoints (vLLM, TensorRT-LLM) keep lm_head in BF16: it is the
   // most error-sensitive matmul (docs/performance.md). "fp8-all" converts the head as well.
   bool output_head_16bit = false;
+  // "fp8-channel": FP8 with one scale per output row (quantize_row_fp8_per_channel), the
+  // convention of vLLM / TensorRT-LLM FP8 checkpoints, which the CUDA backend's prefill GEMM
+  // takes FP8 x FP8 on Hopper; "fp8" searches a scale per block of 64 (lower weight error).
+  bool fp8_per_channel = false;
 };
 
 // The conversion an EngineOptions::weights value names: nullopt for "as-stored" (or empty);

@@ -6,6 +6,8 @@
 #include "core/quant_blocks.hpp"
 #include "support/random.hpp"
 
+#include <sitsrt/error.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -153,6 +155,42 @@ TEST_CASE("fp8 e4m3 rows: every code is x / d rounded to nearest even (double re
   }
   CHECK(subnormal > 1000);  // the inputs exercise the subnormal codes
   WARN("fp8 rows: " << subnormal << " subnormal codes, " << clipped << " clipped block maxima");
+}
+
+TEST_CASE("fp8 e4m3 per channel: one scale a row (amax / 448 to 11 bits), codes x / d to nearest even", "[core]") {
+  test::Rng rng(33);
+  for (const std::int64_t n : {64, 64 * 37}) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      // magnitudes over 2^-20 .. 2^4 of one another: per-block ranges differ, one scale serves all
+      x[static_cast<std::size_t>(i)] = rng.normal() * std::exp2(static_cast<float>(i / 64 % 7) - 3.0f);
+    }
+    x[static_cast<std::size_t>(n / 2)] = -40.0f;  // the row's amax
+    std::vector<BlockFP8_E4M3> blocks(static_cast<std::size_t>(n / 64));
+    quantize_row_fp8_per_channel(x.data(), blocks.data(), n);
+    const double d = blocks[0].d;
+    CHECK(std::fabs(d - 40.0 / 448.0) <= 40.0 / 448.0 * 0x1p-11);
+    for (const BlockFP8_E4M3& b : blocks) REQUIRE(b.d == blocks[0].d);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double q = static_cast<double>(x[static_cast<std::size_t>(i)]) / d;
+      CAPTURE(n, i, q);
+      REQUIRE(blocks[static_cast<std::size_t>(i / 64)].qs[i % 64] == nearest_code(q));
+    }
+    // decodes as any FP8 row
+    std::vector<float> back(static_cast<std::size_t>(n));
+    dequantize_row(DType::kFP8_E4M3, blocks.data(), back.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double xi = x[static_cast<std::size_t>(i)];
+      REQUIRE(std::fabs(back[static_cast<std::size_t>(i)] - xi) <= std::fabs(xi) * 0x1p-4 + d * 0x1p-10);
+    }
+  }
+  // a zero row: scale 0, codes 0, decodes to zeros; a row of a length that is not whole blocks
+  std::vector<float> zeros(128, 0.0f);
+  std::vector<BlockFP8_E4M3> zb(2);
+  quantize_row_fp8_per_channel(zeros.data(), zb.data(), 128);
+  CHECK(zb[0].d == 0.0f);
+  CHECK(zb[1].qs[5] == 0);
+  CHECK_THROWS_AS(quantize_row_fp8_per_channel(zeros.data(), zb.data(), 96), Error);
 }
 
 TEST_CASE("fp8 e4m3 rows: quotients within an ulp of a midpoint round to the nearest code", "[core]") {

@@ -378,4 +378,24 @@ TEST_CASE("fp8_channel_scales finds one scale per row only where every block of 
   float other = want[3] * 1.5f;
   std::memcpy(stored.data() + 3 * stride + 2 * sizeof(BlockFP8_E4M3), &other, sizeof(other));
   CHECK_FALSE(cuda::fp8_channel_scales(pack().data(), g, rows).has_value());
+  // Rows from the quantizers: quantize_row_fp8_per_channel's are found (their scales), the
+  // per-block search's are not.
+  for (const bool per_channel : {true, false}) {
+    std::vector<float> scales(rows);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::vector<float> x = rng.normals(static_cast<std::size_t>(cols), 0.1f * static_cast<float>(r + 1));
+      for (std::int64_t i = 0; i < cols; i += 64) x[static_cast<std::size_t>(i)] *= static_cast<float>(1 + i / 64);
+      std::uint8_t* row = stored.data() + r * stride;
+      if (per_channel) {
+        quantize_row_fp8_per_channel(x.data(), row, cols);
+      } else {
+        quantize_row(DType::kFP8_E4M3, x.data(), row, cols);
+      }
+      std::memcpy(&scales[static_cast<std::size_t>(r)], row, sizeof(float));
+    }
+    const std::optional<std::vector<float>> channel = cuda::fp8_channel_scales(pack().data(), g, rows);
+    CAPTURE(per_channel);
+    REQUIRE(channel.has_value() == per_channel);
+    if (per_channel) CHECK(*channel == scales);
+  }
 }

@@ -266,7 +266,9 @@ TEST_CASE("weights=fp8 and q4g128 logits stay close to F32", "[engine]") {
     const char* weights;
     double bound;
   };
-  for (const Case c : {Case{"q8", 0.012}, Case{"fp8", 0.04}, Case{"fp8-all", 0.07}, Case{"q4g128", 0.2}}) {
+  // fp8-channel (one scale a row, no search) measured 0.021.
+  for (const Case c :
+       {Case{"q8", 0.012}, Case{"fp8", 0.04}, Case{"fp8-channel", 0.045}, Case{"fp8-all", 0.07}, Case{"q4g128", 0.2}}) {
     CAPTURE(c.weights);
     const Engine e = engine(f32_path, c.weights);
     CHECK(e.model_info().weights_converted_tensors == 15);
