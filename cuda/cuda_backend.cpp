@@ -395,6 +395,10 @@ GraphCounters CudaBackend::graph_counters() const {
   return {stats.captures, stats.replays};
 }
 
+MatmulPathCounters CudaBackend::matmul_paths() const {
+  return kernels_ != nullptr ? kernels_->matmul_paths() : MatmulPathCounters{};
+}
+
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
   const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();

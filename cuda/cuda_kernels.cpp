@@ -208,16 +208,25 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
   // Prompt chunks on the tensor cores (not under batch invariance: rows would round as their
   // step's row count decides); the decode kernels where cuBLASLt is unavailable.
   if (!batch_invariant_ && x.rows >= PrefillGemm::kMinRows && prefill_.run(dw, f32(x), x.ld, x.rows, f32(y), y.ld)) {
+    (prefill_.last_path() == PrefillGemm::Path::kFp8 ? prefill_fp8_ : prefill_bf16_)
+        .fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (dw.planar) {
-    launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld, context_.stream(),
-                         planar_path());
+    const bool tensor_cores = launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y),
+                                                   y.ld, context_.stream(), planar_path());
+    (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(1, std::memory_order_relaxed);
   } else {
+    decode_cuda_cores_.fetch_add(1, std::memory_order_relaxed);
     launch_matmul(dw.format, dw.data, dw.row_bytes, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld,
                   context_.stream());
   }
   SITSRT_CUDA_CHECK_LAUNCH("matmul kernel");
+}
+
+MatmulPathCounters CudaKernels::matmul_paths() const noexcept {
+  return {prefill_fp8_.load(std::memory_order_relaxed), prefill_bf16_.load(std::memory_order_relaxed),
+          decode_tensor_cores_.load(std::memory_order_relaxed), decode_cuda_cores_.load(std::memory_order_relaxed)};
 }
 
 void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
@@ -259,8 +268,9 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
     e.out = f32(*out);
     e.ld_out = out->ld;
   }
-  launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld, x.rows, e, context_.stream(),
-                      planar_path());
+  const bool tensor_cores = launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld,
+                                                x.rows, e, context_.stream(), planar_path());
+  (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(count, std::memory_order_relaxed);
   SITSRT_CUDA_CHECK_LAUNCH("fused planar matmul kernel");
 }
 

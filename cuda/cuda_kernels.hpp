@@ -5,6 +5,7 @@
 // scales, constant for an engine's life, are copied once per host array and kept.
 #pragma once
 
+#include "backend/backend.hpp"
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
 #include "cuda_backend/kernels/launch.hpp"
@@ -13,6 +14,7 @@
 #include "cuda_backend/step_inputs.hpp"
 #include "ops/op_kernels.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -76,6 +78,8 @@ class CudaKernels final : public ops::OpKernels {
   [[nodiscard]] PlanarPath planar_path() const noexcept {
     return batch_invariant_ ? PlanarPath::kExact : PlanarPath::kTensorCores;
   }
+  // The matmuls queued so far by path (read from any thread: atomics).
+  [[nodiscard]] MatmulPathCounters matmul_paths() const noexcept;
   // A decode fusion's matmuls (backend/decode_fusion.hpp) over planar weights of one format and
   // width, reading x, in one launch; with kAdd also out = y + residual, with kSwiGlu (gate, up)
   // also out = swiglu(gate, up). Each output has the bits of the unfused node.
@@ -168,6 +172,7 @@ class CudaKernels final : public ops::OpKernels {
   const std::vector<DeviceWeight>& weights_;
   bool batch_invariant_;
   PrefillGemm prefill_;
+  std::atomic<std::uint64_t> prefill_fp8_{0}, prefill_bf16_{0}, decode_tensor_cores_{0}, decode_cuda_cores_{0};
   struct Constant {
     std::vector<float> values;
     std::byte* device = nullptr;

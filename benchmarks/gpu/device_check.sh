@@ -102,7 +102,16 @@ rc=$?
 note "bench_cuda" "$([ $rc -eq 0 ] && echo done || echo "FAILED (exit $rc)")" $((SECONDS - t0)) \
   "$(grep '^ceilings' "$out/bench_cuda.md")"
 
-# 4. End to end on the 8B shape, one format at a time (the files are 8.5 and 4.3 GB).
+# 4. End to end on the 8B shape, one format at a time (the files are 8.5 and 4.3 GB). paths: the
+#    matmul kernels a run's JSON counts (prefill FP8 x FP8 / BF16, decode tensor / CUDA cores).
+paths() {
+  local f=$1 p8 pb dt dc
+  p8=$(grep -o '"device_prefill_fp8_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  pb=$(grep -o '"device_prefill_bf16_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  dt=$(grep -o '"device_decode_tensor_core_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  dc=$(grep -o '"device_decode_cuda_core_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  echo "matmuls: prefill fp8 ${p8:-?} bf16 ${pb:-?}, decode tensor cores ${dt:-?} cuda cores ${dc:-?}"
+}
 for format in fp8-channel q4g128; do
   t0=$SECONDS
   model="$work/llama3-8b-shape-$format.gguf"
@@ -127,15 +136,16 @@ for format in fp8-channel q4g128; do
       unset SITSRT_CUDA_PDL
       rate=$(grep -o '"decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | awk '{print $2}')
       prefill=$(grep -o '"prefill_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | awk '{print $2}')
+      prefill="${prefill:-?} tok/s ($(paths "$out/e2e_${format}_b${batch}.json"))"
     else
       limited_run 90 "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 --concurrency 16 --json \
         >"$out/e2e_${format}_b16.json" 2>"$out/e2e_${format}_b16.log"
       rc=$?
       rate=$(grep -o '"aggregate_decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b16.json" | head -n 1 | awk '{print $2}')
-      prefill=""
+      prefill="- ($(paths "$out/e2e_${format}_b16.json"))"
     fi
     note "e2e 8B-shape $format batch $batch" "$([ $rc -eq 0 ] && echo "${rate:-?} tok/s" || echo "FAILED (exit $rc)")" \
-      $((SECONDS - t1)) "make-model ${made} s${prefill:+; prefill $prefill tok/s}"
+      $((SECONDS - t1)) "make-model ${made} s; prefill $prefill"
   done
   rm -f "$model"
 done

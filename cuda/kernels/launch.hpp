@@ -34,7 +34,8 @@ inline constexpr std::int64_t kMmaMinRows = 5;
 // launch_matmul over a planar matrix (FP8 E4M3, INT4 g128, Q8_0, Q4_x, Q5_x, K-quants, IQ4_NL,
 // F16, BF16) of n rows of k elements, rows of x 16 at a time (planar_weights.hpp:
 // planar_supports(format, k) must hold; data 16-byte aligned).
-void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
+// Both return whether the tensor-core kernels ran it.
+bool launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream,
                           PlanarPath path = PlanarPath::kExact);
 
@@ -60,7 +61,7 @@ struct PlanarEpilogueArgs {
 // m rows of x, in one launch, each output the bits launch_planar_matmul gives it; the epilogue
 // also writes the residual sum (kAdd) or the SwiGLU of two equal-sized targets (kSwiGlu) as the
 // elementwise kernels would, after the targets' own outputs.
-void launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
+bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
                          std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
                          PlanarPath path = PlanarPath::kExact);
 

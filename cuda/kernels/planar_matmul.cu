@@ -169,8 +169,8 @@ void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
 // runs the kernel of the next power of two (1, 2, 4, 8, 16) with the others idle: fewer kernels
 // to build and ship, the same weight traffic.
 template <DType F>
-void launch_format(GroupArgs a, std::int64_t m, PlanarPath path, cudaStream_t stream) {
-  if (path == PlanarPath::kTensorCores && m >= kMmaMinRows && launch_planar_mma(F, a, m, stream)) return;
+bool launch_format(GroupArgs a, std::int64_t m, PlanarPath path, cudaStream_t stream) {
+  if (path == PlanarPath::kTensorCores && m >= kMmaMinRows && launch_planar_mma(F, a, m, stream)) return true;
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
   const int max_rows = gated ? kMaxSwiGluTileRows : kMaxPlanarTileRows;
   const unsigned blocks = gated ? a.first_block[1] : a.first_block[a.count];
@@ -197,14 +197,15 @@ void launch_format(GroupArgs a, std::int64_t m, PlanarPath path, cudaStream_t st
       std::copy(std::begin(base.first_block), std::end(base.first_block), std::begin(a.first_block));
     }
   }
+  return false;
 }
 
 }  // namespace
 
-void launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
+bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
                          std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
                          PlanarPath path) {
-  if (m <= 0 || targets.empty()) return;
+  if (m <= 0 || targets.empty()) return false;
   GroupArgs a{};
   a.count = static_cast<int>(std::min<std::size_t>(targets.size(), kMaxPlanarTargets));
   for (int t = 0; t < a.count; ++t) {
@@ -220,18 +221,20 @@ void launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
   a.ld_residual = epilogue.ld_residual;
   a.out = epilogue.out;
   a.ld_out = epilogue.ld_out;
-  if (blocks == 0) return;  // every target empty: nothing to launch (a zero grid is an error)
-  if (!dispatch_planar_format(format, [&]<DType F>() { launch_format<F>(a, m, path, stream); })) {
+  if (blocks == 0) return false;  // every target empty: nothing to launch (a zero grid is an error)
+  bool tensor_cores = false;
+  if (!dispatch_planar_format(format, [&]<DType F>() { tensor_cores = launch_format<F>(a, m, path, stream); })) {
     raise_unsupported_format(format, "planar matmul");
   }
+  return tensor_cores;
 }
 
-void launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
+bool launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream,
                           PlanarPath path) {
-  if (n <= 0) return;
+  if (n <= 0) return false;
   const PlanarTarget target{data, n, y, ldy};
-  launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream, path);
+  return launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream, path);
 }
 
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

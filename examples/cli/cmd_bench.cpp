@@ -115,17 +115,25 @@ int bench_command(int argc, char** argv) {
   const double prefill_tps = median(prefill);
   const OpProfile profile = engine.op_profile();
   if (args.has("json")) {
-    nlohmann::json doc = {
-        {"model", info.path}, {"device", info.device}, {"device_description", info.device_description},
-        {"threads", info.threads}, {"cpu_isa", info.cpu_isa}, {"decode_fusion", info.decode_fusion},
-        {"activations", info.int8_activations ? "int8" : "f32"},
-        {"weights", weights_json(info)},
-        {"prompt_tokens", n_prompt}, {"gen_tokens", n_gen}, {"reps", reps},
-        {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
-        {"weight_bytes_per_token", info.weight_bytes_per_token},
-        {"read_bandwidth_bytes_per_s", bandwidth}, {"decode_floor_tokens_per_s", floor_tps},
-        {"decode_fraction_of_floor", floor_tps > 0 ? decode_tps / floor_tps : 0.0},
-        {"peak_rss_bytes", rss}};
+    nlohmann::json doc = {{"model", info.path},
+                          {"device", info.device},
+                          {"device_description", info.device_description},
+                          {"threads", info.threads},
+                          {"cpu_isa", info.cpu_isa},
+                          {"decode_fusion", info.decode_fusion},
+                          {"activations", info.int8_activations ? "int8" : "f32"},
+                          {"weights", weights_json(info)},
+                          {"prompt_tokens", n_prompt},
+                          {"gen_tokens", n_gen},
+                          {"reps", reps},
+                          {"prefill_tokens_per_s", prefill_tps},
+                          {"decode_tokens_per_s", decode_tps},
+                          {"weight_bytes_per_token", info.weight_bytes_per_token},
+                          {"read_bandwidth_bytes_per_s", bandwidth},
+                          {"decode_floor_tokens_per_s", floor_tps},
+                          {"decode_fraction_of_floor", floor_tps > 0 ? decode_tps / floor_tps : 0.0},
+                          {"peak_rss_bytes", rss},
+                          {"serving", serving_json(engine.queue_stats())}};
     if (options.profile_ops) doc["profile"] = {{"decode", op_profile_json(profile.decode)}, {"prefill", op_profile_json(profile.prefill)}};
     fmt::print("{}\n", doc.dump(2));
     return 0;

@@ -246,7 +246,11 @@ nlohmann::json serving_json(const RequestQueueStats& q) {
           {"prefix_cache_misses", q.prefix_cache_misses},
           {"kv_copies", q.kv_copies},
           {"device_graph_captures", q.device_graph_captures},
-          {"device_graph_replays", q.device_graph_replays}};
+          {"device_graph_replays", q.device_graph_replays},
+          {"device_prefill_fp8_matmuls", q.device_prefill_fp8_matmuls},
+          {"device_prefill_bf16_matmuls", q.device_prefill_bf16_matmuls},
+          {"device_decode_tensor_core_matmuls", q.device_decode_tensor_core_matmuls},
+          {"device_decode_cuda_core_matmuls", q.device_decode_cuda_core_matmuls}};
 }
 
 std::string serving_text(const RequestQueueStats& q) {

@@ -176,6 +176,13 @@ struct RequestQueueStats {
   std::uint64_t kv_copies = 0;          // copy-on-write copies
   std::uint64_t device_graph_captures = 0;  // decode-step graphs captured (GPU backends)
   std::uint64_t device_graph_replays = 0;   // steps run from a graph, its capture included
+  // GPU backends' matmuls by kernel, counted as queued from the host (a replayed graph's once,
+  // at its capture): prompt chunks FP8 x FP8 or BF16 on the tensor cores; decode rows on the
+  // tensor-core decode kernels or the CUDA cores.
+  std::uint64_t device_prefill_fp8_matmuls = 0;
+  std::uint64_t device_prefill_bf16_matmuls = 0;
+  std::uint64_t device_decode_tensor_core_matmuls = 0;
+  std::uint64_t device_decode_cuda_core_matmuls = 0;
   ServingOptions limits;                // as resolved at load
   std::int64_t kv_block_bytes = 0;
   // logits() / evaluate() sessions:

@@ -65,6 +65,16 @@ struct GraphCounters {
   std::uint64_t replays = 0;  // captures included
 };
 
+// Which kernels a GPU backend's matmuls took, counted per matmul as it is queued from the host (a
+// replayed graph's are counted once, when captured): prompt chunks FP8 x FP8 or in BF16 on the
+// tensor cores, decode rows on the tensor-core decode kernels or on the CUDA cores.
+struct MatmulPathCounters {
+  std::uint64_t prefill_fp8 = 0;
+  std::uint64_t prefill_bf16 = 0;
+  std::uint64_t decode_tensor_cores = 0;
+  std::uint64_t decode_cuda_cores = 0;
+};
+
 struct MemoryUsage {
   std::uint64_t weight_bytes = 0;      // weights resident (mapped or uploaded)
   std::uint64_t allocated_bytes = 0;   // live buffers from allocate()
@@ -157,6 +167,7 @@ class Backend {
   virtual void synchronize() = 0;
   [[nodiscard]] virtual MemoryUsage memory() const = 0;
   [[nodiscard]] virtual GraphCounters graph_counters() const { return {}; }
+  [[nodiscard]] virtual MatmulPathCounters matmul_paths() const { return {}; }
 };
 
 }  // namespace sitsrt

@@ -308,6 +308,10 @@ void bind_engine(py::module_& m) {
              d["prefix_cache_hits"] = s.prefix_cache_hits;
              d["device_graph_captures"] = s.device_graph_captures;
              d["device_graph_replays"] = s.device_graph_replays;
+             d["device_prefill_fp8_matmuls"] = s.device_prefill_fp8_matmuls;
+             d["device_prefill_bf16_matmuls"] = s.device_prefill_bf16_matmuls;
+             d["device_decode_tensor_core_matmuls"] = s.device_decode_tensor_core_matmuls;
+             d["device_decode_cuda_core_matmuls"] = s.device_decode_cuda_core_matmuls;
              d["max_num_seqs"] = s.limits.max_num_seqs;
              d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
              d["kv_block_size"] = s.limits.kv_block_size;

@@ -43,6 +43,8 @@ def test_device_graphs_option_and_counters(model_path):
         assert len(engine.generate("Once upon a time", max_tokens=4, stop_at_eos=False).tokens) == 4
         q = engine.queue_stats()
         assert (q["device_graph_captures"], q["device_graph_replays"]) == (0, 0)
+        assert all(q[f"device_{k}_matmuls"] == 0 for k in ("prefill_fp8", "prefill_bf16", "decode_tensor_core",
+                                                           "decode_cuda_core"))
     with pytest.raises(TypeError):
         sitsrt.Engine(model_path, threads=1, device_graphs="yes")
 
