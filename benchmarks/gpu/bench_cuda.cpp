@@ -105,9 +105,16 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
 // 128): `batch` rows, each its own sequence at `context` positions (the store of its new row
 // included). Seconds per call, split over the sequence (flash-decoding) or not (the staged kernel
 // as one split per row and KV head, as long steps run).
-double time_attention(std::int64_t batch, std::int64_t context, bool split) {
+// prefill_rows > 0: one sequence's prompt chunk of that many rows ending at `context` instead
+// (batch 1; the staged kernel, a block per row and KV head, as steps too long to split run).
+double time_attention(std::int64_t batch, std::int64_t context, bool split, std::int64_t prefill_rows = 0) {
   constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
   const std::int64_t width = kKvHeads * kHeadDim, row_bytes = 2 * width;
+  if (prefill_rows > 0) {
+    batch = 1;
+    split = false;
+  }
+  const std::int64_t rows = prefill_rows > 0 ? prefill_rows : batch;
   const std::int64_t blocks_per_seq = (context + kBlock - 1) / kBlock;
   const std::size_t pool_bytes = static_cast<std::size_t>(batch * blocks_per_seq * kBlock * row_bytes);
   std::vector<void*> owned;
@@ -134,23 +141,24 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split) {
     d.block_table = d_tables + r * blocks_per_seq;
     d.block_size = kBlock;
     d.row_begin = r;
-    d.n_rows = 1;
-    d.pos0 = context - 1;
+    d.n_rows = prefill_rows > 0 ? prefill_rows : 1;
+    d.pos0 = context - d.n_rows;
     row_sequence[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
   }
+  row_sequence.resize(static_cast<std::size_t>(rows), 0);  // a prompt chunk's rows: sequence 0
   auto* d_descs = static_cast<cuda::AttentionSequenceDesc*>(device(descs.size() * sizeof(descs[0]), 0));
   SITSRT_CUDA_CHECK(cudaMemcpy(d_descs, descs.data(), descs.size() * sizeof(descs[0]), cudaMemcpyHostToDevice));
   auto* d_rows = static_cast<std::int32_t*>(device(row_sequence.size() * 4, 0));
   SITSRT_CUDA_CHECK(cudaMemcpy(d_rows, row_sequence.data(), row_sequence.size() * 4, cudaMemcpyHostToDevice));
   cuda::AttentionLaunch a;
-  a.q = static_cast<const float*>(device(static_cast<std::size_t>(batch * kHeads * kHeadDim) * 4, 0x3c));
+  a.q = static_cast<const float*>(device(static_cast<std::size_t>(rows * kHeads * kHeadDim) * 4, 0x3c));
   a.ldq = kHeads * kHeadDim;
-  a.k = static_cast<const float*>(device(static_cast<std::size_t>(batch * width) * 4, 0x3c));
-  a.v = static_cast<const float*>(device(static_cast<std::size_t>(batch * width) * 4, 0x3c));
+  a.k = static_cast<const float*>(device(static_cast<std::size_t>(rows * width) * 4, 0x3c));
+  a.v = static_cast<const float*>(device(static_cast<std::size_t>(rows * width) * 4, 0x3c));
   a.ldk = a.ldv = width;
-  a.out = static_cast<float*>(device(static_cast<std::size_t>(batch * kHeads * kHeadDim) * 4, 0));
+  a.out = static_cast<float*>(device(static_cast<std::size_t>(rows * kHeads * kHeadDim) * 4, 0));
   a.ldo = kHeads * kHeadDim;
-  a.n_rows = batch;
+  a.n_rows = rows;
   a.n_heads = kHeads;
   a.n_kv_heads = kKvHeads;
   a.head_dim = kHeadDim;
@@ -317,6 +325,29 @@ int main(int argc, char** argv) {
                        100.0 * gbs / bandwidth);
           }
         }
+      }
+    }
+    // A prompt chunk's attention (CUDA cores, K/V read once per row): what a tiled prefill
+    // attention would cut.
+    if (!json) {
+      fmt::print(
+          "\n| prefill attention (f16 KV, 32 q / 8 kv heads of 128) | rows | ending at | ms/layer | TFLOP/s | KV "
+          "GB/s read |\n|---|---|---|---|---|---|\n");
+    }
+    for (const std::int64_t context : {512, 4096, 16384}) {
+      constexpr std::int64_t kChunkRows = 512;
+      const double seconds = time_attention(1, context, false, kChunkRows);
+      double positions = 0;  // summed over the chunk's rows
+      for (std::int64_t r = 0; r < kChunkRows; ++r) positions += static_cast<double>(context - kChunkRows + r + 1);
+      const double flops = positions * 32 * 128 * 4;          // q.k and w.v, 2 flops each
+      const double kv_bytes = positions * 2.0 * 8 * 128 * 2;  // K and V rows, every KV head
+      if (json) {
+        attention += fmt::format(
+            "{}{{\"kind\":\"prefill chunk (staged)\",\"rows\":{},\"context\":{},\"us\":{:.2f},\"tflops\":{:.2f}}}",
+            attention.empty() ? "" : ",", kChunkRows, context, seconds * 1e6, flops / seconds / 1e12);
+      } else {
+        fmt::print("| staged (a block per row and KV head) | {} | {} | {:.2f} | {:.1f} | {:.0f} |\n", kChunkRows,
+                   context, seconds * 1e3, flops / seconds / 1e12, kv_bytes / seconds / 1e9);
       }
     }
     if (!json) {
