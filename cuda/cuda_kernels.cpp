@@ -212,12 +212,13 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
         .fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  const bool queued = x.rows > 0 && dw.rows > 0;  // nothing is launched for an empty matmul
   if (dw.planar) {
     const bool tensor_cores = launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y),
                                                    y.ld, context_.stream(), planar_path());
-    (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(1, std::memory_order_relaxed);
+    if (queued) (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(1, std::memory_order_relaxed);
   } else {
-    decode_cuda_cores_.fetch_add(1, std::memory_order_relaxed);
+    if (queued) decode_cuda_cores_.fetch_add(1, std::memory_order_relaxed);
     launch_matmul(dw.format, dw.data, dw.row_bytes, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y), y.ld,
                   context_.stream());
   }
@@ -270,7 +271,8 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
   }
   const bool tensor_cores = launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld,
                                                 x.rows, e, context_.stream(), planar_path());
-  (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(count, std::memory_order_relaxed);
+  if (x.rows > 0)
+    (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(count, std::memory_order_relaxed);
   SITSRT_CUDA_CHECK_LAUNCH("fused planar matmul kernel");
 }
 

@@ -52,7 +52,8 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // otherwise the stored-block kernels (matmul.cu).
 // Rows from PrefillGemm::kMinRows take the BF16 tensor-core GEMM, as in the backend.
 // channel_scales: FP8 weights with one scale per output channel (the FP8 x FP8 prefill GEMM's).
-// tensor_cores: the planar kernels may take the tensor-core decode (FP8 / INT4 g128 at 5+ rows).
+// tensor_cores: the planar kernels take the tensor-core decode (every planar format at 5+ rows;
+// an error where they do not).
 double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm,
                    bool channel_scales = false, bool tensor_cores = false) {
   const std::size_t stride = row_bytes(format, s.k);
@@ -81,8 +82,10 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
         throw std::runtime_error("prefill GEMM unavailable: " + gemm.unavailable_reason());
       }
     } else if (planar) {
-      cuda::launch_planar_matmul(format, w, s.n, s.k, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n,
-                                 nullptr, tensor_cores ? cuda::PlanarPath::kTensorCores : cuda::PlanarPath::kExact);
+      const bool ran = cuda::launch_planar_matmul(
+          format, w, s.n, s.k, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n, nullptr,
+          tensor_cores ? cuda::PlanarPath::kTensorCores : cuda::PlanarPath::kExact);
+      if (tensor_cores && !ran) throw std::runtime_error("the tensor-core decode did not take this matmul");
     } else {
       cuda::launch_matmul(format, w, static_cast<std::int64_t>(stride), s.n, s.k, static_cast<const float*>(x), s.k, m,
                           static_cast<float*>(y), s.n, nullptr);
@@ -111,6 +114,7 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split, std:
   constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
   const std::int64_t width = kKvHeads * kHeadDim, row_bytes = 2 * width;
   if (prefill_rows > 0) {
+    if (context < prefill_rows) throw std::invalid_argument("time_attention: a chunk longer than its context");
     batch = 1;
     split = false;
   }
@@ -275,9 +279,11 @@ int main(int argc, char** argv) {
             try {
               seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, channel, run.tensor_cores);
             } catch (const std::runtime_error& e) {
-              if (!channel) throw;
-              if (!json)
-                fmt::print("| {} | planar, per channel | {} | 512 | {} | | | |\n", name(format), s.name, e.what());
+              if (!channel && !run.tensor_cores) throw;
+              if (!json) {
+                fmt::print("| {} | {} | {} | {} | {} | | | |\n", name(format),
+                           channel ? "planar, per channel" : "planar, tensor cores", s.name, rows_m, e.what());
+              }
               continue;
             }
             const std::int64_t m_rows = rows_m;

@@ -19,6 +19,10 @@
 // 128 nibbles of an INT4 g128 block), lane t of each quad loading unit 4 b + t of its two weight
 // rows, and the block's kSteps steps each take 4 elements of every lane's unit.
 //
+// Non-finite values: an infinite x keeps its lo part 0 and F16 weights' lo parts meet only its
+// finite hi parts, so an infinite x gives the CUDA cores' infinities; an infinite F16 / BF16
+// weight gives NaN (its product with x's lo part, 0 where x is a BF16 value).
+//
 // Device code under nvcc; plain C++ otherwise with exact host stand-ins (BF16 rounding to nearest
 // even, the E4M3 table), so tests/unit/cuda_planar_lanes_test.cpp runs these fragments through an
 // emulated mma on the CPU.
@@ -312,11 +316,20 @@ SITSRT_LANE void int8_codes(std::uint32_t w, std::uint32_t& c01, std::uint32_t& 
   c89 = pack_bf16x2(f[2], f[3]);
 }
 
-// F16 pair (bits 0-15, 16-31) as hi + lo BF16 pairs, exactly.
+// F16 pair (bits 0-15, 16-31) as hi + lo BF16 pairs, exactly (an infinity: lo 0, not NaN).
 SITSRT_LANE void f16_pair_split(std::uint32_t pair, std::uint32_t& hi, std::uint32_t& lo) {
   const float a = planar::half_bits_to_float(pair), b = planar::half_bits_to_float(pair >> 16);
   hi = pack_bf16x2(a, b);
-  lo = pack_bf16x2(planar::sub_rn(a, bf16_low(hi)), planar::sub_rn(b, bf16_high(hi)));
+  const float h0 = bf16_low(hi), h1 = bf16_high(hi);
+  lo = pack_bf16x2(std::isinf(h0) ? 0.0f : planar::sub_rn(a, h0), std::isinf(h1) ? 0.0f : planar::sub_rn(b, h1));
+}
+
+// A BF16 pair with each infinite half zeroed: x's hi parts as F16's weight lo parts meet them
+// (0 * inf would be NaN where the products of the hi parts already carry the infinity).
+SITSRT_LANE std::uint32_t finite_bf16x2(std::uint32_t v) {
+  const std::uint32_t low = (v & 0x7fffu) == 0x7f80u ? 0u : v & 0xffffu;
+  const std::uint32_t high = (v & 0x7fff0000u) == 0x7f800000u ? 0u : v & 0xffff0000u;
+  return low | high;
 }
 
 // The lane's B fragments of step s of unit u (float pairs: elements 16 u + 2t, + 1 and

@@ -260,16 +260,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(cons
           mma::step_codes<F>(w[c][mt][0], s0, u, t, step, frag.r[0], frag.r[2]);
           mma::step_codes<F>(w[c][mt][1], s8, u, t, step, frag.r[1], frag.r[3]);
           const mma::StepScale scale[2] = {mma::step_scale<F>(s0, u, step), mma::step_scale<F>(s8, u, step)};
+          mma::FragA frag_lo{};  // F16: the weights' lo parts too
+          if constexpr (mma::kWeightSplit<F>) {
+            mma::step_codes_lo<F>(w[c][mt][0], frag_lo.r[0], frag_lo.r[2]);
+            mma::step_codes_lo<F>(w[c][mt][1], frag_lo.r[1], frag_lo.r[3]);
+          }
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
             float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             mma::mma_bf16(frag, hi[nt], sum);
             mma::mma_bf16(frag, lo[nt], sum);
-            if constexpr (mma::kWeightSplit<F>) {  // F16: the weights' lo parts too
-              mma::FragA frag_lo;
-              mma::step_codes_lo<F>(w[c][mt][0], frag_lo.r[0], frag_lo.r[2]);
-              mma::step_codes_lo<F>(w[c][mt][1], frag_lo.r[1], frag_lo.r[3]);
-              mma::mma_bf16(frag_lo, hi[nt], sum);
+            if constexpr (mma::kWeightSplit<F>) {
+              const mma::FragB finite_hi{{mma::finite_bf16x2(hi[nt].r[0]), mma::finite_bf16x2(hi[nt].r[1])}};
+              mma::mma_bf16(frag_lo, finite_hi, sum);
               mma::mma_bf16(frag_lo, lo[nt], sum);
             }
 #pragma unroll

@@ -82,7 +82,8 @@ struct EngineOptions {
   // docs/quantization.md). false: float activations everywhere. Recorded in ModelInfo.
   bool int8_activations = true;
   // Format of the matmul weights: "as-stored" (read in place from the file), or converted at
-  // load to "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (FP8 E4M3) or "q4g128" (INT4 g128).
+  // load to "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (FP8 E4M3), "fp8-channel" (FP8 E4M3,
+  // one scale per output row), "fp8-all" (FP8 including the output head) or "q4g128" (INT4 g128).
   // Norms stay f32 and a token embedding that is not also the output head stays as stored;
   // weights whose rows are not whole blocks of the target are kept too. The cost is reported
   // in ModelInfo (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.

@@ -66,8 +66,9 @@ struct GraphCounters {
 };
 
 // Which kernels a GPU backend's matmuls took, counted per matmul as it is queued from the host (a
-// replayed graph's are counted once, when captured): prompt chunks FP8 x FP8 or in BF16 on the
-// tensor cores, decode rows on the tensor-core decode kernels or on the CUDA cores.
+// replayed graph's once, when captured; a step whose capture failed and ran eagerly, twice): the
+// prefill GEMM FP8 x FP8 or in BF16, or the decode kernels on the tensor cores or the CUDA cores
+// (these also run prompt chunks under batch invariance or where the prefill GEMM is unavailable).
 struct MatmulPathCounters {
   std::uint64_t prefill_fp8 = 0;
   std::uint64_t prefill_bf16 = 0;

@@ -463,17 +463,21 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
 
 void quantize_row_fp8_per_channel(const float* src, void* dst, std::int64_t n) {
   check_blocks(DType::kFP8_E4M3, n);
+  // The scale from the finite elements: an infinity saturates to +-448 and a NaN stays NaN in
+  // its own code, instead of one non-finite element setting every scale of the row.
   float amax = 0.0f;
-  for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(src[j]));
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (std::isfinite(src[j])) amax = std::max(amax, std::fabs(src[j]));
+  }
   auto* b = static_cast<BlockFP8_E4M3*>(dst);
-  const bool finite = amax != 0.0f && std::isfinite(amax);
-  float d = finite ? with_11_significant_bits(amax / 448.0f) : amax / 448.0f;  // as quantize_fp8_block
-  if (finite && d == 0.0f) d = std::numeric_limits<float>::denorm_min();       // amax / 448 underflowed
+  float d = 0.0f;  // a row without a finite nonzero element: scale 0, every code 0
+  if (amax > 0.0f) {
+    d = with_11_significant_bits(amax / 448.0f);                  // as quantize_fp8_block's unsearched scale
+    if (d == 0.0f) d = std::numeric_limits<float>::denorm_min();  // amax / 448 underflowed
+  }
   for (std::int64_t i = 0; i < n / kFp8Block; ++i, src += kFp8Block) {
     b[i].d = d;
-    for (int j = 0; j < kFp8Block; ++j) {
-      b[i].qs[j] = finite ? fp8_e4m3_of_quotient(src[j], d) : d != 0.0f ? fp32_to_fp8_e4m3(src[j] / d) : 0;
-    }
+    for (int j = 0; j < kFp8Block; ++j) b[i].qs[j] = d != 0.0f ? fp8_e4m3_of_quotient(src[j], d) : 0;
   }
 }
 

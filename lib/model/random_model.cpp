@@ -143,10 +143,10 @@ bool k_mix_uses_more_bits(std::int64_t layer, std::int64_t layers) noexcept {
 bool set_weight_type(RandomModelOptions& o, std::string_view name) {
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  o.fp8_per_channel = false;
   if (lower == "q4_k_m" || lower == "q5_k_m") {
     o.type = lower == "q4_k_m" ? DType::kQ4_K : DType::kQ5_K;
     o.sensitive_type = DType::kQ6_K;
+    o.fp8_per_channel = false;
     return true;
   }
   if (lower == "fp8-channel") {
@@ -160,6 +160,7 @@ bool set_weight_type(RandomModelOptions& o, std::string_view name) {
   if (!type) return false;
   o.type = *type;
   o.sensitive_type.reset();
+  o.fp8_per_channel = false;
   return true;
 }
 

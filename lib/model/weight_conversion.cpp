@@ -4,6 +4,8 @@
 #include "core/quant_blocks.hpp"
 
 #include <chrono>
+#include <cstring>
+#include <span>
 #include <vector>
 
 namespace sitsrt {
@@ -48,6 +50,21 @@ DType format_for(const graph::Weight& weight, bool is_head, WeightFormat target)
 // Whether a matmul weight is converted to `to` (the rest are kept as stored).
 bool converts(const graph::Weight& weight, DType to) {
   return weight.dims.size() == 2 && weight.type != to && fits_blocks(to, weight.dims[0]);
+}
+
+// Whether every row of FP8 E4M3 blocks (rows x cols) carries one scale in all its blocks.
+bool fp8_rows_per_channel(std::span<const std::byte> data, std::int64_t rows, std::int64_t cols) {
+  const std::size_t stride = row_bytes(DType::kFP8_E4M3, cols);
+  const std::int64_t blocks = cols / traits(DType::kFP8_E4M3).block_size;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::byte* row = data.data() + static_cast<std::size_t>(r) * stride;
+    for (std::int64_t b = 1; b < blocks; ++b) {
+      if (std::memcmp(row, row + static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3), sizeof(float)) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 // dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool
@@ -113,7 +130,15 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
     const graph::Weight weight = graph.weights()[id];  // a copy: set_weight_type changes it
     const DType to = format_for(weight, head[id], target);
     if (head[id] && to != target.type) report_.output_head_type = to;
-    if (!converts(weight, to)) {
+    // fp8-channel over FP8 stored with a scale per block: re-encoded with one scale a row (but a
+    // head the policy keeps as stored)
+    const bool head_kept = target.output_head_16bit && head[id];
+    const bool rescale = target.fp8_per_channel && !head_kept && to == DType::kFP8_E4M3 &&
+                         weight.type == DType::kFP8_E4M3 && weight.dims.size() == 2 &&
+                         stored_.data(weight).size() >=
+                             row_bytes(weight.type, weight.dims[0]) * static_cast<std::size_t>(weight.dims[1]) &&
+                         !fp8_rows_per_channel(stored_.data(weight), weight.dims[1], weight.dims[0]);
+    if (!converts(weight, to) && !rescale) {
       ++report_.tensors_kept;
       continue;
     }

@@ -162,7 +162,7 @@ TEST_CASE("fp8 e4m3 per channel: one scale a row (amax / 448 to 11 bits), codes 
   for (const std::int64_t n : {64, 64 * 37}) {
     std::vector<float> x(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
-      // magnitudes over 2^-20 .. 2^4 of one another: per-block ranges differ, one scale serves all
+      // blocks of magnitudes 2^-3 .. 2^3 (and a larger amax): per-block ranges differ, one scale serves all
       x[static_cast<std::size_t>(i)] = rng.normal() * std::exp2(static_cast<float>(i / 64 % 7) - 3.0f);
     }
     x[static_cast<std::size_t>(n / 2)] = -40.0f;  // the row's amax
@@ -191,6 +191,17 @@ TEST_CASE("fp8 e4m3 per channel: one scale a row (amax / 448 to 11 bits), codes 
   CHECK(zb[0].d == 0.0f);
   CHECK(zb[1].qs[5] == 0);
   CHECK_THROWS_AS(quantize_row_fp8_per_channel(zeros.data(), zb.data(), 96), Error);
+  // an infinity saturates to +-448 d and a NaN stays NaN; the scale is the finite elements'
+  std::vector<float> odd(128, 0.5f);
+  odd[3] = std::numeric_limits<float>::infinity();
+  odd[70] = std::numeric_limits<float>::quiet_NaN();
+  odd[100] = -7.0f;
+  quantize_row_fp8_per_channel(odd.data(), zb.data(), 128);
+  CHECK(std::fabs(zb[0].d - 7.0 / 448.0) <= 7.0 / 448.0 * 0x1p-11);
+  CHECK(zb[1].d == zb[0].d);
+  CHECK(zb[0].qs[3] == 0x7e);
+  CHECK((zb[1].qs[70 - 64] & 0x7f) == 0x7f);
+  CHECK(zb[1].qs[100 - 64] == nearest_code(-7.0 / zb[0].d));
 }
 
 TEST_CASE("fp8 e4m3 rows: quotients within an ulp of a midpoint round to the nearest code", "[core]") {

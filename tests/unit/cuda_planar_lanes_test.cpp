@@ -353,7 +353,11 @@ void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t col
               emulated_mma(a, hi[nt], sum);
               emulated_mma(a, lo[nt], sum);
               if constexpr (mma::kWeightSplit<F>) {
-                emulated_mma(a_lo, hi[nt], sum);
+                FragB finite_hi[32];
+                for (int lane = 0; lane < 32; ++lane) {
+                  finite_hi[lane] = {{mma::finite_bf16x2(hi[nt][lane].r[0]), mma::finite_bf16x2(hi[nt][lane].r[1])}};
+                }
+                emulated_mma(a_lo, finite_hi, sum);
                 emulated_mma(a_lo, lo[nt], sum);
               }
               for (int lane = 0; lane < 32; ++lane) {
@@ -465,6 +469,14 @@ TEST_CASE("cuda mma lanes: BF16 hi / lo split and code conversions are exact whe
   REQUIRE(std::isinf(mma::bf16_low(hi)));
   REQUIRE(mma::bf16_high(hi) == -std::numeric_limits<float>::infinity());
   REQUIRE(lo == 0u);
+  // F16 weights: an infinity splits into inf + 0; finite_bf16x2 zeroes infinite halves only
+  std::uint32_t whi = 0, wlo = 0;
+  mma::f16_pair_split(0x7c00u | 0x3c01u << 16, whi, wlo);  // +inf, 1 + 2^-10
+  REQUIRE(std::isinf(mma::bf16_low(whi)));
+  REQUIRE(mma::bf16_low(wlo) == 0.0f);
+  REQUIRE(static_cast<double>(mma::bf16_high(whi)) + mma::bf16_high(wlo) == 1.0 + 0x1p-10);
+  REQUIRE(mma::finite_bf16x2(0xff80u | 0x3f80u << 16) == 0x3f800000u);  // -inf, 1
+  REQUIRE(mma::finite_bf16x2(0x7fc0u | 0x7f80u << 16) == 0x7fc0u);      // NaN kept, +inf zeroed
   REQUIRE(mma::pack_bf16x2(1.0f + 1.0f / 256, 0.0f) == 0x3f80u);  // a tie: to even (down)
   REQUIRE(mma::pack_bf16x2(1.0f + 3.0f / 256, 0.0f) == 0x3f82u);  // a tie: to even (up)
 }

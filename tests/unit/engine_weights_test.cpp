@@ -279,6 +279,21 @@ TEST_CASE("weights=fp8 and q4g128 logits stay close to F32", "[engine]") {
   }
 }
 
+TEST_CASE("weights=fp8-channel re-encodes FP8 stored per block, keeps FP8 stored per channel", "[engine]") {
+  // per block: the 14 block weights re-encoded with a scale a row; the FP8 head kept as stored
+  const std::string per_block = model(DType::kFP8_E4M3, false);
+  const Engine a = engine(per_block, "fp8-channel");
+  CHECK(a.model_info().weights_converted_tensors == 2 * 7);
+  CHECK(a.model_info().weights_kept_tensors == 1);
+  const std::vector<float> reference = engine(per_block, "as-stored").logits(kTokens, true);
+  CHECK(relative_rms(a.logits(kTokens, true), reference) < 0.05);
+  // made per channel: nothing to do
+  RandomModelOptions o = model_options(DType::kFP8_E4M3, false);
+  REQUIRE(set_weight_type(o, "fp8-channel"));
+  const Engine b = engine(test::random_model(o, "weights-fp8-channel"), "fp8-channel");
+  CHECK(b.model_info().weights_converted_tensors == 0);
+}
+
 TEST_CASE("weights=fp8 keeps the output head at 16 bits; fp8-all converts it", "[engine]") {
   const std::string f32_path = model(DType::kF32, false);
   const Engine fp8 = engine(f32_path, "fp8"), all = engine(f32_path, "fp8-all");
