@@ -38,8 +38,12 @@ struct BlockTiles {
   std::int64_t j0[kTiles];
   const std::uint8_t* codes[kTiles][2];
   const std::uint8_t* sides[kTiles][2];
+  int warp, g, t;  // the thread's warp, and its lane's group and place in it (lane = 4 g + t)
 
-  __device__ explicit BlockTiles(const GroupArgs& a) {
+  __device__ explicit BlockTiles(const GroupArgs& a)
+      : warp(static_cast<int>(threadIdx.x / 32)),
+        g(static_cast<int>(threadIdx.x % 32) / 4),
+        t(static_cast<int>(threadIdx.x % 4)) {
     if constexpr (kGated) {
       target[0] = 0;
       target[1] = 1;
@@ -53,7 +57,6 @@ struct BlockTiles {
         j0[mt] = first + 16 * mt;
       }
     }
-    const int g = static_cast<int>(threadIdx.x % 32) / 4;
 #pragma unroll
     for (int mt = 0; mt < kTiles; ++mt) {
       const GroupArgs::Target& tg = a.t[target[mt]];
@@ -135,8 +138,7 @@ template <DType F, int kTiles, int kNTiles, bool kGated>
 __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupArgs a) {
   begin_dependent_grid();
   const BlockTiles<kTiles, kGated> tiles(a);
-  const int warp = static_cast<int>(threadIdx.x / 32), g = static_cast<int>(threadIdx.x % 32) / 4;
-  const int t = static_cast<int>(threadIdx.x % 4);
+  const int warp = tiles.warp, g = tiles.g, t = tiles.t;
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
   float acc[kTiles][kNTiles][4];
   zero(acc);
@@ -210,8 +212,7 @@ template <DType F, int kTiles, int kNTiles, bool kGated>
 __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(const GroupArgs a) {
   begin_dependent_grid();
   const BlockTiles<kTiles, kGated> tiles(a);
-  const int warp = static_cast<int>(threadIdx.x / 32), g = static_cast<int>(threadIdx.x % 32) / 4;
-  const int t = static_cast<int>(threadIdx.x % 4);
+  const int warp = tiles.warp, g = tiles.g, t = tiles.t;
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
   constexpr int kChunk = mma::kChunkUnits<F>;
   const mma::FragA ones{{mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2}};

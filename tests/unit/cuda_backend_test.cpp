@@ -35,6 +35,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -92,11 +93,11 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
 }
 
 // y (m rows, ldy apart) against the double products of the decoded weights (n x k) and x (m
-// rows, ldx apart): within 1e-6 + 2e-6 * sum |products| per output (float sums of exact products);
+// rows, ldx apart): within 1e-6 + rel_tol * sum |products| per output (2e-6: float sums of exact products);
 // y's padding past n stays poisoned.
 void check_matmul(const std::vector<float>& y, std::int64_t ldy, const std::vector<float>& decoded,
                   const std::vector<float>& x, std::int64_t ldx, std::int64_t m, std::int64_t n, std::int64_t k,
-                  const char* what) {
+                  const char* what, double rel_tol = 2e-6) {
   std::vector<float> got;
   std::vector<double> want, scale;
   for (std::int64_t r = 0; r < m; ++r) {
@@ -114,7 +115,7 @@ void check_matmul(const std::vector<float>& y, std::int64_t ldy, const std::vect
     }
     for (std::int64_t j = n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
   }
-  check_close(got, want, 1e-6, scale, 2e-6, what);
+  check_close(got, want, 1e-6, scale, rel_tol, what);
 }
 
 // Stored rows -> the planar layout the backend uploads planar formats in.
@@ -128,6 +129,43 @@ std::vector<std::uint8_t> planar_matrix(DType format, const std::vector<std::uin
                           planes.data() + r * g.code_row_bytes, planes.data() + g.scales_of(r));
   }
   return planes;
+}
+
+struct PlanarShape {
+  std::int64_t n, k;
+  std::vector<std::int64_t> ms;  // rows of x
+};
+
+// Planar matmuls of `format` (fresh weights of n x k, fresh x) at each shape's row counts, x rows
+// k and k + pad apart (vector and scalar loads of x), through `path`, against the double
+// reference within 1e-6 + rel_tol * sum |products|; the largest shapes left out under memcheck.
+void check_planar_shapes(DType format, std::initializer_list<PlanarShape> shapes, std::int64_t pad,
+                         cuda::PlanarPath path, double rel_tol, test::Rng& rng, const char* what) {
+  for (const PlanarShape& shape : shapes) {
+    if (test::cuda_small_shapes() && shape.n * shape.k > (1 << 20)) continue;
+    const std::int64_t n = shape.n, k = shape.k;
+    const std::size_t stride = row_bytes(format, k);
+    std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+    std::vector<float> decoded(static_cast<std::size_t>(n * k));
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f * static_cast<float>(1 + j % 7));
+      quantize_row(format, row.data(), w.data() + j * stride, k);
+      dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
+    }
+    DeviceArray<std::uint8_t> dw(planar_matrix(format, w, n, k));
+    for (const std::int64_t m : shape.ms) {
+      for (const std::int64_t ldx : {k, k + pad}) {
+        const std::int64_t ldy = n + 5;
+        std::vector<float> x(static_cast<std::size_t>(m * ldx));
+        for (float& v : x) v = rng.normal();
+        DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
+        cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr, path);
+        SITSRT_CUDA_CHECK(cudaGetLastError());
+        INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
+        check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, what, rel_tol);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -209,41 +247,16 @@ TEST_CASE("cuda planar matmul (every planar format) equals the double reference 
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(104);
-  struct Shape {
-    std::int64_t n, k;
-    std::vector<std::int64_t> ms;
-  };
   for (const DType format :
        {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
         DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16, DType::kIQ4_NL}) {
     const std::int64_t block = std::max<std::int64_t>(traits(format).block_size, 8);  // floats: units of 8
-    // odd output counts (a partial last block of outputs), one and several chunks per thread
-    for (const Shape& shape : {Shape{67, block, {1, 2, 3, 5, 8, 11, 16}}, Shape{5, 3 * block, {1, 4, 9}},
-                               Shape{1029, 4096, {1, 16}}, Shape{130, 14336, {1, 7}}}) {
-      if (test::cuda_small_shapes() && shape.n * shape.k > (1 << 20)) continue;
-      const std::int64_t n = shape.n, k = shape.k;
-      const std::size_t stride = row_bytes(format, k);
-      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
-      std::vector<float> decoded(static_cast<std::size_t>(n * k));
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f * static_cast<float>(1 + j % 7));
-        quantize_row(format, row.data(), w.data() + j * stride, k);
-        dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
-      }
-      DeviceArray<std::uint8_t> dw(planar_matrix(format, w, n, k));
-      for (const std::int64_t m : shape.ms) {
-        for (const std::int64_t ldx : {k, k + 3}) {  // float4 loads of x, and the scalar path
-          const std::int64_t ldy = n + 5;
-          std::vector<float> x(static_cast<std::size_t>(m * ldx));
-          for (float& v : x) v = rng.normal();
-          DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
-          cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr);
-          SITSRT_CUDA_CHECK(cudaGetLastError());
-          INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
-          check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, "planar matmul");
-        }
-      }
-    }
+    // odd output counts (a partial last block of outputs), one and several chunks per thread;
+    // float4 loads of x and the scalar path
+    check_planar_shapes(format,
+                        {PlanarShape{67, block, {1, 2, 3, 5, 8, 11, 16}}, PlanarShape{5, 3 * block, {1, 4, 9}},
+                         PlanarShape{1029, 4096, {1, 16}}, PlanarShape{130, 14336, {1, 7}}},
+                        3, cuda::PlanarPath::kExact, 2e-6, rng, "planar matmul");
   }
 }
 
@@ -253,64 +266,20 @@ TEST_CASE(
     "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(107);
-  struct Shape {
-    std::int64_t n, k;
-    std::vector<std::int64_t> ms;
-  };
   for (const DType format :
        {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
         DType::kIQ4_NL, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
     const std::int64_t block = std::max<std::int64_t>(traits(format).block_size, 32);
     // odd output counts (partial blocks of 32 and tiles of 16), fewer scale blocks / chunks than
     // warps and many, partial last chunks; 5-8 rows (one n8 tile), 9-16 (two), and steps of
-    // several 16-row tiles; and outputs enough for blocks of 32 (two a multiprocessor and more)
-    for (const Shape& shape : {Shape{67, 3 * block, {5, 8, 9, 16, 21, 47}}, Shape{1029, 4096, {5, 16}},
-                               Shape{130, 14336, {7, 12}}, Shape{8999, std::max<std::int64_t>(block, 128), {6, 13}}}) {
-      if (test::cuda_small_shapes() && shape.n * shape.k > (1 << 20)) continue;
-      const std::int64_t n = shape.n, k = shape.k;
-      const std::size_t stride = row_bytes(format, k);
-      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
-      std::vector<float> decoded(static_cast<std::size_t>(n * k));
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f * static_cast<float>(1 + j % 7));
-        quantize_row(format, row.data(), w.data() + j * stride, k);
-        dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
-      }
-      DeviceArray<std::uint8_t> dw(planar_matrix(format, w, n, k));
-      for (const std::int64_t m : shape.ms) {
-        for (const std::int64_t ldx : {k, k + 2}) {  // vector loads of x, and the scalar path
-          const std::int64_t ldy = n + 5;
-          std::vector<float> x(static_cast<std::size_t>(m * ldx));
-          for (float& v : x) v = rng.normal();
-          DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
-          cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr,
-                                     cuda::PlanarPath::kTensorCores);
-          SITSRT_CUDA_CHECK(cudaGetLastError());
-          INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
-          const std::vector<float> y = dy.download();
-          std::vector<float> got;
-          std::vector<double> want, scale;
-          for (std::int64_t r = 0; r < m; ++r) {
-            for (std::int64_t j = 0; j < n; ++j) {
-              double sum = 0, magnitude = 0;
-              for (std::int64_t e = 0; e < k; ++e) {
-                const double p = static_cast<double>(decoded[static_cast<std::size_t>(j * k + e)]) *
-                                 x[static_cast<std::size_t>(r * ldx + e)];
-                sum += p;
-                magnitude += std::fabs(p);
-              }
-              got.push_back(y[static_cast<std::size_t>(r * ldy + j)]);
-              want.push_back(sum);
-              scale.push_back(magnitude);
-            }
-            for (std::int64_t j = n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
-          }
-          // x within 2^-16 of each value (of its sums, for the offset formats' mins), and float sums
-          // (the tensor cores' own accumulation order)
-          check_close(got, want, 1e-6, scale, 6e-5, "tensor-core decode matmul");
-        }
-      }
-    }
+    // several 16-row tiles; and outputs enough for blocks of 32 (two a multiprocessor and more).
+    // x within 2^-16 of each value (of its sums, for the offset formats' mins), and float sums in
+    // the tensor cores' own order: 6e-5 of sum |products|
+    check_planar_shapes(
+        format,
+        {PlanarShape{67, 3 * block, {5, 8, 9, 16, 21, 47}}, PlanarShape{1029, 4096, {5, 16}},
+         PlanarShape{130, 14336, {7, 12}}, PlanarShape{8999, std::max<std::int64_t>(block, 128), {6, 13}}},
+        2, cuda::PlanarPath::kTensorCores, 6e-5, rng, "tensor-core decode matmul");
   }
 }
 

@@ -50,6 +50,31 @@ PlanarMatrix make_matrix(DType f, std::int64_t n, std::int64_t cols, test::Rng& 
   return m;
 }
 
+// A block's kOuts outputs from j0 (past n: the last row, as the kernels load it) for the first
+// `rows` of kCols accumulated rows of x, against the double reference: within rel * sum |products|;
+// the accumulators past `rows` exactly zero.
+template <DType F, int kOuts, int kCols>
+void check_outputs(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
+                   std::int64_t ldx, int rows, bool vector, std::int64_t j0, const double (&got)[kOuts][kCols],
+                   double rel) {
+  for (int o = 0; o < kOuts; ++o) {
+    const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
+    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
+    for (int r = rows; r < kCols; ++r) REQUIRE(got[o][r] == 0.0);
+    for (int r = 0; r < rows; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t e = 0; e < cols; ++e) {
+        const double p =
+            static_cast<double>(cuda::decode_element<F>(row, e)) * x[static_cast<std::size_t>(r * ldx + e)];
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
+      REQUIRE(std::fabs(got[o][r] - want) <= rel * magnitude + 1e-30);
+    }
+  }
+}
+
 // Outputs j0 .. j0 + 3 (rows past n clamped to n - 1, as the kernel loads them) for the first
 // `rows` of kRows accumulated rows of x, each lane's units summed as the kernel's threads do
 // (unit u on lane u % 128), then the lanes in order; the accumulators past `rows` stay zero.
@@ -75,24 +100,8 @@ void check_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const
       for (int r = 0; r < kRows; ++r) got[o][r] += acc[o][r];
     }
   }
-  for (int o = 0; o < kOuts; ++o) {
-    const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
-    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
-    for (int r = rows; r < kRows; ++r) REQUIRE(got[o][r] == 0.0);
-    for (int r = 0; r < rows; ++r) {
-      double want = 0.0, magnitude = 0.0;
-      for (std::int64_t e = 0; e < cols; ++e) {
-        const double p =
-            static_cast<double>(cuda::decode_element<F>(row, e)) * x[static_cast<std::size_t>(r * ldx + e)];
-        want += p;
-        magnitude += std::fabs(p);
-      }
-      // float sums of cols exact products: a few ulps of the magnitude per add
-      const double tolerance = 1e-6 * magnitude + 1e-30;
-      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
-      REQUIRE(std::fabs(got[o][r] - want) <= tolerance);
-    }
-  }
+  // float sums of cols exact products: a few ulps of the magnitude per add
+  check_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, got, 1e-6);
 }
 
 template <DType F>
@@ -171,31 +180,6 @@ void emulated_mma(const FragA (&a)[32], const FragB (&b)[32], double (&c)[32][4]
   }
 }
 
-// A tensor-core block's 32 outputs from j0 (past n: the last row, as the kernel loads it) for the
-// first `rows` of `columns` rows of x, against the double reference: within 2^bound_exponent of
-// sum |products|; the idle columns past `rows` exactly zero (x read as zeros there).
-template <DType F>
-void check_block_outputs(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, const std::vector<float>& x,
-                         std::int64_t ldx, int rows, bool vector, std::int64_t j0, int columns,
-                         const double (&got)[32][16], int bound_exponent) {
-  for (int o = 0; o < 32; ++o) {
-    const std::int64_t j = j0 + o < n ? j0 + o : n - 1;
-    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
-    for (int r = rows; r < columns; ++r) REQUIRE(got[o][r] == 0.0);
-    for (int r = 0; r < rows; ++r) {
-      double want = 0.0, magnitude = 0.0;
-      for (std::int64_t e = 0; e < cols; ++e) {
-        const double p =
-            static_cast<double>(cuda::decode_element<F>(row, e)) * x[static_cast<std::size_t>(r * ldx + e)];
-        want += p;
-        magnitude += std::fabs(p);
-      }
-      INFO(name(F) << " cols " << cols << " output " << j << " row " << r << " of " << rows << " vector " << vector);
-      REQUIRE(std::fabs(got[o][r] - want) <= std::ldexp(magnitude, bound_exponent) + 1e-30);
-    }
-  }
-}
-
 // The tensor-core kernel's block of 32 outputs from j0 (two m16 tiles; past n the last row
 // again) over `rows` rows of x in kNTiles n8 tiles: each warp's scale blocks (every 8th), each
 // lane's units, side data and fragments as the kernel builds them, the block's sums scaled per
@@ -205,7 +189,7 @@ void check_mma_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, c
                      std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
   namespace mma = cuda::mma;
   constexpr int kWarps = 8, kTiles = 2;
-  double got[32][16] = {};
+  double got[32][8 * kNTiles] = {};
   const std::int64_t blocks = m.g.units / 4;
   const cuda::planar::XTile xt{x.data(), ldx, rows, vector};
   const auto row_of = [&](int mt, int lane, int h) {
@@ -257,7 +241,7 @@ void check_mma_block(const PlanarMatrix& m, std::int64_t n, std::int64_t cols, c
       }
     }
   }
-  check_block_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, 8 * kNTiles, got, -16);
+  check_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, got, std::ldexp(1.0, -16));
 }
 
 template <DType F>
@@ -286,7 +270,7 @@ void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t col
                          std::int64_t ldx, int rows, bool vector, std::int64_t j0) {
   namespace mma = cuda::mma;
   constexpr int kWarps = 8, kTiles = 2, kChunk = mma::kChunkUnits<F>, kLoads = mma::kQuarterLoads<F>;
-  double got[32][16] = {};
+  double got[32][8 * kNTiles] = {};
   const std::int64_t units = mma::quarter_units<F>(m.g.units);
   const cuda::planar::XTile xt{x.data(), ldx, rows, vector};
   const auto row_of = [&](int mt, int lane, int h) {
@@ -374,7 +358,7 @@ void check_quarter_block(const PlanarMatrix& m, std::int64_t n, std::int64_t col
     }
   }
   // the offset formats' mins meet x's rounding through its sums as well: twice the bound
-  check_block_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, 8 * kNTiles, got, -15);
+  check_outputs<F>(m, n, cols, x, ldx, rows, vector, j0, got, std::ldexp(1.0, -15));
 }
 
 template <DType F>
