@@ -17,10 +17,13 @@ int convert_command(int argc, char** argv) {
   Args args("sitsrt convert",
             "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded index) to GGUF,\n"
             "with llama.cpp's metadata keys and tensor names. The tokenizer is not converted yet.",
-            {{"output", 'o', "FILE", "output GGUF path (a new file; an existing regular file only with --force, never "
-                                    "one of the input directory's files)", ""},
+            {{"output", 'o', "FILE",
+              "output GGUF path (a new file; an existing regular file only with --force, never "
+              "one of the input directory's files)",
+              ""},
              {"force", 0, "", "replace an existing output file", ""},
-             {"type", 0, "TYPE", "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 q4_g128",
+             {"type", 0, "TYPE",
+              "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 fp8-channel (one scale per row) q4_g128",
               "the checkpoint's torch_dtype; a quantized (FP8, AWQ, GPTQ) checkpoint's linears stay fp8_e4m3 / q4_g128 "
               "(exact; libsitsrt-only GGUF types)"},
              {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
@@ -37,8 +40,10 @@ int convert_command(int argc, char** argv) {
   const auto out = args.get("output");
   if (!out) throw UsageError("no output file: pass -o FILE.gguf");
   std::optional<DType> type;
+  bool fp8_per_channel = false;
   if (const auto t = args.get("type")) {
-    type = dtype_from_name(*t);
+    fp8_per_channel = *t == "fp8-channel";
+    type = fp8_per_channel ? DType::kFP8_E4M3 : dtype_from_name(*t);
     if (!type) throw UsageError(fmt::format("unknown --type '{}'", *t));
   } else if (const HfConfig config = open_hf_model(directory).config; !config.quantization) {
     const std::string& torch_dtype = config.torch_dtype;
@@ -49,19 +54,21 @@ int convert_command(int argc, char** argv) {
   output.exists_hint = "pass --force to replace it";
   const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
-  const HfConvertSummary s = convert_hf_to_gguf(directory, *out, type, static_cast<int>(args.get_int("threads", 0, 0, 1024)),
-                                                [&](std::size_t done, std::size_t total) {
-                                                  if (tty)
-                                                    fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
-                                                },
-                                                output);
+  const HfConvertSummary s = convert_hf_to_gguf(
+      directory, *out, type, static_cast<int>(args.get_int("threads", 0, 0, 1024)),
+      [&](std::size_t done, std::size_t total) {
+        if (tty) fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
+      },
+      output, fp8_per_channel);
   if (tty) fmt::print(stderr, "\n");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (args.has("json")) {
     const nlohmann::json doc = {{"input", directory},
                                 {"output", *out},
                                 {"architecture", s.architecture},
-                                {"type", type ? std::string(name(*type)) : "as-stored"},
+                                {"type", fp8_per_channel ? std::string("fp8-channel")
+                                         : type          ? std::string(name(*type))
+                                                         : "as-stored"},
                                 {"tensors", s.tensors},
                                 {"parameters", s.parameters},
                                 {"tensor_bytes", s.bytes},

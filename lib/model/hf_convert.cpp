@@ -93,7 +93,7 @@ void write_metadata(gguf::Writer& w, const ModelSpec& spec) {
 
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
                                     int threads, const std::function<void(std::size_t, std::size_t)>& progress,
-                                    OutputFileOptions output_options) {
+                                    OutputFileOptions output_options, bool fp8_per_channel) {
   // Every file of the directory the model is read from (a superset of what open_hf_model reads).
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
@@ -122,8 +122,8 @@ HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::str
     const std::size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(out_type, cols);
     const std::int64_t head_dim = spec.head_dim;
     w.add_tensor(t.name, t.dims, out_type,
-                 [model, pool, &t, in_row, out_row, cols, rows, permute, head_dim, in_type = t.type,
-                  out_type](std::span<std::byte> out) {
+                 [model, pool, &t, in_row, out_row, cols, rows, permute, head_dim, in_type = t.type, out_type,
+                  per_channel = fp8_per_channel && out_type == DType::kFP8_E4M3](std::span<std::byte> out) {
                    pool->run([&](int thread, int n) {
                      std::vector<float> row(static_cast<std::size_t>(cols));
                      const Range range = split_range(rows, thread, n);
@@ -135,7 +135,11 @@ HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::str
                          std::memcpy(to, from, in_row);  // same type: the bytes as stored
                        } else {
                          dequantize_row(in_type, from, row.data(), cols);
-                         quantize_row(out_type, row.data(), to, cols);
+                         if (per_channel) {
+                           quantize_row_fp8_per_channel(row.data(), to, cols);
+                         } else {
+                           quantize_row(out_type, row.data(), to, cols);
+                         }
                        }
                      }
                    });

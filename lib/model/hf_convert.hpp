@@ -30,8 +30,10 @@ struct HfConvertSummary {
 // before anything is read: it is never a file of the input directory (config.json, the index,
 // the safetensors shards; compared by inode, whatever `output_options` says), never a
 // non-regular file, and replaces an existing file only when output_options.replace_existing.
+// fp8_per_channel: with type kFP8_E4M3, matrices converted from another type carry one scale per
+// row (quantize_row_fp8_per_channel: the FP8 x FP8 prefill's weights on Hopper).
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
                                     int threads, const std::function<void(std::size_t, std::size_t)>& progress = {},
-                                    OutputFileOptions output_options = {});
+                                    OutputFileOptions output_options = {}, bool fp8_per_channel = false);
 
 }  // namespace sitsrt
