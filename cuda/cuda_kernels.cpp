@@ -357,7 +357,17 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     }
     table_entries += s.kv.block_table.size();
   }
-  const StepInputs::Slot slot = inputs_->reserve(desc_bytes + rows_bytes + table_entries * sizeof(std::int32_t));
+  // The tiled prompt attention's tiles (each a run of one sequence's rows) after the tables: in
+  // eager steps only, so captured graphs and their refills lay the slot out alike.
+  const bool tiled = !batch_invariant_ && launching_ && !capturing_ &&
+                     tiled_attention_applies(q.rows, shape.n_heads, shape.n_kv_heads, shape.head_dim);
+  std::int64_t n_tiles = 0;
+  const std::int64_t tile_positions = tiled ? attention_tile_positions(shape.n_heads, shape.n_kv_heads) : 1;
+  if (tiled) {
+    for (const ops::AttentionSequenceRef& s : sequences) n_tiles += (s.n_rows + tile_positions - 1) / tile_positions;
+  }
+  const StepInputs::Slot slot = inputs_->reserve(
+      desc_bytes + rows_bytes + (table_entries + static_cast<std::size_t>(n_tiles)) * sizeof(std::int32_t));
   blob_.assign(slot.bytes, std::byte{0});
   auto* descs = reinterpret_cast<AttentionSequenceDesc*>(blob_.data());
   auto* row_sequence = reinterpret_cast<std::int32_t*>(blob_.data() + desc_bytes);
@@ -410,6 +420,14 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
     table_at += kv.block_table.size_bytes();
     for (std::int64_t r = 0; r < s.n_rows; ++r) row_sequence[s.row_begin + r] = static_cast<std::int32_t>(i);
   }
+  const std::size_t tiles_at = table_at;
+  for (const ops::AttentionSequenceRef& s : sequences) {
+    for (std::int64_t r = 0; tiled && r < s.n_rows; r += tile_positions) {
+      const auto first = static_cast<std::int32_t>(s.row_begin + r);
+      std::memcpy(blob_.data() + table_at, &first, sizeof(first));
+      table_at += sizeof(first);
+    }
+  }
   std::memcpy(slot.host, blob_.data(), slot.bytes);
   inputs_->commit(slot);
 
@@ -430,6 +448,10 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   a.window = shape.window;
   a.sequences = reinterpret_cast<const AttentionSequenceDesc*>(slot.device);
   a.row_sequence = reinterpret_cast<const std::int32_t*>(slot.device + desc_bytes);
+  if (n_tiles > 0) {
+    a.tile_rows = reinterpret_cast<const std::int32_t*>(slot.device + tiles_at);
+    a.n_tiles = n_tiles;
+  }
   if (deferred_rope_) {  // the rope pair of this attention's Q and K, rotated by its store kernel
     const DeferredRope rope = *deferred_rope_;
     deferred_rope_.reset();

@@ -109,8 +109,10 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
 // included). Seconds per call, split over the sequence (flash-decoding) or not (the staged kernel
 // as one split per row and KV head, as long steps run).
 // prefill_rows > 0: one sequence's prompt chunk of that many rows ending at `context` instead
-// (batch 1; the staged kernel, a block per row and KV head, as steps too long to split run).
-double time_attention(std::int64_t batch, std::int64_t context, bool split, std::int64_t prefill_rows = 0) {
+// (batch 1): the tiled kernel on the tensor cores where `tiled` (as the backend runs such steps),
+// else the staged kernel, a block per row and KV head.
+double time_attention(std::int64_t batch, std::int64_t context, bool split, std::int64_t prefill_rows = 0,
+                      bool tiled = false) {
   constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
   const std::int64_t width = kKvHeads * kHeadDim, row_bytes = 2 * width;
   if (prefill_rows > 0) {
@@ -175,6 +177,19 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split, std:
         device(static_cast<std::size_t>(cuda::attention_partials_floats(batch, kHeads, kHeadDim)) * 4, 0));
     a.split_counters = static_cast<unsigned*>(
         device(static_cast<std::size_t>(cuda::attention_split_counters(batch, kKvHeads)) * 4, 0));
+  }
+  if (tiled) {
+    if (!cuda::tiled_attention_applies(rows, kHeads, kKvHeads, kHeadDim)) {
+      throw std::runtime_error("the tiled attention does not apply (SITSRT_CUDA_MMA_ATTENTION=0?)");
+    }
+    std::vector<std::int32_t> tile_rows;
+    for (std::int64_t r = 0; r < rows; r += cuda::attention_tile_positions(kHeads, kKvHeads)) {
+      tile_rows.push_back(static_cast<std::int32_t>(r));
+    }
+    auto* d_tiles = static_cast<std::int32_t*>(device(tile_rows.size() * 4, 0));
+    SITSRT_CUDA_CHECK(cudaMemcpy(d_tiles, tile_rows.data(), tile_rows.size() * 4, cudaMemcpyHostToDevice));
+    a.tile_rows = d_tiles;
+    a.n_tiles = static_cast<std::int64_t>(tile_rows.size());
   }
   for (int i = 0; i < 3; ++i) cuda::launch_attention(a, nullptr);
   const double seconds = bench::seconds_per_call(20, [&](int) { cuda::launch_attention(a, nullptr); });
@@ -333,27 +348,31 @@ int main(int argc, char** argv) {
         }
       }
     }
-    // A prompt chunk's attention (CUDA cores, K/V read once per row): what a tiled prefill
-    // attention would cut.
+    // A prompt chunk's attention: the staged kernel (CUDA cores, K/V read once per row) against
+    // the tiled one (tensor cores, K/V read once per 64 query rows), which the backend runs.
     if (!json) {
       fmt::print(
           "\n| prefill attention (f16 KV, 32 q / 8 kv heads of 128) | rows | ending at | ms/layer | TFLOP/s | KV "
           "GB/s read |\n|---|---|---|---|---|---|\n");
     }
     for (const std::int64_t context : {512, 4096, 16384}) {
-      constexpr std::int64_t kChunkRows = 512;
-      const double seconds = time_attention(1, context, false, kChunkRows);
-      double positions = 0;  // summed over the chunk's rows
-      for (std::int64_t r = 0; r < kChunkRows; ++r) positions += static_cast<double>(context - kChunkRows + r + 1);
-      const double flops = positions * 32 * 128 * 4;          // q.k and w.v, 2 flops each
-      const double kv_bytes = positions * 2.0 * 8 * 128 * 2;  // K and V rows, every KV head
-      if (json) {
-        attention += fmt::format(
-            "{}{{\"kind\":\"prefill chunk (staged)\",\"rows\":{},\"context\":{},\"us\":{:.2f},\"tflops\":{:.2f}}}",
-            attention.empty() ? "" : ",", kChunkRows, context, seconds * 1e6, flops / seconds / 1e12);
-      } else {
-        fmt::print("| staged (a block per row and KV head) | {} | {} | {:.2f} | {:.1f} | {:.0f} |\n", kChunkRows,
-                   context, seconds * 1e3, flops / seconds / 1e12, kv_bytes / seconds / 1e9);
+      for (const bool tiled : {false, true}) {
+        constexpr std::int64_t kChunkRows = 512;
+        const double seconds = time_attention(1, context, false, kChunkRows, tiled);
+        double positions = 0;  // summed over the chunk's rows
+        for (std::int64_t r = 0; r < kChunkRows; ++r) positions += static_cast<double>(context - kChunkRows + r + 1);
+        const double flops = positions * 32 * 128 * 4;          // q.k and w.v, 2 flops each
+        const double kv_bytes = positions * 2.0 * 8 * 128 * 2;  // K and V rows, every KV head
+        if (json) {
+          attention += fmt::format(
+              "{}{{\"kind\":\"prefill chunk ({})\",\"rows\":{},\"context\":{},\"us\":{:.2f},\"tflops\":{:.2f}}}",
+              attention.empty() ? "" : ",", tiled ? "tiled" : "staged", kChunkRows, context, seconds * 1e6,
+              flops / seconds / 1e12);
+        } else {
+          fmt::print("| {} | {} | {} | {:.2f} | {:.1f} | {:.0f} |\n",
+                     tiled ? "tiled (tensor cores, 64 query rows a block)" : "staged (a block per row and KV head)",
+                     kChunkRows, context, seconds * 1e3, flops / seconds / 1e12, kv_bytes / seconds / 1e9);
+        }
       }
     }
     if (!json) {

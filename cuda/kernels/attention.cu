@@ -5,10 +5,13 @@
 // row's positions in chunks of 256 with a running max (online softmax), dequantizing K and V
 // element by element from the cache. Decode rows (up to kAttentionSplitMaxRows) are split over
 // the sequence instead (flash-decoding, below), the query heads of a GQA group in one block;
-// longer steps take the same kernel as one split per row (AttentionLaunch::staged). The one-pass kernel
-// per (row, head) remains for shapes those do not take (a group above 8 heads, head_dim above 256).
+// longer steps take the tiled kernel on the tensor cores where the caller listed tiles
+// (attention_tiled.cu), else the same kernel as one split per row (AttentionLaunch::staged). The
+// one-pass kernel per (row, head) remains for shapes those do not take (a group above 8 heads,
+// head_dim above 256).
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
+#include "cuda_backend/kernels/head_rotation.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/rope_math.hpp"
 
@@ -29,48 +32,6 @@ __device__ inline float warp_sum(float v) {
 __device__ inline float warp_max(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
-}
-
-__device__ inline std::int64_t physical_row(const AttentionSequenceDesc& s, std::int64_t pos) {
-  const std::int64_t b = pos / s.block_size;
-  return static_cast<std::int64_t>(s.block_table[b]) * s.block_size + (pos - b * s.block_size);
-}
-
-// The first position a row at `pos` (attending from `lo`) reads from the exact f16 copies of its
-// windowed sides, as the CPU's exact_begin: max(exact_from, pos - window + 1) within [lo, pos + 1];
-// pos + 1 (none) when neither side keeps copies.
-__device__ inline std::int64_t exact_begin(const AttentionSequenceDesc& s, std::int64_t lo, std::int64_t pos) {
-  if (s.k_recent == nullptr && s.v_recent == nullptr) return pos + 1;
-  std::int64_t b = pos - s.recent_window + 1;
-  b = b > s.exact_from ? b : s.exact_from;
-  return b < lo ? lo : b > pos + 1 ? pos + 1 : b;
-}
-
-// The f16 copy of position p of a windowed side (rows of `width` halves): this step's own rows
-// (from pos0 on) from the step's copies, older ones from the sequence's ring.
-__device__ inline const std::uint8_t* exact_row(const AttentionSequenceDesc& s, const std::uint8_t* step_rows,
-                                                const std::uint8_t* ring, std::int64_t width, std::int64_t p) {
-  if (p >= s.pos0) return step_rows + (s.row_begin + p - s.pos0) * 2 * width;
-  return ring + (p % s.recent_window) * 2 * width;
-}
-
-// The normalised Walsh-Hadamard transform of each head of `width` values in shared memory (the
-// CPU's hadamard_normalized: butterflies a + b, a - b by doubling length, then 1 / sqrt(n)).
-__device__ void hadamard_heads(float* buf, std::int64_t width, std::int64_t head_dim) {
-  const std::int64_t half = head_dim / 2;
-  for (std::int64_t len = 1; len < head_dim; len *= 2) {
-    for (std::int64_t t = threadIdx.x; t < width / 2; t += blockDim.x) {
-      const std::int64_t h = t / half, i = t % half;
-      const std::int64_t j = h * head_dim + (i / len) * 2 * len + (i % len);
-      const float a = buf[j], b = buf[j + len];
-      buf[j] = a + b;
-      buf[j + len] = a - b;
-    }
-    __syncthreads();
-  }
-  const float s = 1.0f / sqrtf(static_cast<float>(head_dim));
-  for (std::int64_t e = threadIdx.x; e < width; e += blockDim.x) buf[e] *= s;
-  __syncthreads();
 }
 
 __device__ inline void store_u16(std::uint8_t* p, std::uint16_t v) {
@@ -609,7 +570,9 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   const std::size_t split_shared =
       a.n_kv_heads > 0 ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type) : 0;
   const bool staged = attention_group_fits(a.n_heads, a.n_kv_heads, a.head_dim) && split_shared <= kSplitMaxSharedBytes;
-  if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
+  if (a.tile_rows != nullptr && launch_attention_tiled(a, stream)) {
+    // the tensor cores' tiles (kernels/attention_tiled.cu)
+  } else if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
     launch_kernel(attention_split_kernel<false>, split_grid, kAttendThreads, split_shared, stream, a);
     if (a.split_counters == nullptr) {  // else the splits merge themselves

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "cuda_backend/kernels/attention_desc.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -119,33 +120,6 @@ void launch_elementwise(Elementwise op, const float* a, std::int64_t lda, const 
 void launch_gather_rows(const float* x, std::int64_t ldx, const std::int32_t* rows, std::int64_t n_rows,
                         std::int64_t cols, float* out, std::int64_t ldo, bool in_place, cudaStream_t stream);
 
-// One sequence of a batched attention, in device memory (the backend uploads an array of these).
-struct AttentionSequenceDesc {
-  std::uint8_t* k = nullptr;  // the layer's K rows (physical row i at k + i * k_row_bytes)
-  std::uint8_t* v = nullptr;
-  std::int64_t k_row_bytes = 0;
-  std::int64_t v_row_bytes = 0;
-  const std::int32_t* block_table = nullptr;
-  const float* k_offset = nullptr;  // kv_width values or null
-  const float* k_scale = nullptr;   // kv_width values or null
-  std::int64_t block_size = 0;
-  std::int64_t row_begin = 0;
-  std::int64_t n_rows = 0;
-  std::int64_t pos0 = 0;
-  int k_type = 1;  // ops::KvType codes: 0 f32, 1 f16, 2 int8, 3 int4
-  int v_type = 1;
-  int k_rotated = 0;
-  int v_rotated = 0;
-  // Exact recent window (ops::KvLayerRef::recent_window): a windowed side (int8/int4 with a ring)
-  // also keeps f16 copies of its rows as quantized; a row at position i reads positions from
-  // max(exact_from, i - recent_window + 1) on from them: this step's from AttentionLaunch's
-  // k_exact / v_exact, older ones from the ring (position p in row p % recent_window).
-  std::uint8_t* k_recent = nullptr;  // null: the side keeps no copies
-  std::uint8_t* v_recent = nullptr;
-  std::int64_t recent_window = 0;
-  std::int64_t exact_from = 0;
-};
-
 struct AttentionLaunch {
   const float* q = nullptr;
   std::int64_t ldq = 0;
@@ -192,6 +166,11 @@ struct AttentionLaunch {
   // compact K/V head slices need int4 heads of whole 32-value scale groups, which the caller
   // checks. false: every row takes the one-pass kernel per (row, head), partials unused.
   bool staged = true;
+  // The first step row of each tile of the tiled prompt attention (kernels/attention_tiled.cu:
+  // attention_tile_positions rows of one sequence each, a sequence's rows in tiles from its
+  // first), or null: the kernels above. Set by the caller where tiled_attention_applies.
+  const std::int32_t* tile_rows = nullptr;
+  std::int64_t n_tiles = 0;
 };
 
 // Flash-decoding: steps of up to kAttentionSplitMaxRows rows attend in kAttentionSplits parts of
@@ -216,6 +195,18 @@ inline std::int64_t attention_partials_floats(std::int64_t n_rows, std::int64_t 
 inline std::int64_t attention_split_counters(std::int64_t n_rows, std::int64_t n_kv_heads) {
   return n_rows * n_kv_heads;
 }
+
+// The tiled prompt attention on the tensor cores (kernels/attention_tiled.cu): steps of more
+// rows than the split takes, head_dim 64 or 128, a GQA group of up to 64 heads; scores and
+// weights within ~2^-15 of the exact ones (BF16 hi + lo operands, kernels/attention_tiles.hpp),
+// so not under batch invariance (the caller's choice). SITSRT_CUDA_MMA_ATTENTION=0 in the
+// environment turns it off (to compare).
+bool tiled_attention_applies(std::int64_t n_rows, std::int64_t n_heads, std::int64_t n_kv_heads, std::int64_t head_dim);
+// Positions of one sequence a tile takes (64 query rows: the positions times the group's heads).
+std::int64_t attention_tile_positions(std::int64_t n_heads, std::int64_t n_kv_heads);
+// Queues the tiled kernel for a.tile_rows (the rows' K and V stored already); false, with
+// nothing queued, where it cannot run (no tiles, another head_dim, its shared memory refused).
+bool launch_attention_tiled(const AttentionLaunch& a, cudaStream_t stream);
 
 // Largest head_dim the attention kernels take.
 inline constexpr std::int64_t kMaxHeadDim = 512;

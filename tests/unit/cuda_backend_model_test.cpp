@@ -56,7 +56,8 @@ struct AttentionCase {
   std::int64_t window;
   // 0: one pass per (row, head); 1: the staged GQA kernel, one split per row; 2: split over the
   // sequence and merged by the merge kernel (flash-decoding); 3: split, each (row, KV head)'s last
-  // split merging (the backend's way)
+  // split merging (the backend's way); 4: the tiled prompt attention on the tensor cores (longer
+  // sequences: 101 rows)
   int path = 2;
   // > 0: the exact recent window of the int8/int4 sides (f16 copies in rings and the step's
   // staging rows; the third sequence's first 16 positions came from a prefix cache: no copies)
@@ -64,14 +65,15 @@ struct AttentionCase {
   std::int64_t heads = 4, kv_heads = 2, head_dim = 64;  // a GQA group of 2 unless set
 };
 
-// Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions) over random
+// Three sequences (a decode row, a prefill of 9, a chunk of 3 after 20 positions; for the tiled
+// path a prefill of 70 and a chunk of 30 after 20, so tiles of each size and partial ones) over random
 // block tables of one pool; history positions stored by the CPU into both pools first (and, with
 // a recent window, their latest f16 copies into each sequence's rings). Compared: the stored
 // bytes, the outputs, and the rings after the step's copies moved in.
 void check_attention(const AttentionCase& c, std::uint64_t seed) {
   test::Rng rng(seed);
   const std::int64_t n_heads = c.heads, n_kv = c.kv_heads, hd = c.head_dim, width = n_kv * hd, block = 16,
-                     blocks_per_seq = 4;
+                     blocks_per_seq = c.path == 4 ? 5 : 4;
   const std::int64_t pool_blocks = 3 * blocks_per_seq + 2;
   const std::size_t k_row = cpu::kv_row_bytes(c.k_type, n_kv, hd), v_row = cpu::kv_row_bytes(c.v_type, n_kv, hd);
   std::vector<std::byte> k_pool(k_row * pool_blocks * block), v_pool(v_row * pool_blocks * block);
@@ -86,7 +88,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
     std::int64_t pos0, rows;
     std::vector<std::int32_t> table;
   };
-  std::vector<Seq> seqs = {{37, 1, {}}, {0, 9, {}}, {20, 3, {}}};
+  std::vector<Seq> seqs = {{37, 1, {}}, {0, c.path == 4 ? 70 : 9, {}}, {20, c.path == 4 ? 30 : 3, {}}};
   cpu::CpuContext ctx(1, cpu::Isa::kGeneric);
   const cpu::AttentionShape shape{n_heads, n_kv, hd, 1.0f / 8.0f, c.window};
   ctx.reserve_scratch(cpu::attention_scratch_floats(blocks_per_seq * block, shape));
@@ -134,7 +136,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   dk.upload(k_pool.data());
   dv.upload(v_pool.data());
 
-  const std::int64_t rows = 13, ldq = n_heads * hd + 4, ldkv = width + 8;
+  const std::int64_t rows = seqs[0].rows + seqs[1].rows + seqs[2].rows, ldq = n_heads * hd + 4, ldkv = width + 8;
   std::vector<float> q(static_cast<std::size_t>(rows * ldq)), k(static_cast<std::size_t>(rows * ldkv)), v(k.size());
   for (float& x : q) x = rng.normal();
   for (float& x : k) x = rng.normal() + 1.5f;
@@ -245,9 +247,25 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
     counters.upload(zeros.data());
     a.split_counters = counters.as<unsigned>();
   }
+  std::vector<std::int32_t> tile_rows;  // each sequence's rows in tiles, as the backend lists them
+  for (const cuda::AttentionSequenceDesc& d : descs) {
+    const std::int64_t per_tile = cuda::attention_tile_positions(n_heads, n_kv);
+    for (std::int64_t r = 0; r < d.n_rows; r += per_tile)
+      tile_rows.push_back(static_cast<std::int32_t>(d.row_begin + r));
+  }
+  DeviceBytes dtiles(tile_rows.size() * 4);
+  if (c.path == 4) {
+    REQUIRE(cuda::tiled_attention_applies(rows, n_heads, n_kv, hd));
+    dtiles.upload(tile_rows.data());
+    a.tile_rows = dtiles.as<std::int32_t>();
+    a.n_tiles = static_cast<std::int64_t>(tile_rows.size());
+  }
   cuda::launch_attention(a, nullptr);
   SITSRT_CUDA_CHECK(cudaGetLastError());
   if (c.path == 3) REQUIRE(counters.download<std::uint32_t>() == zeros);
+  // The tiled kernel's operands are BF16 hi + lo pairs (each product within ~2^-16, the lo x lo
+  // terms left out): scores of |q . k| up to ~10 here move the weights by ~1e-4.
+  const float tolerance = c.path == 4 ? 2.5e-4f : 5e-5f;
 
   INFO("k " << static_cast<int>(c.k_type) << " v " << static_cast<int>(c.v_type) << " rotated " << c.rotated
             << " centered " << c.centered << " window " << c.window << " path " << c.path << " recent " << c.recent);
@@ -264,7 +282,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
     for (std::int64_t e = 0; e < n_heads * hd; ++e) {
       const auto i = static_cast<std::size_t>(r * ldq + e);
       INFO("row " << r << " element " << e);
-      REQUIRE(std::fabs(got[i] - out[i]) <= 5e-5f * (1.0f + std::fabs(out[i])));
+      REQUIRE(std::fabs(got[i] - out[i]) <= tolerance * (1.0f + std::fabs(out[i])));
     }
   }
 }
@@ -279,7 +297,7 @@ TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, e
   for (const cpu::KvType kt : types) {
     for (const cpu::KvType vt : types) {
       for (const bool rotated : {false, true}) {
-        for (const int path : {0, 1, 2, 3}) {
+        for (const int path : {0, 1, 2, 3, 4}) {
           if (path == 2 && test::cuda_small_shapes()) continue;  // under memcheck: the backend's merge (3)
           check_attention({kt, vt, rotated, false, 0, path}, ++seed);
           check_attention({kt, vt, rotated, true, 8, path}, ++seed);
@@ -302,6 +320,12 @@ TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, e
       check_attention({cpu::KvType::kF16, cpu::KvType::kInt8, rotated, false, 0, path, 0, 16, 2, 128}, ++seed);
       check_attention({cpu::KvType::kInt4, cpu::KvType::kF16, rotated, true, 8, path, 0, 8, 1, 256}, ++seed);
     }
+  }
+  // The tiled kernel at head_dim 128 with groups of 8 (8 positions a tile) and 1 (64), an exact
+  // window and a sliding one.
+  for (const bool rotated : {false, true}) {
+    check_attention({cpu::KvType::kF16, cpu::KvType::kInt8, rotated, false, 0, 4, 8, 16, 2, 128}, ++seed);
+    check_attention({cpu::KvType::kInt4, cpu::KvType::kF16, rotated, true, 24, 4, 8, 4, 4, 128}, ++seed);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "cuda_backend/kernels/mma_units.hpp"
 #include "cuda_backend/kernels/planar_units.hpp"
 #include "cuda_backend/planar_weights.hpp"
+#include "support/mma_emulation.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -153,32 +154,9 @@ TEST_CASE("cuda planar lanes: every format's unit decode and x offsets equal the
   check_format<DType::kBF16>(2048, 16);
 }
 
-// mma.m16n8k16 (BF16 in, accumulation in double) over one warp's fragments, placed as the PTX
-// ISA lays them out: A register i of lane 4 g + t holds row g + 8 (i % 2), columns 2t + 8 (i / 2)
-// and one more; B register i column g, rows 2t + 8 i and one more; c[i] row g + 8 (i / 2), column
-// 2t + i % 2.
 using cuda::mma::FragA;
 using cuda::mma::FragB;
-void emulated_mma(const FragA (&a)[32], const FragB (&b)[32], double (&c)[32][4]) {
-  double am[16][16] = {}, bm[16][8] = {};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; ++i) {
-      am[g + 8 * (i % 2)][2 * t + 8 * (i / 2)] = cuda::mma::bf16_low(a[lane].r[i]);
-      am[g + 8 * (i % 2)][2 * t + 8 * (i / 2) + 1] = cuda::mma::bf16_high(a[lane].r[i]);
-    }
-    for (int i = 0; i < 2; ++i) {
-      bm[2 * t + 8 * i][g] = cuda::mma::bf16_low(b[lane].r[i]);
-      bm[2 * t + 8 * i + 1][g] = cuda::mma::bf16_high(b[lane].r[i]);
-    }
-  }
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; ++i) {
-      for (int k = 0; k < 16; ++k) c[lane][i] += am[g + 8 * (i / 2)][k] * bm[k][2 * t + i % 2];
-    }
-  }
-}
+using test::emulated_mma;
 
 // The tensor-core kernel's block of 32 outputs from j0 (two m16 tiles; past n the last row
 // again) over `rows` rows of x in kNTiles n8 tiles: each warp's scale blocks (every 8th), each
