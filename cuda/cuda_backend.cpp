@@ -395,8 +395,8 @@ GraphCounters CudaBackend::graph_counters() const {
   return {stats.captures, stats.replays};
 }
 
-MatmulPathCounters CudaBackend::matmul_paths() const {
-  return kernels_ != nullptr ? kernels_->matmul_paths() : MatmulPathCounters{};
+KernelPathCounters CudaBackend::kernel_paths() const {
+  return kernels_ != nullptr ? kernels_->kernel_paths() : KernelPathCounters{};
 }
 
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {

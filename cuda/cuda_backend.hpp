@@ -45,7 +45,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   [[nodiscard]] MemoryUsage memory() const override;
   [[nodiscard]] GraphCounters graph_counters() const override;
-  [[nodiscard]] MatmulPathCounters matmul_paths() const override;
+  [[nodiscard]] KernelPathCounters kernel_paths() const override;
 
  private:
   // Device bytes [offset, offset + bytes) of one of this backend's buffers; kInternal otherwise.

@@ -225,9 +225,10 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
   SITSRT_CUDA_CHECK_LAUNCH("matmul kernel");
 }
 
-MatmulPathCounters CudaKernels::matmul_paths() const noexcept {
-  return {prefill_fp8_.load(std::memory_order_relaxed), prefill_bf16_.load(std::memory_order_relaxed),
-          decode_tensor_cores_.load(std::memory_order_relaxed), decode_cuda_cores_.load(std::memory_order_relaxed)};
+KernelPathCounters CudaKernels::kernel_paths() const noexcept {
+  return {prefill_fp8_.load(std::memory_order_relaxed),         prefill_bf16_.load(std::memory_order_relaxed),
+          decode_tensor_cores_.load(std::memory_order_relaxed), decode_cuda_cores_.load(std::memory_order_relaxed),
+          attention_tiled_.load(std::memory_order_relaxed),     attention_rows_.load(std::memory_order_relaxed)};
 }
 
 void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
@@ -489,8 +490,10 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   a.staged = !int4 || shape.head_dim % kv_int4::kGroup == 0;
   if (a.staged) a.partials = attention_partials(q.rows, shape);
   if (a.partials != nullptr) a.split_counters = attention_counters(shape);  // null: the merge kernel runs
-  launch_attention(a, context_.stream());
+  const bool tiled_ran = launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");
+  if (q.rows > kAttentionSplitMaxRows)
+    (tiled_ran ? attention_tiled_ : attention_rows_).fetch_add(1, std::memory_order_relaxed);
 }
 
 void CudaKernels::attention(const ops::TensorRef& q, const ops::TensorRef& k, const ops::TensorRef& v,

@@ -79,7 +79,7 @@ class CudaKernels final : public ops::OpKernels {
     return batch_invariant_ ? PlanarPath::kExact : PlanarPath::kTensorCores;
   }
   // The matmuls queued so far by path (read from any thread: atomics).
-  [[nodiscard]] MatmulPathCounters matmul_paths() const noexcept;
+  [[nodiscard]] KernelPathCounters kernel_paths() const noexcept;
   // A decode fusion's matmuls (backend/decode_fusion.hpp) over planar weights of one format and
   // width, reading x, in one launch; with kAdd also out = y + residual, with kSwiGlu (gate, up)
   // also out = swiglu(gate, up). Each output has the bits of the unfused node.
@@ -173,6 +173,7 @@ class CudaKernels final : public ops::OpKernels {
   bool batch_invariant_;
   PrefillGemm prefill_;
   std::atomic<std::uint64_t> prefill_fp8_{0}, prefill_bf16_{0}, decode_tensor_cores_{0}, decode_cuda_cores_{0};
+  std::atomic<std::uint64_t> attention_tiled_{0}, attention_rows_{0};
   struct Constant {
     std::vector<float> values;
     std::byte* device = nullptr;

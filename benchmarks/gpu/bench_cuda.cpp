@@ -191,8 +191,11 @@ double time_attention(std::int64_t batch, std::int64_t context, bool split, std:
     a.tile_rows = d_tiles;
     a.n_tiles = static_cast<std::int64_t>(tile_rows.size());
   }
-  for (int i = 0; i < 3; ++i) cuda::launch_attention(a, nullptr);
-  const double seconds = bench::seconds_per_call(20, [&](int) { cuda::launch_attention(a, nullptr); });
+  for (int i = 0; i < 3; ++i) {
+    if (cuda::launch_attention(a, nullptr) != tiled) throw std::runtime_error("the tiled attention did not run");
+  }
+  const double seconds =
+      bench::seconds_per_call(20, [&](int) { static_cast<void>(cuda::launch_attention(a, nullptr)); });
   for (void* p : owned) SITSRT_CUDA_CHECK(cudaFree(p));
   return seconds;
 }

@@ -103,14 +103,18 @@ note "bench_cuda" "$([ $rc -eq 0 ] && echo done || echo "FAILED (exit $rc)")" $(
   "$(grep '^ceilings' "$out/bench_cuda.md")"
 
 # 4. End to end on the 8B shape, one format at a time (the files are 8.5 and 4.3 GB). paths: the
-#    matmul kernels a run's JSON counts (prefill FP8 x FP8 / BF16, decode tensor / CUDA cores).
+#    matmul kernels a run's JSON counts (prefill FP8 x FP8 / BF16, decode tensor / CUDA cores) and
+#    its prompt attentions (tiled on the tensor cores / a block per row).
 paths() {
   local f=$1 p8 pb dt dc
   p8=$(grep -o '"device_prefill_fp8_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   pb=$(grep -o '"device_prefill_bf16_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   dt=$(grep -o '"device_decode_tensor_core_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   dc=$(grep -o '"device_decode_cuda_core_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
-  echo "matmuls: prefill fp8 ${p8:-?} bf16 ${pb:-?}, decode tensor cores ${dt:-?} cuda cores ${dc:-?}"
+  at=$(grep -o '"device_prefill_tiled_attentions": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  ar=$(grep -o '"device_prefill_row_attentions": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  echo "matmuls: prefill fp8 ${p8:-?} bf16 ${pb:-?}, decode tensor cores ${dt:-?} cuda cores ${dc:-?};" \
+    "prompt attentions: tiled ${at:-?} per row ${ar:-?}"
 }
 for format in fp8-channel q4g128; do
   t0=$SECONDS

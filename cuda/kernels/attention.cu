@@ -561,8 +561,8 @@ __global__ void attention_merge_kernel(AttentionLaunch a) {
 
 }  // namespace
 
-void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
-  if (a.n_rows <= 0) return;
+bool launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
+  if (a.n_rows <= 0) return false;
   const std::size_t shared = static_cast<std::size_t>(a.n_kv_heads * a.head_dim) * sizeof(float);
   launch_kernel(kv_store_kernel, static_cast<unsigned>(a.n_rows), kStoreThreads, shared, stream, a);
   // The split kernel's shared memory depends on the K/V types, which are per sequence: the
@@ -570,7 +570,8 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   const std::size_t split_shared =
       a.n_kv_heads > 0 ? split_shared_bytes(a.n_heads / a.n_kv_heads, a.head_dim, a.widest_k_type, a.widest_v_type) : 0;
   const bool staged = attention_group_fits(a.n_heads, a.n_kv_heads, a.head_dim) && split_shared <= kSplitMaxSharedBytes;
-  if (a.tile_rows != nullptr && launch_attention_tiled(a, stream)) {
+  const bool tiled = a.tile_rows != nullptr && launch_attention_tiled(a, stream);
+  if (tiled) {
     // the tensor cores' tiles (kernels/attention_tiled.cu)
   } else if (staged && a.staged && a.partials != nullptr && a.n_rows <= kAttentionSplitMaxRows) {
     const dim3 split_grid(static_cast<unsigned>(a.n_rows), static_cast<unsigned>(a.n_kv_heads), kAttentionSplits);
@@ -590,6 +591,7 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.k_exact != nullptr || a.v_exact != nullptr) {
     launch_kernel(kv_commit_recent_kernel, static_cast<unsigned>(a.n_rows), kStoreThreads, 0, stream, a);
   }
+  return tiled;
 }
 
 }  // namespace sitsrt::cuda

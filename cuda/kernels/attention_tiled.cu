@@ -8,6 +8,7 @@
 #include "cuda_backend/kernels/head_rotation.hpp"
 #include "cuda_backend/kernels/launch.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -47,7 +48,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
   extern __shared__ __align__(16) std::uint32_t smem[];
   __shared__ tiles::PassRows pass_rows;
   float* rows = reinterpret_cast<float*>(smem + L::kFloats);
-  const std::int64_t first_row = a.tile_rows[blockIdx.x];
+  // The table lists a sequence's tiles first to last; the last ones attend the most keys, so run first.
+  const std::int64_t first_row = a.tile_rows[a.n_tiles - 1 - blockIdx.x];
   const std::int64_t g = blockIdx.y;
   const int group = static_cast<int>(a.n_heads / a.n_kv_heads);
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[first_row]];
@@ -75,16 +77,15 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
   float out[kDimTiles][4];
 #pragma unroll
   for (int dt = 0; dt < kDimTiles; ++dt) out[dt][0] = out[dt][1] = out[dt][2] = out[dt][3] = 0.0f;
-  tiles::KeyRun runs[2];
-  const int n_runs = tiles::key_runs(s, a.window, t, runs);
+  const tiles::KeyRuns runs = tiles::key_runs(s, a.window, t);
   tiles::Stage stage;
   stage.s = &s;
   stage.k_copies = a.k_exact;
   stage.v_copies = a.v_exact;
   stage.width = a.n_kv_heads * D;
   stage.g = g;
-  for (int run = 0; run < n_runs; ++run) {
-    stage.run = runs[run];
+  for (int run = 0; run < runs.count; ++run) {
+    stage.run = run == 0 ? runs.first : runs.second;
     for (stage.key0 = stage.run.begin; stage.key0 < stage.run.end; stage.key0 += kKeys) {
       if (threadIdx.x < kKeys) tiles::stage_pass_row(stage, static_cast<int>(threadIdx.x), pass_rows);
       __syncthreads();
@@ -114,21 +115,22 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
         top[0] = quad_max(top[0]);
         top[1] = quad_max(top[1]);
         tiles::exponentiate(scores, state, top, correction);
+        mma::FragA w_hi[kValueSteps], w_lo[kValueSteps];
+#pragma unroll
+        for (int step = 0; step < kValueSteps; ++step) tiles::weight_fragments(scores, step, w_hi[step], w_lo[step]);
+        // The pass's P V in an accumulator of its own (6 mmas), added to the running output with
+        // its rescale in one float fma: the tensor cores' accumulation (which may truncate) never
+        // carries the sum across passes.
 #pragma unroll
         for (int dt = 0; dt < kDimTiles; ++dt) {
+          float pass[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-          for (int i = 0; i < 4; ++i) out[dt][i] *= correction[i / 2];
-        }
-#pragma unroll
-        for (int step = 0; step < kValueSteps; ++step) {
-          mma::FragA w_hi, w_lo;
-          tiles::weight_fragments(scores, step, w_hi, w_lo);
-#pragma unroll
-          for (int dt = 0; dt < kDimTiles; ++dt) {
+          for (int step = 0; step < kValueSteps; ++step) {
             mma::FragB v_hi, v_lo;
             tiles::value_fragments<D>(smem, lane, dt, step, v_hi, v_lo);
-            mma_split(w_hi, w_lo, v_hi, v_lo, out[dt]);
+            mma_split(w_hi[step], w_lo[step], v_hi, v_lo, pass);
           }
+          tiles::add_pass(out[dt], pass, correction);
         }
       }
       __syncthreads();  // before the next pass overwrites the planes
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int m = 16 * warp + mma::c_row(lane, i), d = 8 * dt + mma::c_column(lane, i);
-      const float value = sums[i / 2] > 0.0f ? out[dt][i] / sums[i / 2] : 0.0f;
+      const float value = out[dt][i] / sums[i / 2];  // rows past the tile: 0 / 0, never written
       if (rotate) {
         rows[m * D + d] = value;
       } else if (m / group < t.positions) {
@@ -168,15 +170,28 @@ bool tiled_attention_allowed() {
   return allowed;
 }
 
+// Above 48 KiB a kernel opts in to its shared memory, once per device (0: not yet asked, 1:
+// granted, 2: refused). An error left by an earlier launch is not taken for a refusal (nor
+// cleared): the caller's check after its launches reports it.
+template <int D>
+bool shared_memory_granted() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> state[kDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
+  if (const int known = state[device].load(std::memory_order_acquire); known != 0) return known == 1;
+  if (cudaPeekAtLastError() != cudaSuccess) return false;
+  const bool granted = cudaFuncSetAttribute(attention_tiled_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(tiles::Layout<D>::kBytes)) == cudaSuccess;
+  if (!granted) static_cast<void>(cudaGetLastError());  // the refusal itself: the staged kernel runs instead
+  state[device].store(granted ? 1 : 2, std::memory_order_release);
+  return granted;
+}
+
 template <int D>
 bool launch_tiled(const AttentionLaunch& a, cudaStream_t stream) {
   constexpr std::size_t kBytes = tiles::Layout<D>::kBytes;
-  // Above 48 KiB a kernel opts in to its shared memory (per device: asked at every launch).
-  if (cudaFuncSetAttribute(attention_tiled_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kBytes)) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());  // not sticky: the staged kernel runs instead
-    return false;
-  }
+  if (!shared_memory_granted<D>()) return false;
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_kv_heads), 1);
   launch_kernel(attention_tiled_kernel<D>, grid, kThreads, kBytes, stream, a);
   return true;
@@ -195,7 +210,10 @@ std::int64_t attention_tile_positions(std::int64_t n_heads, std::int64_t n_kv_he
 }
 
 bool launch_attention_tiled(const AttentionLaunch& a, cudaStream_t stream) {
-  if (a.tile_rows == nullptr || a.n_tiles <= 0) return false;
+  if (a.tile_rows == nullptr || a.n_tiles <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
+      a.n_heads / a.n_kv_heads > kTileRows) {
+    return false;
+  }
   return a.head_dim == 64 ? launch_tiled<64>(a, stream) : a.head_dim == 128 && launch_tiled<128>(a, stream);
 }
 

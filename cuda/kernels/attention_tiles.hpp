@@ -115,18 +115,22 @@ struct KeyRun {
   int exact = 0;
 };
 
-// The runs of a tile (1 or 2): exact_i grows with i, so the first row's span and the last
-// row's bound them.
-SITSRT_HD int key_runs(const AttentionSequenceDesc& s, std::int64_t window, const QueryTile& t, KeyRun (&runs)[2]) {
+// The runs of a tile, `count` (1 or 2) of them in order: exact_i grows with i, so the first row's
+// span and the last row's bound them. Two named runs, not an array: the kernel keeps them in
+// registers.
+struct KeyRuns {
+  KeyRun first;
+  KeyRun second;
+  int count = 0;
+};
+
+SITSRT_HD KeyRuns key_runs(const AttentionSequenceDesc& s, std::int64_t window, const QueryTile& t) {
   const RowSpan first = row_span(s, window, t.first_pos), last = row_span(s, window, t.first_pos + t.positions - 1);
-  if (s.k_recent == nullptr && s.v_recent == nullptr) {
-    runs[0] = KeyRun{first.lo, last.pos + 1, 0};
-    return 1;
-  }
-  int n = 0;
-  if (first.lo < last.exact) runs[n++] = KeyRun{first.lo, last.exact, 0};
-  if (first.exact <= last.pos) runs[n++] = KeyRun{first.exact, last.pos + 1, 1};
-  return n;
+  if (s.k_recent == nullptr && s.v_recent == nullptr) return KeyRuns{KeyRun{first.lo, last.pos + 1, 0}, KeyRun{}, 1};
+  const KeyRun quantized{first.lo, last.exact, 0}, exact{first.exact, last.pos + 1, 1};
+  const bool has_exact = first.exact <= last.pos;
+  if (first.lo < last.exact) return KeyRuns{quantized, exact, has_exact ? 2 : 1};
+  return KeyRuns{exact, KeyRun{}, has_exact ? 1 : 0};
 }
 
 SITSRT_HD bool attends(const RowSpan& r, std::int64_t p, int exact) {
@@ -192,11 +196,13 @@ SITSRT_LANE void stage_key_pair(const Stage& st, const PassRows& rows, int idx, 
   smem[Layout<D>::kKLo + n * Layout<D>::kRowWords + j] = lo;
 }
 
-// Stages pair `idx` (0 .. kKeys / 2 * D) of V transposed: dim idx % D, keys 2 j, 2 j + 1
-// (consecutive threads on consecutive dims of the same keys: coalesced reads).
+// Stages pair `idx` (0 .. kKeys / 2 * D) of V transposed: dim d, keys 2 j, 2 j + 1. A warp's 32
+// take 16 consecutive dims of two key pairs: 32-byte runs of f16 rows, and stores 2 to a bank
+// (a warp on 32 dims of one pair would put 4 on each of 8 banks, rows being 20 words apart).
 template <int D>
 SITSRT_LANE void stage_value_pair(const Stage& st, const PassRows& rows, int idx, std::uint32_t* smem) {
-  const int d = idx % D, j = idx / D;
+  const int lane = idx % 32, chunk = idx / 32;
+  const int d = 16 * (chunk % (D / 16)) + lane % 16, j = 2 * (chunk / (D / 16)) + lane / 16;
   std::uint32_t hi = 0, lo = 0;
   mma::split_x2(row_value<D>(st, rows.v_type, rows.v[2 * j], d), row_value<D>(st, rows.v_type, rows.v[2 * j + 1], d),
                 hi, lo);
@@ -310,6 +316,12 @@ SITSRT_LANE void exponentiate(float (&s)[kScoreTiles][4], RowState& st, const fl
       st.sum[i / 2] += s[nt][i];
     }
   }
+}
+
+// The running output rows rescaled by the pass's correction, plus the pass's P V (in float fmas).
+SITSRT_LANE void add_pass(float (&out)[4], const float (&pass)[4], const float (&correction)[2]) {
+  SITSRT_UNROLL
+  for (int i = 0; i < 4; ++i) out[i] = fmaf(out[i], correction[i / 2], pass[i]);
 }
 
 // The A fragments of P for k16 step `step` of the pass: score tiles 2 step and 2 step + 1.

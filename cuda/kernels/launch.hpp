@@ -212,8 +212,9 @@ bool launch_attention_tiled(const AttentionLaunch& a, cudaStream_t stream);
 inline constexpr std::int64_t kMaxHeadDim = 512;
 
 // Stores every row's K and V (centered, scaled, rotated and quantized as each side asks), then
-// attends each row over its sequence's positions 0 .. its own (or the window's last ones).
-void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+// attends each row over its sequence's positions 0 .. its own (or the window's last ones). true
+// where the tiled kernel ran.
+bool launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 
 // Summaries of `rows` rows of `vocab` float logits (row after row), each with its k best
 // (1 <= k <= kMaxSummaryBest, vocab < 2^31, rows <= 65535; the caller checks), into records of summary_record_bytes(k)

@@ -184,6 +184,10 @@ struct RequestQueueStats {
   std::uint64_t device_prefill_bf16_matmuls = 0;
   std::uint64_t device_decode_tensor_core_matmuls = 0;
   std::uint64_t device_decode_cuda_core_matmuls = 0;
+  // Their attentions of steps longer than flash-decoding takes (prompt chunks): on the tiled
+  // tensor-core kernel, or a block per row (batch invariance, other head sizes).
+  std::uint64_t device_prefill_tiled_attentions = 0;
+  std::uint64_t device_prefill_row_attentions = 0;
   ServingOptions limits;                // as resolved at load
   std::int64_t kv_block_bytes = 0;
   // logits() / evaluate() sessions:

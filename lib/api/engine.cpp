@@ -949,11 +949,13 @@ RequestQueueStats Engine::queue_stats() const {
   const GraphCounters graphs = impl_->backend->graph_counters();
   out.device_graph_captures = graphs.captures;
   out.device_graph_replays = graphs.replays;
-  const MatmulPathCounters paths = impl_->backend->matmul_paths();
+  const KernelPathCounters paths = impl_->backend->kernel_paths();
   out.device_prefill_fp8_matmuls = paths.prefill_fp8;
   out.device_prefill_bf16_matmuls = paths.prefill_bf16;
   out.device_decode_tensor_core_matmuls = paths.decode_tensor_cores;
   out.device_decode_cuda_core_matmuls = paths.decode_cuda_cores;
+  out.device_prefill_tiled_attentions = paths.prefill_attention_tiled;
+  out.device_prefill_row_attentions = paths.prefill_attention_rows;
   return out;
 }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }

@@ -65,15 +65,19 @@ struct GraphCounters {
   std::uint64_t replays = 0;  // captures included
 };
 
-// Which kernels a GPU backend's matmuls took, counted per matmul as it is queued from the host (a
-// replayed graph's once, when captured; a step whose capture failed and ran eagerly, twice): the
-// prefill GEMM FP8 x FP8 or in BF16, or the decode kernels on the tensor cores or the CUDA cores
-// (these also run prompt chunks under batch invariance or where the prefill GEMM is unavailable).
-struct MatmulPathCounters {
+// Which kernels a GPU backend's matmuls and long attentions took, counted per launch as it is
+// queued from the host (a replayed graph's once, when captured; a step whose capture failed and
+// ran eagerly, twice): the prefill GEMM FP8 x FP8 or in BF16, or the decode kernels on the tensor
+// cores or the CUDA cores (these also run prompt chunks under batch invariance or where the
+// prefill GEMM is unavailable); attentions of steps longer than flash-decoding takes on the
+// tiled tensor-core kernel or a block per row.
+struct KernelPathCounters {
   std::uint64_t prefill_fp8 = 0;
   std::uint64_t prefill_bf16 = 0;
   std::uint64_t decode_tensor_cores = 0;
   std::uint64_t decode_cuda_cores = 0;
+  std::uint64_t prefill_attention_tiled = 0;
+  std::uint64_t prefill_attention_rows = 0;
 };
 
 struct MemoryUsage {
@@ -168,7 +172,7 @@ class Backend {
   virtual void synchronize() = 0;
   [[nodiscard]] virtual MemoryUsage memory() const = 0;
   [[nodiscard]] virtual GraphCounters graph_counters() const { return {}; }
-  [[nodiscard]] virtual MatmulPathCounters matmul_paths() const { return {}; }
+  [[nodiscard]] virtual KernelPathCounters kernel_paths() const { return {}; }
 };
 
 }  // namespace sitsrt

@@ -260,8 +260,9 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
     a.tile_rows = dtiles.as<std::int32_t>();
     a.n_tiles = static_cast<std::int64_t>(tile_rows.size());
   }
-  cuda::launch_attention(a, nullptr);
+  const bool tiled_ran = cuda::launch_attention(a, nullptr);
   SITSRT_CUDA_CHECK(cudaGetLastError());
+  REQUIRE(tiled_ran == (c.path == 4));
   if (c.path == 3) REQUIRE(counters.download<std::uint32_t>() == zeros);
   // The tiled kernel's operands are BF16 hi + lo pairs (each product within ~2^-16, the lo x lo
   // terms left out): scores of |q . k| up to ~10 here move the weights by ~1e-4.
@@ -364,10 +365,13 @@ namespace {
 struct Run {
   std::vector<std::int32_t> tokens;
   std::vector<float> logits;
+  RequestQueueStats stats;
 };
 
+constexpr const char* kShortPrompt = "Once upon a time";
+
 Run run_model(const std::string& path, const std::string& device, KvCacheType kv, const std::string& weights,
-              int n_tokens) {
+              int n_tokens, const std::string& prompt = kShortPrompt) {
   EngineOptions o;
   o.model_path = path;
   o.device = device;
@@ -375,22 +379,25 @@ Run run_model(const std::string& path, const std::string& device, KvCacheType kv
   o.kv_cache_type = kv;
   o.weights = weights;
   o.int8_activations = false;  // float activations on both: the CUDA kernels are float
-  o.context_length = 256;
+  o.context_length = 512;
   Engine engine(o);
   GenerationConfig config;
   config.temperature = 0.0f;
   config.max_new_tokens = n_tokens;
-  const GenerationResult result = engine.generate("Once upon a time", config);
-  Run run{result.tokens, {}};
+  const GenerationResult result = engine.generate(prompt, config);
+  Run run{result.tokens, {}, {}};
   run.logits = engine.logits(result.prompt_tokens, true);
+  run.stats = engine.queue_stats();
   return run;
 }
 
-void check_same_run(const std::string& path, KvCacheType kv, const std::string& weights, int n_tokens,
-                    double logit_tolerance) {
-  const Run cpu = run_model(path, "cpu", kv, weights, n_tokens);
-  const Run gpu = run_model(path, "cuda", kv, weights, n_tokens);
-  INFO(path << " weights " << weights);
+// The CUDA run's greedy tokens equal the CPU run's and its logits (every prompt row's) are within
+// logit_tolerance. Returns the CUDA run's serving stats (which kernels ran).
+RequestQueueStats check_same_run(const std::string& path, KvCacheType kv, const std::string& weights, int n_tokens,
+                                 double logit_tolerance, const std::string& prompt = kShortPrompt) {
+  const Run cpu = run_model(path, "cpu", kv, weights, n_tokens, prompt);
+  const Run gpu = run_model(path, "cuda", kv, weights, n_tokens, prompt);
+  INFO(path << " weights " << weights << " prompt of " << prompt.size() << " bytes");
   REQUIRE(gpu.tokens == cpu.tokens);
   REQUIRE(gpu.logits.size() == cpu.logits.size());
   double worst = 0;
@@ -398,6 +405,16 @@ void check_same_run(const std::string& path, KvCacheType kv, const std::string& 
     worst = std::max(worst, std::fabs(static_cast<double>(gpu.logits[i]) - cpu.logits[i]));
   }
   REQUIRE(worst <= logit_tolerance);
+  return gpu.stats;
+}
+
+// A prompt of over 64 tokens (~45 bytes a repeat: ~10 tokens of a real vocabulary, ~45 of the
+// random models' byte-level one): its chunks take the tiled attention where the head size does.
+std::string long_prompt(int repeats) {
+  std::string prompt = kShortPrompt;
+  for (int i = 0; i < repeats; ++i)
+    prompt += " there was a little fox who ran " + std::to_string(i) + " times around the hill,";
+  return prompt;
 }
 
 }  // namespace
@@ -425,6 +442,25 @@ TEST_CASE("cuda backend reproduces the cpu backend on random models of every arc
   }
 }
 
+TEST_CASE("cuda backend's tiled prompt attention reproduces the cpu backend (heads of 64 and 128, every KV type)",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  for (const std::int64_t head_dim : {64, 128}) {
+    RandomModelOptions o = test::tiny_options(DType::kQ8_0);
+    o.dim = 4 * head_dim;  // 4 query heads, 2 KV heads
+    o.ffn = 2 * o.dim;
+    o.context = 512;
+    const std::string path = test::random_model(o, "cuda-tiled-attention-" + std::to_string(head_dim));
+    // int8 / int4 with the exact recent window (32 positions, the default): both key runs
+    for (const KvCacheType kv : {KvCacheType::kF16, KvCacheType::kInt8, KvCacheType::kInt4}) {
+      INFO("head_dim " << head_dim << " kv " << static_cast<int>(kv));
+      const RequestQueueStats stats = check_same_run(path, kv, "as-stored", 16, 2e-3, long_prompt(3));
+      CHECK(stats.device_prefill_tiled_attentions > 0);
+      CHECK(stats.device_prefill_row_attentions == 0);
+    }
+  }
+}
+
 TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real models", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   const std::string smol = std::string(SITSRT_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -433,6 +469,10 @@ TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real m
     SITSRT_SKIP("[cuda] the real models are absent (scripts/fetch-models.sh build/models)");
   }
   check_same_run(smol, KvCacheType::kF16, "as-stored", 32, 2e-2);
+  // a prompt long enough for the tiled attention (heads of 64, groups of 3)
+  CHECK(
+      check_same_run(smol, KvCacheType::kInt8, "as-stored", 32, 2e-2, long_prompt(12)).device_prefill_tiled_attentions >
+      0);
   check_same_run(gemma, KvCacheType::kF16, "as-stored", 32, 2e-2);  // Q4_K, Q5_0, Q6_K, Q8_0 tensors
   check_same_run(gemma, KvCacheType::kInt8, "q8", 32, 2e-2);
 }
