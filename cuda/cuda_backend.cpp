@@ -364,6 +364,7 @@ void CudaBackend::write(BackendBuffer& buffer, std::size_t offset, std::span<con
   if (src.empty()) return;
   const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
+  if (kernels_ != nullptr) kernels_->forget_fp8_activations();
   SITSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size(), cudaMemcpyHostToDevice, context_.stream()));
   context_.synchronize();  // the caller may free src on return
 }
@@ -375,6 +376,7 @@ void CudaBackend::copy(const BackendBuffer& src, std::size_t src_offset, Backend
   if (bytes == 0) return;
   const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
+  if (kernels_ != nullptr) kernels_->forget_fp8_activations();
   SITSRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, context_.stream()));
 }
 
@@ -402,6 +404,7 @@ KernelPathCounters CudaBackend::kernel_paths() const {
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
   const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
+  kernels_->forget_fp8_activations();  // a new step: its arena's rows are new
   const auto run_nodes = [&] {
     for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
   };
@@ -433,6 +436,9 @@ void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepCo
 void CudaBackend::run_node(const graph::Graph& graph, std::size_t index, const StepContext& step) {
   const graph::OpKind op = graph.nodes()[index].op;
   if (op != graph::OpKind::kRope && op != graph::OpKind::kAttention) kernels_->clear_deferred_rope();
+  // Every node but matmuls (which check their own output) and RMSNorm (which writes the rows
+  // itself) may write what the prefill GEMM's FP8 activations came from.
+  if (op != graph::OpKind::kMatMul && op != graph::OpKind::kRmsNorm) kernels_->forget_fp8_activations();
   if (run_fused(graph, index, step)) return;
   run_node_through_kernels(*kernels_, graph, index, step, attention_sequences_);
 }

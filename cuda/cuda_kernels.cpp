@@ -46,6 +46,7 @@ void CudaKernels::use(StepInputs& inputs, Mode mode) noexcept {
   inputs_ = &inputs;
   launching_ = mode != Mode::kFillInputs;
   capturing_ = mode == Mode::kCapture;
+  prefill_.forget_fp8_activations();  // a replayed graph writes what the host does not see
 }
 
 void CudaKernels::use_staging() noexcept {
@@ -181,8 +182,26 @@ void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_
 
 void CudaKernels::rms_norm(const ops::TensorRef& x, const ops::WeightRef& w, float eps, const ops::TensorRef& y) {
   if (!launching_) return;
-  launch_rms_norm(f32(x), x.ld, x.rows, x.cols, reinterpret_cast<const float*>(weight(w).data), eps, f32(y), y.ld,
-                  context_.stream());
+  prefill_.forget_fp8_activations();
+  const auto* norm = reinterpret_cast<const float*>(weight(w).data);
+  if (!fp8_channel_weights_) {
+    fp8_channel_weights_ = std::any_of(weights_.begin(), weights_.end(), [](const DeviceWeight& dw) {
+      return dw.format == DType::kFP8_E4M3 && dw.planar && dw.channel_scales != nullptr;
+    });
+  }
+  // A prompt chunk's norm in front of FP8 x FP8 GEMMs: its rows quantized to E4M3 as the GEMM
+  // would quantize them (the same bits), which the GEMMs reading y then find in place. Eager
+  // steps only (the GEMM's buffers are allocated on first use).
+  if (*fp8_channel_weights_ && !batch_invariant_ && !capturing_ && y.rows >= PrefillGemm::kMinRows) {
+    const PrefillGemm::Fp8Rows rows = prefill_.fp8_activations_for(f32(y), y.ld, y.rows, y.cols);
+    if (rows.codes != nullptr) {
+      launch_rms_norm_fp8(f32(x), x.ld, x.rows, x.cols, norm, eps, f32(y), y.ld, rows.codes, rows.scales,
+                          context_.stream());
+      SITSRT_CUDA_CHECK_LAUNCH("rms_norm + fp8 kernel");
+      return;
+    }
+  }
+  launch_rms_norm(f32(x), x.ld, x.rows, x.cols, norm, eps, f32(y), y.ld, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("rms_norm kernel");
 }
 
@@ -207,6 +226,8 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
   if (!launching_) return;
   // Prompt chunks on the tensor cores (not under batch invariance: rows would round as their
   // step's row count decides); the decode kernels where cuBLASLt is unavailable.
+  // y overwritten: FP8 activations kept for rows under it are no longer theirs.
+  prefill_.forget_fp8_activations_under(f32(y), y.ld, y.rows, y.cols);
   if (!batch_invariant_ && x.rows >= PrefillGemm::kMinRows && prefill_.run(dw, f32(x), x.ld, x.rows, f32(y), y.ld)) {
     (prefill_.last_path() == PrefillGemm::Path::kFp8 ? prefill_fp8_ : prefill_bf16_)
         .fetch_add(1, std::memory_order_relaxed);
@@ -226,14 +247,19 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
 }
 
 KernelPathCounters CudaKernels::kernel_paths() const noexcept {
-  return {prefill_fp8_.load(std::memory_order_relaxed),         prefill_bf16_.load(std::memory_order_relaxed),
-          decode_tensor_cores_.load(std::memory_order_relaxed), decode_cuda_cores_.load(std::memory_order_relaxed),
-          attention_tiled_.load(std::memory_order_relaxed),     attention_rows_.load(std::memory_order_relaxed)};
+  return {prefill_fp8_.load(std::memory_order_relaxed),
+          prefill_bf16_.load(std::memory_order_relaxed),
+          decode_tensor_cores_.load(std::memory_order_relaxed),
+          decode_cuda_cores_.load(std::memory_order_relaxed),
+          attention_tiled_.load(std::memory_order_relaxed),
+          attention_rows_.load(std::memory_order_relaxed),
+          prefill_.fp8_activation_reuses()};
 }
 
 void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,
                                 const ops::TensorRef* residual, const ops::TensorRef* out) {
   if (!launching_ || matmuls.empty()) return;
+  prefill_.forget_fp8_activations();
   std::array<PlanarTarget, kMaxPlanarTargets> targets{};
   const std::size_t count = matmuls.size();
   const bool gated = epilogue == PlanarEpilogue::kSwiGlu || epilogue == PlanarEpilogue::kGeGlu;

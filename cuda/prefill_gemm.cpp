@@ -197,6 +197,7 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
     return false;
   }
   const std::uint32_t y_alignment = output_alignment(y, ldy, rows_w);
+  fp8_x_ = {};  // activations_ takes BF16 rows below
   // Every shape's algorithm first, so nothing is queued for a GEMM that cannot run.
   for (const std::int64_t nw : {rows_w, n % rows_w}) {
     for (const std::int64_t mx : {rows_x, m % rows_x}) {
@@ -249,7 +250,7 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
                                                        sizeof(channel_scales)));
   SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &token_scales,
                                                        sizeof(token_scales)));
-  const std::int64_t rows_x = std::min({m, static_cast<std::int64_t>(kActivationBytes) / k, kMaxTokenScales});
+  const std::int64_t rows_x = fp8_chunk_rows(m, k);
   if (rows_x < 1) {
     fp8_why_ = fmt::format("rows of {} values do not fit the FP8 activation buffer", k);
     return false;
@@ -263,9 +264,17 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
   // The weights' codes plane is the n x k E4M3 matrix itself (planar_weights.hpp).
   for (std::int64_t x0 = 0; x0 < m; x0 += rows_x) {
     const std::int64_t mx = std::min(rows_x, m - x0);
-    launch_floats_to_fp8_rows(x + x0 * ldx, ldx, mx, k, reinterpret_cast<std::uint8_t*>(activations_), token_scales_,
-                              stream);
-    SITSRT_CUDA_CHECK_LAUNCH("fp8 activation kernel");
+    // One chunk: x's rows may be in place already (an earlier GEMM over x, or the fused norm).
+    const bool whole = mx == m;
+    if (whole && fp8_x_.x == x && fp8_x_.ldx == ldx && fp8_x_.m == m && fp8_x_.k == k) {
+      ++fp8_reuses_;
+    } else {
+      fp8_x_ = {};
+      launch_floats_to_fp8_rows(x + x0 * ldx, ldx, mx, k, reinterpret_cast<std::uint8_t*>(activations_), token_scales_,
+                                stream);
+      SITSRT_CUDA_CHECK_LAUNCH("fp8 activation kernel");
+      if (whole) fp8_x_ = {x, ldx, m, k};
+    }
     const Layouts l(*lt_, CUDA_R_8F_E4M3, n, mx, k, ldy);
     float* out = y + x0 * ldy;
     const cublasStatus_t status =
@@ -275,12 +284,35 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
       // A scale setting cuBLASLt refuses only here: this shape takes the BF16 path from now on,
       // which rewrites every row of y (the chunks done so far included).
       algorithms_[std::make_tuple(true, n, mx, k, ldy, y_alignment)] = std::nullopt;
+      fp8_x_ = {};  // the BF16 path takes activations_ over
       fp8_why_ = fmt::format("cublasLtMatmul refused the FP8 GEMM {} x {} x {} (status {})", n, mx, k,
                              static_cast<int>(status));
       return false;
     }
   }
   return true;
+}
+
+std::int64_t PrefillGemm::fp8_chunk_rows(std::int64_t m, std::int64_t k) const noexcept {
+  return std::min({m, static_cast<std::int64_t>(kActivationBytes) / k, kMaxTokenScales});
+}
+
+PrefillGemm::Fp8Rows PrefillGemm::fp8_activations_for(const float* x, std::int64_t ldx, std::int64_t m,
+                                                      std::int64_t k) {
+  fp8_x_ = {};
+  // As run_fp8 would quantize them: rows of whole 16-value multiples, one chunk.
+  if (m <= 0 || k <= 0 || k % 16 != 0 || !ensure() || !ensure_fp8() || fp8_chunk_rows(m, k) < m) return {};
+  fp8_x_ = {x, ldx, m, k};
+  return {reinterpret_cast<std::uint8_t*>(activations_), token_scales_};
+}
+
+void PrefillGemm::forget_fp8_activations_under(const float* y, std::int64_t ldy, std::int64_t rows,
+                                               std::int64_t cols) noexcept {
+  if (fp8_x_.x == nullptr || rows <= 0 || cols <= 0) return;
+  const auto begin = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  const std::uintptr_t x0 = begin(fp8_x_.x), x1 = begin(fp8_x_.x + (fp8_x_.m - 1) * fp8_x_.ldx + fp8_x_.k);
+  const std::uintptr_t y0 = begin(y), y1 = begin(y + (rows - 1) * ldy + cols);
+  if (y0 < x1 && x0 < y1) fp8_x_ = {};
 }
 
 }  // namespace sitsrt::cuda

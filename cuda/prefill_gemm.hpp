@@ -50,6 +50,24 @@ class PrefillGemm {
   [[nodiscard]] Path last_path() const noexcept { return last_path_; }
   [[nodiscard]] const std::string& fp8_unavailable_reason() const noexcept { return fp8_why_; }
 
+  // FP8 activations kept for the next FP8 x FP8 GEMMs over the same x (Q, K and V read one
+  // normalised x; gate and up another): the E4M3 rows and per-token scales of x (m rows of k,
+  // ldx apart) stay x's until forget_fp8_activations(), which the caller owes after anything else
+  // writes device memory (CudaKernels: every op but matmuls and the fused RMSNorm, inputs, copies,
+  // graph modes); a matmul forgets them itself where its output overlaps x.
+  struct Fp8Rows {
+    std::uint8_t* codes = nullptr;  // m rows of k E4M3 codes, packed
+    float* scales = nullptr;        // m per-token scales
+  };
+  // For a fused producer (launch_rms_norm_fp8): the buffers x's rows go to, recorded as x's (the
+  // caller queues the producer before any GEMM), where the FP8 x FP8 GEMM is available and m rows
+  // fit one chunk; null codes (nothing recorded) otherwise. Not inside a stream capture.
+  Fp8Rows fp8_activations_for(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k);
+  void forget_fp8_activations() noexcept { fp8_x_ = {}; }
+  void forget_fp8_activations_under(const float* y, std::int64_t ldy, std::int64_t rows, std::int64_t cols) noexcept;
+  // GEMMs that found their FP8 activations in place (no quantization launched).
+  [[nodiscard]] std::uint64_t fp8_activation_reuses() const noexcept { return fp8_reuses_; }
+
  private:
   bool ensure();
   // The FP8 x FP8 GEMM; false (nothing queued, fp8_why_ set) where it does not apply.
@@ -77,6 +95,14 @@ class PrefillGemm {
   bool fp8_tried_ = false;
   std::string fp8_why_;
   Path last_path_ = Path::kNone;
+  // Whose rows activations_ / token_scales_ hold as E4M3 (x null: none known).
+  struct Fp8Source {
+    const float* x = nullptr;
+    std::int64_t ldx = 0, m = 0, k = 0;
+  };
+  Fp8Source fp8_x_;
+  std::uint64_t fp8_reuses_ = 0;
+  [[nodiscard]] std::int64_t fp8_chunk_rows(std::int64_t m, std::int64_t k) const noexcept;
   // Per shape: the heuristic's algorithm, or none (it had none: not asked again).
   std::map<std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,
            std::optional<cublasLtMatmulAlgo_t>>

@@ -113,8 +113,9 @@ paths() {
   dc=$(grep -o '"device_decode_cuda_core_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   at=$(grep -o '"device_prefill_tiled_attentions": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   ar=$(grep -o '"device_prefill_row_attentions": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
-  echo "matmuls: prefill fp8 ${p8:-?} bf16 ${pb:-?}, decode tensor cores ${dt:-?} cuda cores ${dc:-?};" \
-    "prompt attentions: tiled ${at:-?} per row ${ar:-?}"
+  ru=$(grep -o '"device_prefill_fp8_activation_reuses": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
+  echo "matmuls: prefill fp8 ${p8:-?} (activations in place ${ru:-?}) bf16 ${pb:-?}, decode tensor cores ${dt:-?}" \
+    "cuda cores ${dc:-?}; prompt attentions: tiled ${at:-?} per row ${ar:-?}"
 }
 for format in fp8-channel q4g128; do
   t0=$SECONDS

@@ -7,16 +7,34 @@
 #include "cuda_backend/kernels/launch.hpp"
 #include "cuda_backend/kernels/rope_math.hpp"
 
+#include <cuda_fp8.h>
+
 namespace sitsrt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-// x and y may be one buffer (in place): not __restrict__.
+// The block's largest of each thread's `v` (every thread gets it; `partial` kThreads / 32 floats).
+__device__ inline float block_max(float v, float* partial) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) v = fmaxf(v, partial[w]);
+  return v;
+}
+
+// x and y may be one buffer (in place): not __restrict__. kFp8: y's row also quantized to E4M3
+// with a scale per row, as floats_to_fp8_rows_kernel (convert.cu) quantizes it: the same amax
+// (fmaxf over the same floats), scale and conversion, so the same bits (the prefill GEMM's FP8
+// activations, written by the norm instead of a kernel of their own per matmul).
+template <bool kFp8>
 __global__ void rms_norm_kernel(const float* x, std::int64_t ldx, std::int64_t n, const float* __restrict__ weight,
-                                float eps, float* y, std::int64_t ldy) {
+                                float eps, float* y, std::int64_t ldy, std::uint8_t* __restrict__ codes,
+                                float* __restrict__ scales) {
   begin_dependent_grid();
   __shared__ float partial[kThreads / 32];
+  __shared__ float maxima[kThreads / 32];
   const float* xr = x + static_cast<std::int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<std::int64_t>(blockIdx.x) * ldy;
   float sum = 0.0f;
@@ -32,7 +50,21 @@ __global__ void rms_norm_kernel(const float* x, std::int64_t ldx, std::int64_t n
   __syncthreads();
   const auto scale = static_cast<float>(1.0 / sqrt(static_cast<double>(partial[0]) / static_cast<double>(n) + eps));
   // y may alias x: every thread reads its own elements before writing them.
-  for (std::int64_t c = threadIdx.x; c < n; c += blockDim.x) yr[c] = xr[c] * scale * weight[c];
+  float amax = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = xr[c] * scale * weight[c];
+    yr[c] = v;
+    amax = fmaxf(amax, fabsf(v));
+  }
+  if constexpr (kFp8) {
+    amax = block_max(amax, maxima);
+    const float fp8_scale = amax > 0.0f && isfinite(amax) ? amax / 448.0f : 1.0f;
+    std::uint8_t* dst = codes + static_cast<std::int64_t>(blockIdx.x) * n;
+    for (std::int64_t c = threadIdx.x; c < n; c += blockDim.x) {  // the thread's own writes, read back
+      dst[c] = __nv_cvt_float_to_fp8(yr[c] / fp8_scale, __NV_SATFINITE, __NV_E4M3);
+    }
+    if (threadIdx.x == 0) scales[blockIdx.x] = fp8_scale;
+  }
 }
 
 // One block per (row, tensor); threads over (head, pair).
@@ -104,7 +136,16 @@ __global__ void gather_rows_in_order_kernel(const float* x, std::int64_t ldx, co
 void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
                      float eps, float* y, std::int64_t ldy, cudaStream_t stream) {
   if (rows <= 0) return;
-  launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, ldx, n, weight, eps, y, ldy);
+  launch_kernel(rms_norm_kernel<false>, static_cast<unsigned>(rows), kThreads, 0, stream, x, ldx, n, weight, eps, y,
+                ldy, nullptr, nullptr);
+}
+
+void launch_rms_norm_fp8(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
+                         float eps, float* y, std::int64_t ldy, std::uint8_t* codes, float* scales,
+                         cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch_kernel(rms_norm_kernel<true>, static_cast<unsigned>(rows), kThreads, 0, stream, x, ldx, n, weight, eps, y,
+                ldy, codes, scales);
 }
 
 void launch_rope(const RopeTargets& targets, std::int64_t rows, std::int64_t head_dim, std::int64_t rot_dims, bool neox,

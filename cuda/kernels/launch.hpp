@@ -91,6 +91,11 @@ void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_byte
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of n (slices of n when rows count heads).
 void launch_rms_norm(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
                      float eps, float* y, std::int64_t ldy, cudaStream_t stream);
+// launch_rms_norm whose rows are also quantized as launch_floats_to_fp8_rows quantizes y (the
+// same bits): n E4M3 codes a row at `codes`, a scale a row at `scales`.
+void launch_rms_norm_fp8(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t n, const float* weight,
+                         float eps, float* y, std::int64_t ldy, std::uint8_t* codes, float* scales,
+                         cudaStream_t stream);
 
 // A tensor a rope launch rotates: rows ldx apart, n_heads heads each.
 struct RopeTarget {

@@ -252,7 +252,8 @@ nlohmann::json serving_json(const RequestQueueStats& q) {
           {"device_decode_tensor_core_matmuls", q.device_decode_tensor_core_matmuls},
           {"device_decode_cuda_core_matmuls", q.device_decode_cuda_core_matmuls},
           {"device_prefill_tiled_attentions", q.device_prefill_tiled_attentions},
-          {"device_prefill_row_attentions", q.device_prefill_row_attentions}};
+          {"device_prefill_row_attentions", q.device_prefill_row_attentions},
+          {"device_prefill_fp8_activation_reuses", q.device_prefill_fp8_activation_reuses}};
 }
 
 std::string serving_text(const RequestQueueStats& q) {

@@ -188,6 +188,9 @@ struct RequestQueueStats {
   // tensor-core kernel, or a block per row (batch invariance, other head sizes).
   std::uint64_t device_prefill_tiled_attentions = 0;
   std::uint64_t device_prefill_row_attentions = 0;
+  // Their FP8 x FP8 prompt matmuls that found the activations quantized already (by the fused
+  // RMSNorm + quantize, or an earlier matmul over the same rows: Q, K and V).
+  std::uint64_t device_prefill_fp8_activation_reuses = 0;
   ServingOptions limits;                // as resolved at load
   std::int64_t kv_block_bytes = 0;
   // logits() / evaluate() sessions:

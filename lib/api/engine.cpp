@@ -956,6 +956,7 @@ RequestQueueStats Engine::queue_stats() const {
   out.device_decode_cuda_core_matmuls = paths.decode_cuda_cores;
   out.device_prefill_tiled_attentions = paths.prefill_attention_tiled;
   out.device_prefill_row_attentions = paths.prefill_attention_rows;
+  out.device_prefill_fp8_activation_reuses = paths.prefill_fp8_activation_reuses;
   return out;
 }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }

@@ -78,6 +78,9 @@ struct KernelPathCounters {
   std::uint64_t decode_cuda_cores = 0;
   std::uint64_t prefill_attention_tiled = 0;
   std::uint64_t prefill_attention_rows = 0;
+  // FP8 x FP8 GEMMs that found their activations' E4M3 rows in place (written by the RMSNorm in
+  // front of them, or by an earlier GEMM over the same rows) instead of quantizing them.
+  std::uint64_t prefill_fp8_activation_reuses = 0;
 };
 
 struct MemoryUsage {

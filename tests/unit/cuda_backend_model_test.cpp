@@ -461,6 +461,36 @@ TEST_CASE("cuda backend's tiled prompt attention reproduces the cpu backend (hea
   }
 }
 
+TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused RMSNorm and from each other",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  RandomModelOptions o = test::tiny_options(DType::kQ8_0);
+  o.dim = 256;
+  o.ffn = 512;
+  o.context = 512;
+  const std::string path = test::random_model(o, "cuda-fp8-activations");
+  const Run gpu = run_model(path, "cuda", KvCacheType::kF16, "fp8-channel", 4, long_prompt(3));
+  if (gpu.stats.device_prefill_fp8_matmuls == 0) {
+    SITSRT_SKIP("[cuda] no FP8 x FP8 prefill GEMM on this device (Hopper with cuBLASLt 12.9+ runs it)");
+  }
+  // Per layer Q, K, V after the attention norm and gate, up after the FFN norm find their rows
+  // in place; the output and down projections (their inputs not a norm's) quantize their own.
+  INFO("fp8 matmuls " << gpu.stats.device_prefill_fp8_matmuls << " reuses "
+                      << gpu.stats.device_prefill_fp8_activation_reuses);
+  CHECK(gpu.stats.device_prefill_fp8_activation_reuses * 7 == gpu.stats.device_prefill_fp8_matmuls * 5);
+  // Against the CPU's float activations: E4M3 rounding of each activation (2^-4) only; rows from
+  // a stale or wrong buffer would be off by their whole size.
+  const Run cpu = run_model(path, "cpu", KvCacheType::kF16, "fp8-channel", 4, long_prompt(3));
+  REQUIRE(gpu.logits.size() == cpu.logits.size());
+  double error = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < cpu.logits.size(); ++i) {
+    error +=
+        (static_cast<double>(gpu.logits[i]) - cpu.logits[i]) * (static_cast<double>(gpu.logits[i]) - cpu.logits[i]);
+    scale += static_cast<double>(cpu.logits[i]) * cpu.logits[i];
+  }
+  CHECK(std::sqrt(error / scale) <= 0.1);
+}
+
 TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real models", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   const std::string smol = std::string(SITSRT_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -534,6 +534,30 @@ TEST_CASE("cuda rms_norm, rope and the elementwise ops match the CPU kernels", "
       }
     }
   }
+  SECTION("rms_norm + FP8 rows: the norm's bits, and the E4M3 rows and scales the GEMM's own quantization gives") {
+    // in place too (y over x), as a layer's norm may run; a row of zeros (scale 1)
+    std::vector<float> x = a;
+    std::fill(x.begin() + 2 * ld, x.begin() + 3 * ld, 0.0f);
+    for (const bool in_place : {false, true}) {
+      DeviceArray<float> dx(x), dy(x.size());
+      DeviceArray<std::uint8_t> codes(static_cast<std::size_t>(rows * cols)), want_codes(static_cast<std::size_t>(rows * cols));
+      DeviceArray<float> scales(static_cast<std::size_t>(rows)), want_scales(static_cast<std::size_t>(rows));
+      float* y = in_place ? dx.get() : dy.get();
+      cuda::launch_rms_norm(dx.get(), ld, rows, cols, dw.get(), 1e-5f, dout.get(), ld, nullptr);
+      cuda::launch_floats_to_fp8_rows(dout.get(), ld, rows, cols, want_codes.get(), want_scales.get(), nullptr);
+      cuda::launch_rms_norm_fp8(dx.get(), ld, rows, cols, dw.get(), 1e-5f, y, ld, codes.get(), scales.get(), nullptr);
+      const std::vector<float> norm = dout.download(), got = in_place ? dx.download() : dy.download();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const auto i = static_cast<std::size_t>(r * ld + c);
+          REQUIRE(std::memcmp(&got[i], &norm[i], sizeof(float)) == 0);
+        }
+      }
+      REQUIRE(codes.download() == want_codes.download());
+      REQUIRE(scales.download() == want_scales.download());
+      REQUIRE(scales.download()[2] == 1.0f);
+    }
+  }
   SECTION("rope: normal and neox, partial rotation, YaRN") {
     for (const bool neox : {false, true}) {
       for (const bool yarn : {false, true}) {
