@@ -245,6 +245,21 @@ void CudaBackend::prepare(const graph::Graph& graph, const graph::MemoryPlan& pl
       for (const std::size_t n : fusion.nodes) fusions_.fusion_of[n] = -1;
     }
   }
+  // RMSNorms whose output a matmul with FP8 x FP8 weights (E4M3, a scale per channel) reads:
+  // prompt chunks' norms there also write the E4M3 rows the GEMM takes (CudaKernels::rms_norm).
+  norm_feeds_fp8_.assign(graph.nodes().size(), false);
+  std::vector<std::int64_t> producer(graph.values().size(), -1);
+  for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
+    const graph::Node& node = graph.nodes()[i];
+    if (node.output != graph::kNoValue) producer[static_cast<std::size_t>(node.output)] = static_cast<std::int64_t>(i);
+    if (node.op != graph::OpKind::kMatMul || node.inputs.empty() || node.weights.empty()) continue;
+    const std::int64_t from = producer[static_cast<std::size_t>(node.inputs[0])];
+    const DeviceWeight& w = weights_[static_cast<std::size_t>(node.weights[0])];
+    if (from >= 0 && graph.nodes()[static_cast<std::size_t>(from)].op == graph::OpKind::kRmsNorm &&
+        w.format == DType::kFP8_E4M3 && w.planar && w.channel_scales != nullptr) {
+      norm_feeds_fp8_[static_cast<std::size_t>(from)] = true;
+    }
+  }
   for (const graph::Node& node : graph.nodes()) {
     if (node.op != graph::OpKind::kAttention) continue;
     if (node.attrs.head_dim > kMaxHeadDim) {
@@ -404,7 +419,7 @@ KernelPathCounters CudaBackend::kernel_paths() const {
 void CudaBackend::compute(const graph::Graph& graph, std::size_t first, std::size_t last, const StepContext& step) {
   const std::lock_guard stream(context_.stream_mutex());
   context_.make_current();
-  kernels_->forget_fp8_activations();  // a new step: its arena's rows are new
+  if (first == 0) kernels_->forget_fp8_activations();  // a new step: its arena's rows are new
   const auto run_nodes = [&] {
     for (std::size_t i = first; i < last; ++i) run_node(graph, i, step);
   };
@@ -436,23 +451,42 @@ void CudaBackend::run(const graph::Graph& graph, std::size_t index, const StepCo
 void CudaBackend::run_node(const graph::Graph& graph, std::size_t index, const StepContext& step) {
   const graph::OpKind op = graph.nodes()[index].op;
   if (op != graph::OpKind::kRope && op != graph::OpKind::kAttention) kernels_->clear_deferred_rope();
-  // Every node but matmuls (which check their own output) and RMSNorm (which writes the rows
-  // itself) may write what the prefill GEMM's FP8 activations came from.
-  if (op != graph::OpKind::kMatMul && op != graph::OpKind::kRmsNorm) kernels_->forget_fp8_activations();
+  // What the prefill GEMM's FP8 activations came from may be written: elementwise nodes write
+  // their output rows only (Q's bias does not make K and V quantize x again); matmuls and RMSNorm
+  // check their own; any other node (attention, rope, embedding, gather) forgets them.
+  switch (op) {
+    case graph::OpKind::kMatMul:
+      break;
+    case graph::OpKind::kRmsNorm:
+      kernels_->next_norm_feeds_fp8(index < norm_feeds_fp8_.size() && norm_feeds_fp8_[index]);
+      break;
+    case graph::OpKind::kAddBias:
+    case graph::OpKind::kScale:
+    case graph::OpKind::kSoftCap:
+    case graph::OpKind::kAdd:
+    case graph::OpKind::kSwiGlu:
+    case graph::OpKind::kGeGlu:
+      kernels_->forget_fp8_activations_under(value_view(graph, graph.nodes()[index].output, step));
+      break;
+    default:
+      kernels_->forget_fp8_activations();
+  }
   if (run_fused(graph, index, step)) return;
   run_node_through_kernels(*kernels_, graph, index, step, attention_sequences_);
+}
+
+ops::TensorRef CudaBackend::value_view(const graph::Graph& graph, graph::ValueId id, const StepContext& step) const {
+  const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];
+  const std::int64_t rows = v.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
+  std::byte* data = step.arena->data() + step.plan->offsets[static_cast<std::size_t>(id)];
+  return ops::TensorRef{data, DType::kF32, rows, v.width, v.width, info_.device};
 }
 
 bool CudaBackend::run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step) {
   if (fusions_.fusion_of.empty() || fusions_.fusion_of[index] < 0) return false;
   const Fusion& fusion = fusions_.fusions[static_cast<std::size_t>(fusions_.fusion_of[index])];
   const auto& nodes = graph.nodes();
-  const auto view = [&](graph::ValueId id) {
-    const graph::Value& v = graph.values()[static_cast<std::size_t>(id)];
-    const std::int64_t rows = v.rows == graph::RowSpace::kTokens ? step.n_tokens : step.n_outputs;
-    std::byte* data = step.arena->data() + step.plan->offsets[static_cast<std::size_t>(id)];
-    return ops::TensorRef{data, DType::kF32, rows, v.width, v.width, info_.device};
-  };
+  const auto view = [&](graph::ValueId id) { return value_view(graph, id, step); };
   const graph::Node& lead = nodes[fusion.nodes[0]];
   if (fusion.kind == FusionKind::kRopePair) {
     if (index != fusion.nodes[0]) return true;  // done with the lead

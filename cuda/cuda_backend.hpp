@@ -60,6 +60,8 @@ class CudaBackend final : public Backend {
   // The node's decode fusion, when it has one that applies to this step: true when handled (the
   // lead runs the fused kernel, the other members nothing).
   bool run_fused(const graph::Graph& graph, std::size_t index, const StepContext& step);
+  // Value `id` of the step's arena as the kernels see it (rows by its row space).
+  [[nodiscard]] ops::TensorRef value_view(const graph::Graph& graph, graph::ValueId id, const StepContext& step) const;
 
   CudaContext context_;
   DeviceAllocator allocator_;
@@ -78,6 +80,7 @@ class CudaBackend final : public Backend {
   DecodeFusions fusions_;                  // those whose matmuls are all planar, of one format and width
   std::vector<bool> step_input_nodes_;     // per node of the prepared graph: takes per-step host inputs
   std::vector<bool> rope_into_attention_;  // per rope pair lead: its attention's store kernel rotates Q and K
+  std::vector<bool> norm_feeds_fp8_;       // per RMSNorm node: a matmul reading its output takes FP8 x FP8
 };
 
 }  // namespace sitsrt::cuda

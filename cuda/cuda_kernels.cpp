@@ -40,7 +40,14 @@ CudaKernels::CudaKernels(const CudaContext& context, DeviceAllocator& allocator,
       inputs_(&staging),
       weights_(weights),
       batch_invariant_(batch_invariant),
-      prefill_(context, allocator) {}
+      prefill_(context, allocator) {
+  prefill_.keep_fp8_activations(true);  // the backend forgets them wherever x may change
+}
+
+void CudaKernels::forget_fp8_activations_under(const ops::TensorRef& written) noexcept {
+  prefill_.forget_fp8_activations_under(reinterpret_cast<const float*>(written.data), written.ld, written.rows,
+                                        written.cols);
+}
 
 void CudaKernels::use(StepInputs& inputs, Mode mode) noexcept {
   inputs_ = &inputs;
@@ -181,23 +188,20 @@ void CudaKernels::embed(const ops::WeightRef& table, std::span<const std::int32_
 }
 
 void CudaKernels::rms_norm(const ops::TensorRef& x, const ops::WeightRef& w, float eps, const ops::TensorRef& y) {
+  const bool feeds_fp8 = std::exchange(next_norm_feeds_fp8_, false);  // this norm's, whatever happens
   if (!launching_) return;
-  prefill_.forget_fp8_activations();
+  prefill_.forget_fp8_activations_under(f32(y), y.ld, y.rows, y.cols);
   const auto* norm = reinterpret_cast<const float*>(weight(w).data);
-  if (!fp8_channel_weights_) {
-    fp8_channel_weights_ = std::any_of(weights_.begin(), weights_.end(), [](const DeviceWeight& dw) {
-      return dw.format == DType::kFP8_E4M3 && dw.planar && dw.channel_scales != nullptr;
-    });
-  }
   // A prompt chunk's norm in front of FP8 x FP8 GEMMs: its rows quantized to E4M3 as the GEMM
   // would quantize them (the same bits), which the GEMMs reading y then find in place. Eager
   // steps only (the GEMM's buffers are allocated on first use).
-  if (*fp8_channel_weights_ && !batch_invariant_ && !capturing_ && y.rows >= PrefillGemm::kMinRows) {
-    const PrefillGemm::Fp8Rows rows = prefill_.fp8_activations_for(f32(y), y.ld, y.rows, y.cols);
+  if (feeds_fp8 && !batch_invariant_ && !capturing_ && y.rows >= PrefillGemm::kMinRows) {
+    const PrefillGemm::Fp8Rows rows = prefill_.fp8_activation_buffers(y.rows, y.cols);
     if (rows.codes != nullptr) {
       launch_rms_norm_fp8(f32(x), x.ld, x.rows, x.cols, norm, eps, f32(y), y.ld, rows.codes, rows.scales,
                           context_.stream());
       SITSRT_CUDA_CHECK_LAUNCH("rms_norm + fp8 kernel");
+      prefill_.fp8_activations_written(f32(y), y.ld, y.rows, y.cols);  // queued: now they are y's
       return;
     }
   }

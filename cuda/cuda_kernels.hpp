@@ -101,6 +101,10 @@ class CudaKernels final : public ops::OpKernels {
   // Forgets the prefill GEMM's FP8 activations (PrefillGemm::forget_fp8_activations): the
   // backend calls it before every node but matmuls and RMSNorm, and before its writes and copies.
   void forget_fp8_activations() noexcept { prefill_.forget_fp8_activations(); }
+  void forget_fp8_activations_under(const ops::TensorRef& written) noexcept;
+  // Whether the next rms_norm feeds FP8 x FP8 GEMMs (CudaBackend::prepare marks those nodes): a
+  // prompt chunk's norm then also writes its rows as E4M3 for them.
+  void next_norm_feeds_fp8(bool yes) noexcept { next_norm_feeds_fp8_ = yes; }
   // Prefill GEMMs that found their FP8 activations in place (from the norm or an earlier GEMM).
   [[nodiscard]] std::uint64_t fp8_activation_reuses() const noexcept { return prefill_.fp8_activation_reuses(); }
 
@@ -177,9 +181,7 @@ class CudaKernels final : public ops::OpKernels {
   const std::vector<DeviceWeight>& weights_;
   bool batch_invariant_;
   PrefillGemm prefill_;
-  // Whether any weight takes the FP8 x FP8 prefill GEMM (FP8 E4M3 with channel scales): then
-  // RMSNorms of prompt chunks also write their E4M3 rows. Known once the weights are bound.
-  std::optional<bool> fp8_channel_weights_;
+  bool next_norm_feeds_fp8_ = false;
   std::atomic<std::uint64_t> prefill_fp8_{0}, prefill_bf16_{0}, decode_tensor_cores_{0}, decode_cuda_cores_{0};
   std::atomic<std::uint64_t> attention_tiled_{0}, attention_rows_{0};
   struct Constant {

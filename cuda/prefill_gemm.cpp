@@ -266,14 +266,13 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
     const std::int64_t mx = std::min(rows_x, m - x0);
     // One chunk: x's rows may be in place already (an earlier GEMM over x, or the fused norm).
     const bool whole = mx == m;
-    if (whole && fp8_x_.x == x && fp8_x_.ldx == ldx && fp8_x_.m == m && fp8_x_.k == k) {
-      ++fp8_reuses_;
-    } else {
+    const bool reused = keep_fp8_ && whole && fp8_x_.x == x && fp8_x_.ldx == ldx && fp8_x_.m == m && fp8_x_.k == k;
+    if (!reused) {
       fp8_x_ = {};
       launch_floats_to_fp8_rows(x + x0 * ldx, ldx, mx, k, reinterpret_cast<std::uint8_t*>(activations_), token_scales_,
                                 stream);
       SITSRT_CUDA_CHECK_LAUNCH("fp8 activation kernel");
-      if (whole) fp8_x_ = {x, ldx, m, k};
+      if (whole) fp8_activations_written(x, ldx, m, k);
     }
     const Layouts l(*lt_, CUDA_R_8F_E4M3, n, mx, k, ldy);
     float* out = y + x0 * ldy;
@@ -289,7 +288,9 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
                              static_cast<int>(status));
       return false;
     }
+    if (reused) fp8_reuses_.fetch_add(1, std::memory_order_relaxed);
   }
+  forget_fp8_activations_under(y, ldy, m, n);  // an output over x: x's rows are not x's anymore
   return true;
 }
 
@@ -297,13 +298,17 @@ std::int64_t PrefillGemm::fp8_chunk_rows(std::int64_t m, std::int64_t k) const n
   return std::min({m, static_cast<std::int64_t>(kActivationBytes) / k, kMaxTokenScales});
 }
 
-PrefillGemm::Fp8Rows PrefillGemm::fp8_activations_for(const float* x, std::int64_t ldx, std::int64_t m,
-                                                      std::int64_t k) {
-  fp8_x_ = {};
+PrefillGemm::Fp8Rows PrefillGemm::fp8_activation_buffers(std::int64_t m, std::int64_t k) {
+  fp8_x_ = {};  // the caller overwrites them
   // As run_fp8 would quantize them: rows of whole 16-value multiples, one chunk.
-  if (m <= 0 || k <= 0 || k % 16 != 0 || !ensure() || !ensure_fp8() || fp8_chunk_rows(m, k) < m) return {};
-  fp8_x_ = {x, ldx, m, k};
+  if (!keep_fp8_ || m <= 0 || k <= 0 || k % 16 != 0 || !ensure() || !ensure_fp8() || fp8_chunk_rows(m, k) < m) {
+    return {};
+  }
   return {reinterpret_cast<std::uint8_t*>(activations_), token_scales_};
+}
+
+void PrefillGemm::fp8_activations_written(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k) noexcept {
+  if (keep_fp8_) fp8_x_ = {x, ldx, m, k};
 }
 
 void PrefillGemm::forget_fp8_activations_under(const float* y, std::int64_t ldy, std::int64_t rows,

@@ -19,6 +19,7 @@
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -51,22 +52,32 @@ class PrefillGemm {
   [[nodiscard]] const std::string& fp8_unavailable_reason() const noexcept { return fp8_why_; }
 
   // FP8 activations kept for the next FP8 x FP8 GEMMs over the same x (Q, K and V read one
-  // normalised x; gate and up another): the E4M3 rows and per-token scales of x (m rows of k,
-  // ldx apart) stay x's until forget_fp8_activations(), which the caller owes after anything else
-  // writes device memory (CudaKernels: every op but matmuls and the fused RMSNorm, inputs, copies,
-  // graph modes); a matmul forgets them itself where its output overlaps x.
+  // normalised x; gate and up another), when the owner turns it on (keep_fp8_activations: off by
+  // default, so a caller that rewrites x between runs gets x quantized every time): the E4M3 rows
+  // and per-token scales of x (m rows of k, ldx apart) stay x's until forget_fp8_activations(),
+  // which the owner owes after anything else may write x (CudaKernels / CudaBackend: nodes other
+  // than matmuls and RMSNorm, writes, copies, steps, graph modes). A GEMM whose output overlaps x
+  // keeps nothing.
+  void keep_fp8_activations(bool on) noexcept {
+    keep_fp8_ = on;
+    fp8_x_ = {};
+  }
   struct Fp8Rows {
     std::uint8_t* codes = nullptr;  // m rows of k E4M3 codes, packed
     float* scales = nullptr;        // m per-token scales
   };
-  // For a fused producer (launch_rms_norm_fp8): the buffers x's rows go to, recorded as x's (the
-  // caller queues the producer before any GEMM), where the FP8 x FP8 GEMM is available and m rows
-  // fit one chunk; null codes (nothing recorded) otherwise. Not inside a stream capture.
-  Fp8Rows fp8_activations_for(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k);
+  // For a fused producer (launch_rms_norm_fp8): the buffers x's rows go to, where activations are
+  // kept, the FP8 x FP8 GEMM is available and m rows of k fit one chunk; null codes otherwise.
+  // Forgets what they held; fp8_activations_written records them as x's once the producer is
+  // queued. Not inside a stream capture (buffers are allocated on first use).
+  Fp8Rows fp8_activation_buffers(std::int64_t m, std::int64_t k);
+  void fp8_activations_written(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k) noexcept;
   void forget_fp8_activations() noexcept { fp8_x_ = {}; }
   void forget_fp8_activations_under(const float* y, std::int64_t ldy, std::int64_t rows, std::int64_t cols) noexcept;
   // GEMMs that found their FP8 activations in place (no quantization launched).
-  [[nodiscard]] std::uint64_t fp8_activation_reuses() const noexcept { return fp8_reuses_; }
+  [[nodiscard]] std::uint64_t fp8_activation_reuses() const noexcept {
+    return fp8_reuses_.load(std::memory_order_relaxed);
+  }
 
  private:
   bool ensure();
@@ -101,7 +112,8 @@ class PrefillGemm {
     std::int64_t ldx = 0, m = 0, k = 0;
   };
   Fp8Source fp8_x_;
-  std::uint64_t fp8_reuses_ = 0;
+  bool keep_fp8_ = false;
+  std::atomic<std::uint64_t> fp8_reuses_{0};  // read by queue_stats from any thread
   [[nodiscard]] std::int64_t fp8_chunk_rows(std::int64_t m, std::int64_t k) const noexcept;
   // Per shape: the heuristic's algorithm, or none (it had none: not asked again).
   std::map<std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,

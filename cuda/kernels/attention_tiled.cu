@@ -48,9 +48,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
   extern __shared__ __align__(16) std::uint32_t smem[];
   __shared__ tiles::PassRows pass_rows;
   float* rows = reinterpret_cast<float*>(smem + L::kFloats);
-  // The table lists a sequence's tiles first to last; the last ones attend the most keys, so run first.
-  const std::int64_t first_row = a.tile_rows[a.n_tiles - 1 - blockIdx.x];
-  const std::int64_t g = blockIdx.y;
+  // Blocks in the order (tile from the table's end, KV head): a sequence's last tiles attend the
+  // most keys, so every head of them starts first.
+  const std::int64_t tile = a.n_tiles - 1 - static_cast<std::int64_t>(blockIdx.x) / a.n_kv_heads;
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) % a.n_kv_heads;
+  const std::int64_t first_row = a.tile_rows[tile];
   const int group = static_cast<int>(a.n_heads / a.n_kv_heads);
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[first_row]];
   const tiles::QueryTile t = tiles::query_tile(s, first_row, group);
@@ -192,7 +194,7 @@ template <int D>
 bool launch_tiled(const AttentionLaunch& a, cudaStream_t stream) {
   constexpr std::size_t kBytes = tiles::Layout<D>::kBytes;
   if (!shared_memory_granted<D>()) return false;
-  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_kv_heads), 1);
+  const dim3 grid(static_cast<unsigned>(a.n_tiles * a.n_kv_heads), 1, 1);
   launch_kernel(attention_tiled_kernel<D>, grid, kThreads, kBytes, stream, a);
   return true;
 }

@@ -14,7 +14,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The block's largest of each thread's `v` (every thread gets it; `partial` kThreads / 32 floats).
+// The block's largest of each thread's `v` (every thread gets it; `partial` kThreads / 32 floats;
+// blocks of kThreads threads, as every launch here).
 __device__ inline float block_max(float v, float* partial) {
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
