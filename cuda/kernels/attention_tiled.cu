@@ -17,7 +17,6 @@ namespace {
 
 using tiles::kKeys;
 using tiles::kScoreTiles;
-using tiles::kThreads;
 using tiles::kTileRows;
 using tiles::kValueSteps;
 
@@ -41,9 +40,11 @@ __device__ inline void mma_split(const mma::FragA& a_hi, const mma::FragA& a_lo,
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionLaunch a) {
+__global__ void __launch_bounds__(tiles::Layout<D>::kThreads, tiles::Layout<D>::kMinBlocks)
+    attention_tiled_kernel(AttentionLaunch a) {
   using L = tiles::Layout<D>;
-  constexpr int kDimTiles = D / 8;
+  constexpr int kThreads = L::kThreads;
+  constexpr int kDimTiles = L::kDimTiles;
   begin_dependent_grid();
   extern __shared__ __align__(16) std::uint32_t smem[];
   __shared__ tiles::PassRows pass_rows;
@@ -56,7 +57,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
   const int group = static_cast<int>(a.n_heads / a.n_kv_heads);
   const AttentionSequenceDesc& s = a.sequences[a.row_sequence[first_row]];
   const tiles::QueryTile t = tiles::query_tile(s, first_row, group);
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // The warp's row tile (16 rows) and its first output tile (a half of the dims at D = 256).
+  const int warp = static_cast<int>(threadIdx.x / 32) % tiles::kRowGroups;
+  const int dim_tile0 = static_cast<int>(threadIdx.x / 32) / tiles::kRowGroups * kDimTiles;
 
   // q scaled per channel, rotated where K is stored rotated, split into the Q planes.
   for (int e = threadIdx.x; e < kTileRows * D; e += kThreads) {
@@ -100,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
         float scores[kScoreTiles][4];
 #pragma unroll
         for (int nt = 0; nt < kScoreTiles; ++nt) scores[nt][0] = scores[nt][1] = scores[nt][2] = scores[nt][3] = 0.0f;
-#pragma unroll
+#pragma unroll(D > 128 ? 4 : D / 16)  // at D = 256 in fours: the full unroll would spill
         for (int step = 0; step < D / 16; ++step) {
           mma::FragA q_hi, q_lo;
           tiles::query_fragments<D>(smem, warp, lane, step, q_hi, q_lo);
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
 #pragma unroll
           for (int step = 0; step < kValueSteps; ++step) {
             mma::FragB v_hi, v_lo;
-            tiles::value_fragments<D>(smem, lane, dt, step, v_hi, v_lo);
+            tiles::value_fragments<D>(smem, lane, dim_tile0 + dt, step, v_hi, v_lo);
             mma_split(w_hi[step], w_lo[step], v_hi, v_lo, pass);
           }
           tiles::add_pass(out[dt], pass, correction);
@@ -146,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_tiled_kernel(AttentionL
   for (int dt = 0; dt < kDimTiles; ++dt) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int m = 16 * warp + mma::c_row(lane, i), d = 8 * dt + mma::c_column(lane, i);
+      const int m = 16 * warp + mma::c_row(lane, i), d = 8 * (dim_tile0 + dt) + mma::c_column(lane, i);
       const float value = out[dt][i] / sums[i / 2];  // rows past the tile: 0 / 0, never written
       if (rotate) {
         rows[m * D + d] = value;
@@ -195,7 +199,7 @@ bool launch_tiled(const AttentionLaunch& a, cudaStream_t stream) {
   constexpr std::size_t kBytes = tiles::Layout<D>::kBytes;
   if (!shared_memory_granted<D>()) return false;
   const dim3 grid(static_cast<unsigned>(a.n_tiles * a.n_kv_heads), 1, 1);
-  launch_kernel(attention_tiled_kernel<D>, grid, kThreads, kBytes, stream, a);
+  launch_kernel(attention_tiled_kernel<D>, grid, tiles::Layout<D>::kThreads, kBytes, stream, a);
   return true;
 }
 
@@ -216,7 +220,16 @@ bool launch_attention_tiled(const AttentionLaunch& a, cudaStream_t stream) {
       a.n_heads / a.n_kv_heads > kTileRows) {
     return false;
   }
-  return a.head_dim == 64 ? launch_tiled<64>(a, stream) : a.head_dim == 128 && launch_tiled<128>(a, stream);
+  switch (a.head_dim) {
+    case 64:
+      return launch_tiled<64>(a, stream);
+    case 128:
+      return launch_tiled<128>(a, stream);
+    case 256:
+      return launch_tiled<256>(a, stream);
+    default:
+      return false;
+  }
 }
 
 }  // namespace sitsrt::cuda

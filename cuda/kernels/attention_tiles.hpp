@@ -33,15 +33,14 @@
 
 namespace sitsrt::cuda::tiles {
 
-inline constexpr int kWarps = 4;
-inline constexpr int kThreads = 32 * kWarps;
-inline constexpr int kTileRows = 16 * kWarps;   // query rows of a block
+inline constexpr int kRowGroups = 4;               // m16 tiles of query rows a block
+inline constexpr int kTileRows = 16 * kRowGroups;  // query rows of a block
 inline constexpr int kKeys = 32;                // keys a pass
 inline constexpr int kScoreTiles = kKeys / 8;   // n8 tiles of scores a pass
 inline constexpr int kValueSteps = kKeys / 16;  // k16 steps of P V a pass
 
 SITSRT_HD bool head_dim_fits(std::int64_t head_dim) {
-  return head_dim == 64 || head_dim == 128;
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 // Positions of a sequence a block takes: the query heads of a group share its K and V.
 SITSRT_HD int tile_positions(std::int64_t group) {
@@ -51,8 +50,16 @@ SITSRT_HD int tile_positions(std::int64_t group) {
 // Shared memory in 32-bit words: Q (64 rows), K (32 keys) as rows of BF16 pairs and V transposed
 // (a row per dim over the pass's keys), each as a hi and a lo plane. Rows are padded by 4 words so
 // the 32 fragment loads of a warp (8 rows x 4 words) fall in 32 different banks.
+// Warps: one per m16 tile of rows, computing its scores and its rows' output over all D dims;
+// at D = 256 (an output of 32 n8 tiles would not fit the registers) two per tile, each scoring
+// the tile's rows alike (the same bits) and summing P V for half the dims.
 template <int D>
 struct Layout {
+  static constexpr int kSplit = D > 128 ? 2 : 1;      // warps a row tile
+  static constexpr int kWarps = kRowGroups * kSplit;  // warp w: row tile w % 4, dims half w / 4
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kDimTiles = D / 8 / kSplit;        // n8 tiles of output a warp
+  static constexpr int kMinBlocks = kSplit == 1 ? 2 : 1;  // a multiprocessor (launch bounds)
   static constexpr int kRowWords = D / 2 + 4;
   static constexpr int kValueWords = kKeys / 2 + 4;
   static constexpr int kQ = kTileRows * kRowWords;

@@ -202,7 +202,7 @@ inline std::int64_t attention_split_counters(std::int64_t n_rows, std::int64_t n
 }
 
 // The tiled prompt attention on the tensor cores (kernels/attention_tiled.cu): steps of more
-// rows than the split takes, head_dim 64 or 128, a GQA group of up to 64 heads; scores and
+// rows than the split takes, head_dim 64, 128 or 256, a GQA group of up to 64 heads; scores and
 // weights within ~2^-15 of the exact ones (BF16 hi + lo operands, kernels/attention_tiles.hpp),
 // so not under batch invariance (the caller's choice). SITSRT_CUDA_MMA_ATTENTION=0 in the
 // environment turns it off (to compare).

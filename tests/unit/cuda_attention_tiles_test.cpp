@@ -169,7 +169,7 @@ std::vector<double> hadamard_reference(const std::vector<double>& x) {
 template <int D>
 void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::vector<float>& out) {
   using L = tiles::Layout<D>;
-  constexpr int kDimTiles = D / 8;
+  constexpr int kDimTiles = L::kDimTiles;  // a warp's n8 output tiles (half the dims at D = 256)
   const cuda::AttentionSequenceDesc& s = f.desc;
   std::vector<std::uint32_t> smem(L::kWords, 0x7fc07fc0u);  // BF16 NaN pairs: a word never staged shows
   std::vector<float> rows(static_cast<std::size_t>(tiles::kTileRows * D));
@@ -193,17 +193,18 @@ void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::ve
     tiles::RowState state;
     float out[kDimTiles][4] = {};
   };
-  std::vector<std::array<Lane, 32>> warps(tiles::kWarps);
+  std::vector<std::array<Lane, 32>> warps(L::kWarps);  // warp w: row tile w % 4, dims from w / 4
   struct Scores {
     float s[tiles::kScoreTiles][4];
   };
   std::vector<Scores> lane_scores(32);  // each lane's scores of a pass
-  for (int w = 0; w < tiles::kWarps; ++w) {
+  for (int w = 0; w < L::kWarps; ++w) {
     for (int lane = 0; lane < 32; ++lane) {
+      const int row = 16 * (w % tiles::kRowGroups) + lane / 4;
       warps[static_cast<std::size_t>(w)][static_cast<std::size_t>(lane)].spans[0] =
-          tiles::tile_row_span(s, f.c.window, t, 16 * w + lane / 4);
+          tiles::tile_row_span(s, f.c.window, t, row);
       warps[static_cast<std::size_t>(w)][static_cast<std::size_t>(lane)].spans[1] =
-          tiles::tile_row_span(s, f.c.window, t, 16 * w + lane / 4 + 8);
+          tiles::tile_row_span(s, f.c.window, t, row + 8);
     }
   }
   for (int run = 0; run < runs.count; ++run) {
@@ -215,13 +216,14 @@ void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::ve
         tiles::stage_key_pair<D>(stage, pass_rows, idx, smem.data());
         tiles::stage_value_pair<D>(stage, pass_rows, idx, smem.data());
       }
-      for (int w = 0; w < tiles::kWarps; ++w) {
+      for (int wi = 0; wi < L::kWarps; ++wi) {
+        const int w = wi % tiles::kRowGroups, dim_tile0 = wi / tiles::kRowGroups * kDimTiles;
         const int last_m = std::min(16 * w + 15, t.positions * t.group - 1);
         if (16 * w > last_m) continue;
         const std::int64_t lo = tiles::tile_row_span(s, f.c.window, t, 16 * w).lo;
         const std::int64_t hi = tiles::tile_row_span(s, f.c.window, t, last_m).pos;
         if (!(hi >= stage.key0 && lo < stage.key0 + tiles::kKeys)) continue;
-        auto& lanes = warps[static_cast<std::size_t>(w)];
+        auto& lanes = warps[static_cast<std::size_t>(wi)];
         float scores[tiles::kScoreTiles][32][4] = {};
         for (int step = 0; step < D / 16; ++step) {
           FragA q_hi[32], q_lo[32];
@@ -266,7 +268,7 @@ void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::ve
           for (int step = 0; step < tiles::kValueSteps; ++step) {
             FragB v_hi[32], v_lo[32];
             for (int lane = 0; lane < 32; ++lane) {
-              tiles::value_fragments<D>(smem.data(), lane, dt, step, v_hi[lane], v_lo[lane]);
+              tiles::value_fragments<D>(smem.data(), lane, dim_tile0 + dt, step, v_hi[lane], v_lo[lane]);
             }
             test::emulated_mma(w_hi[step], v_hi, pass);
             test::emulated_mma(w_lo[step], v_hi, pass);
@@ -279,10 +281,12 @@ void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::ve
       }
     }
   }
-  // Normalised (the quad's sums in the shuffles' order), rotated back where V is stored rotated.
-  std::fill(rows.begin(), rows.end(), 0.0f);
-  for (int w = 0; w < tiles::kWarps; ++w) {
-    const auto& lanes = warps[static_cast<std::size_t>(w)];
+  // Normalised (the quad's sums in the shuffles' order), rotated back where V is stored rotated;
+  // an element no warp writes stays NaN.
+  std::fill(rows.begin(), rows.end(), std::nanf(""));
+  for (int wi = 0; wi < L::kWarps; ++wi) {
+    const int w = wi % tiles::kRowGroups, dim_tile0 = wi / tiles::kRowGroups * kDimTiles;
+    const auto& lanes = warps[static_cast<std::size_t>(wi)];
     for (int lane = 0; lane < 32; ++lane) {
       float sums[2];
       for (int r = 0; r < 2; ++r) {
@@ -293,7 +297,7 @@ void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::ve
       }
       for (int dt = 0; dt < kDimTiles; ++dt) {
         for (int i = 0; i < 4; ++i) {
-          const int m = 16 * w + cuda::mma::c_row(lane, i), d = 8 * dt + cuda::mma::c_column(lane, i);
+          const int m = 16 * w + cuda::mma::c_row(lane, i), d = 8 * (dim_tile0 + dt) + cuda::mma::c_column(lane, i);
           rows[static_cast<std::size_t>(m * D + d)] = lanes[static_cast<std::size_t>(lane)].out[dt][i] / sums[i / 2];
         }
       }
@@ -464,6 +468,23 @@ TEST_CASE("tiled attention blocks equal double-precision attention over the cach
     c.k_windowed = true;
     c.q_scale = 2.0f;
     check_case<128>(c, 3);
+  }
+  SECTION("head_dim 256 (two warps a row tile): f16 K, int8 V with exact copies, a sliding window, rotations") {
+    Case c;
+    c.head_dim = 256;
+    c.group = 4;
+    c.n_kv_heads = 1;
+    c.k_type = 1;
+    c.v_type = 2;
+    c.pos0 = 50;
+    c.n_rows = 70;
+    c.window = 60;
+    c.recent_window = 16;
+    c.exact_from = 3;
+    c.v_windowed = true;
+    c.v_rotated = true;
+    c.q_scale = 2.0f;
+    check_case<256>(c, 6);
   }
   SECTION("f32 K without exact copies, int4 V with them, group 2") {
     Case c;
