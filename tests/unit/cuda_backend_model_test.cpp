@@ -313,6 +313,8 @@ TEST_CASE("cuda paged attention stores the CPU's bytes and attends as the CPU, e
       for (const bool rotated : {false, true}) {
         for (const int path : {0, 1, 2, 3, 4}) {
           if (path == 2 && test::cuda_small_shapes()) continue;  // under memcheck: the backend's merge (3)
+          // under memcheck the tiled kernel's rotation runs in the cases below (head_dim 128, 256)
+          if (path == 4 && rotated && test::cuda_small_shapes()) continue;
           check_attention({kt, vt, rotated, false, 0, path}, ++seed);
           check_attention({kt, vt, rotated, true, 8, path}, ++seed);
           // an exact recent window of 8 (int8/int4 sides), with and without a sliding window
