@@ -518,7 +518,10 @@ void CudaKernels::attention_batch(const ops::TensorRef& q, const ops::TensorRef&
   // The staged kernels copy one head's slice of each row: int4 scale codes (one per 32 values)
   // belong to one head only when heads are whole groups.
   a.staged = !int4 || shape.head_dim % kv_int4::kGroup == 0;
-  if (a.staged) a.partials = attention_partials(q.rows, shape);
+  // Under batch invariance every row takes one kernel whatever its step's size: the staged one as
+  // one split per row (flash-decoding's splits and merge sum in another order, and only steps of
+  // up to 64 rows take them, so a row's bits would depend on the rows beside it).
+  if (a.staged && !batch_invariant_) a.partials = attention_partials(q.rows, shape);
   if (a.partials != nullptr) a.split_counters = attention_counters(shape);  // null: the merge kernel runs
   const bool tiled_ran = launch_attention(a, context_.stream());
   SITSRT_CUDA_CHECK_LAUNCH("attention kernels");

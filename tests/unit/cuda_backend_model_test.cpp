@@ -478,6 +478,57 @@ TEST_CASE("cuda backend's tiled prompt attention reproduces the cpu backend (hea
   }
 }
 
+TEST_CASE("cuda deterministic mode: requests batched together equal each alone (steps above and below 64 rows)",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  RandomModelOptions o = test::tiny_options(DType::kQ8_0);
+  o.context = 512;
+  EngineOptions e;
+  e.model_path = test::random_model(o, "cuda-deterministic");
+  e.device = "cuda";
+  e.int8_activations = false;
+  e.context_length = 512;
+  e.deterministic = true;
+  const Engine engine(e);
+  // Prompts of ~20-120 tokens (byte-level vocabulary): alone, prompt steps above 64 rows and
+  // decode steps of one; together, decode rows share steps with other requests' prompt chunks.
+  constexpr int kRequests = 6;
+  const auto prompt = [](int i) { return long_prompt(i % 3) + std::string(static_cast<std::size_t>(5 * i), 'a'); };
+  const auto config = [](int i) {
+    GenerationConfig c;
+    c.temperature = 0.8f;
+    c.seed = 700 + i;
+    c.max_new_tokens = 24;
+    c.stop_at_end_of_sequence = false;
+    return c;
+  };
+  struct Trace {
+    std::vector<std::int32_t> tokens;
+    std::vector<float> logprobs;
+    bool operator==(const Trace&) const = default;
+  };
+  const auto submit = [&](int i, Trace& trace) {
+    SubmitOptions so;
+    so.on_token = [&trace](const TokenEvent& ev) {
+      trace.logprobs.push_back(ev.logprob);
+      return true;
+    };
+    return engine.submit(prompt(i), config(i), std::move(so));
+  };
+  std::vector<Trace> alone(kRequests), together(kRequests);
+  for (int i = 0; i < kRequests; ++i)
+    alone[static_cast<std::size_t>(i)].tokens = submit(i, alone[static_cast<std::size_t>(i)]).wait().tokens;
+  std::vector<RequestHandle> handles;
+  for (int i = 0; i < kRequests; ++i) handles.push_back(submit(i, together[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < kRequests; ++i)
+    together[static_cast<std::size_t>(i)].tokens = handles[static_cast<std::size_t>(i)].wait().tokens;
+  for (int i = 0; i < kRequests; ++i) {
+    CAPTURE(i);
+    CHECK(together[static_cast<std::size_t>(i)] == alone[static_cast<std::size_t>(i)]);
+  }
+  CHECK(engine.queue_stats().max_step_sequences > 1);
+}
+
 TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused RMSNorm and from each other",
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
