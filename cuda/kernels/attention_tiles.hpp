@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace sitsrt::cuda::tiles {
 
@@ -192,13 +193,64 @@ SITSRT_HD float row_value(const Stage& st, int type, const std::uint8_t* row, in
   return row != nullptr ? kv_element(type, row, st.width, D, st.g * D + d) : 0.0f;
 }
 
+// A 4-byte aligned word (the caller checks): one load instead of kv_element's bytes.
+SITSRT_HD std::uint32_t load_aligned_u32(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const std::uint32_t*>(p);
+#else
+  std::uint32_t v = 0;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
+
+// Elements d and d + 1 (d even) of KV head g in a staged row (0 for none), equal bit for bit to
+// two kv_element calls: an f16 pair in one load where 4-byte aligned, an int8 pair with its head's
+// scale loaded once, an int4 pair from one byte with its group's scale (d even: one group).
+template <int D>
+SITSRT_HD void row_pair(const Stage& st, int type, const std::uint8_t* row, int d, float& a, float& b) {
+  if (row == nullptr) {
+    a = b = 0.0f;
+    return;
+  }
+  const std::int64_t e = st.g * D + d;
+  switch (type) {
+    case 1:
+      if ((reinterpret_cast<std::uintptr_t>(row + 2 * e) & 3u) == 0) {
+        const std::uint32_t w = load_aligned_u32(row + 2 * e);
+        a = half_to_float(static_cast<std::uint16_t>(w & 0xffffu));
+        b = half_to_float(static_cast<std::uint16_t>(w >> 16));
+        return;
+      }
+      break;
+    case 2: {
+      const float scale = half_to_float(load_u16(row + st.width + 2 * (e / D)));
+      a = static_cast<float>(static_cast<std::int8_t>(row[e])) * scale;
+      b = static_cast<float>(static_cast<std::int8_t>(row[e + 1])) * scale;
+      return;
+    }
+    case 3: {
+      const std::uint8_t nibbles = row[e / 2];
+      const float scale = kv_int4::scale_of(row[st.width / 2 + e / kv_int4::kGroup]);
+      a = kv_int4::level(nibbles & 15) * scale;
+      b = kv_int4::level(nibbles >> 4) * scale;
+      return;
+    }
+    default:
+      break;
+  }
+  a = kv_element(type, row, st.width, D, e);
+  b = kv_element(type, row, st.width, D, e + 1);
+}
+
 // Stages pair `idx` (0 .. kKeys * D / 2) of K: key idx / (D / 2), dims 2 j, 2 j + 1.
 template <int D>
 SITSRT_LANE void stage_key_pair(const Stage& st, const PassRows& rows, int idx, std::uint32_t* smem) {
   const int n = idx / (D / 2), j = idx % (D / 2);
   std::uint32_t hi = 0, lo = 0;
-  mma::split_x2(row_value<D>(st, rows.k_type, rows.k[n], 2 * j), row_value<D>(st, rows.k_type, rows.k[n], 2 * j + 1),
-                hi, lo);
+  float a = 0.0f, b = 0.0f;
+  row_pair<D>(st, rows.k_type, rows.k[n], 2 * j, a, b);
+  mma::split_x2(a, b, hi, lo);
   smem[Layout<D>::kKHi + n * Layout<D>::kRowWords + j] = hi;
   smem[Layout<D>::kKLo + n * Layout<D>::kRowWords + j] = lo;
 }

@@ -388,6 +388,38 @@ void check_case(const Case& c, std::uint64_t seed) {
   }
 }
 
+TEST_CASE("tiled attention's K pairs equal kv_element bit for bit, every type, aligned or not", "[cuda][lanes]") {
+  test::Rng rng(43);
+  Case c;
+  c.head_dim = 64;
+  c.n_kv_heads = 3;
+  for (int type = 0; type < 4; ++type) {
+    const Fixture f(c, rng);
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(cuda::kv_row_bytes(type, f.width, 64)) + 8);
+    for (const std::size_t shift : {0u, 1u, 2u}) {  // f16 rows at 4-, 1- and 2-byte alignment
+      std::uint8_t* row = bytes.data() + shift;
+      f.fill_row(type, row, rng);
+      for (std::int64_t g = 0; g < c.n_kv_heads; ++g) {
+        tiles::Stage st;
+        st.width = f.width;
+        st.g = g;
+        for (int d = 0; d < 64; d += 2) {
+          float a = 0.0f, b = 0.0f;
+          tiles::row_pair<64>(st, type, row, d, a, b);
+          const float want_a = cuda::kv_element(type, row, f.width, 64, g * 64 + d);
+          const float want_b = cuda::kv_element(type, row, f.width, 64, g * 64 + d + 1);
+          INFO("type " << type << " shift " << shift << " head " << g << " dim " << d);
+          REQUIRE(std::memcmp(&a, &want_a, 4) == 0);
+          REQUIRE(std::memcmp(&b, &want_b, 4) == 0);
+        }
+      }
+    }
+    float a = 1.0f, b = 1.0f;
+    tiles::row_pair<64>(tiles::Stage{}, type, nullptr, 0, a, b);  // no row: zeros
+    REQUIRE((a == 0.0f && b == 0.0f));
+  }
+}
+
 TEST_CASE("tiled attention runs cover each row's keys once, each from the copy it reads", "[cuda][lanes]") {
   test::Rng rng(41);
   for (int trial = 0; trial < 500; ++trial) {
