@@ -251,7 +251,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   a.staged = c.path != 0;
   DeviceBytes counters(static_cast<std::size_t>(cuda::attention_split_counters(rows, n_kv)) * 4);
   const std::vector<std::uint32_t> zeros(static_cast<std::size_t>(cuda::attention_split_counters(rows, n_kv)), 0);
-  if (c.path >= 2) {
+  if (c.path == 2 || c.path == 3) {  // the tiled path (4) takes no partials
     REQUIRE(cuda::attention_splits_apply(rows, n_heads, n_kv, hd));
     partials.poison();
     a.partials = partials.as<float>();
@@ -392,6 +392,7 @@ Run run_model(const std::string& path, const std::string& device, KvCacheType kv
   o.model_path = path;
   o.device = device;
   o.threads = 2;
+  o.cpu_isa = test::kFloatPrefillIsa;  // prompt matmuls in float on the CPU (AMX rounds them to BF16)
   o.kv_cache_type = kv;
   o.weights = weights;
   o.int8_activations = false;  // float activations on both: the CUDA kernels are float
@@ -408,12 +409,12 @@ Run run_model(const std::string& path, const std::string& device, KvCacheType kv
 }
 
 // The CUDA run's greedy tokens equal the CPU run's and its logits (every prompt row's) are within
-// logit_tolerance. Returns the CUDA run's serving stats (which kernels ran).
-RequestQueueStats check_same_run(const std::string& path, KvCacheType kv, const std::string& weights, int n_tokens,
-                                 double logit_tolerance, const std::string& prompt = kShortPrompt) {
-  const Run cpu = run_model(path, "cpu", kv, weights, n_tokens, prompt);
-  const Run gpu = run_model(path, "cuda", kv, weights, n_tokens, prompt);
-  INFO(path << " weights " << weights << " prompt of " << prompt.size() << " bytes");
+// logit_tolerance (prompts of under 48 tokens: no BF16 GEMM).
+void check_same_run(const std::string& path, KvCacheType kv, const std::string& weights, int n_tokens,
+                    double logit_tolerance) {
+  const Run cpu = run_model(path, "cpu", kv, weights, n_tokens);
+  const Run gpu = run_model(path, "cuda", kv, weights, n_tokens);
+  INFO(path << " weights " << weights);
   REQUIRE(gpu.tokens == cpu.tokens);
   REQUIRE(gpu.logits.size() == cpu.logits.size());
   double worst = 0;
@@ -421,6 +422,32 @@ RequestQueueStats check_same_run(const std::string& path, KvCacheType kv, const 
     worst = std::max(worst, std::fabs(static_cast<double>(gpu.logits[i]) - cpu.logits[i]));
   }
   REQUIRE(worst <= logit_tolerance);
+}
+
+// sqrt(sum (got - want)^2 / sum want^2) over logits of the same rows.
+double relative_rms_error(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double error = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    error += d * d;
+    scale += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(error / scale);
+}
+
+// The CUDA run of a prompt of 48+ tokens against the CPU's: its prompt matmuls take the BF16 GEMM
+// on the GPU (x and weights rounded to BF16: each product within 2^-8) where the CPU's are float,
+// so greedy tokens may part and logits differ by ~1e-2 of their size; compared: every prompt
+// row's logits within `relative` RMS of the CPU's. Returns the CUDA run's serving stats.
+RequestQueueStats check_close_run(const std::string& path, KvCacheType kv, const std::string& weights,
+                                  const std::string& prompt, double relative) {
+  const Run cpu = run_model(path, "cpu", kv, weights, 1, prompt);
+  const Run gpu = run_model(path, "cuda", kv, weights, 1, prompt);
+  INFO(path << " weights " << weights << " prompt of " << prompt.size() << " bytes");
+  const double error = relative_rms_error(gpu.logits, cpu.logits);
+  INFO("relative RMS logit error " << error);
+  CHECK(error <= relative);
   return gpu.stats;
 }
 
@@ -470,7 +497,7 @@ TEST_CASE("cuda backend's tiled prompt attention reproduces the cpu backend (hea
     // int8 / int4 with the exact recent window (32 positions, the default): both key runs
     for (const KvCacheType kv : {KvCacheType::kF16, KvCacheType::kInt8, KvCacheType::kInt4}) {
       INFO("head_dim " << head_dim << " kv " << static_cast<int>(kv));
-      const RequestQueueStats stats = check_same_run(path, kv, "as-stored", 16, 2e-3, long_prompt(3));
+      const RequestQueueStats stats = check_close_run(path, kv, "as-stored", long_prompt(3), 2e-2);
       const bool fits = tiled_attention_fits_device(head_dim);
       CHECK((stats.device_prefill_tiled_attentions > 0) == fits);
       CHECK((stats.device_prefill_row_attentions == 0) == fits);
@@ -489,6 +516,7 @@ TEST_CASE("cuda deterministic mode: requests batched together equal each alone (
   e.int8_activations = false;
   e.context_length = 512;
   e.deterministic = true;
+  e.serving.prefix_caching = false;  // the batched requests recompute their prompts as alone
   const Engine engine(e);
   // Prompts of ~20-120 tokens (byte-level vocabulary): alone, prompt steps above 64 rows and
   // decode steps of one; together, decode rows share steps with other requests' prompt chunks.
@@ -527,6 +555,7 @@ TEST_CASE("cuda deterministic mode: requests batched together equal each alone (
     CHECK(together[static_cast<std::size_t>(i)] == alone[static_cast<std::size_t>(i)]);
   }
   CHECK(engine.queue_stats().max_step_sequences > 1);
+  CHECK(engine.queue_stats().prefix_cache_hits == 0);
 }
 
 TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused RMSNorm and from each other",
@@ -543,20 +572,20 @@ TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused R
   }
   // Per layer Q, K, V after the attention norm and gate, up after the FFN norm find their rows
   // in place; the output and down projections (their inputs not a norm's) quantize their own.
+  // Two prompt passes (generate's, logits()'s) over 2 layers: 28 FP8 GEMMs, 20 finding their rows.
+  // Fewer FP8 GEMMs: cuBLASLt had no FP8 algorithm for some shape (BF16 ran; reported, not failed).
   INFO("fp8 matmuls " << gpu.stats.device_prefill_fp8_matmuls << " reuses "
                       << gpu.stats.device_prefill_fp8_activation_reuses);
-  CHECK(gpu.stats.device_prefill_fp8_activation_reuses * 7 == gpu.stats.device_prefill_fp8_matmuls * 5);
+  if (gpu.stats.device_prefill_fp8_matmuls == 28) {
+    CHECK(gpu.stats.device_prefill_fp8_activation_reuses == 20);
+  } else {
+    WARN("not every prompt matmul took FP8 x FP8");
+    CHECK(gpu.stats.device_prefill_fp8_activation_reuses > 0);
+  }
   // Against the CPU's float activations: E4M3 rounding of each activation (2^-4) only; rows from
   // a stale or wrong buffer would be off by their whole size.
   const Run cpu = run_model(path, "cpu", KvCacheType::kF16, "fp8-channel", 4, long_prompt(3));
-  REQUIRE(gpu.logits.size() == cpu.logits.size());
-  double error = 0.0, scale = 0.0;
-  for (std::size_t i = 0; i < cpu.logits.size(); ++i) {
-    error +=
-        (static_cast<double>(gpu.logits[i]) - cpu.logits[i]) * (static_cast<double>(gpu.logits[i]) - cpu.logits[i]);
-    scale += static_cast<double>(cpu.logits[i]) * cpu.logits[i];
-  }
-  CHECK(std::sqrt(error / scale) <= 0.1);
+  CHECK(relative_rms_error(gpu.logits, cpu.logits) <= 0.1);
 }
 
 TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real models", "[cuda][gated]") {
@@ -568,9 +597,8 @@ TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real m
   }
   check_same_run(smol, KvCacheType::kF16, "as-stored", 32, 2e-2);
   // a prompt long enough for the tiled attention (heads of 64, groups of 3)
-  CHECK(
-      check_same_run(smol, KvCacheType::kInt8, "as-stored", 32, 2e-2, long_prompt(12)).device_prefill_tiled_attentions >
-      0);
+  CHECK(check_close_run(smol, KvCacheType::kInt8, "as-stored", long_prompt(12), 3e-2).device_prefill_tiled_attentions >
+        0);
   check_same_run(gemma, KvCacheType::kF16, "as-stored", 32, 2e-2);  // Q4_K, Q5_0, Q6_K, Q8_0 tensors
   check_same_run(gemma, KvCacheType::kInt8, "q8", 32, 2e-2);
 }
