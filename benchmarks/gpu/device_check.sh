@@ -15,7 +15,10 @@
 #      at batch 1 without graphs (--no-device-graphs) and without programmatic dependent launch
 #      (SITSRT_CUDA_PDL=0)
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/sitsrt-device-check; the
-# summary table comes last. Exits 1 when a test or memcheck failed, 2 without a bundle.
+# summary table comes last and grows in $OUT/summary.md step by step (a run cut short keeps what
+# it finished). The whole check keeps to SITSRT_DEVICE_BUDGET seconds (default 540, under the
+# device tool's 600 per command): each step's limit is cut to what is left, and steps that would
+# start with under 15 s left are skipped. Exits 1 when a test or memcheck failed, 2 without a bundle.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bundle="$PWD/${SITSRT_CUDA_BUNDLE:-build/cuda-bundle}"
@@ -24,19 +27,29 @@ work=${SITSRT_DEVICE_WORK:-/tmp/sitsrt-device-work}
 mkdir -p "$out" "$work"
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 loader="$bundle/lib/ld-linux-x86-64.so.2"
-libs="$bundle/lib:$cuda_home/lib64:$cuda_home/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+libs="$bundle/lib:$cuda_home/lib64:$cuda_home/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SITSRT_SHARED_DIR="$bundle/shared"
 run() { "$loader" --library-path "$libs" "$@"; }
 # Every step has a time limit (exit 124 when it is hit), so one hang cannot take the device
 # tool's whole command: the steps after it still run and the summary still comes.
-limited() { local seconds=$1; shift; timeout --kill-after=10 "$seconds" "$@"; }
+budget=${SITSRT_DEVICE_BUDGET:-540}
+limited() {
+  local seconds=$1 left=$((budget - SECONDS - 10)); shift
+  [ "$left" -ge 15 ] || { echo "device_check: skipped (time budget spent): $*" >&2; return 125; }
+  [ "$seconds" -le "$left" ] || seconds=$left
+  timeout --kill-after=10 "$seconds" "$@"
+}
 limited_run() { local seconds=$1; shift; limited "$seconds" "$loader" --library-path "$libs" "$@"; }
 [ -x "$loader" ] || { echo "device_check: no bundle at $bundle (scripts/cuda-bundle.sh builds it)" >&2; exit 2; }
 
 start=$SECONDS
 status=0
 summary=("| step | result | seconds | detail |" "|---|---|---|---|")
-note() { summary+=("| $1 | $2 | $3 | $4 |"); echo "== $1: $2 ($3 s) $4"; }
+note() {
+  summary+=("| $1 | $2 | $3 | $4 |")
+  echo "== $1: $2 ($3 s) $4"
+  printf '%s\n' "${summary[@]}" >"$out/summary.md"
+}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 
@@ -106,7 +119,7 @@ note "bench_cuda" "$([ $rc -eq 0 ] && echo done || echo "FAILED (exit $rc)")" $(
 #    matmul kernels a run's JSON counts (prefill FP8 x FP8 / BF16, decode tensor / CUDA cores) and
 #    its prompt attentions (tiled on the tensor cores / a block per row).
 paths() {
-  local f=$1 p8 pb dt dc
+  local f=$1 p8 pb dt dc at ar ru
   p8=$(grep -o '"device_prefill_fp8_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   pb=$(grep -o '"device_prefill_bf16_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')
   dt=$(grep -o '"device_decode_tensor_core_matmuls": [0-9]*' "$f" | head -n 1 | awk '{print $2}')

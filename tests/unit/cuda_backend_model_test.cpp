@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <numeric>
 #include <vector>
 
@@ -392,7 +393,13 @@ Run run_model(const std::string& path, const std::string& device, KvCacheType kv
   o.model_path = path;
   o.device = device;
   o.threads = 2;
-  o.cpu_isa = test::kFloatPrefillIsa;  // prompt matmuls in float on the CPU (AMX rounds them to BF16)
+  // Prompt matmuls in float on the CPU (AMX rounds them to BF16); FP8 decode in float too (with
+  // AVX512-FP16 the CPU's FP8 kernel sums in fp16).
+  o.cpu_isa = weights == "fp8" ? "avx2" : test::kFloatPrefillIsa;
+  // K centering is measured at load on each backend's own prefill (the GPU's BF16 GEMM moves the
+  // f16 offsets and scales by ~2^-9): compared runs would store different keys. The kernels'
+  // centering is compared in check_attention.
+  o.kv_k_centering = false;
   o.kv_cache_type = kv;
   o.weights = weights;
   o.int8_activations = false;  // float activations on both: the CUDA kernels are float
@@ -622,8 +629,27 @@ BatchTrace run_batch(const std::string& path, const std::string& weights, bool g
   o.context_length = 512;
   o.device_graphs = graphs;
   o.decode_fusion = fusion;
+  o.serving.prefix_caching = false;  // each run computes every row
   Engine engine(o);
   constexpr int kRequests = 6;
+  // The six enter the scheduler together (the compared runs take the same steps: a row's kernels
+  // depend on its step's row count): a gate request holds the scheduler thread in its token
+  // callback until all are queued.
+  std::promise<void> at_gate, all_queued;
+  std::shared_future<void> queued = all_queued.get_future().share();
+  std::future<void> gate_reached = at_gate.get_future();
+  SubmitOptions gate_options;
+  gate_options.on_token = [&at_gate, queued, first = true](const TokenEvent&) mutable {
+    if (first) at_gate.set_value();
+    first = false;
+    queued.wait();
+    return true;
+  };
+  GenerationConfig gate_config;
+  gate_config.temperature = 0.0f;
+  gate_config.max_new_tokens = 1;
+  RequestHandle gate = engine.submit("x", gate_config, std::move(gate_options));
+  gate_reached.wait();
   BatchTrace out;
   out.logprobs.resize(kRequests);
   std::vector<RequestHandle> handles;
@@ -640,6 +666,8 @@ BatchTrace run_batch(const std::string& path, const std::string& weights, bool g
     handles.push_back(
         engine.submit("Once upon a time " + std::string(static_cast<std::size_t>(i), 'a'), c, std::move(so)));
   }
+  all_queued.set_value();
+  gate.wait();
   for (RequestHandle& h : handles) out.tokens.push_back(h.wait().tokens);
   out.stats = engine.queue_stats();
   return out;
@@ -707,6 +735,7 @@ TEST_CASE("cuda: tokens and statistics from the device's logit summaries equal t
   o.model_path = planar_test_model();
   o.device = "cuda";
   o.context_length = 512;
+  o.serving.prefix_caching = false;  // both runs compute every prompt row alike
   const Engine engine(o);
   GenerationConfig c;
   c.max_new_tokens = 32;

@@ -159,9 +159,16 @@ void check_planar_shapes(DType format, std::initializer_list<PlanarShape> shapes
         std::vector<float> x(static_cast<std::size_t>(m * ldx));
         for (float& v : x) v = rng.normal();
         DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
-        cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr, path);
+        const bool tensor_cores =
+            cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr, path);
         SITSRT_CUDA_CHECK(cudaGetLastError());
         INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
+        // the path asked for ran (a declined tensor-core launch would pass as the exact one)
+        if (path == cuda::PlanarPath::kExact) CHECK_FALSE(tensor_cores);
+        if (path == cuda::PlanarPath::kTensorCores && m >= cuda::kMmaMinRows &&
+            (format == DType::kFP8_E4M3 || format == DType::kQ4_G128)) {
+          CHECK(tensor_cores);
+        }
         check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, what, rel_tol);
       }
     }
