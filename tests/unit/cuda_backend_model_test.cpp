@@ -422,13 +422,13 @@ void check_same_run(const std::string& path, KvCacheType kv, const std::string& 
   const Run cpu = run_model(path, "cpu", kv, weights, n_tokens);
   const Run gpu = run_model(path, "cuda", kv, weights, n_tokens);
   INFO(path << " weights " << weights);
-  REQUIRE(gpu.tokens == cpu.tokens);
+  CHECK(gpu.tokens == cpu.tokens);  // CHECK: the next formats and models still run
   REQUIRE(gpu.logits.size() == cpu.logits.size());
   double worst = 0;
   for (std::size_t i = 0; i < cpu.logits.size(); ++i) {
     worst = std::max(worst, std::fabs(static_cast<double>(gpu.logits[i]) - cpu.logits[i]));
   }
-  REQUIRE(worst <= logit_tolerance);
+  CHECK(worst <= logit_tolerance);
 }
 
 // sqrt(sum (got - want)^2 / sum want^2) over logits of the same rows.
