@@ -648,6 +648,7 @@ BatchTrace run_batch(const std::string& path, const std::string& weights, bool g
   GenerationConfig gate_config;
   gate_config.temperature = 0.0f;
   gate_config.max_new_tokens = 1;
+  gate_config.stop_at_end_of_sequence = false;  // its one token reaches the callback whatever it is
   RequestHandle gate = engine.submit("x", gate_config, std::move(gate_options));
   gate_reached.wait();
   BatchTrace out;
