@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(tiles::Layout<D>::kThreads, tiles::Layout<D>::
     for (stage.key0 = stage.run.begin; stage.key0 < stage.run.end; stage.key0 += kKeys) {
       if (threadIdx.x < kKeys) tiles::stage_pass_row(stage, static_cast<int>(threadIdx.x), pass_rows);
       __syncthreads();
-      for (int idx = threadIdx.x; idx < kKeys * D / 2; idx += kThreads) {
-        tiles::stage_key_pair<D>(stage, pass_rows, idx, smem);
-        tiles::stage_value_pair<D>(stage, pass_rows, idx, smem);
+      for (int idx = threadIdx.x; idx < kKeys * D / 2; idx += kThreads) tiles::stage_key_pair<D>(stage, pass_rows, idx, smem);
+      for (int idx = threadIdx.x; idx < kKeys * D / 4; idx += kThreads) {
+        tiles::stage_value_quad<D>(stage, pass_rows, idx, smem);
       }
       __syncthreads();
       if (warp_hi >= stage.key0 && warp_lo < stage.key0 + kKeys) {  // warp-uniform

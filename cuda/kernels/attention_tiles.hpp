@@ -255,18 +255,25 @@ SITSRT_LANE void stage_key_pair(const Stage& st, const PassRows& rows, int idx, 
   smem[Layout<D>::kKLo + n * Layout<D>::kRowWords + j] = lo;
 }
 
-// Stages pair `idx` (0 .. kKeys / 2 * D) of V transposed: dim d, keys 2 j, 2 j + 1. A warp's 32
-// take 16 consecutive dims of two key pairs: 32-byte runs of f16 rows, and stores 2 to a bank
-// (a warp on 32 dims of one pair would put 4 on each of 8 banks, rows being 20 words apart).
+// Stages item `idx` (0 .. kKeys / 2 * D / 2) of V transposed: dims 2 p, 2 p + 1 of keys 2 j,
+// 2 j + 1, as the words of V^T rows 2 p and 2 p + 1 at column j (each a key pair). A warp's 32
+// items are 8 dim pairs (32 bytes of an f16 row, as row_pair loads) of 4 key pairs: stores 2 to a
+// bank (rows 20 words apart).
 template <int D>
-SITSRT_LANE void stage_value_pair(const Stage& st, const PassRows& rows, int idx, std::uint32_t* smem) {
+SITSRT_LANE void stage_value_quad(const Stage& st, const PassRows& rows, int idx, std::uint32_t* smem) {
+  constexpr int kDimGroups = D / 16;  // 8 dim pairs each
   const int lane = idx % 32, chunk = idx / 32;
-  const int d = 16 * (chunk % (D / 16)) + lane % 16, j = 2 * (chunk / (D / 16)) + lane / 16;
+  const int p = 8 * (chunk % kDimGroups) + lane % 8, j = 4 * (chunk / kDimGroups) + lane / 8;
+  float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, b1 = 0.0f;  // key 2 j's dims 2 p, 2 p + 1; key 2 j + 1's
+  row_pair<D>(st, rows.v_type, rows.v[2 * j], 2 * p, a0, a1);
+  row_pair<D>(st, rows.v_type, rows.v[2 * j + 1], 2 * p, b0, b1);
   std::uint32_t hi = 0, lo = 0;
-  mma::split_x2(row_value<D>(st, rows.v_type, rows.v[2 * j], d), row_value<D>(st, rows.v_type, rows.v[2 * j + 1], d),
-                hi, lo);
-  smem[Layout<D>::kVHi + d * Layout<D>::kValueWords + j] = hi;
-  smem[Layout<D>::kVLo + d * Layout<D>::kValueWords + j] = lo;
+  mma::split_x2(a0, b0, hi, lo);
+  smem[Layout<D>::kVHi + 2 * p * Layout<D>::kValueWords + j] = hi;
+  smem[Layout<D>::kVLo + 2 * p * Layout<D>::kValueWords + j] = lo;
+  mma::split_x2(a1, b1, hi, lo);
+  smem[Layout<D>::kVHi + (2 * p + 1) * Layout<D>::kValueWords + j] = hi;
+  smem[Layout<D>::kVLo + (2 * p + 1) * Layout<D>::kValueWords + j] = lo;
 }
 
 // q of tile row m, dim d for KV head g, times the channel scale (q . k = (q s) . (k / s)); 0 for

@@ -214,8 +214,9 @@ void run_block(const Fixture& f, std::int64_t first_row, std::int64_t g, std::ve
       for (int i = 0; i < tiles::kKeys; ++i) tiles::stage_pass_row(stage, i, pass_rows);
       for (int idx = 0; idx < tiles::kKeys * D / 2; ++idx) {
         tiles::stage_key_pair<D>(stage, pass_rows, idx, smem.data());
-        tiles::stage_value_pair<D>(stage, pass_rows, idx, smem.data());
       }
+      for (int idx = 0; idx < tiles::kKeys * D / 4; ++idx)
+        tiles::stage_value_quad<D>(stage, pass_rows, idx, smem.data());
       for (int wi = 0; wi < L::kWarps; ++wi) {
         const int w = wi % tiles::kRowGroups, dim_tile0 = wi / tiles::kRowGroups * kDimTiles;
         const int last_m = std::min(16 * w + 15, t.positions * t.group - 1);
