@@ -470,81 +470,76 @@ TEST_CASE("tiled attention runs cover each row's keys once, each from the copy i
 
 TEST_CASE("tiled attention blocks equal double-precision attention over the cache", "[cuda][lanes]") {
   SECTION("f16 K and V, GQA group 4, head_dim 128, a partial last tile") {
-    Case c;
-    c.pos0 = 37;
-    check_case<128>(c, 1);
+    check_case<128>(Case{.pos0 = 37}, 1);
   }
   SECTION("int8 K, int4 V, group 3, head_dim 64: sliding and exact windows, channel scales, rotations") {
-    Case c;
-    c.head_dim = 64;
-    c.group = 3;
-    c.k_type = 2;
-    c.v_type = 3;
-    c.pos0 = 100;
-    c.n_rows = 45;
-    c.window = 50;
-    c.recent_window = 8;
-    c.exact_from = 5;
-    c.k_windowed = c.v_windowed = true;
-    c.k_scale = c.k_rotated = c.v_rotated = true;
-    c.q_scale = 3.0f;
-    check_case<64>(c, 2);
+    check_case<64>(Case{.head_dim = 64,
+                        .group = 3,
+                        .k_type = 2,
+                        .v_type = 3,
+                        .pos0 = 100,
+                        .n_rows = 45,
+                        .window = 50,
+                        .recent_window = 8,
+                        .exact_from = 5,
+                        .k_windowed = true,
+                        .v_windowed = true,
+                        .k_scale = true,
+                        .k_rotated = true,
+                        .v_rotated = true,
+                        .q_scale = 3.0f},
+                   2);
   }
   SECTION("int8 K with exact copies, f32 V without, one head a group (64 positions a tile)") {
-    Case c;
-    c.group = 1;
-    c.n_kv_heads = 3;
-    c.k_type = 2;
-    c.v_type = 0;
-    c.n_rows = 130;
-    c.recent_window = 16;
-    c.k_windowed = true;
-    c.q_scale = 2.0f;
-    check_case<128>(c, 3);
+    check_case<128>(Case{.group = 1,
+                         .n_kv_heads = 3,
+                         .k_type = 2,
+                         .v_type = 0,
+                         .n_rows = 130,
+                         .recent_window = 16,
+                         .k_windowed = true,
+                         .q_scale = 2.0f},
+                    3);
   }
   SECTION("head_dim 256 (two warps a row tile): f16 K, int8 V with exact copies, a sliding window, rotations") {
-    Case c;
-    c.head_dim = 256;
-    c.group = 4;
-    c.n_kv_heads = 1;
-    c.k_type = 1;
-    c.v_type = 2;
-    c.pos0 = 50;
-    c.n_rows = 70;
-    c.window = 60;
-    c.recent_window = 16;
-    c.exact_from = 3;
-    c.v_windowed = true;
-    c.v_rotated = true;
-    c.q_scale = 2.0f;
-    check_case<256>(c, 6);
+    check_case<256>(Case{.head_dim = 256,
+                         .n_kv_heads = 1,
+                         .v_type = 2,
+                         .pos0 = 50,
+                         .window = 60,
+                         .recent_window = 16,
+                         .exact_from = 3,
+                         .v_windowed = true,
+                         .v_rotated = true,
+                         .q_scale = 2.0f},
+                    6);
   }
   SECTION("f32 K without exact copies, int4 V with them, group 2") {
-    Case c;
-    c.head_dim = 64;
-    c.group = 2;
-    c.k_type = 0;
-    c.v_type = 3;
-    c.pos0 = 9;
-    c.n_rows = 66;
-    c.recent_window = 4;
-    c.v_windowed = true;
-    c.v_rotated = true;
-    check_case<64>(c, 5);
+    check_case<64>(Case{.head_dim = 64,
+                        .group = 2,
+                        .k_type = 0,
+                        .v_type = 3,
+                        .pos0 = 9,
+                        .n_rows = 66,
+                        .recent_window = 4,
+                        .v_windowed = true,
+                        .v_rotated = true},
+                   5);
   }
   SECTION("int4 K and V, group 8, exact copies from a late position, a step inside the window") {
-    Case c;
-    c.head_dim = 64;
-    c.group = 8;
-    c.n_kv_heads = 1;
-    c.k_type = c.v_type = 3;
-    c.pos0 = 20;
-    c.n_rows = 67;
-    c.recent_window = 32;
-    c.exact_from = 40;
-    c.k_windowed = c.v_windowed = true;
-    c.window = 24;
-    check_case<64>(c, 4);
+    check_case<64>(Case{.head_dim = 64,
+                        .group = 8,
+                        .n_kv_heads = 1,
+                        .k_type = 3,
+                        .v_type = 3,
+                        .pos0 = 20,
+                        .n_rows = 67,
+                        .window = 24,
+                        .recent_window = 32,
+                        .exact_from = 40,
+                        .k_windowed = true,
+                        .v_windowed = true},
+                   4);
   }
 }
 
