@@ -23,7 +23,9 @@ int convert_command(int argc, char** argv) {
               ""},
              {"force", 0, "", "replace an existing output file", ""},
              {"type", 0, "TYPE",
-              "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 fp8-channel (one scale per row) q4_g128",
+              "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8_e4m3 fp8-channel (one scale per row) "
+              "fp8-block (one scale per 128x128 block) "
+              "q4_g128",
               "the checkpoint's torch_dtype; a quantized (FP8, AWQ, GPTQ) checkpoint's linears stay fp8_e4m3 / q4_g128 "
               "(exact; libsitsrt-only GGUF types)"},
              {"threads", 't', "N", "threads for converting and quantizing", "all cores"},
@@ -40,10 +42,11 @@ int convert_command(int argc, char** argv) {
   const auto out = args.get("output");
   if (!out) throw UsageError("no output file: pass -o FILE.gguf");
   std::optional<DType> type;
-  bool fp8_per_channel = false;
+  Fp8Scaling fp8_scaling = Fp8Scaling::kSearchedBlock;
   if (const auto t = args.get("type")) {
-    fp8_per_channel = *t == "fp8-channel";
-    type = fp8_per_channel ? DType::kFP8_E4M3 : dtype_from_name(*t);
+    if (*t == "fp8-channel") fp8_scaling = Fp8Scaling::kPerChannel;
+    if (*t == "fp8-block") fp8_scaling = Fp8Scaling::kBlock128;
+    type = fp8_scaling != Fp8Scaling::kSearchedBlock ? DType::kFP8_E4M3 : dtype_from_name(*t);
     if (!type) throw UsageError(fmt::format("unknown --type '{}'", *t));
   } else if (const HfConfig config = open_hf_model(directory).config; !config.quantization) {
     const std::string& torch_dtype = config.torch_dtype;
@@ -59,16 +62,17 @@ int convert_command(int argc, char** argv) {
       [&](std::size_t done, std::size_t total) {
         if (tty) fmt::print(stderr, "\rconverting tensors: {}/{}", done, total);
       },
-      output, fp8_per_channel);
+      output, fp8_scaling);
   if (tty) fmt::print(stderr, "\n");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (args.has("json")) {
     const nlohmann::json doc = {{"input", directory},
                                 {"output", *out},
                                 {"architecture", s.architecture},
-                                {"type", fp8_per_channel ? std::string("fp8-channel")
-                                         : type          ? std::string(name(*type))
-                                                         : "as-stored"},
+                                {"type", fp8_scaling == Fp8Scaling::kPerChannel ? std::string("fp8-channel")
+                                         : fp8_scaling == Fp8Scaling::kBlock128 ? std::string("fp8-block")
+                                         : type                                 ? std::string(name(*type))
+                                                                                : "as-stored"},
                                 {"tensors", s.tensors},
                                 {"parameters", s.parameters},
                                 {"tensor_bytes", s.bytes},

@@ -33,7 +33,7 @@ int make_model_command(int argc, char** argv) {
              {"ctx", 0, "N", "training context length written to the metadata", "2048"},
              {"type", 0, "TYPE",
               "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 fp8 (fp8_e4m3) fp8-channel (one scale per row) "
-              "q4g128 (q4_g128)\n"
+              "fp8-block (one scale per 128x128 block) q4g128 (q4_g128)\n"
               "q2_k q3_k q4_k q5_k q6_k q8_k iq4_nl,\n"
               "or the mixes q4_k_m / q5_k_m (Q6_K for output.weight and attn_v / ffn_down of about half\n"
               "the layers, llama.cpp's rule)",

@@ -461,23 +461,89 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n) {
   raise(ErrorCode::kInternal, "quantize_row: unknown dtype");
 }
 
+namespace {
+
+// The largest magnitude of the finite elements: an infinity saturates to +-448 and a NaN stays
+// NaN in its own code, instead of one non-finite element setting every scale it shares.
+float finite_amax(const float* x, std::int64_t n, float amax) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (std::isfinite(x[j])) amax = std::max(amax, std::fabs(x[j]));
+  }
+  return amax;
+}
+
+// The unsearched FP8 scale of elements whose finite amax is `amax`: amax / 448 to 11 bits (0
+// for no finite nonzero element: every code 0).
+float fp8_scale_of_amax(float amax) {
+  if (!(amax > 0.0f)) return 0.0f;
+  const float d = with_11_significant_bits(amax / 448.0f);          // as quantize_fp8_block's unsearched scale
+  return d != 0.0f ? d : std::numeric_limits<float>::denorm_min();  // amax / 448 underflowed
+}
+
+void encode_fp8_block(const float* x, float d, BlockFP8_E4M3& b) {
+  b.d = d;
+  for (int j = 0; j < kFp8Block; ++j) b.qs[j] = d != 0.0f ? fp8_e4m3_of_quotient(x[j], d) : 0;
+}
+
+}  // namespace
+
 void quantize_row_fp8_per_channel(const float* src, void* dst, std::int64_t n) {
   check_blocks(DType::kFP8_E4M3, n);
-  // The scale from the finite elements: an infinity saturates to +-448 and a NaN stays NaN in
-  // its own code, instead of one non-finite element setting every scale of the row.
-  float amax = 0.0f;
-  for (std::int64_t j = 0; j < n; ++j) {
-    if (std::isfinite(src[j])) amax = std::max(amax, std::fabs(src[j]));
-  }
+  const float d = fp8_scale_of_amax(finite_amax(src, n, 0.0f));
   auto* b = static_cast<BlockFP8_E4M3*>(dst);
-  float d = 0.0f;  // a row without a finite nonzero element: scale 0, every code 0
-  if (amax > 0.0f) {
-    d = with_11_significant_bits(amax / 448.0f);                  // as quantize_fp8_block's unsearched scale
-    if (d == 0.0f) d = std::numeric_limits<float>::denorm_min();  // amax / 448 underflowed
+  for (std::int64_t i = 0; i < n / kFp8Block; ++i) encode_fp8_block(src + i * kFp8Block, d, b[i]);
+}
+
+void quantize_rows(DType type, Fp8Scaling fp8_scaling, const float* src, void* dst, std::int64_t rows, std::int64_t n) {
+  if (type == DType::kFP8_E4M3 && fp8_scaling == Fp8Scaling::kBlock128) {
+    quantize_band_fp8_block128(src, dst, rows, n);
+    return;
   }
-  for (std::int64_t i = 0; i < n / kFp8Block; ++i, src += kFp8Block) {
-    b[i].d = d;
-    for (int j = 0; j < kFp8Block; ++j) b[i].qs[j] = d != 0.0f ? fp8_e4m3_of_quotient(src[j], d) : 0;
+  const std::size_t stride = row_bytes(type, n);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::byte* out = static_cast<std::byte*>(dst) + static_cast<std::size_t>(r) * stride;
+    if (type == DType::kFP8_E4M3 && fp8_scaling == Fp8Scaling::kPerChannel) {
+      quantize_row_fp8_per_channel(src + r * n, out, n);
+    } else {
+      quantize_row(type, src + r * n, out, n);
+    }
+  }
+}
+
+bool fp8_rows_scaled_as(Fp8Scaling scaling, const void* blocks, std::int64_t rows, std::int64_t n) noexcept {
+  if (scaling == Fp8Scaling::kSearchedBlock) return true;
+  const auto* b = static_cast<const BlockFP8_E4M3*>(blocks);
+  const std::int64_t per_row = n / kFp8Block;
+  // The block whose scale block (r, j) shares: the row's first, or its 128 x 128 block's first.
+  const auto leader = [&](std::int64_t r, std::int64_t j) {
+    return scaling == Fp8Scaling::kPerChannel ? r * per_row : r / 128 * 128 * per_row + j / 2 * 2;
+  };
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < per_row; ++j) {
+      // Bits compared, not values: a scale is one float the kernels read as stored.
+      if (std::memcmp(&b[r * per_row + j].d, &b[leader(r, j)].d, sizeof(float)) != 0) return false;
+    }
+  }
+  return true;
+}
+
+void quantize_band_fp8_block128(const float* src, void* dst, std::int64_t rows, std::int64_t n) {
+  check_blocks(DType::kFP8_E4M3, n);
+  if (rows < 0 || rows > 128) {
+    raise(ErrorCode::kInvalidArgument, "fp8 128 x 128 blocks: a band of {} rows (1 to 128)", rows);
+  }
+  const std::int64_t blocks_per_row = n / kFp8Block;
+  auto* b = static_cast<BlockFP8_E4M3*>(dst);
+  for (std::int64_t c0 = 0; c0 < n; c0 += 128) {
+    const std::int64_t width = std::min<std::int64_t>(128, n - c0);
+    float amax = 0.0f;
+    for (std::int64_t r = 0; r < rows; ++r) amax = finite_amax(src + r * n + c0, width, amax);
+    const float d = fp8_scale_of_amax(amax);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = c0; c < c0 + width; c += kFp8Block) {
+        encode_fp8_block(src + r * n + c, d, b[r * blocks_per_row + c / kFp8Block]);
+      }
+    }
   }
 }
 

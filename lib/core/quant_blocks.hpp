@@ -81,4 +81,28 @@ void quantize_row(DType type, const float* src, void* dst, std::int64_t n);
 // its prefill matmuls FP8 x FP8 on Hopper (cuda/prefill_gemm.hpp).
 void quantize_row_fp8_per_channel(const float* src, void* dst, std::int64_t n);
 
+// Encodes `rows` rows of n floats (row-major; whole blocks of 64, rows <= 128: one band of a
+// matrix whose bands start at multiples of 128 rows) as kFP8_E4M3 rows whose scales are shared
+// per block of 128 rows x 128 columns of the matrix (the last block of a row of 64 mod 128
+// columns 64 wide): amax / 448 of the block's finite elements, as DeepSeek-V3 / Qwen3-FP8
+// checkpoints scale their weights (weight_scale_inv); the CUDA backend's FP8 x FP8 prefill GEMM
+// takes them with cuBLASLt's 128 x 128 block scaling on Hopper.
+void quantize_band_fp8_block128(const float* src, void* dst, std::int64_t rows, std::int64_t n);
+
+// How FP8 E4M3 weights are scaled (every way decodes as kFP8_E4M3 blocks of 64).
+enum class Fp8Scaling : std::uint8_t {
+  kSearchedBlock,  // quantize_row: a scale searched per block of 64 (the lowest weight error)
+  kPerChannel,     // quantize_row_fp8_per_channel: one scale per output row
+  kBlock128,       // quantize_band_fp8_block128: one scale per 128 x 128 block
+};
+
+// Whether rows x n kFP8_E4M3 blocks (row-major) already carry `scaling`'s structure: one scale a
+// row (kPerChannel), or one per 128 x 128 block counted from row 0 (kBlock128); kSearchedBlock
+// takes any.
+bool fp8_rows_scaled_as(Fp8Scaling scaling, const void* blocks, std::int64_t rows, std::int64_t n) noexcept;
+
+// Encodes `rows` rows of n floats into `type` (quantize_row), FP8 E4M3 scaled as `fp8_scaling`
+// says; for kBlock128 the rows are one band (at most 128, starting at a multiple of 128).
+void quantize_rows(DType type, Fp8Scaling fp8_scaling, const float* src, void* dst, std::int64_t rows, std::int64_t n);
+
 }  // namespace sitsrt

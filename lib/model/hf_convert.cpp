@@ -6,6 +6,7 @@
 #include "formats/gguf_writer.hpp"
 #include "model/hf_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -93,7 +94,7 @@ void write_metadata(gguf::Writer& w, const ModelSpec& spec) {
 
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
                                     int threads, const std::function<void(std::size_t, std::size_t)>& progress,
-                                    OutputFileOptions output_options, bool fp8_per_channel) {
+                                    OutputFileOptions output_options, Fp8Scaling fp8_scaling) {
   // Every file of the directory the model is read from (a superset of what open_hf_model reads).
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
@@ -121,29 +122,31 @@ HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::str
     const std::int64_t cols = t.dims[0], rows = matrix ? t.dims[1] : 1;
     const std::size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(out_type, cols);
     const std::int64_t head_dim = spec.head_dim;
-    w.add_tensor(t.name, t.dims, out_type,
-                 [model, pool, &t, in_row, out_row, cols, rows, permute, head_dim, in_type = t.type, out_type,
-                  per_channel = fp8_per_channel && out_type == DType::kFP8_E4M3](std::span<std::byte> out) {
-                   pool->run([&](int thread, int n) {
-                     std::vector<float> row(static_cast<std::size_t>(cols));
-                     const Range range = split_range(rows, thread, n);
-                     for (std::int64_t r = range.begin; r < range.end; ++r) {
-                       const std::int64_t src = permute ? hf_row_for_gguf_row(r, head_dim) : r;
-                       const std::byte* from = t.data.data() + static_cast<std::size_t>(src) * in_row;
-                       std::byte* to = out.data() + static_cast<std::size_t>(r) * out_row;
-                       if (in_type == out_type) {
-                         std::memcpy(to, from, in_row);  // same type: the bytes as stored
-                       } else {
-                         dequantize_row(in_type, from, row.data(), cols);
-                         if (per_channel) {
-                           quantize_row_fp8_per_channel(row.data(), to, cols);
-                         } else {
-                           quantize_row(out_type, row.data(), to, cols);
-                         }
-                       }
-                     }
-                   });
-                 });
+    w.add_tensor(
+        t.name, t.dims, out_type,
+        [model, pool, &t, in_row, out_row, cols, rows, permute, head_dim, in_type = t.type, out_type,
+         scaling = out_type == DType::kFP8_E4M3 ? fp8_scaling : Fp8Scaling::kSearchedBlock](std::span<std::byte> out) {
+          // Output rows in bands of 128 for 128 x 128 blocks, one at a time otherwise.
+          const std::int64_t band = scaling == Fp8Scaling::kBlock128 && in_type != out_type ? 128 : 1;
+          pool->run([&](int thread, int n) {
+            std::vector<float> values(static_cast<std::size_t>(cols * band));
+            const Range range = split_range((rows + band - 1) / band, thread, n);
+            for (std::int64_t b = range.begin; b < range.end; ++b) {
+              const std::int64_t first = b * band, count = std::min(band, rows - first);
+              std::byte* to = out.data() + static_cast<std::size_t>(first) * out_row;
+              for (std::int64_t i = 0; i < count; ++i) {
+                const std::int64_t r = first + i, src = permute ? hf_row_for_gguf_row(r, head_dim) : r;
+                const std::byte* from = t.data.data() + static_cast<std::size_t>(src) * in_row;
+                if (in_type == out_type) {
+                  std::memcpy(to + static_cast<std::size_t>(i) * out_row, from, in_row);  // the bytes as stored
+                } else {
+                  dequantize_row(in_type, from, values.data() + i * cols, cols);
+                }
+              }
+              if (in_type != out_type) quantize_rows(out_type, scaling, values.data(), to, count, cols);
+            }
+          });
+        });
     summary.tensors += 1;
     summary.parameters += t.elements();
     summary.bytes += static_cast<std::uint64_t>(rows) * out_row;

@@ -9,6 +9,7 @@
 
 #include "core/dtype.hpp"
 #include "core/output_file.hpp"
+#include "core/quant_blocks.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -30,10 +31,12 @@ struct HfConvertSummary {
 // before anything is read: it is never a file of the input directory (config.json, the index,
 // the safetensors shards; compared by inode, whatever `output_options` says), never a
 // non-regular file, and replaces an existing file only when output_options.replace_existing.
-// fp8_per_channel: with type kFP8_E4M3, matrices converted from another type carry one scale per
-// row (quantize_row_fp8_per_channel: the FP8 x FP8 prefill's weights on Hopper).
+// fp8_scaling: with type kFP8_E4M3, how matrices converted from another type are scaled (per
+// block of 64, per row, or per 128 x 128 block: the last two the FP8 x FP8 prefill's weights on
+// Hopper).
 HfConvertSummary convert_hf_to_gguf(const std::string& directory, const std::string& output, std::optional<DType> type,
                                     int threads, const std::function<void(std::size_t, std::size_t)>& progress = {},
-                                    OutputFileOptions output_options = {}, bool fp8_per_channel = false);
+                                    OutputFileOptions output_options = {},
+                                    Fp8Scaling fp8_scaling = Fp8Scaling::kSearchedBlock);
 
 }  // namespace sitsrt

@@ -146,13 +146,13 @@ bool set_weight_type(RandomModelOptions& o, std::string_view name) {
   if (lower == "q4_k_m" || lower == "q5_k_m") {
     o.type = lower == "q4_k_m" ? DType::kQ4_K : DType::kQ5_K;
     o.sensitive_type = DType::kQ6_K;
-    o.fp8_per_channel = false;
+    o.fp8_scaling = Fp8Scaling::kSearchedBlock;
     return true;
   }
-  if (lower == "fp8-channel") {
+  if (lower == "fp8-channel" || lower == "fp8-block") {
     o.type = DType::kFP8_E4M3;
     o.sensitive_type.reset();
-    o.fp8_per_channel = true;
+    o.fp8_scaling = lower == "fp8-channel" ? Fp8Scaling::kPerChannel : Fp8Scaling::kBlock128;
     return true;
   }
   std::optional<DType> type = dtype_from_name(name);
@@ -160,12 +160,17 @@ bool set_weight_type(RandomModelOptions& o, std::string_view name) {
   if (!type) return false;
   o.type = *type;
   o.sensitive_type.reset();
-  o.fp8_per_channel = false;
+  o.fp8_scaling = Fp8Scaling::kSearchedBlock;
   return true;
 }
 
 std::string weight_type_name(const RandomModelOptions& o) {
-  if (o.fp8_per_channel && o.type == DType::kFP8_E4M3) return fmt::format("{} per channel", name(o.type));
+  if (o.type == DType::kFP8_E4M3 && o.fp8_scaling == Fp8Scaling::kPerChannel) {
+    return fmt::format("{} per channel", name(o.type));
+  }
+  if (o.type == DType::kFP8_E4M3 && o.fp8_scaling == Fp8Scaling::kBlock128) {
+    return fmt::format("{} per 128x128 block", name(o.type));
+  }
   if (!o.sensitive_type) return std::string(name(o.type));
   return fmt::format("{}_m", name(o.type));
 }
@@ -257,24 +262,26 @@ void write_random_model(const RandomModelOptions& o, const std::string& path,
     const DType wanted = sensitive && o.sensitive_type ? *o.sensitive_type : o.type;
     const DType type = fits_blocks(wanted, cols) ? wanted : DType::kF16;
     const std::size_t row_size = row_bytes(type, cols);
-    const bool per_channel = o.fp8_per_channel;
+    const Fp8Scaling fp8_scaling = type == DType::kFP8_E4M3 ? o.fp8_scaling : Fp8Scaling::kSearchedBlock;
     w.add_tensor(name, {cols, rows}, type, [=](std::span<std::byte> out) {
       const std::uint64_t base = mix(seed ^ hash_name(name));
+      // Rows in bands of 128 for 128 x 128 blocks (each row's values depend on its index only).
+      const std::int64_t band = fp8_scaling == Fp8Scaling::kBlock128 ? 128 : 1;
       pool->run([&](int t, int n) {
-        std::vector<float> row(static_cast<std::size_t>(cols));
-        const Range range = split_range(rows, t, n);
-        for (std::int64_t r = range.begin; r < range.end; ++r) {
-          std::uint64_t state = mix(base + static_cast<std::uint64_t>(r));
-          for (auto& v : row) {
-            state = mix(state);
-            v = scale * (static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        std::vector<float> values(static_cast<std::size_t>(cols * band));
+        const Range range = split_range((rows + band - 1) / band, t, n);
+        for (std::int64_t b = range.begin; b < range.end; ++b) {
+          const std::int64_t first = b * band, count = std::min(band, rows - first);
+          for (std::int64_t i = 0; i < count; ++i) {
+            std::uint64_t state = mix(base + static_cast<std::uint64_t>(first + i));
+            for (std::int64_t c = 0; c < cols; ++c) {
+              state = mix(state);
+              values[static_cast<std::size_t>(i * cols + c)] =
+                  scale * (static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f);
+            }
           }
-          std::byte* dst = out.data() + static_cast<std::size_t>(r) * row_size;
-          if (per_channel && type == DType::kFP8_E4M3) {
-            quantize_row_fp8_per_channel(row.data(), dst, cols);
-          } else {
-            quantize_row(type, row.data(), dst, cols);
-          }
+          quantize_rows(type, fp8_scaling, values.data(), out.data() + static_cast<std::size_t>(first) * row_size,
+                        count, cols);
         }
       });
     });

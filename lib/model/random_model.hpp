@@ -4,6 +4,7 @@
 
 #include "core/dtype.hpp"
 #include "core/output_file.hpp"
+#include "core/quant_blocks.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -34,7 +35,7 @@ struct RandomModelOptions {
   // llama.cpp's *_K_M mixes: when set, output.weight and attn_v / ffn_down of the layers
   // k_mix_uses_more_bits picks get this type (Q6_K) instead of `type` (set_weight_type sets both).
   std::optional<DType> sensitive_type;
-  bool fp8_per_channel = false;  // kFP8_E4M3 with one scale per row (quantize_row_fp8_per_channel)
+  Fp8Scaling fp8_scaling = Fp8Scaling::kSearchedBlock;  // how kFP8_E4M3 weights are scaled
   bool tied_embeddings = false;  // omit output.weight
   float rope_freq_base = 10000.0f;
   std::uint64_t seed = 1234;

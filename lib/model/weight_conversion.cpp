@@ -3,8 +3,8 @@
 #include "core/check.hpp"
 #include "core/quant_blocks.hpp"
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -52,37 +52,22 @@ bool converts(const graph::Weight& weight, DType to) {
   return weight.dims.size() == 2 && weight.type != to && fits_blocks(to, weight.dims[0]);
 }
 
-// Whether every row of FP8 E4M3 blocks (rows x cols) carries one scale in all its blocks.
-bool fp8_rows_per_channel(std::span<const std::byte> data, std::int64_t rows, std::int64_t cols) {
-  const std::size_t stride = row_bytes(DType::kFP8_E4M3, cols);
-  const std::int64_t blocks = cols / traits(DType::kFP8_E4M3).block_size;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::byte* row = data.data() + static_cast<std::size_t>(r) * stride;
-    for (std::int64_t b = 1; b < blocks; ++b) {
-      if (std::memcmp(row, row + static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3), sizeof(float)) != 0) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-// dst rows = quantize_row(target, dequantize_row(stored, src rows)), rows split over the pool
-// (per_channel: FP8 with one scale a row).
-void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType target, bool per_channel, std::int64_t rows,
-                  std::int64_t cols, ThreadPool& pool) {
+// dst rows = quantize_row(target, dequantize_row(stored, src rows)), FP8 scaled as `scaling`
+// says; rows split over the pool (bands of 128 rows for 128 x 128 blocks).
+void convert_rows(const std::byte* src, DType stored, std::byte* dst, DType target, Fp8Scaling scaling,
+                  std::int64_t rows, std::int64_t cols, ThreadPool& pool) {
   const std::size_t src_stride = row_bytes(stored, cols), dst_stride = row_bytes(target, cols);
+  const bool fp8 = target == DType::kFP8_E4M3;
+  const std::int64_t band = fp8 && scaling == Fp8Scaling::kBlock128 ? 128 : 1;
   pool.run([&](int t, int n) {
-    const Range r = split_range(rows, t, n);
-    std::vector<float> row(static_cast<std::size_t>(cols));
-    for (std::int64_t i = r.begin; i < r.end; ++i) {
-      dequantize_row(stored, src + static_cast<std::size_t>(i) * src_stride, row.data(), cols);
-      std::byte* out = dst + static_cast<std::size_t>(i) * dst_stride;
-      if (per_channel && target == DType::kFP8_E4M3) {
-        quantize_row_fp8_per_channel(row.data(), out, cols);
-      } else {
-        quantize_row(target, row.data(), out, cols);
+    const Range r = split_range((rows + band - 1) / band, t, n);
+    std::vector<float> values(static_cast<std::size_t>(cols * band));
+    for (std::int64_t b = r.begin; b < r.end; ++b) {
+      const std::int64_t first = b * band, count = std::min(band, rows - first);
+      for (std::int64_t i = 0; i < count; ++i) {
+        dequantize_row(stored, src + static_cast<std::size_t>(first + i) * src_stride, values.data() + i * cols, cols);
       }
+      quantize_rows(target, scaling, values.data(), dst + static_cast<std::size_t>(first) * dst_stride, count, cols);
     }
   });
 }
@@ -99,7 +84,8 @@ std::optional<DType> weight_format_alias(std::string_view value) noexcept {
 std::optional<WeightFormat> parse_weight_format(std::string_view value) {
   if (value.empty() || value == "as-stored") return std::nullopt;
   if (value == "fp8-all") return WeightFormat{DType::kFP8_E4M3, false};
-  if (value == "fp8-channel") return WeightFormat{DType::kFP8_E4M3, true, true};
+  if (value == "fp8-channel") return WeightFormat{DType::kFP8_E4M3, true, Fp8Scaling::kPerChannel};
+  if (value == "fp8-block") return WeightFormat{DType::kFP8_E4M3, true, Fp8Scaling::kBlock128};
   if (const std::optional<DType> type = weight_format_alias(value)) {
     return WeightFormat{*type, *type == DType::kFP8_E4M3};
   }
@@ -130,14 +116,14 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
     const graph::Weight weight = graph.weights()[id];  // a copy: set_weight_type changes it
     const DType to = format_for(weight, head[id], target);
     if (head[id] && to != target.type) report_.output_head_type = to;
-    // fp8-channel over FP8 stored with a scale per block: re-encoded with one scale a row (but a
-    // head the policy keeps as stored)
+    // fp8-channel / fp8-block over FP8 scaled otherwise: re-encoded with their scales (but a head
+    // the policy keeps as stored)
     const bool head_kept = target.output_head_16bit && head[id];
-    const bool rescale = target.fp8_per_channel && !head_kept && to == DType::kFP8_E4M3 &&
-                         weight.type == DType::kFP8_E4M3 && weight.dims.size() == 2 &&
-                         stored_.data(weight).size() >=
-                             row_bytes(weight.type, weight.dims[0]) * static_cast<std::size_t>(weight.dims[1]) &&
-                         !fp8_rows_per_channel(stored_.data(weight), weight.dims[1], weight.dims[0]);
+    const bool rescale =
+        !head_kept && to == DType::kFP8_E4M3 && weight.type == DType::kFP8_E4M3 && weight.dims.size() == 2 &&
+        stored_.data(weight).size() >=
+            row_bytes(weight.type, weight.dims[0]) * static_cast<std::size_t>(weight.dims[1]) &&
+        !fp8_rows_scaled_as(target.fp8_scaling, stored_.data(weight).data(), weight.dims[1], weight.dims[0]);
     if (!converts(weight, to) && !rescale) {
       ++report_.tensors_kept;
       continue;
@@ -150,7 +136,7 @@ ConvertedWeightSource::ConvertedWeightSource(graph::Graph& graph, const graph::W
     }
     AlignedBuffer buffer(row_bytes(to, cols) * static_cast<std::size_t>(rows),
                          "converted weight '" + weight.name + "'");
-    convert_rows(source.data(), weight.type, buffer.data(), to, target.fp8_per_channel, rows, cols, pool);
+    convert_rows(source.data(), weight.type, buffer.data(), to, target.fp8_scaling, rows, cols, pool);
     graph.set_weight_type(static_cast<graph::WeightId>(id), to);
     report_.tensors_converted += 1;
     report_.bytes_read += weight.bytes;

@@ -6,6 +6,7 @@
 
 #include "core/aligned_buffer.hpp"
 #include "core/dtype.hpp"
+#include "core/quant_blocks.hpp"
 #include "core/thread_pool.hpp"
 #include "graph/weight_source.hpp"
 
@@ -19,7 +20,7 @@ namespace sitsrt {
 
 // The values EngineOptions::weights accepts, as listed in error messages and --help.
 inline constexpr std::string_view kWeightFormatChoices =
-    "as-stored, f16, bf16, q8, q4, fp8, q4g128, fp8-all, fp8-channel";
+    "as-stored, f16, bf16, q8, q4, fp8, q4g128, fp8-all, fp8-channel, fp8-block";
 
 // The format an EngineOptions::weights value names ("fp8" -> kFP8_E4M3, ...); nullopt for
 // "as-stored", "fp8-all" (a conversion policy, not a type name) and anything unknown.
@@ -32,10 +33,12 @@ struct WeightFormat {
   // stays as stored), as FP8 checkpoints (vLLM, TensorRT-LLM) keep lm_head in BF16: it is the
   // most error-sensitive matmul (docs/performance.md). "fp8-all" converts the head as well.
   bool output_head_16bit = false;
-  // "fp8-channel": FP8 with one scale per output row (quantize_row_fp8_per_channel), the
-  // convention of vLLM / TensorRT-LLM FP8 checkpoints, which the CUDA backend's prefill GEMM
-  // takes FP8 x FP8 on Hopper; "fp8" searches a scale per block of 64 (lower weight error).
-  bool fp8_per_channel = false;
+  // How FP8 weights are scaled: "fp8" searches a scale per block of 64 (the lowest weight
+  // error); "fp8-channel" one scale per output row (quantize_row_fp8_per_channel), the
+  // convention of vLLM / TensorRT-LLM FP8 checkpoints; "fp8-block" one per 128 x 128 block
+  // (quantize_band_fp8_block128), DeepSeek-V3's and Qwen3-FP8's. The CUDA backend's prefill GEMM
+  // takes the last two FP8 x FP8 on Hopper.
+  Fp8Scaling fp8_scaling = Fp8Scaling::kSearchedBlock;
 };
 
 // The conversion an EngineOptions::weights value names: nullopt for "as-stored" (or empty);

@@ -130,7 +130,8 @@ class Engine:
         """threads None: all cores; ctx None: min(training context, 4096); kv_dtype / k_dtype / v_dtype
         "f32"|"f16"|"int8"|"int4"; serving limits (max_num_seqs, ..., tenant quotas) as EngineOptions::serving;
         weights: "as-stored" or a load-time conversion: "f16", "bf16", "q8", "q4", "fp8" (output
-        head kept 16-bit), "fp8-channel" (one scale per output row), "fp8-all", "q4g128" (ValueError
+        head kept 16-bit), "fp8-channel" (one scale per output row), "fp8-block"
+        (one scale per 128 x 128 block), "fp8-all", "q4g128" (ValueError
         otherwise);
         audit: sink(s) for every request (a path, an object with on_request_begin/on_token/
         on_request_end, or a list); audit_key: HMAC key for path sinks; audit_append: continue existing

@@ -142,7 +142,8 @@ def _sinks(audit: Any, key: Any, append: bool = False) -> list:
     return [_sitsrt.make_sink(s, _key(key), append) for s in specs]
 
 
-_WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128", "fp8-all", "fp8-channel")
+_WEIGHT_FORMATS = ("as-stored", "f16", "bf16", "q8", "q4", "fp8", "q4g128", "fp8-all", "fp8-channel",
+                   "fp8-block")
 
 
 class Engine:
@@ -180,7 +181,8 @@ class Engine:
         weights: matmul weight format: "as-stored" (read in place), or converted at load to
             "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (E4M3; the output head stays 16-bit,
             bf16 for an f32 head: info()["weights_output_head"]), "fp8-channel" (as fp8, one scale
-            per output row), "fp8-all" (E4M3, the head too) or "q4g128" (INT4 g128); the cost is in info() (weights_convert_seconds,
+            per output row), "fp8-block" (as fp8, one scale per 128 x 128 block), "fp8-all" (E4M3,
+            the head too) or "q4g128" (INT4 g128); the cost is in info() (weights_convert_seconds,
             weights_converted_bytes).
         mmap_weights: True reads the weights in place from the mmapped file (instant load, pages
             shared between processes); False (default) copies them into huge-page memory, Q8_0/Q4_0

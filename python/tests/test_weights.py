@@ -29,6 +29,11 @@ def test_fp8_weights_convert_and_stay_close(model_path):
     a, b = f32.logits(tokens), fp8.logits(tokens)
     assert a.shape == b.shape
     assert 0.0 < np.sqrt(np.mean((a - b) ** 2) / np.mean(a ** 2)) < 0.05
+    # one scale per 128 x 128 block (a 64-wide row: one block of 64 columns)
+    block = sitsrt.Engine(model_path, threads=2, weights="fp8-block")
+    assert block.info["weights"] == "fp8-block" and block.info["weights_converted_tensors"] == 31
+    c = block.logits(tokens)
+    assert 0.0 < np.sqrt(np.mean((a - c) ** 2) / np.mean(a ** 2)) < 0.05
 
 
 def test_mmap_and_resident_weights_give_the_same_logits(model_path):

@@ -83,11 +83,12 @@ def test_convert_quantizes(binary, tmp_path, weight_type):
     check(f"converted qwen3 {weight_type}", logits(binary, out), Model(str(out)).logits(TOKENS))
 
 
-@pytest.mark.parametrize("weight_type", ["fp8_e4m3", "fp8-channel"])
+@pytest.mark.parametrize("weight_type", ["fp8_e4m3", "fp8-channel", "fp8-block"])
 def test_convert_fp8(binary, tmp_path, weight_type):
-    # FP8 E4M3 with a scale per block of 64 or per output row (fp8-channel); against the unquantized
-    # reference within FP8's error (3 mantissa bits on every matrix, the head included): max |error| /
-    # logit scale measured 0.075 (per block) and 0.067 (per row); a wrong scale or layout is order 1
+    # FP8 E4M3 with a scale per block of 64, per output row (fp8-channel) or per 128 x 128 block
+    # (fp8-block); against the unquantized reference within FP8's error (3 mantissa bits on every
+    # matrix, the head included): max |error| / logit scale measured 0.075 (per block) and 0.067 (per
+    # row); a wrong scale or layout is order 1
     weights = write_checkpoint(tmp_path / "hf", "qwen3", "bf16")
     want = Reference(config_for("qwen3", "bf16"), weights).logits(TOKENS)
     out = tmp_path / "model.gguf"

@@ -204,6 +204,52 @@ TEST_CASE("fp8 e4m3 per channel: one scale a row (amax / 448 to 11 bits), codes 
   CHECK(zb[1].qs[100 - 64] == nearest_code(-7.0 / zb[0].d));
 }
 
+TEST_CASE("fp8 e4m3 per 128 x 128 block: one scale a block (amax / 448 to 11 bits), codes x / d", "[core]") {
+  test::Rng rng(34);
+  // A band of 37 rows x 320 columns: column blocks 128, 128 and a last one 64 wide, each of
+  // another magnitude; one element per block sets its amax.
+  const std::int64_t rows = 37, n = 320;
+  std::vector<float> x(static_cast<std::size_t>(rows * n));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < n; ++c) {
+      x[static_cast<std::size_t>(r * n + c)] = rng.normal() * std::exp2(static_cast<float>(c / 128) * 2.0f - 2.0f);
+    }
+  }
+  const float amax[3] = {9.0f, -30.0f, 100.0f};
+  x[static_cast<std::size_t>(20 * n + 5)] = amax[0];
+  x[static_cast<std::size_t>(3 * n + 200)] = amax[1];
+  x[static_cast<std::size_t>(36 * n + 319)] = amax[2];
+  x[static_cast<std::size_t>(7 * n + 130)] = std::numeric_limits<float>::infinity();  // saturates, sets no scale
+  std::vector<BlockFP8_E4M3> blocks(static_cast<std::size_t>(rows * n / 64));
+  quantize_band_fp8_block128(x.data(), blocks.data(), rows, n);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < n; ++c) {
+      const BlockFP8_E4M3& b = blocks[static_cast<std::size_t>(r * (n / 64) + c / 64)];
+      const double expected = std::fabs(amax[c / 128]) / 448.0;
+      CAPTURE(r, c);
+      REQUIRE(std::fabs(b.d - expected) <= expected * 0x1p-11);
+      REQUIRE(b.d == blocks[static_cast<std::size_t>(c / 128 * 2)].d);  // the block's one scale
+      const double q = static_cast<double>(x[static_cast<std::size_t>(r * n + c)]) / b.d;
+      REQUIRE(b.qs[c % 64] == (std::isinf(q) ? 0x7e : nearest_code(q)));
+    }
+  }
+  CHECK(fp8_rows_scaled_as(Fp8Scaling::kBlock128, blocks.data(), rows, n));
+  CHECK_FALSE(fp8_rows_scaled_as(Fp8Scaling::kPerChannel, blocks.data(), rows, n));
+  CHECK(fp8_rows_scaled_as(Fp8Scaling::kSearchedBlock, blocks.data(), rows, n));
+  // one 64-block's scale changed: not 128 x 128 anymore (the second half of a block, a later row)
+  blocks[static_cast<std::size_t>(5 * (n / 64) + 1)].d *= 2.0f;
+  CHECK_FALSE(fp8_rows_scaled_as(Fp8Scaling::kBlock128, blocks.data(), rows, n));
+  // per-channel rows are 128 x 128 blocks only when the rows of a band share their scale
+  std::vector<BlockFP8_E4M3> channel(static_cast<std::size_t>(rows * n / 64));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    quantize_row_fp8_per_channel(x.data() + r * n, channel.data() + r * (n / 64), n);
+  }
+  CHECK(fp8_rows_scaled_as(Fp8Scaling::kPerChannel, channel.data(), rows, n));
+  CHECK_FALSE(fp8_rows_scaled_as(Fp8Scaling::kBlock128, channel.data(), rows, n));
+  // bands of more than 128 rows, rows not whole blocks of 64: refused
+  CHECK_THROWS_AS(quantize_band_fp8_block128(x.data(), blocks.data(), 129, 64), Error);
+  CHECK_THROWS_AS(quantize_band_fp8_block128(x.data(), blocks.data(), 2, 96), Error);
+}
 TEST_CASE("fp8 e4m3 rows: quotients within an ulp of a midpoint round to the nearest code", "[core]") {
   // x = a float neighbour of m d for a midpoint m of two E4M3 values: the nearest codes are
   // decided by less than an ulp. (With the encoder's 11-bit scales m d is exact and no float x

@@ -266,9 +266,9 @@ TEST_CASE("weights=fp8 and q4g128 logits stay close to F32", "[engine]") {
     const char* weights;
     double bound;
   };
-  // fp8-channel (one scale a row, no search) measured 0.021.
-  for (const Case c :
-       {Case{"q8", 0.012}, Case{"fp8", 0.04}, Case{"fp8-channel", 0.045}, Case{"fp8-all", 0.07}, Case{"q4g128", 0.2}}) {
+  // fp8-channel (one scale a row, no search) measured 0.021; fp8-block (one a 128 x 128 block) about as much.
+  for (const Case c : {Case{"q8", 0.012}, Case{"fp8", 0.04}, Case{"fp8-channel", 0.045}, Case{"fp8-block", 0.045},
+                       Case{"fp8-all", 0.07}, Case{"q4g128", 0.2}}) {
     CAPTURE(c.weights);
     const Engine e = engine(f32_path, c.weights);
     CHECK(e.model_info().weights_converted_tensors == 15);
@@ -291,6 +291,24 @@ TEST_CASE("weights=fp8-channel re-encodes FP8 stored per block, keeps FP8 stored
   RandomModelOptions o = model_options(DType::kFP8_E4M3, false);
   REQUIRE(set_weight_type(o, "fp8-channel"));
   const Engine b = engine(test::random_model(o, "weights-fp8-channel"), "fp8-channel");
+  CHECK(b.model_info().weights_converted_tensors == 0);
+}
+
+TEST_CASE("weights=fp8-block re-encodes FP8 scaled otherwise, keeps FP8 made with 128 x 128 blocks", "[engine]") {
+  // per channel (and per block of 64): re-encoded, one scale per 128 x 128 block; the head kept
+  RandomModelOptions channel = model_options(DType::kFP8_E4M3, false);
+  REQUIRE(set_weight_type(channel, "fp8-channel"));
+  for (const std::string& path : {model(DType::kFP8_E4M3, false), test::random_model(channel, "weights-fp8-ch")}) {
+    const Engine a = engine(path, "fp8-block");
+    CHECK(a.model_info().weights_converted_tensors == 2 * 7);
+    CHECK(a.model_info().weights_kept_tensors == 1);
+    const std::vector<float> reference = engine(path, "as-stored").logits(kTokens, true);
+    CHECK(relative_rms(a.logits(kTokens, true), reference) < 0.05);
+  }
+  RandomModelOptions o = model_options(DType::kFP8_E4M3, false);
+  REQUIRE(set_weight_type(o, "fp8-block"));
+  CHECK(weight_type_name(o) == "fp8_e4m3 per 128x128 block");
+  const Engine b = engine(test::random_model(o, "weights-fp8-block"), "fp8-block");
   CHECK(b.model_info().weights_converted_tensors == 0);
 }
 
