@@ -80,10 +80,15 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
 
 namespace {
 
-// Whether a weight gets room for per-channel scales: FP8 E4M3 matrices the matmul kernels read
-// planar (the FP8 x FP8 prefill GEMM reads their codes plane in place).
-bool takes_channel_scales(const graph::Weight& w, bool decoded) {
+// Whether a weight gets room for per-channel or 128 x 128 block scales: FP8 E4M3 matrices the
+// matmul kernels read planar (the FP8 x FP8 prefill GEMM reads their codes plane in place).
+bool takes_fp8_scales(const graph::Weight& w, bool decoded) {
   return decoded && w.type == DType::kFP8_E4M3 && planar_supports(w.type, w.dims[0]);
+}
+
+// Floats of that room: a scale per row, or the 128 x 128 grid, whichever is larger.
+std::size_t fp8_scale_floats(std::int64_t rows, std::int64_t cols) {
+  return static_cast<std::size_t>(std::max(rows, (rows + 127) / 128 * fp8_block128_scales_ld(cols)));
 }
 
 }  // namespace
@@ -103,7 +108,7 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
   context_.make_current();
   const auto start = std::chrono::steady_clock::now();
   const WeightUses uses = weight_uses(graph);
-  std::vector<std::size_t> offsets, channel_offsets;
+  std::vector<std::size_t> offsets, scale_offsets;
   std::size_t total = 0;
   for (std::size_t id = 0; id < graph.weights().size(); ++id) {
     const graph::Weight& w = graph.weights()[id];
@@ -123,10 +128,11 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
     };
     offsets.push_back(total);
     total += aligned(row_bytes(w.type, w.dims[0]) * static_cast<std::size_t>(weight_rows(w)));
-    // Room for an FP8 matrix's per-channel scales, used where its rows turn out to have one each.
-    channel_offsets.push_back(total);
-    if (takes_channel_scales(w, uses.decoded[id]))
-      total += aligned(static_cast<std::size_t>(weight_rows(w)) * sizeof(float));
+    // Room for an FP8 matrix's per-channel or block scales, used where its scales turn out to
+    // have either structure.
+    scale_offsets.push_back(total);
+    if (takes_fp8_scales(w, uses.decoded[id]))
+      total += aligned(fp8_scale_floats(weight_rows(w), w.dims[0]) * sizeof(float));
   }
   if (weights_memory_ != nullptr) allocator_.deallocate(weights_memory_, weights_bytes_);
   weights_memory_ = nullptr;
@@ -171,14 +177,18 @@ WeightBindReport CudaBackend::bind_weights(const graph::Graph& graph, const grap
       const auto* values = reinterpret_cast<const float*>(bytes.data());
       dw.host_copy.assign(values, values + need / sizeof(float));
     }
-    if (planar && takes_channel_scales(w, uses.decoded[id])) {
+    if (planar && takes_fp8_scales(w, uses.decoded[id])) {
       const PlanarGeometry g = planar_geometry(w.type, weight_rows(w), w.dims[0]);
-      if (std::optional<std::vector<float>> scales = fp8_channel_scales(planar_staging.data(), g, weight_rows(w))) {
-        std::byte* at = weights_memory_ + channel_offsets[id];
+      // Per channel first (cuBLASLt's outer-vector scaling: the fastest FP8 GEMM), else per block.
+      std::optional<std::vector<float>> scales = fp8_channel_scales(planar_staging.data(), g, weight_rows(w));
+      const bool channel = scales.has_value();
+      if (!channel) scales = fp8_block128_scales(planar_staging.data(), g, weight_rows(w), w.dims[0]);
+      if (scales) {
+        std::byte* at = weights_memory_ + scale_offsets[id];
         // From pageable memory: staged when the call returns, as the planes above.
         SITSRT_CUDA_CHECK(cudaMemcpyAsync(at, scales->data(), scales->size() * sizeof(float), cudaMemcpyHostToDevice,
                                           context_.stream()));
-        dw.channel_scales = reinterpret_cast<const float*>(at);
+        (channel ? dw.channel_scales : dw.block_scales) = reinterpret_cast<const float*>(at);
       }
     }
     weights_.push_back(std::move(dw));

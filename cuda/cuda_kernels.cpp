@@ -233,8 +233,10 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
   // y overwritten: FP8 activations kept for rows under it are no longer theirs.
   prefill_.forget_fp8_activations_under(f32(y), y.ld, y.rows, y.cols);
   if (!batch_invariant_ && x.rows >= PrefillGemm::kMinRows && prefill_.run(dw, f32(x), x.ld, x.rows, f32(y), y.ld)) {
-    (prefill_.last_path() == PrefillGemm::Path::kFp8 ? prefill_fp8_ : prefill_bf16_)
+    (prefill_.last_path() == PrefillGemm::Path::kBf16 ? prefill_bf16_ : prefill_fp8_)
         .fetch_add(1, std::memory_order_relaxed);
+    if (prefill_.last_path() == PrefillGemm::Path::kFp8Blocks)
+      prefill_fp8_blocks_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   const bool queued = x.rows > 0 && dw.rows > 0;  // nothing is launched for an empty matmul
@@ -257,7 +259,8 @@ KernelPathCounters CudaKernels::kernel_paths() const noexcept {
           decode_cuda_cores_.load(std::memory_order_relaxed),
           attention_tiled_.load(std::memory_order_relaxed),
           attention_rows_.load(std::memory_order_relaxed),
-          prefill_.fp8_activation_reuses()};
+          prefill_.fp8_activation_reuses(),
+          prefill_fp8_blocks_.load(std::memory_order_relaxed)};
 }
 
 void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops::TensorRef& x, PlanarEpilogue epilogue,

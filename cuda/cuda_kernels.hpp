@@ -36,6 +36,9 @@ struct DeviceWeight {
   // FP8 E4M3 whose every row has one scale for all its blocks (per-channel checkpoints): the rows'
   // scales, contiguous on the device (the FP8 x FP8 prefill GEMM's); null otherwise.
   const float* channel_scales = nullptr;
+  // FP8 E4M3 scaled per 128 x 128 block (and not per channel): the grid of block scales
+  // (fp8_block128_scales: ld fp8_block128_scales_ld(cols)) on the device; null otherwise.
+  const float* block_scales = nullptr;
 };
 
 class CudaKernels final : public ops::OpKernels {
@@ -183,6 +186,7 @@ class CudaKernels final : public ops::OpKernels {
   PrefillGemm prefill_;
   bool next_norm_feeds_fp8_ = false;
   std::atomic<std::uint64_t> prefill_fp8_{0}, prefill_bf16_{0}, decode_tensor_cores_{0}, decode_cuda_cores_{0};
+  std::atomic<std::uint64_t> prefill_fp8_blocks_{0};
   std::atomic<std::uint64_t> attention_tiled_{0}, attention_rows_{0};
   struct Constant {
     std::vector<float> values;

@@ -221,4 +221,38 @@ inline std::optional<std::vector<float>> fp8_channel_scales(const std::uint8_t* 
   return scales;
 }
 
+// The 128 x 128 block scales of a planar FP8 E4M3 matrix (`planes`, geometry g, rows x cols)
+// when its scales are shared per block of 128 rows x 128 columns (DeepSeek-V3 / Qwen3-FP8
+// checkpoints, `--weights fp8-block`; cols a multiple of 128): the grid cuBLASLt's 128 x 128
+// block scaling reads, block (row / 128, col / 128) at [row / 128 * ld + col / 128], ld =
+// fp8_block128_scales_ld(cols) (rows of the grid 16-byte aligned; the padding 0). Else nothing.
+inline std::int64_t fp8_block128_scales_ld(std::int64_t cols) noexcept {
+  return (cols / 128 + 3) / 4 * 4;
+}
+
+inline std::optional<std::vector<float>> fp8_block128_scales(const std::uint8_t* planes, const PlanarGeometry& g,
+                                                             std::int64_t rows, std::int64_t cols) {
+  if (cols % 128 != 0 || rows <= 0) return std::nullopt;
+  const std::int64_t ld = fp8_block128_scales_ld(cols), blocks = cols / 64;  // planar: a float per 64
+  std::vector<float> grid(static_cast<std::size_t>((rows + 127) / 128 * ld), 0.0f);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint8_t* side = planes + g.scales_of(r);
+    const std::uint8_t* leader = planes + g.scales_of(r / 128 * 128);  // the band's first row
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::uint8_t* first = leader + b / 2 * 2 * static_cast<std::int64_t>(sizeof(float));
+      if (std::memcmp(side + b * static_cast<std::int64_t>(sizeof(float)), first, sizeof(float)) != 0) {
+        return std::nullopt;
+      }
+    }
+  }
+  for (std::int64_t band = 0; band * 128 < rows; ++band) {
+    const std::uint8_t* side = planes + g.scales_of(band * 128);
+    for (std::int64_t c = 0; c < cols / 128; ++c) {
+      std::memcpy(&grid[static_cast<std::size_t>(band * ld + c)],
+                  side + 2 * c * static_cast<std::int64_t>(sizeof(float)), sizeof(float));
+    }
+  }
+  return grid;
+}
+
 }  // namespace sitsrt::cuda

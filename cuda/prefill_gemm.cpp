@@ -15,7 +15,9 @@ constexpr std::size_t kActivationBytes = 16u << 20;  // BF16 rows of x per GEMM 
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 constexpr std::int64_t kBf16Bytes = 2;
 
-constexpr std::int64_t kMaxTokenScales = 1 << 16;  // rows of x per FP8 GEMM, at most
+// Floats of the activations' FP8 scales: a row's (per token) or a block of 128 of a row's (16 MiB
+// of codes need 2^17 of those, a window of 8 rows more).
+constexpr std::int64_t kScaleFloats = 1 << 18;
 
 // The three matrix layouts of one GEMM, column-major as cuBLASLt sees them: W chunk (k x rows_w,
 // used transposed), x chunk (k x rows_x), both of `type` (BF16 or E4M3), y (rows_w x rows_x, ldy
@@ -63,10 +65,12 @@ PrefillGemm::~PrefillGemm() {
   if (activations_ != nullptr) allocator_.deallocate(activations_, kActivationBytes);
   if (workspace_ != nullptr) allocator_.deallocate(workspace_, kWorkspaceBytes);
   if (token_scales_ != nullptr) {
-    allocator_.deallocate(reinterpret_cast<std::byte*>(token_scales_), kMaxTokenScales * sizeof(float));
+    allocator_.deallocate(reinterpret_cast<std::byte*>(token_scales_), kScaleFloats * sizeof(float));
   }
   if (lt_ != nullptr && desc_ != nullptr) static_cast<void>(lt_->matmul_desc_destroy(desc_));
-  if (lt_ != nullptr && fp8_desc_ != nullptr) static_cast<void>(lt_->matmul_desc_destroy(fp8_desc_));
+  for (cublasLtMatmulDesc_t d : fp8_desc_) {
+    if (lt_ != nullptr && d != nullptr) static_cast<void>(lt_->matmul_desc_destroy(d));
+  }
   if (lt_ != nullptr && handle_ != nullptr) static_cast<void>(lt_->destroy(handle_));
 }
 
@@ -96,48 +100,73 @@ bool PrefillGemm::ensure() {
   return true;
 }
 
-bool PrefillGemm::ensure_fp8() {
-  if (fp8_tried_) return fp8_desc_ != nullptr && token_scales_ != nullptr;
-  fp8_tried_ = true;
-  // cuBLASLt's outer-vector FP8 scaling runs on Hopper only (Ada has no scaled FP8 kernels of that
-  // mode, Blackwell takes block modes instead).
+bool PrefillGemm::ensure_fp8(Kind kind) {
+  const auto i = static_cast<std::size_t>(kind) - 1;
+  if (fp8_tried_[i]) {
+    if (fp8_desc_[i] == nullptr) fp8_why_ = fp8_refused_[i];
+    return fp8_desc_[i] != nullptr && token_scales_ != nullptr;
+  }
+  fp8_tried_[i] = true;
+  // cuBLASLt's outer-vector and 128-element / 128 x 128 block FP8 scaling run on Hopper only (Ada
+  // has no scaled FP8 kernels of those modes, Blackwell takes other block modes).
   if (context_.compute_capability() / 10 != 9) {
-    fp8_why_ = fmt::format("cuBLASLt scales FP8 per channel and token on sm_90 only, not sm_{}",
-                           context_.compute_capability());
+    fp8_why_ = fp8_refused_[i] =
+        fmt::format("cuBLASLt scales FP8 {} on sm_90 only, not sm_{}",
+                    kind == Kind::kFp8Channel ? "per channel and token" : "per block", context_.compute_capability());
     return false;
   }
   try {
-    SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_create(&fp8_desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_create(&fp8_desc_[i], CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transpose = CUBLAS_OP_T;  // FP8 GEMMs take A transposed ("TN") only
     SITSRT_CUBLASLT_CHECK(
-        lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-    // Per-channel and per-token scale vectors (outer-vector scaling: cuBLASLt 12.9+; an older
-    // library refuses the attribute, and the BF16 path runs).
-    const auto mode = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+        lt_->matmul_desc_set_attribute(fp8_desc_[i], CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    // A = the weights: per-channel vector or 128 x 128 grid; B = the activations: per-token
+    // vector or 128-element blocks (cuBLASLt 12.9+; an older library refuses the attribute, and
+    // the BF16 path runs).
+    const bool channel = kind == Kind::kFp8Channel;
+    const auto a_mode = static_cast<std::int32_t>(channel ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                                          : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    const auto b_mode = static_cast<std::int32_t>(channel ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                                          : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
     SITSRT_CUBLASLT_CHECK(
-        lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+        lt_->matmul_desc_set_attribute(fp8_desc_[i], CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
     SITSRT_CUBLASLT_CHECK(
-        lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
-    token_scales_ = reinterpret_cast<float*>(
-        allocator_.allocate(kMaxTokenScales * sizeof(float), "prefill GEMM per-token FP8 scales"));
+        lt_->matmul_desc_set_attribute(fp8_desc_[i], CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+    if (token_scales_ == nullptr) {
+      token_scales_ = reinterpret_cast<float*>(
+          allocator_.allocate(kScaleFloats * sizeof(float), "prefill GEMM FP8 activation scales"));
+    }
   } catch (const Error& e) {
-    fp8_why_ = e.what();
-    if (fp8_desc_ != nullptr) static_cast<void>(lt_->matmul_desc_destroy(fp8_desc_));
-    fp8_desc_ = nullptr;
+    fp8_why_ = fp8_refused_[i] = e.what();
+    if (fp8_desc_[i] != nullptr) static_cast<void>(lt_->matmul_desc_destroy(fp8_desc_[i]));
+    fp8_desc_[i] = nullptr;
     return false;
   }
   return true;
 }
 
-const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(bool fp8, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
+namespace {
+
+const char* gemm_name(std::uint8_t kind) {
+  constexpr const char* kNames[] = {"BF16", "FP8 (per-channel x per-token scales)",
+                                    "FP8 (128 x 128 block x 128-element block scales)"};
+  return kNames[kind];
+}
+
+}  // namespace
+
+const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(Kind kind, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
                                                    std::int64_t ldy, std::uint32_t y_alignment) {
-  const auto key = std::make_tuple(fp8, rows_w, rows_x, k, ldy, y_alignment);
+  const bool fp8 = kind != Kind::kBf16;
+  const char* what = gemm_name(static_cast<std::uint8_t>(kind));
+  const auto key = std::make_tuple(kind, rows_w, rows_x, k, ldy, y_alignment);
   if (const auto it = algorithms_.find(key); it != algorithms_.end()) {
     if (it->second) return &*it->second;
-    (fp8 ? fp8_why_ : why_) = fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (asked before)",
-                                          fp8 ? "FP8 (per-channel x per-token scales)" : "BF16", rows_w, rows_x, k);
+    (fp8 ? fp8_why_ : why_) =
+        fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (asked before)", what, rows_w, rows_x, k);
     return nullptr;
   }
+  cublasLtMatmulDesc_t desc = fp8 ? fp8_desc_[static_cast<std::size_t>(kind) - 1] : desc_;
   const Layouts l(*lt_, fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, rows_w, rows_x, k, ldy);
   cublasLtMatmulPreference_t preference = nullptr;
   SITSRT_CUBLASLT_CHECK(lt_->preference_create(&preference));
@@ -154,15 +183,13 @@ const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(bool fp8, std::int64_t rows_w
       set = lt_->preference_set_attribute(preference, attribute, &y_alignment, sizeof(y_alignment));
     }
   }
-  const cublasStatus_t asked = set == CUBLAS_STATUS_SUCCESS
-                                   ? lt_->algo_get_heuristic(handle_, fp8 ? fp8_desc_ : desc_, l.a, l.b, l.c, l.c,
-                                                             preference, 1, &result, &found)
-                                   : set;
+  const cublasStatus_t asked = set == CUBLAS_STATUS_SUCCESS ? lt_->algo_get_heuristic(handle_, desc, l.a, l.b, l.c, l.c,
+                                                                                      preference, 1, &result, &found)
+                                                            : set;
   static_cast<void>(lt_->preference_destroy(preference));
   if (asked != CUBLAS_STATUS_SUCCESS || found == 0) {
-    (fp8 ? fp8_why_ : why_) =
-        fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (status {})",
-                    fp8 ? "FP8 (per-channel x per-token scales)" : "BF16", rows_w, rows_x, k, static_cast<int>(asked));
+    (fp8 ? fp8_why_ : why_) = fmt::format("cuBLASLt has no {} GEMM for {} x {} x {} (status {})", what, rows_w, rows_x,
+                                          k, static_cast<int>(asked));
     algorithms_.emplace(key, std::nullopt);  // not asked again
     return nullptr;
   }
@@ -185,10 +212,7 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
   why_.clear();
   last_path_ = Path::kNone;
   if (m <= 0 || !ensure()) return false;
-  if (run_fp8(w, x, ldx, m, y, ldy)) {
-    last_path_ = Path::kFp8;
-    return true;
-  }
+  if (run_fp8(w, x, ldx, m, y, ldy)) return true;  // last_path_ set
   const std::int64_t n = w.rows, k = w.cols;
   const std::int64_t rows_w = std::min<std::int64_t>(n, static_cast<std::int64_t>(kWeightBytes) / (kBf16Bytes * k));
   const std::int64_t rows_x = std::min<std::int64_t>(m, static_cast<std::int64_t>(kActivationBytes) / (kBf16Bytes * k));
@@ -201,7 +225,7 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
   // Every shape's algorithm first, so nothing is queued for a GEMM that cannot run.
   for (const std::int64_t nw : {rows_w, n % rows_w}) {
     for (const std::int64_t mx : {rows_x, m % rows_x}) {
-      if (nw > 0 && mx > 0 && algorithm(false, nw, mx, k, ldy, y_alignment) == nullptr) return false;
+      if (nw > 0 && mx > 0 && algorithm(Kind::kBf16, nw, mx, k, ldy, y_alignment) == nullptr) return false;
     }
   }
   cudaStream_t stream = context_.stream();
@@ -217,8 +241,8 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
       const Layouts l(*lt_, CUDA_R_16BF, nw, mx, k, ldy);
       float* out = y + x0 * ldy + r0;
       SITSRT_CUBLASLT_CHECK(lt_->matmul(handle_, desc_, &alpha, weights_, l.a, activations_, l.b, &beta, out, l.c, out,
-                                        l.c, algorithm(false, nw, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes,
-                                        stream));
+                                        l.c, algorithm(Kind::kBf16, nw, mx, k, ldy, y_alignment), workspace_,
+                                        kWorkspaceBytes, stream));
     }
   }
   last_path_ = Path::kBf16;
@@ -227,13 +251,19 @@ bool PrefillGemm::run(const DeviceWeight& w, const float* x, std::int64_t ldx, s
 
 bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y,
                           std::int64_t ldy) {
-  if (w.format != DType::kFP8_E4M3 || !w.planar || w.channel_scales == nullptr) {
-    fp8_why_ = "the weights are not FP8 E4M3 with one scale per output channel";
+  if (w.format != DType::kFP8_E4M3 || !w.planar || (w.channel_scales == nullptr && w.block_scales == nullptr)) {
+    fp8_why_ = "the weights are not FP8 E4M3 with one scale per output channel or per 128 x 128 block";
     return false;
   }
+  const Kind kind = w.channel_scales != nullptr ? Kind::kFp8Channel : Kind::kFp8Blocks;
+  const bool blocks = kind == Kind::kFp8Blocks;
   const std::int64_t n = w.rows, k = w.cols;  // k: whole blocks of 64 (planar), as FP8 GEMMs need (16)
   if (n % 16 != 0) {  // the weights' dimensions (k, n) multiples of 16 for cuBLASLt's FP8 kernels
     fp8_why_ = fmt::format("{} output channels are not a multiple of 16", n);
+    return false;
+  }
+  if (blocks && k % 128 != 0) {  // block grids are made for whole blocks only (fp8_block128_scales)
+    fp8_why_ = fmt::format("rows of {} values are not whole blocks of 128", k);
     return false;
   }
   // Scaled FP8 kernels need 16-byte aligned operands and leading dimensions (float y: ldy % 4).
@@ -241,74 +271,84 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
     fp8_why_ = fmt::format("the output rows ({} apart) are not 16-byte aligned", ldy);
     return false;
   }
-  if (!ensure_fp8()) return false;  // fp8_why_ keeps why not, for every later call
+  if (!ensure_fp8(kind)) return false;  // fp8_why_ says why not, for every later call
   fp8_why_.clear();
-  // The scale pointers before the heuristic: cuBLASLt refuses scale modes without them.
-  const void* channel_scales = w.channel_scales;
-  const void* token_scales = token_scales_;
-  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &channel_scales,
-                                                       sizeof(channel_scales)));
-  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(fp8_desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &token_scales,
-                                                       sizeof(token_scales)));
-  const std::int64_t rows_x = fp8_chunk_rows(m, k);
-  if (rows_x < 1) {
-    fp8_why_ = fmt::format("rows of {} values do not fit the FP8 activation buffer", k);
+  cublasLtMatmulDesc_t desc = fp8_desc_[static_cast<std::size_t>(kind) - 1];
+  const Fp8ActivationPlan plan =
+      plan_fp8_activations(blocks, m, k, static_cast<std::int64_t>(kActivationBytes), kScaleFloats);
+  if (plan.chunks.empty()) {
+    fp8_why_ = fmt::format("{} rows of {} values make no chunk of the FP8 activation buffers{}", m, k,
+                           blocks ? " (block scaling takes whole 8 rows)" : "");
     return false;
   }
+  // The scale pointers before the heuristic: cuBLASLt refuses scale modes without them (the
+  // activations' set again per chunk).
+  const void* weight_scales = blocks ? w.block_scales : w.channel_scales;
+  const auto set_activation_scales = [&](const float* scales) {
+    const void* p = scales;
+    SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p, sizeof(p)));
+  };
+  SITSRT_CUBLASLT_CHECK(lt_->matmul_desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
+                                                       sizeof(weight_scales)));
+  set_activation_scales(token_scales_);
   const std::uint32_t y_alignment = output_alignment(y, ldy, n);
-  for (const std::int64_t mx : {rows_x, m % rows_x}) {
-    if (mx > 0 && algorithm(true, n, mx, k, ldy, y_alignment) == nullptr) return false;
+  for (const Fp8ActivationChunk& c : plan.chunks) {
+    if (algorithm(kind, n, c.rows, k, ldy, y_alignment) == nullptr) return false;
   }
   cudaStream_t stream = context_.stream();
   const float alpha = 1.0f, beta = 0.0f;
+  // x's codes and scales may be in place already (an earlier GEMM over x, or the fused norm).
+  const bool reused = keep_fp8_ && plan.resident && fp8_x_.x == x && fp8_x_.ldx == ldx && fp8_x_.m == m &&
+                      fp8_x_.k == k && fp8_x_.kind == kind;
+  if (!reused) fp8_x_ = {};
   // The weights' codes plane is the n x k E4M3 matrix itself (planar_weights.hpp).
-  for (std::int64_t x0 = 0; x0 < m; x0 += rows_x) {
-    const std::int64_t mx = std::min(rows_x, m - x0);
-    // One chunk: x's rows may be in place already (an earlier GEMM over x, or the fused norm).
-    const bool whole = mx == m;
-    const bool reused = keep_fp8_ && whole && fp8_x_.x == x && fp8_x_.ldx == ldx && fp8_x_.m == m && fp8_x_.k == k;
+  for (const Fp8ActivationChunk& c : plan.chunks) {
+    std::uint8_t* codes = reinterpret_cast<std::uint8_t*>(activations_) + c.codes_offset;
+    float* scales = token_scales_ + c.scales_offset;
     if (!reused) {
-      fp8_x_ = {};
-      launch_floats_to_fp8_rows(x + x0 * ldx, ldx, mx, k, reinterpret_cast<std::uint8_t*>(activations_), token_scales_,
-                                stream);
+      if (blocks) {
+        launch_floats_to_fp8_blocks(x + c.first * ldx, ldx, c.rows, k, codes, scales, c.rows, stream);
+      } else {
+        launch_floats_to_fp8_rows(x + c.first * ldx, ldx, c.rows, k, codes, scales, stream);
+      }
       SITSRT_CUDA_CHECK_LAUNCH("fp8 activation kernel");
-      if (whole) fp8_activations_written(x, ldx, m, k);
     }
-    const Layouts l(*lt_, CUDA_R_8F_E4M3, n, mx, k, ldy);
-    float* out = y + x0 * ldy;
+    set_activation_scales(scales);
+    const Layouts l(*lt_, CUDA_R_8F_E4M3, n, c.rows, k, ldy);
+    float* out = y + c.first * ldy;
     const cublasStatus_t status =
-        lt_->matmul(handle_, fp8_desc_, &alpha, w.data, l.a, activations_, l.b, &beta, out, l.c, out, l.c,
-                    algorithm(true, n, mx, k, ldy, y_alignment), workspace_, kWorkspaceBytes, stream);
+        lt_->matmul(handle_, desc, &alpha, w.data, l.a, codes, l.b, &beta, out, l.c, out, l.c,
+                    algorithm(kind, n, c.rows, k, ldy, y_alignment), workspace_, kWorkspaceBytes, stream);
     if (status != CUBLAS_STATUS_SUCCESS) {
       // A scale setting cuBLASLt refuses only here: this shape takes the BF16 path from now on,
       // which rewrites every row of y (the chunks done so far included).
-      algorithms_[std::make_tuple(true, n, mx, k, ldy, y_alignment)] = std::nullopt;
+      algorithms_[std::make_tuple(kind, n, c.rows, k, ldy, y_alignment)] = std::nullopt;
       fp8_x_ = {};  // the BF16 path takes activations_ over
-      fp8_why_ = fmt::format("cublasLtMatmul refused the FP8 GEMM {} x {} x {} (status {})", n, mx, k,
-                             static_cast<int>(status));
+      fp8_why_ = fmt::format("cublasLtMatmul refused the {} GEMM {} x {} x {} (status {})",
+                             gemm_name(static_cast<std::uint8_t>(kind)), n, c.rows, k, static_cast<int>(status));
       return false;
     }
-    if (reused) fp8_reuses_.fetch_add(1, std::memory_order_relaxed);
   }
+  if (reused) fp8_reuses_.fetch_add(1, std::memory_order_relaxed);
+  if (!reused && plan.resident && keep_fp8_) fp8_x_ = {x, ldx, m, k, kind};  // recorded once queued
   forget_fp8_activations_under(y, ldy, m, n);  // an output over x: x's rows are not x's anymore
+  last_path_ = blocks ? Path::kFp8Blocks : Path::kFp8;
   return true;
-}
-
-std::int64_t PrefillGemm::fp8_chunk_rows(std::int64_t m, std::int64_t k) const noexcept {
-  return std::min({m, static_cast<std::int64_t>(kActivationBytes) / k, kMaxTokenScales});
 }
 
 PrefillGemm::Fp8Rows PrefillGemm::fp8_activation_buffers(std::int64_t m, std::int64_t k) {
   fp8_x_ = {};  // the caller overwrites them
-  // As run_fp8 would quantize them: rows of whole 16-value multiples, one chunk.
-  if (!keep_fp8_ || m <= 0 || k <= 0 || k % 16 != 0 || !ensure() || !ensure_fp8() || fp8_chunk_rows(m, k) < m) {
-    return {};
-  }
+  // As run_fp8 would quantize them per token: rows of whole 16-value multiples, one chunk at the
+  // buffers' starts.
+  if (!keep_fp8_ || m <= 0 || k <= 0 || k % 16 != 0 || !ensure() || !ensure_fp8(Kind::kFp8Channel)) return {};
+  const Fp8ActivationPlan plan =
+      plan_fp8_activations(false, m, k, static_cast<std::int64_t>(kActivationBytes), kScaleFloats);
+  if (!plan.resident || plan.chunks.size() != 1) return {};
   return {reinterpret_cast<std::uint8_t*>(activations_), token_scales_};
 }
 
 void PrefillGemm::fp8_activations_written(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k) noexcept {
-  if (keep_fp8_) fp8_x_ = {x, ldx, m, k};
+  if (keep_fp8_) fp8_x_ = {x, ldx, m, k, Kind::kFp8Channel};
 }
 
 void PrefillGemm::forget_fp8_activations_under(const float* y, std::int64_t ldy, std::int64_t rows,

@@ -1,11 +1,14 @@
 // Matmuls of many rows (prompt chunks) on the tensor cores, through cuBLASLt with float
 // accumulation and float output:
 //  - FP8 x FP8, for FP8 E4M3 weights with one scale per output channel (DeviceWeight::
-//    channel_scales: checkpoints quantized per channel, and `--weights fp8-channel`; `fp8` scales
-//    each block of 64 apart, which no cuBLASLt scale mode takes): the activations quantized to E4M3 per token (a scale
-//    per row, launch_floats_to_fp8_rows), the weights read in place, both scale vectors applied by cuBLASLt
-//    (outer-vector scaling: cuBLASLt 12.9+ on Hopper, sm_90). Each activation within 2^-4 of its value (E4M3's 3
-//    mantissa bits).
+//    channel_scales: checkpoints quantized per channel, and `--weights fp8-channel`): the
+//    activations quantized to E4M3 per token (a scale per row, launch_floats_to_fp8_rows), the
+//    weights read in place, both scale vectors applied by cuBLASLt (outer-vector scaling); or with
+//    one scale per 128 x 128 block (DeviceWeight::block_scales: DeepSeek-V3 / Qwen3-FP8
+//    checkpoints, `--weights fp8-block`): the activations quantized per block of 128 of a row
+//    (launch_floats_to_fp8_blocks), cuBLASLt's 128-element x 128 x 128 block scaling. Both
+//    cuBLASLt 12.9+ on Hopper (sm_90). Each activation within 2^-4 of its value (E4M3's 3
+//    mantissa bits). (`fp8` scales each block of 64 apart, which no cuBLASLt scale mode takes.)
 //  - BF16 otherwise (and where cuBLASLt offers no FP8 algorithm): the weights decoded to BF16 a
 //    chunk of rows at a time, the activations rounded to BF16 (each product within 2^-8 of its
 //    exact value).
@@ -18,6 +21,7 @@
 #include "cuda_backend/cublaslt_library.hpp"
 #include "cuda_backend/cuda_context.hpp"
 #include "cuda_backend/device_allocator.hpp"
+#include "cuda_backend/fp8_activation_plan.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -47,7 +51,7 @@ class PrefillGemm {
   // Why the last run() returned false ("" when it did not).
   [[nodiscard]] const std::string& unavailable_reason() const noexcept { return why_; }
   // Which GEMM the last successful run() took, and why it did not take FP8 x FP8 ("" when it did).
-  enum class Path { kNone, kBf16, kFp8 };
+  enum class Path { kNone, kBf16, kFp8, kFp8Blocks };  // kFp8Blocks: 128 x 128 block-scaled weights
   [[nodiscard]] Path last_path() const noexcept { return last_path_; }
   [[nodiscard]] const std::string& fp8_unavailable_reason() const noexcept { return fp8_why_; }
 
@@ -81,12 +85,14 @@ class PrefillGemm {
 
  private:
   bool ensure();
+  // How a GEMM's operands are typed and scaled.
+  enum class Kind : std::uint8_t { kBf16, kFp8Channel, kFp8Blocks };
   // The FP8 x FP8 GEMM; false (nothing queued, fp8_why_ set) where it does not apply.
   bool run_fp8(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
-  bool ensure_fp8();
-  // The heuristic's algorithm for a shape of `desc` (operands of `type`), cached; null (why_ or
-  // fp8_why_ set) when it has none.
-  const cublasLtMatmulAlgo_t* algorithm(bool fp8, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
+  bool ensure_fp8(Kind kind);
+  // The heuristic's algorithm for a shape of `kind`'s descriptor, cached; null (why_ or fp8_why_
+  // set) when it has none.
+  const cublasLtMatmulAlgo_t* algorithm(Kind kind, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
                                         std::int64_t ldy, std::uint32_t y_alignment);
 
   const CudaContext& context_;
@@ -99,24 +105,26 @@ class PrefillGemm {
   std::byte* workspace_ = nullptr;
   bool tried_ = false;
   std::string why_;
-  // FP8 x FP8: its own descriptor (scale modes, scale pointers set per call) and the per-token
-  // scales of the activation rows (the E4M3 codes go in activations_).
-  cublasLtMatmulDesc_t fp8_desc_ = nullptr;
+  // FP8 x FP8: a descriptor per scaling (scale modes; scale pointers set per call: index
+  // Kind - 1) and the activations' scales, per token or per block of 128 of a row (the E4M3
+  // codes go in activations_).
+  cublasLtMatmulDesc_t fp8_desc_[2] = {nullptr, nullptr};
+  bool fp8_tried_[2] = {false, false};
+  std::string fp8_refused_[2];  // why a descriptor could not be made
   float* token_scales_ = nullptr;
-  bool fp8_tried_ = false;
   std::string fp8_why_;
   Path last_path_ = Path::kNone;
-  // Whose rows activations_ / token_scales_ hold as E4M3 (x null: none known).
+  // Whose rows activations_ / token_scales_ hold as E4M3, and scaled how (x null: none known).
   struct Fp8Source {
     const float* x = nullptr;
     std::int64_t ldx = 0, m = 0, k = 0;
+    Kind kind = Kind::kFp8Channel;
   };
   Fp8Source fp8_x_;
   bool keep_fp8_ = false;
   std::atomic<std::uint64_t> fp8_reuses_{0};  // read by queue_stats from any thread
-  [[nodiscard]] std::int64_t fp8_chunk_rows(std::int64_t m, std::int64_t k) const noexcept;
   // Per shape: the heuristic's algorithm, or none (it had none: not asked again).
-  std::map<std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,
+  std::map<std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,
            std::optional<cublasLtMatmulAlgo_t>>
       algorithms_;
 };

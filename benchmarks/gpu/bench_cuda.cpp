@@ -2,7 +2,7 @@
 // decode matmul format on Llama-3-8B layer shapes at batch 1 and 16, in GB/s of weights and %
 // of the measured read bandwidth (the floor of a decode matmul is its weight bytes / bandwidth),
 // and the prefill path at 512 rows (what the backend runs from PrefillGemm::kMinRows rows: weights
-// decoded to BF16 + a cuBLASLt GEMM; for per-channel FP8 also the FP8 x FP8 GEMM) in TFLOP/s
+// decoded to BF16 + a cuBLASLt GEMM; for FP8 per channel and per 128 x 128 block also the FP8 x FP8 GEMMs) in TFLOP/s
 // against the BF16 GEMM. Weights cycle over
 // enough copies to exceed L2 so every call streams from HBM. Then decode attention per layer over
 // an f16 paged KV cache at 512 / 4096 / 16384 positions, split (flash-decoding) and one pass per
@@ -51,11 +51,13 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // planar: the FP8 / INT4 g128 kernels over the layout the backend uploads (planar_weights.hpp);
 // otherwise the stored-block kernels (matmul.cu).
 // Rows from PrefillGemm::kMinRows take the BF16 tensor-core GEMM, as in the backend.
-// channel_scales: FP8 weights with one scale per output channel (the FP8 x FP8 prefill GEMM's).
+// fp8_scales: FP8 weights with one scale per output channel or per 128 x 128 block (the FP8 x FP8
+// prefill GEMM's; an error where it does not run).
 // tensor_cores: the planar kernels take the tensor-core decode (every planar format at 5+ rows;
 // an error where they do not).
+enum class Fp8Scales { kNone, kChannel, kBlocks };
 double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm,
-                   bool channel_scales = false, bool tensor_cores = false) {
+                   Fp8Scales fp8_scales = Fp8Scales::kNone, bool tensor_cores = false) {
   const std::size_t stride = row_bytes(format, s.k);
   const std::size_t bytes = stride * static_cast<std::size_t>(s.n);
   const std::size_t copies = std::max<std::size_t>(1, ((512u << 20) + bytes - 1) / bytes);
@@ -68,16 +70,19 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   SITSRT_CUDA_CHECK(cudaMalloc(&x, static_cast<std::size_t>(m * s.k) * 4));
   SITSRT_CUDA_CHECK(cudaMalloc(&y, static_cast<std::size_t>(m * s.n) * 4));
   SITSRT_CUDA_CHECK(cudaMemset(x, 0x11, static_cast<std::size_t>(m * s.k) * 4));
-  void* scales = nullptr;  // every block's scale is the same 0x11111111 float: per channel
-  if (channel_scales) {
-    SITSRT_CUDA_CHECK(cudaMalloc(&scales, static_cast<std::size_t>(s.n) * 4));
-    SITSRT_CUDA_CHECK(cudaMemset(scales, 0x11, static_cast<std::size_t>(s.n) * 4));
+  void* scales = nullptr;  // every block's scale is the same 0x11111111 float: per channel or per block
+  const std::size_t scale_floats = fp8_scales == Fp8Scales::kBlocks
+                                       ? static_cast<std::size_t>((s.n + 127) / 128 * cuda::fp8_block128_scales_ld(s.k))
+                                       : static_cast<std::size_t>(s.n);
+  if (fp8_scales != Fp8Scales::kNone) {
+    SITSRT_CUDA_CHECK(cudaMalloc(&scales, scale_floats * 4));
+    SITSRT_CUDA_CHECK(cudaMemset(scales, 0x11, scale_floats * 4));
   }
   const auto call = [&](std::size_t i) {
     const auto* w = static_cast<const std::uint8_t*>(weights[i % copies]);
     if (m >= cuda::PrefillGemm::kMinRows) {
       cuda::DeviceWeight dw{w, format, s.n, s.k, static_cast<std::int64_t>(stride), planar, {}};
-      dw.channel_scales = static_cast<const float*>(scales);
+      (fp8_scales == Fp8Scales::kBlocks ? dw.block_scales : dw.channel_scales) = static_cast<const float*>(scales);
       if (!gemm.run(dw, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n)) {
         throw std::runtime_error("prefill GEMM unavailable: " + gemm.unavailable_reason());
       }
@@ -93,12 +98,13 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   };
   for (std::size_t i = 0; i < copies; ++i) call(i);
   const double seconds = bench::seconds_per_call(repeats, [&](int i) { call(static_cast<std::size_t>(i)); });
-  const bool fp8_ran = gemm.last_path() == cuda::PrefillGemm::Path::kFp8;
+  const bool fp8_ran = gemm.last_path() == (fp8_scales == Fp8Scales::kBlocks ? cuda::PrefillGemm::Path::kFp8Blocks
+                                                                             : cuda::PrefillGemm::Path::kFp8);
   for (void* w : weights) SITSRT_CUDA_CHECK(cudaFree(w));
   if (scales != nullptr) SITSRT_CUDA_CHECK(cudaFree(scales));
   SITSRT_CUDA_CHECK(cudaFree(x));
   SITSRT_CUDA_CHECK(cudaFree(y));
-  if (channel_scales && !fp8_ran) {
+  if (fp8_scales != Fp8Scales::kNone && !fp8_ran) {
     throw std::runtime_error("the FP8 x FP8 prefill GEMM did not run: " + gemm.fp8_unavailable_reason());
   }
   return seconds;
@@ -272,43 +278,49 @@ int main(int argc, char** argv) {
       const bool planar_format = cuda::planar_supports(format, 4096);
       for (const bool planar : planar_format ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
         for (const Shape& s : kShapes) {
-          // 512 rows of per-channel FP8 also: the FP8 x FP8 GEMM (a row saying why where it cannot run)
+          // 512 rows of per-channel and 128 x 128 block FP8 also: the FP8 x FP8 GEMMs (a row saying
+          // why where one cannot run)
           // and for the formats with a tensor-core decode, 8 and 16 rows on the tensor cores beside
           // the CUDA cores' 8 and 16
-          const bool fp8_channel = format == DType::kFP8_E4M3 && planar;
+          const bool fp8_scaled = format == DType::kFP8_E4M3 && planar;
           const bool mma_format = planar;
           struct Run {
             std::int64_t rows;
-            bool channel = false, tensor_cores = false;
+            Fp8Scales fp8 = Fp8Scales::kNone;
+            bool tensor_cores = false;
           };
           // (and 32 rows on them beside 64 on the prefill GEMM: where the two meet)
           std::vector<Run> runs = {{1}, {16}, {512}};
           if (mma_format) {
-            runs.insert(runs.begin() + 1, {Run{8}, Run{8, false, true}, Run{16, false, true}});
-            runs.insert(runs.end() - 1, {Run{32, false, true}, Run{64}});
+            runs.insert(runs.begin() + 1, {Run{8}, Run{8, Fp8Scales::kNone, true}, Run{16, Fp8Scales::kNone, true}});
+            runs.insert(runs.end() - 1, {Run{32, Fp8Scales::kNone, true}, Run{64}});
           }
-          if (fp8_channel) runs.push_back({512, true});
+          if (fp8_scaled) runs.insert(runs.end(), {Run{512, Fp8Scales::kChannel}, Run{512, Fp8Scales::kBlocks}});
           for (const Run& run : runs) {
-            const bool channel = run.channel;
+            const bool scaled = run.fp8 != Fp8Scales::kNone;
             const std::int64_t rows_m = run.rows;
             if (rows_m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
             if (planar_format && !planar && rows_m != 1) continue;
             double seconds = 0.0;
             try {
-              seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, channel, run.tensor_cores);
+              seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, run.fp8, run.tensor_cores);
             } catch (const std::runtime_error& e) {
-              if (!channel && !run.tensor_cores) throw;
+              if (!scaled && !run.tensor_cores) throw;
               if (!json) {
                 fmt::print("| {} | {} | {} | {} | {} | | | |\n", name(format),
-                           channel ? "planar, per channel" : "planar, tensor cores", s.name, rows_m, e.what());
+                           run.fp8 == Fp8Scales::kChannel  ? "planar, per channel"
+                           : run.fp8 == Fp8Scales::kBlocks ? "planar, per 128x128 block"
+                                                           : "planar, tensor cores",
+                           s.name, rows_m, e.what());
               }
               continue;
             }
             const std::int64_t m_rows = rows_m;
-            const char* layout = channel            ? "planar, per channel (FP8 x FP8)"
-                                 : run.tensor_cores ? "planar, tensor cores"
-                                 : planar           ? "planar"
-                                                    : "blocks";
+            const char* layout = run.fp8 == Fp8Scales::kChannel  ? "planar, per channel (FP8 x FP8)"
+                                 : run.fp8 == Fp8Scales::kBlocks ? "planar, per 128x128 block (FP8 x FP8)"
+                                 : run.tensor_cores              ? "planar, tensor cores"
+                                 : planar                        ? "planar"
+                                                                 : "blocks";
             const double weight_bytes = static_cast<double>(row_bytes(format, s.k)) * static_cast<double>(s.n);
             const double gbs = weight_bytes / seconds / 1e9;
             const double tflops = 2.0 * static_cast<double>(m_rows * s.n * s.k) / seconds / 1e12;

@@ -1,7 +1,7 @@
 // Conversions feeding the tensor-core prefill GEMMs (prefill_gemm.hpp): weight rows of any
 // format decoded to BF16 (each value decode_element's float, rounded once to nearest even), float
 // activation rows to packed BF16, and float activation rows to E4M3 with a scale per row (the
-// FP8 GEMM's per-token scales).
+// FP8 GEMM's per-token scales) or per block of 128 of a row (its 128 x 128 block-scaled weights').
 #include "cuda_backend/device_formats.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
@@ -74,6 +74,32 @@ __global__ void floats_to_fp8_rows_kernel(const float* __restrict__ x, std::int6
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
 }
 
+// One block per row, a warp per block of 128 values: the block's largest |x| / 448 (1 for a
+// block of zeros or one holding an infinity: the rows' rule), each lane 4 values 32 apart.
+__global__ void floats_to_fp8_blocks_kernel(const float* __restrict__ x, std::int64_t ldx, std::int64_t k,
+                                            std::uint8_t* __restrict__ out, float* __restrict__ scales,
+                                            std::int64_t scales_ld) {
+  begin_dependent_grid();
+  const std::int64_t row = blockIdx.x;
+  const float* src = x + row * ldx;
+  std::uint8_t* dst = out + row * k;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (std::int64_t b = threadIdx.x / 32; b < k / 128; b += kThreads / 32) {
+    float v[4];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = src[b * 128 + lane + 32 * i];
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float scale = amax > 0.0f && isfinite(amax) ? amax / 448.0f : 1.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[b * 128 + lane + 32 * i] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    if (lane == 0) scales[b * scales_ld + row] = scale;
+  }
+}
+
 }  // namespace
 
 void launch_weights_to_bf16(DType format, bool planar, const std::uint8_t* data, std::int64_t row_bytes, std::int64_t n,
@@ -107,6 +133,13 @@ void launch_floats_to_fp8_rows(const float* x, std::int64_t ldx, std::int64_t m,
                                float* scales, cudaStream_t stream) {
   if (m <= 0) return;
   launch_kernel(floats_to_fp8_rows_kernel, static_cast<unsigned>(m), kThreads, 0, stream, x, ldx, k, out, scales);
+}
+
+void launch_floats_to_fp8_blocks(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::uint8_t* out,
+                                 float* scales, std::int64_t scales_ld, cudaStream_t stream) {
+  if (m <= 0) return;
+  launch_kernel(floats_to_fp8_blocks_kernel, static_cast<unsigned>(m), kThreads, 0, stream, x, ldx, k, out, scales,
+                scales_ld);
 }
 
 }  // namespace sitsrt::cuda

@@ -83,6 +83,12 @@ void launch_floats_to_bf16(const float* x, std::int64_t ldx, std::int64_t m, std
 // is the row's largest |x| / 448): m * k bytes packed at `out`, m floats at `scales`.
 void launch_floats_to_fp8_rows(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::uint8_t* out,
                                float* scales, cudaStream_t stream);
+// m rows of k floats (ldx apart; k a multiple of 128) as E4M3 codes with a scale per block of 128
+// of a row (x ~ code * scale; the scale is the block's largest |x| / 448, as the rows' above):
+// m * k bytes packed at `out`, the scale of row r's block b at scales[b * scales_ld + r] (the
+// layout of cuBLASLt's 128-element block scaling: a column of the grid per row).
+void launch_floats_to_fp8_blocks(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::uint8_t* out,
+                                 float* scales, std::int64_t scales_ld, cudaStream_t stream);
 
 // out row r = table row ids[r] decoded to float (cols elements).
 void launch_embed(DType format, const std::uint8_t* table, std::int64_t row_bytes, std::int64_t cols,

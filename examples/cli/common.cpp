@@ -183,7 +183,8 @@ OptionSpec weights_option_spec() {
   return {"weights", 0, "FORMAT",
           "matmul weight format: as-stored, or converted at load to f16, bf16, q8 (Q8_0), q4 (Q4_0), fp8 (E4M3; "
           "the output head stays 16-bit: bf16 for an f32 head), fp8-channel (E4M3, one scale per output row: FP8 x "
-          "FP8 prefill on Hopper), fp8-all (E4M3, the head too) or q4g128 (INT4 g128)",
+          "FP8 prefill on Hopper), fp8-block (E4M3, one scale per 128x128 block, as DeepSeek-V3 / Qwen3-FP8: FP8 x FP8 "
+          "prefill on Hopper), fp8-all (E4M3, the head too) or q4g128 (INT4 g128)",
           "as-stored"};
 }
 
@@ -253,7 +254,8 @@ nlohmann::json serving_json(const RequestQueueStats& q) {
           {"device_decode_cuda_core_matmuls", q.device_decode_cuda_core_matmuls},
           {"device_prefill_tiled_attentions", q.device_prefill_tiled_attentions},
           {"device_prefill_row_attentions", q.device_prefill_row_attentions},
-          {"device_prefill_fp8_activation_reuses", q.device_prefill_fp8_activation_reuses}};
+          {"device_prefill_fp8_activation_reuses", q.device_prefill_fp8_activation_reuses},
+          {"device_prefill_fp8_block_matmuls", q.device_prefill_fp8_block_matmuls}};
 }
 
 std::string serving_text(const RequestQueueStats& q) {

@@ -83,10 +83,10 @@ struct EngineOptions {
   bool int8_activations = true;
   // Format of the matmul weights: "as-stored" (read in place from the file), or converted at
   // load to "f16", "bf16", "q8" (Q8_0), "q4" (Q4_0), "fp8" (FP8 E4M3), "fp8-channel" (FP8 E4M3,
-  // one scale per output row), "fp8-all" (FP8 including the output head) or "q4g128" (INT4 g128).
-  // Norms stay f32 and a token embedding that is not also the output head stays as stored;
-  // weights whose rows are not whole blocks of the target are kept too. The cost is reported
-  // in ModelInfo (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.
+  // one scale per output row), "fp8-block" (FP8 E4M3, one scale per 128 x 128 block), "fp8-all" (FP8 including the
+  // output head) or "q4g128" (INT4 g128). Norms stay f32 and a token embedding that is not also the output head stays
+  // as stored; weights whose rows are not whole blocks of the target are kept too. The cost is reported in ModelInfo
+  // (weights_convert_seconds / weights_converted_bytes). See docs/quantization.md.
   std::string weights = "as-stored";
   // false (default): the weights are copied at load into one huge-page host buffer, Q8_0, Q4_0,
   // Q4_K and FP8 matmul weights repacked into the layouts the decode kernels stream fastest
@@ -191,6 +191,9 @@ struct RequestQueueStats {
   // Their FP8 x FP8 prompt matmuls that found the activations quantized already (by the fused
   // RMSNorm + quantize, or an earlier matmul over the same rows: Q, K and V).
   std::uint64_t device_prefill_fp8_activation_reuses = 0;
+  // Of device_prefill_fp8_matmuls: those with 128 x 128 block-scaled weights (DeepSeek-V3 /
+  // Qwen3-FP8 checkpoints, --weights fp8-block); the rest are scaled per channel.
+  std::uint64_t device_prefill_fp8_block_matmuls = 0;
   ServingOptions limits;                // as resolved at load
   std::int64_t kv_block_bytes = 0;
   // logits() / evaluate() sessions:

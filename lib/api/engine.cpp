@@ -957,6 +957,7 @@ RequestQueueStats Engine::queue_stats() const {
   out.device_prefill_tiled_attentions = paths.prefill_attention_tiled;
   out.device_prefill_row_attentions = paths.prefill_attention_rows;
   out.device_prefill_fp8_activation_reuses = paths.prefill_fp8_activation_reuses;
+  out.device_prefill_fp8_block_matmuls = paths.prefill_fp8_blocks;
   return out;
 }
 std::string Engine::graph_table() const { return graph::to_table(impl_->graph, impl_->plan.memory); }

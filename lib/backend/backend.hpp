@@ -81,6 +81,8 @@ struct KernelPathCounters {
   // FP8 x FP8 GEMMs that found their activations' E4M3 rows in place (written by the RMSNorm in
   // front of them, or by an earlier GEMM over the same rows) instead of quantizing them.
   std::uint64_t prefill_fp8_activation_reuses = 0;
+  // Of prefill_fp8: GEMMs with 128 x 128 block-scaled weights (the rest per channel).
+  std::uint64_t prefill_fp8_blocks = 0;
 };
 
 struct MemoryUsage {

@@ -315,6 +315,7 @@ void bind_engine(py::module_& m) {
              d["device_prefill_tiled_attentions"] = s.device_prefill_tiled_attentions;
              d["device_prefill_row_attentions"] = s.device_prefill_row_attentions;
              d["device_prefill_fp8_activation_reuses"] = s.device_prefill_fp8_activation_reuses;
+             d["device_prefill_fp8_block_matmuls"] = s.device_prefill_fp8_block_matmuls;
              d["max_num_seqs"] = s.limits.max_num_seqs;
              d["max_num_batched_tokens"] = s.limits.max_num_batched_tokens;
              d["kv_block_size"] = s.limits.kv_block_size;

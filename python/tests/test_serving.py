@@ -46,7 +46,7 @@ def test_device_graphs_option_and_counters(model_path):
         assert all(q[f"device_{k}_matmuls"] == 0 for k in ("prefill_fp8", "prefill_bf16", "decode_tensor_core",
                                                            "decode_cuda_core"))
         assert (q["device_prefill_tiled_attentions"], q["device_prefill_row_attentions"],
-                q["device_prefill_fp8_activation_reuses"]) == (0, 0, 0)
+                q["device_prefill_fp8_activation_reuses"], q["device_prefill_fp8_block_matmuls"]) == (0, 0, 0, 0)
     with pytest.raises(TypeError):
         sitsrt.Engine(model_path, threads=1, device_graphs="yes")
 

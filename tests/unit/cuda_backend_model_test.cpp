@@ -565,14 +565,24 @@ TEST_CASE("cuda deterministic mode: requests batched together equal each alone (
   CHECK(engine.queue_stats().prefix_cache_hits == 0);
 }
 
-TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused RMSNorm and from each other",
-          "[cuda][gated]") {
-  SITSRT_SKIP_WITHOUT_CUDA();
+namespace {
+
+// A model whose every matmul's rows are whole blocks of 128 (dim 256, ffn 512), for the FP8 x FP8
+// prefill GEMMs.
+std::string fp8_prefill_model() {
   RandomModelOptions o = test::tiny_options(DType::kQ8_0);
   o.dim = 256;
   o.ffn = 512;
   o.context = 512;
-  const std::string path = test::random_model(o, "cuda-fp8-activations");
+  return test::random_model(o, "cuda-fp8-prefill");
+}
+
+}  // namespace
+
+TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused RMSNorm and from each other",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::string path = fp8_prefill_model();
   const Run gpu = run_model(path, "cuda", KvCacheType::kF16, "fp8-channel", 4, long_prompt(3));
   if (gpu.stats.device_prefill_fp8_matmuls == 0) {
     SITSRT_SKIP("[cuda] no FP8 x FP8 prefill GEMM on this device (Hopper with cuBLASLt 12.9+ runs it)");
@@ -592,6 +602,29 @@ TEST_CASE("cuda FP8 x FP8 prompt matmuls take their activations from the fused R
   // Against the CPU's float activations: E4M3 rounding of each activation (2^-4) only; rows from
   // a stale or wrong buffer would be off by their whole size.
   const Run cpu = run_model(path, "cpu", KvCacheType::kF16, "fp8-channel", 4, long_prompt(3));
+  CHECK(relative_rms_error(gpu.logits, cpu.logits) <= 0.1);
+}
+
+TEST_CASE("cuda FP8 x FP8 prompt matmuls with 128 x 128 block-scaled weights (fp8-block) match the cpu",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  const std::string path = fp8_prefill_model();
+  const Run gpu = run_model(path, "cuda", KvCacheType::kF16, "fp8-block", 4, long_prompt(3));
+  if (gpu.stats.device_prefill_fp8_matmuls == 0) {
+    SITSRT_SKIP("[cuda] no block-scaled FP8 x FP8 prefill GEMM on this device (Hopper with cuBLASLt 12.9+ runs it)");
+  }
+  // Two prompt passes over 2 layers, 7 FP8 GEMMs a layer (the head stays BF16). Uniform random
+  // weights give some matrices one scale over a whole band of 128 rows, which bind_weights finds
+  // per channel (that GEMM preferred): the block-scaled GEMMs are some of them, their reuses
+  // (K and V of Q's rows, up of gate's, where the scalings agree) not counted exactly.
+  INFO("fp8 matmuls " << gpu.stats.device_prefill_fp8_matmuls << ", with block scales "
+                      << gpu.stats.device_prefill_fp8_block_matmuls << ", reuses "
+                      << gpu.stats.device_prefill_fp8_activation_reuses);
+  CHECK(gpu.stats.device_prefill_fp8_block_matmuls > 0);
+  CHECK(gpu.stats.device_prefill_fp8_block_matmuls <= gpu.stats.device_prefill_fp8_matmuls);
+  if (gpu.stats.device_prefill_fp8_matmuls != 28) WARN("not every prompt matmul took FP8 x FP8");
+  // Against the CPU's float activations: E4M3 rounding of each activation (2^-4) only.
+  const Run cpu = run_model(path, "cpu", KvCacheType::kF16, "fp8-block", 4, long_prompt(3));
   CHECK(relative_rms_error(gpu.logits, cpu.logits) <= 0.1);
 }
 
@@ -700,7 +733,7 @@ std::string planar_test_model(const std::string& architecture = "llama") {
 TEST_CASE("cuda backend reproduces the cpu backend with planar INT4 g128 and FP8 weights (rows of 128)",
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
-  for (const char* weights : {"q4g128", "fp8", "fp8-channel"}) {
+  for (const char* weights : {"q4g128", "fp8", "fp8-channel", "fp8-block"}) {
     INFO("weights " << weights);
     check_same_run(planar_test_model(), KvCacheType::kF16, weights, 24, 2e-3);
   }

@@ -429,14 +429,14 @@ TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference wit
 }
 
 TEST_CASE(
-    "cuda prefill GEMM FP8 x FP8 (per-channel weight scales, per-token activation scales) equals the double "
-    "reference within E4M3 rounding",
+    "cuda prefill GEMM FP8 x FP8 (per-channel x per-token scales; 128 x 128 block x 128-element block scales) equals "
+    "the double reference within E4M3 rounding",
     "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(107);
   cuda::CudaContext context(0);
-  if (context.compute_capability() / 10 != 9) {  // cuBLASLt's outer-vector FP8 scaling: Hopper only
-    SITSRT_SKIP("[cuda] cuBLASLt scales FP8 per channel and token on sm_90 only, this is sm_"
+  if (context.compute_capability() / 10 != 9) {  // cuBLASLt's outer-vector and block FP8 scaling: Hopper only
+    SITSRT_SKIP("[cuda] cuBLASLt scales FP8 per channel or block on sm_90 only, this is sm_"
                 << context.compute_capability());
   }
   cuda::DeviceAllocator allocator(context, 0);
@@ -444,78 +444,135 @@ TEST_CASE(
   struct Case {
     std::int64_t n, k, m;
   };
-  // an odd number of rows of x; several chunks of x (16 MiB of E4M3 rows: 1024 rows of 16384)
-  for (const Case& c : {Case{256, 1024, 77}, Case{1040, 4096, 300}, Case{64, 16384, 1100}}) {
-    const std::size_t stride = row_bytes(DType::kFP8_E4M3, c.k);
-    std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(c.n));
-    std::vector<float> decoded(static_cast<std::size_t>(c.n * c.k)), channel(static_cast<std::size_t>(c.n));
-    for (std::int64_t j = 0; j < c.n; ++j) {  // one scale for the whole row, repeated in every block
-      const std::vector<float> row = rng.normals(static_cast<std::size_t>(c.k), 0.05f);
-      float amax = 0.0f;
-      for (const float v : row) amax = std::max(amax, std::fabs(v));
-      const float d = amax / 448.0f;
-      channel[static_cast<std::size_t>(j)] = d;
-      for (std::int64_t b = 0; b < c.k / 64; ++b) {
-        BlockFP8_E4M3 block{};
-        block.d = d;
-        for (int i = 0; i < 64; ++i) block.qs[i] = fp32_to_fp8_e4m3(row[static_cast<std::size_t>(b * 64 + i)] / d);
-        std::memcpy(w.data() + j * stride + b * sizeof(block), &block, sizeof(block));
+  // Rows of x not a multiple of 8 (block scaling: chunks of whole 8 rows and a window of the last
+  // 8) and a multiple (one chunk); several chunks of x (16 MiB of E4M3 rows: 1024 rows of 16384);
+  // outputs a partial band of 128 (1040 = 8 x 128 + 16).
+  for (const bool blocks : {false, true}) {
+    for (const Case& c :
+         {Case{256, 1024, 77}, Case{256, 1024, 64}, Case{1040, 4096, 300}, Case{64, 16384, 1100}, Case{272, 640, 49}}) {
+      // Weights as the quantizers make them (the block scales a magnitude per 128 columns apart),
+      // their scales found as the backend finds them.
+      const std::size_t stride = row_bytes(DType::kFP8_E4M3, c.k);
+      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(c.n));
+      std::vector<float> decoded(static_cast<std::size_t>(c.n * c.k)), values(decoded.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = rng.normal() * 0.05f * std::exp2(static_cast<float>(i % static_cast<std::size_t>(c.k) / 128 % 3));
       }
-      dequantize_row(DType::kFP8_E4M3, w.data() + j * stride, decoded.data() + j * c.k, c.k);
-    }
-    DeviceArray<std::uint8_t> dw(planar_matrix(DType::kFP8_E4M3, w, c.n, c.k));
-    DeviceArray<float> dchannel(channel);
-    cuda::DeviceWeight weight{dw.get(), DType::kFP8_E4M3, c.n, c.k, static_cast<std::int64_t>(stride), true, {}};
-    weight.channel_scales = dchannel.get();
-    // y's rows 16-byte aligned (scaled FP8 kernels need it), with padding past n left poisoned.
-    const std::int64_t ldx = c.k + 3, ldy = c.n + 4;
-    std::vector<float> x(static_cast<std::size_t>(c.m * ldx));
-    for (float& v : x) v = rng.normal() * (rng.uniform_int(0, 9) == 0 ? 20.0f : 1.0f);  // some outliers
-    DeviceArray<float> dx(x), dy(static_cast<std::size_t>(c.m * ldy));
-    const bool ran = gemm.run(weight, dx.get(), ldx, c.m, dy.get(), ldy);
-    INFO("n=" << c.n << " k=" << c.k << " m=" << c.m << ": " << gemm.unavailable_reason() << " / "
-              << gemm.fp8_unavailable_reason());
-    REQUIRE(ran);
-    REQUIRE(gemm.last_path() == cuda::PrefillGemm::Path::kFp8);
-    const std::vector<float> y = dy.download();
-    // Also against the activations quantized on the host as the kernel does (scale = the row's
-    // largest |x| / 448, nearest E4M3): then only the float sums differ (rms over the outputs
-    // checked; a wrong scale or row mapping is far off).
-    double rms_quantized_error = 0, rms_reference = 0;
-    for (std::int64_t r = 0; r < c.m; r += std::max<std::int64_t>(1, c.m / 7)) {
-      float amax = 0.0f;
-      for (std::int64_t e = 0; e < c.k; ++e) amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * ldx + e)]));
-      const double token_scale = amax / 448.0;
-      std::vector<double> quantized(static_cast<std::size_t>(c.k));
-      for (std::int64_t e = 0; e < c.k; ++e) {
-        const float s = amax / 448.0f;
-        quantized[static_cast<std::size_t>(e)] =
-            static_cast<double>(fp8_e4m3_to_fp32(fp32_to_fp8_e4m3(x[static_cast<std::size_t>(r * ldx + e)] / s))) * s;
+      if (blocks) {
+        for (std::int64_t r = 0; r < c.n; r += 128) {
+          quantize_band_fp8_block128(values.data() + r * c.k, w.data() + r * stride,
+                                     std::min<std::int64_t>(128, c.n - r), c.k);
+        }
+      } else {
+        for (std::int64_t r = 0; r < c.n; ++r) {
+          quantize_row_fp8_per_channel(values.data() + r * c.k, w.data() + r * stride, c.k);
+        }
       }
       for (std::int64_t j = 0; j < c.n; ++j) {
-        double sum = 0, magnitude = 0, weights = 0, sum_quantized = 0;
-        for (std::int64_t e = 0; e < c.k; ++e) {
-          const double wv = decoded[static_cast<std::size_t>(j * c.k + e)];
-          const double p = wv * x[static_cast<std::size_t>(r * ldx + e)];
-          sum += p;
-          magnitude += std::fabs(p);
-          weights += std::fabs(wv);
-          sum_quantized += wv * quantized[static_cast<std::size_t>(e)];
-        }
-        const double deviation = y[static_cast<std::size_t>(r * ldy + j)] - sum_quantized;
-        rms_quantized_error += deviation * deviation;
-        rms_reference += sum_quantized * sum_quantized;
-        const double got = y[static_cast<std::size_t>(r * ldy + j)];
-        // Each activation rounded to E4M3 relative to its row's scale: within 2^-4 of its value
-        // (3 mantissa bits), or 2^-10 scales below E4M3's normal range; then float sums.
-        const double bound = 1e-5 + magnitude / 16.0 + weights * token_scale / 1024.0;
-        if (!(std::fabs(got - sum) <= bound)) {
-          FAIL("row " << r << " output " << j << ": " << got << ", expected " << sum << " within " << bound);
-        }
+        dequantize_row(DType::kFP8_E4M3, w.data() + j * stride, decoded.data() + j * c.k, c.k);
       }
-      for (std::int64_t j = c.n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
+      const std::vector<std::uint8_t> planes = planar_matrix(DType::kFP8_E4M3, w, c.n, c.k);
+      const cuda::PlanarGeometry g = cuda::planar_geometry(DType::kFP8_E4M3, c.n, c.k);
+      const std::optional<std::vector<float>> scales = blocks ? cuda::fp8_block128_scales(planes.data(), g, c.n, c.k)
+                                                              : cuda::fp8_channel_scales(planes.data(), g, c.n);
+      REQUIRE(scales.has_value());
+      REQUIRE(blocks == !cuda::fp8_channel_scales(planes.data(), g, c.n).has_value());
+      DeviceArray<std::uint8_t> dw(planes);
+      DeviceArray<float> dscales(*scales);
+      cuda::DeviceWeight weight{dw.get(), DType::kFP8_E4M3, c.n, c.k, static_cast<std::int64_t>(stride), true, {}};
+      (blocks ? weight.block_scales : weight.channel_scales) = dscales.get();
+      // y's rows 16-byte aligned (scaled FP8 kernels need it), with padding past n left poisoned.
+      const std::int64_t ldx = c.k + 3, ldy = c.n + 4;
+      std::vector<float> x(static_cast<std::size_t>(c.m * ldx));
+      for (float& v : x) v = rng.normal() * (rng.uniform_int(0, 9) == 0 ? 20.0f : 1.0f);  // some outliers
+      DeviceArray<float> dx(x), dy(static_cast<std::size_t>(c.m * ldy));
+      const bool ran = gemm.run(weight, dx.get(), ldx, c.m, dy.get(), ldy);
+      INFO((blocks ? "blocks" : "channel") << " n=" << c.n << " k=" << c.k << " m=" << c.m << ": "
+                                           << gemm.unavailable_reason() << " / " << gemm.fp8_unavailable_reason());
+      REQUIRE(ran);
+      REQUIRE(gemm.last_path() == (blocks ? cuda::PrefillGemm::Path::kFp8Blocks : cuda::PrefillGemm::Path::kFp8));
+      const std::vector<float> y = dy.download();
+      // Also against the activations quantized on the host as the kernels do (scale = the row's,
+      // or its block of 128's, largest |x| / 448, nearest E4M3): then only the float sums differ
+      // (rms over the outputs checked; a wrong scale, scale layout or row mapping is far off).
+      double rms_quantized_error = 0, rms_reference = 0;
+      const std::int64_t span = blocks ? 128 : c.k;  // the values one activation scale covers
+      for (std::int64_t r = 0; r < c.m; r += std::max<std::int64_t>(1, c.m / 7)) {
+        std::vector<double> quantized(static_cast<std::size_t>(c.k)), scale_of(static_cast<std::size_t>(c.k));
+        for (std::int64_t e0 = 0; e0 < c.k; e0 += span) {
+          float amax = 0.0f;
+          for (std::int64_t e = e0; e < e0 + span; ++e) {
+            amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * ldx + e)]));
+          }
+          const float s = amax / 448.0f;
+          for (std::int64_t e = e0; e < e0 + span; ++e) {
+            scale_of[static_cast<std::size_t>(e)] = s;
+            quantized[static_cast<std::size_t>(e)] =
+                static_cast<double>(fp8_e4m3_to_fp32(fp32_to_fp8_e4m3(x[static_cast<std::size_t>(r * ldx + e)] / s))) *
+                s;
+          }
+        }
+        for (std::int64_t j = 0; j < c.n; ++j) {
+          double sum = 0, magnitude = 0, scaled_weights = 0, sum_quantized = 0;
+          for (std::int64_t e = 0; e < c.k; ++e) {
+            const double wv = decoded[static_cast<std::size_t>(j * c.k + e)];
+            const double p = wv * x[static_cast<std::size_t>(r * ldx + e)];
+            sum += p;
+            magnitude += std::fabs(p);
+            scaled_weights += std::fabs(wv) * scale_of[static_cast<std::size_t>(e)];
+            sum_quantized += wv * quantized[static_cast<std::size_t>(e)];
+          }
+          const double deviation = y[static_cast<std::size_t>(r * ldy + j)] - sum_quantized;
+          rms_quantized_error += deviation * deviation;
+          rms_reference += sum_quantized * sum_quantized;
+          const double got = y[static_cast<std::size_t>(r * ldy + j)];
+          // Each activation rounded to E4M3 relative to its scale: within 2^-4 of its value (3
+          // mantissa bits), or 2^-10 scales below E4M3's normal range; then float sums.
+          const double bound = 1e-5 + magnitude / 16.0 + scaled_weights / 1024.0;
+          if (!(std::fabs(got - sum) <= bound)) {
+            FAIL("row " << r << " output " << j << ": " << got << ", expected " << sum << " within " << bound);
+          }
+        }
+        for (std::int64_t j = c.n; j < ldy; ++j) REQUIRE(std::isnan(y[static_cast<std::size_t>(r * ldy + j)]));
+      }
+      CHECK(std::sqrt(rms_quantized_error) <= 1e-3 * std::sqrt(rms_reference));
     }
-    CHECK(std::sqrt(rms_quantized_error) <= 1e-3 * std::sqrt(rms_reference));
+  }
+}
+
+TEST_CASE("cuda FP8 activation rows per block of 128: the host's scales and codes, in the grid's layout",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(108);
+  const std::int64_t rows = 7, k = 384, ldx = 390, scales_ld = 8;  // ld past the rows: its padding left alone
+  std::vector<float> x(static_cast<std::size_t>(rows * ldx));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = rng.normal() * std::exp2(static_cast<float>(i % 128 % 7) - 3.0f);
+  std::fill(x.begin() + 2 * ldx + 128, x.begin() + 2 * ldx + 256, 0.0f);  // a block of zeros: scale 1
+  x[4 * ldx + 300] = std::numeric_limits<float>::infinity();              // an infinity: scale 1, saturated
+  DeviceArray<float> dx(x);
+  DeviceArray<std::uint8_t> codes(static_cast<std::size_t>(rows * k));
+  std::vector<float> poison(static_cast<std::size_t>(k / 128 * scales_ld), -5.0f);
+  DeviceArray<float> scales(poison);
+  cuda::launch_floats_to_fp8_blocks(dx.get(), ldx, rows, k, codes.get(), scales.get(), scales_ld, nullptr);
+  const std::vector<std::uint8_t> got_codes = codes.download();
+  const std::vector<float> got_scales = scales.download();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t b = 0; b < k / 128; ++b) {
+      float amax = 0.0f;
+      for (std::int64_t e = b * 128; e < b * 128 + 128; ++e)
+        amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(r * ldx + e)]));
+      const float s = amax > 0.0f && std::isfinite(amax) ? amax / 448.0f : 1.0f;
+      CAPTURE(r, b);
+      REQUIRE(got_scales[static_cast<std::size_t>(b * scales_ld + r)] == s);
+      for (std::int64_t e = b * 128; e < b * 128 + 128; ++e) {
+        REQUIRE(got_codes[static_cast<std::size_t>(r * k + e)] ==
+                fp32_to_fp8_e4m3(std::clamp(x[static_cast<std::size_t>(r * ldx + e)] / s, -448.0f, 448.0f)));
+      }
+    }
+  }
+  for (std::int64_t b = 0; b < k / 128; ++b) {
+    for (std::int64_t r = rows; r < scales_ld; ++r)
+      REQUIRE(got_scales[static_cast<std::size_t>(b * scales_ld + r)] == -5.0f);
   }
 }
 

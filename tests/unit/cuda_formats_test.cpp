@@ -6,6 +6,7 @@
 #include "core/quant_blocks.hpp"
 #include "cpu/attention/kv_quant.hpp"
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/fp8_activation_plan.hpp"
 #include "cuda_backend/logit_summary_record.hpp"
 #include "cuda_backend/planar_weights.hpp"
 #include "support/random.hpp"
@@ -347,6 +348,22 @@ TEST_CASE("the logit summary's order key ranks logits descending, signed zeros a
   CHECK(cuda::summary_record_bytes(cuda::kMaxSummaryBest) == sizeof(cuda::SummaryHeader) + 8 * cuda::kMaxSummaryBest);
 }
 
+namespace {
+
+// Stored FP8 E4M3 rows (rows x cols) in the planar layout the backend uploads.
+std::vector<std::uint8_t> planar_fp8(const std::vector<std::uint8_t>& stored, std::int64_t rows, std::int64_t cols) {
+  const cuda::PlanarGeometry g = cuda::planar_geometry(DType::kFP8_E4M3, rows, cols);
+  const std::size_t stride = row_bytes(DType::kFP8_E4M3, cols);
+  std::vector<std::uint8_t> planes(stored.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    cuda::planar_pack_row(DType::kFP8_E4M3, stored.data() + static_cast<std::size_t>(r) * stride, cols,
+                          planes.data() + r * g.code_row_bytes, planes.data() + g.scales_of(r));
+  }
+  return planes;
+}
+
+}  // namespace
+
 TEST_CASE("fp8_channel_scales finds one scale per row only where every block of the row has it", "[cuda]") {
   test::Rng rng(908);
   const std::int64_t rows = 5, cols = 256;
@@ -363,14 +380,7 @@ TEST_CASE("fp8_channel_scales finds one scale per row only where every block of 
     }
   }
   const cuda::PlanarGeometry g = cuda::planar_geometry(DType::kFP8_E4M3, rows, cols);
-  const auto pack = [&] {
-    std::vector<std::uint8_t> planes(stored.size());
-    for (std::int64_t r = 0; r < rows; ++r) {
-      cuda::planar_pack_row(DType::kFP8_E4M3, stored.data() + r * stride, cols, planes.data() + r * g.code_row_bytes,
-                            planes.data() + g.scales_of(r));
-    }
-    return planes;
-  };
+  const auto pack = [&] { return planar_fp8(stored, rows, cols); };
   const std::optional<std::vector<float>> found = cuda::fp8_channel_scales(pack().data(), g, rows);
   REQUIRE(found.has_value());
   CHECK(*found == want);
@@ -397,5 +407,129 @@ TEST_CASE("fp8_channel_scales finds one scale per row only where every block of 
     CAPTURE(per_channel);
     REQUIRE(channel.has_value() == per_channel);
     if (per_channel) CHECK(*channel == scales);
+  }
+}
+
+TEST_CASE("fp8_block128_scales finds the 128 x 128 grid only where every block of it has one scale", "[cuda]") {
+  test::Rng rng(909);
+  // 300 rows (bands of 128, 128 and 44) x 384 columns (3 column blocks: ld 4, one padding)
+  const std::int64_t rows = 300, cols = 384;
+  const std::size_t stride = row_bytes(DType::kFP8_E4M3, cols);
+  std::vector<float> values(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = rng.normal() * std::exp2(static_cast<float>(i / 128 % 5) - 2.0f);
+  }
+  std::vector<std::uint8_t> stored(stride * rows);
+  const auto quantize = [&](bool blocks) {
+    for (std::int64_t band = 0; band * 128 < rows; ++band) {
+      const std::int64_t count = std::min<std::int64_t>(128, rows - band * 128);
+      if (blocks) {
+        quantize_band_fp8_block128(values.data() + band * 128 * cols, stored.data() + band * 128 * stride, count, cols);
+      } else {
+        for (std::int64_t r = band * 128; r < band * 128 + count; ++r) {
+          quantize_row_fp8_per_channel(values.data() + r * cols, stored.data() + r * stride, cols);
+        }
+      }
+    }
+  };
+  const cuda::PlanarGeometry g = cuda::planar_geometry(DType::kFP8_E4M3, rows, cols);
+  const auto pack = [&] { return planar_fp8(stored, rows, cols); };
+  quantize(true);
+  const std::optional<std::vector<float>> grid = cuda::fp8_block128_scales(pack().data(), g, rows, cols);
+  REQUIRE(grid.has_value());
+  const std::int64_t ld = cuda::fp8_block128_scales_ld(cols);
+  CHECK(ld == 4);
+  REQUIRE(grid->size() == static_cast<std::size_t>(3 * ld));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; c += 64) {
+      float d = 0.0f;
+      std::memcpy(&d, stored.data() + r * stride + c / 64 * sizeof(BlockFP8_E4M3), sizeof(d));
+      CAPTURE(r, c);
+      REQUIRE(d > 0.0f);
+      REQUIRE((*grid)[static_cast<std::size_t>(r / 128 * ld + c / 128)] == d);
+    }
+  }
+  for (std::int64_t band = 0; band < 3; ++band) CHECK((*grid)[static_cast<std::size_t>(band * ld + 3)] == 0.0f);
+  // One 64-block of a late row with another scale: no grid.
+  float other = 3.0f;
+  std::memcpy(stored.data() + 200 * stride + 5 * sizeof(BlockFP8_E4M3), &other, sizeof(other));
+  CHECK_FALSE(cuda::fp8_block128_scales(pack().data(), g, rows, cols).has_value());
+  // Per-channel rows (each row its own scale): no grid; a width of 64 mod 128: no grid.
+  quantize(false);
+  CHECK_FALSE(cuda::fp8_block128_scales(pack().data(), g, rows, cols).has_value());
+  quantize(true);
+  CHECK_FALSE(cuda::fp8_block128_scales(pack().data(), g, rows, cols - 64).has_value());
+}
+
+TEST_CASE("plan_fp8_activations covers every row once per chunk, in whole 8 rows for block scales, within the buffers",
+          "[cuda]") {
+  constexpr std::int64_t kCodes = 16 << 20, kScales = 1 << 18;
+  // The prefill GEMM's own shapes: 77 rows (a window of the last 8), several chunks of 16384-wide
+  // rows (1024 a chunk), rows of 8 exactly, and too few rows for block scaling.
+  {
+    const cuda::Fp8ActivationPlan p = cuda::plan_fp8_activations(true, 77, 1024, kCodes, kScales);
+    REQUIRE(p.chunks.size() == 2);
+    CHECK((p.chunks[0].first == 0 && p.chunks[0].rows == 72 && p.chunks[1].first == 69 && p.chunks[1].rows == 8));
+    CHECK(p.resident);
+    CHECK(p.chunks[1].codes_offset == 69 * 1024);
+    CHECK(p.chunks[1].scales_offset == 72 * 8);
+  }
+  {
+    const cuda::Fp8ActivationPlan p = cuda::plan_fp8_activations(true, 1100, 16384, kCodes, kScales);
+    REQUIRE(p.chunks.size() == 3);
+    CHECK((p.chunks[0].rows == 1024 && p.chunks[1].first == 1024 && p.chunks[1].rows == 72 &&
+           p.chunks[2].first == 1092 && p.chunks[2].rows == 8));
+    CHECK_FALSE(p.resident);
+  }
+  CHECK(cuda::plan_fp8_activations(false, 77, 1024, kCodes, kScales).chunks.size() == 1);
+  CHECK(cuda::plan_fp8_activations(true, 7, 1024, kCodes, kScales).chunks.empty());
+  CHECK(cuda::plan_fp8_activations(true, 64, 1000, kCodes, kScales).chunks.empty());  // not whole blocks of 128
+  // Properties over random shapes and buffer sizes.
+  test::Rng rng(910);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const bool blocks = rng.uniform_int(0, 1) == 1;
+    const std::int64_t k = 128 * rng.uniform_int(1, 64), m = rng.uniform_int(1, 3000);
+    const std::int64_t code_bytes = k * rng.uniform_int(1, 2000), scale_floats = rng.uniform_int(1, 1 << 16);
+    const cuda::Fp8ActivationPlan p = cuda::plan_fp8_activations(blocks, m, k, code_bytes, scale_floats);
+    CAPTURE(blocks, m, k, code_bytes, scale_floats);
+    const std::int64_t per_row = blocks ? k / 128 : 1;
+    const std::int64_t cap = std::min(code_bytes / k, scale_floats / per_row) / (blocks ? 8 : 1) * (blocks ? 8 : 1);
+    if (cap < 1 || (blocks && m < 8)) {
+      REQUIRE(p.chunks.empty());
+      continue;
+    }
+    REQUIRE_FALSE(p.chunks.empty());
+    std::vector<int> covered(static_cast<std::size_t>(m), 0);
+    std::int64_t scales_end = 0, scales_total = 0;
+    for (std::size_t i = 0; i < p.chunks.size(); ++i) {
+      const cuda::Fp8ActivationChunk& c = p.chunks[i];
+      REQUIRE(c.rows >= 1);
+      REQUIRE(c.rows <= cap);
+      REQUIRE(c.first >= 0);
+      REQUIRE(c.first + c.rows <= m);
+      if (blocks) REQUIRE(c.rows % 8 == 0);
+      for (std::int64_t r = c.first; r < c.first + c.rows; ++r) ++covered[static_cast<std::size_t>(r)];
+      scales_total += c.rows * per_row;
+      if (p.resident) {
+        REQUIRE(c.codes_offset == c.first * k);
+        REQUIRE(c.scales_offset == scales_end);  // regions one after another, disjoint
+        scales_end += c.rows * per_row;
+      } else {
+        REQUIRE(c.codes_offset == 0);
+        REQUIRE(c.scales_offset == 0);
+      }
+      REQUIRE(c.codes_offset + c.rows * k <= code_bytes);
+      REQUIRE(c.scales_offset + c.rows * per_row <= scale_floats);
+      // chunks in order; only a last window of 8 overlaps the chunk before it, by fewer than 8 rows
+      if (i > 0) {
+        const cuda::Fp8ActivationChunk& before = p.chunks[i - 1];
+        const std::int64_t overlap = before.first + before.rows - c.first;
+        REQUIRE(overlap >= 0);
+        if (overlap > 0) REQUIRE((blocks && i + 1 == p.chunks.size() && c.rows == 8 && overlap < 8));
+      }
+    }
+    for (std::int64_t r = 0; r < m; ++r) REQUIRE(covered[static_cast<std::size_t>(r)] >= 1);
+    // resident exactly when every row's codes and every chunk's scales fit at once
+    REQUIRE(p.resident == (m * k <= code_bytes && scales_total <= scale_floats));
   }
 }
