@@ -9,16 +9,20 @@
 
 namespace sitsrt::cuda {
 
+// cuBLASLt assumes 256-byte aligned operands unless told otherwise: every chunk's codes start so
+// (the codes buffer itself 256-byte aligned).
+inline constexpr std::int64_t kFp8CodesAlignment = 256;
+
 struct Fp8ActivationChunk {
   std::int64_t first = 0;  // rows [first, first + rows) of x and y
   std::int64_t rows = 0;
-  std::int64_t codes_offset = 0;   // bytes into the codes buffer: rows x k packed
+  std::int64_t codes_offset = 0;   // bytes into the codes buffer (rows x k packed), 256-byte aligned
   std::int64_t scales_offset = 0;  // floats into the scales buffer
 };
 
 struct Fp8ActivationPlan {
   std::vector<Fp8ActivationChunk> chunks;  // empty: no plan fits (the BF16 GEMM runs)
-  // Every row's codes and scales in the buffers at once, at offsets fixed by (m, k, blocks): the
+  // Every chunk's codes and scales in the buffers at once, at offsets fixed by (blocks, m, k): the
   // next GEMM over the same x may use them as they are.
   bool resident = false;
 };
@@ -39,25 +43,30 @@ inline Fp8ActivationPlan plan_fp8_activations(bool blocks, std::int64_t m, std::
   std::int64_t cap = std::min(code_bytes / k, scale_floats / scales_per_row);  // rows a chunk may have
   if (blocks) cap = cap / 8 * 8;
   if (cap < 1) return plan;
-  const auto add = [&](std::int64_t first, std::int64_t rows) { plan.chunks.push_back({first, rows, 0, 0}); };
   std::int64_t first = 0;
-  for (; m - first >= cap; first += cap) add(first, cap);
+  for (; m - first >= cap; first += cap) plan.chunks.push_back({first, cap});
   const std::int64_t rest = m - first;
-  if (!blocks && rest > 0) add(first, rest);
-  if (blocks && rest >= 8) add(first, rest / 8 * 8);
-  if (blocks && rest % 8 != 0) add(m - 8, 8);
-  // Resident: every row's codes at its own place and every chunk's scales after the previous
-  // chunk's (a row of a window has its codes twice over, identical).
-  std::int64_t scales = 0;
-  for (const Fp8ActivationChunk& c : plan.chunks) scales += c.rows * scales_per_row;
-  plan.resident = m * k <= code_bytes && scales <= scale_floats;
-  if (plan.resident) {
-    std::int64_t at = 0;
-    for (Fp8ActivationChunk& c : plan.chunks) {
-      c.codes_offset = c.first * k;
-      c.scales_offset = at;
-      at += c.rows * scales_per_row;
-    }
+  if (!blocks && rest > 0) plan.chunks.push_back({first, rest});
+  if (blocks && rest >= 8) plan.chunks.push_back({first, rest / 8 * 8});
+  const bool window = blocks && rest % 8 != 0;
+  if (window) plan.chunks.push_back({m - 8, 8});
+  // Resident: a chunk's codes at its rows' own place (chunks start at multiples of 8 rows of a
+  // multiple of 128 bytes: 1024-byte aligned), a window's after every row at the next 256 bytes
+  // (its rows' own place, m - 8 rows in, may be 128-byte aligned only); each chunk's scales after
+  // the chunk before's. A single chunk is resident at the buffers' starts; else where all fit.
+  std::int64_t codes_end = 0, scales_end = 0;
+  for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
+    Fp8ActivationChunk& c = plan.chunks[i];
+    const bool last_window = window && i + 1 == plan.chunks.size();
+    c.codes_offset =
+        last_window ? (m * k + kFp8CodesAlignment - 1) / kFp8CodesAlignment * kFp8CodesAlignment : c.first * k;
+    c.scales_offset = scales_end;
+    codes_end = std::max(codes_end, c.codes_offset + c.rows * k);
+    scales_end += c.rows * scales_per_row;
+  }
+  plan.resident = codes_end <= code_bytes && scales_end <= scale_floats;
+  if (!plan.resident) {  // one chunk at a time at the buffers' starts (rows * k <= code_bytes: cap)
+    for (Fp8ActivationChunk& c : plan.chunks) c.codes_offset = c.scales_offset = 0;
   }
   return plan;
 }

@@ -44,7 +44,9 @@ class PrefillGemm {
   PrefillGemm(const PrefillGemm&) = delete;
   PrefillGemm& operator=(const PrefillGemm&) = delete;
 
-  // y[m x n] = x[m x k] * W^T queued on the stream; false (nothing queued) when unavailable.
+  // y[m x n] = x[m x k] * W^T queued on the stream; false (nothing queued) when unavailable. y
+  // must not overlap x (chunks of x are read after earlier chunks' rows of y are written; the
+  // backend's memory plan never places a matmul's output over its input).
   // Loads the library and allocates its buffers on first use: not to be called first inside a
   // stream capture (a decode graph captures a shape only after running it eagerly once).
   bool run(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
