@@ -281,20 +281,41 @@ __device__ inline HeadSlice head_slice(int type, std::int64_t width, std::int64_
   }
 }
 
+// The largest of 16, 4 and 1 bytes that every row start of rows `row_bytes` apart from p keeps.
+__device__ inline int row_alignment(const void* p, std::int64_t row_bytes) {
+  const auto bits = reinterpret_cast<std::uintptr_t>(p) | static_cast<std::uintptr_t>(row_bytes);
+  return bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+}
+
+// A head slice's values of n rows copied a Word at a time (its value offset and bytes multiples
+// of the word, the rows' starts aligned to it).
+template <typename Word, typename RowOf>
+__device__ void copy_head_values(const RowOf& row_of, const HeadSlice& slice, std::int64_t c, int n,
+                                 std::uint8_t* dst) {
+  const std::int64_t per_row = slice.value_bytes / static_cast<std::int64_t>(sizeof(Word));
+  for (std::int64_t idx = threadIdx.x; idx < n * per_row; idx += blockDim.x) {
+    const std::int64_t i = idx / per_row, w = idx % per_row;
+    const auto* src = reinterpret_cast<const Word*>(row_of(c + i) + slice.value_offset);
+    reinterpret_cast<Word*>(dst + i * slice.compact_stride)[w] = src[w];
+  }
+}
+
 // Copies head g of the n rows of positions c.. (row_of(p): the row of position p, whose every
-// row start is 4-byte aligned when `aligned`) into shared memory as compact rows
+// row start keeps `alignment` bytes: row_alignment) into shared memory as compact rows
 // (slice.compact_stride apart): every thread's loads independent, so the chunk's rows arrive
-// together instead of one dependent load per position.
+// together instead of one dependent load per position; 16 bytes a load where the slice, the rows
+// and the staging area allow (an f16 head of 128: 16 loads a row instead of 64), else 4.
 template <typename RowOf>
-__device__ void stage_head_rows(const RowOf& row_of, bool aligned, const HeadSlice& slice, std::int64_t c, int n,
+__device__ void stage_head_rows(const RowOf& row_of, int alignment, const HeadSlice& slice, std::int64_t c, int n,
                                 std::uint8_t* dst) {
-  if (aligned && slice.value_offset % 4 == 0 && slice.value_bytes % 4 == 0) {
-    const std::int64_t per_row = slice.value_bytes / 4;
-    for (std::int64_t idx = threadIdx.x; idx < n * per_row; idx += blockDim.x) {
-      const std::int64_t i = idx / per_row, w = idx % per_row;
-      const auto* src = reinterpret_cast<const std::uint32_t*>(row_of(c + i) + slice.value_offset);
-      reinterpret_cast<std::uint32_t*>(dst + i * slice.compact_stride)[w] = src[w];
-    }
+  const auto fits = [&](std::int64_t word) {
+    return alignment % word == 0 && slice.value_offset % word == 0 && slice.value_bytes % word == 0 &&
+           slice.compact_stride % word == 0 && reinterpret_cast<std::uintptr_t>(dst) % word == 0;
+  };
+  if (fits(16)) {
+    copy_head_values<uint4>(row_of, slice, c, n, dst);
+  } else if (fits(4)) {
+    copy_head_values<std::uint32_t>(row_of, slice, c, n, dst);
   } else {
     for (std::int64_t idx = threadIdx.x; idx < n * slice.value_bytes; idx += blockDim.x) {
       const std::int64_t i = idx / slice.value_bytes, b = idx % slice.value_bytes;
@@ -307,10 +328,16 @@ __device__ void stage_head_rows(const RowOf& row_of, bool aligned, const HeadSli
   }
 }
 
-// Shared bytes of the split kernel: q and weights per head, the running values, the staged rows.
+// Floats of the split kernel's shared memory before the staged rows: q and weights per head, the
+// running values; rounded up to 4 so the rows start 16-byte aligned (stage_head_rows' wide loads).
+__host__ __device__ inline std::int64_t split_float_prefix(std::int64_t group, std::int64_t hd) {
+  return (group * (hd + kSplitChunk + 3) + 3) / 4 * 4;
+}
+
+// Shared bytes of the split kernel: the float prefix, the staged rows.
 inline std::size_t split_shared_bytes(std::int64_t group, std::int64_t hd, int k_type, int v_type) {
   const auto stride = [&](int type) { return (kv_row_bytes(type, hd, hd) + 3) / 4 * 4; };
-  return static_cast<std::size_t>(group * (hd + kSplitChunk + 3)) * sizeof(float) +
+  return static_cast<std::size_t>(split_float_prefix(group, hd)) * sizeof(float) +
          static_cast<std::size_t>(kSplitChunk * (stride(k_type) + stride(v_type)));
 }
 
@@ -381,7 +408,7 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
   const std::int64_t k_stride = s.k_recent != nullptr && exact_slice.compact_stride > k_stored.compact_stride
                                     ? exact_slice.compact_stride
                                     : k_stored.compact_stride;
-  auto* k_rows = reinterpret_cast<std::uint8_t*>(correction + group);  // [kSplitChunk][k_stride]
+  auto* k_rows = reinterpret_cast<std::uint8_t*>(smem + split_float_prefix(group, hd));  // [kSplitChunk][k_stride]
   std::uint8_t* v_rows = k_rows + kSplitChunk * k_stride;
 
   const std::int64_t pos = s.pos0 + (r - s.row_begin);
@@ -390,12 +417,9 @@ __global__ void attention_split_kernel(AttentionLaunch a) {
   const std::int64_t begin = lo + split * span;
   const std::int64_t end = begin + span < pos + 1 ? begin + span : pos + 1;
   const std::int64_t exact_from = exact_begin(s, lo, pos);
-  const auto aligned = [](const void* p, std::int64_t row_bytes) {
-    return row_bytes % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % 4 == 0;
-  };
-  const bool k_aligned = aligned(s.k, s.k_row_bytes), v_aligned = aligned(s.v, s.v_row_bytes);
-  const bool k_exact_aligned = aligned(a.k_exact, 2 * width) && aligned(s.k_recent, 2 * width);
-  const bool v_exact_aligned = aligned(a.v_exact, 2 * width) && aligned(s.v_recent, 2 * width);
+  const int k_aligned = row_alignment(s.k, s.k_row_bytes), v_aligned = row_alignment(s.v, s.v_row_bytes);
+  const int k_exact_aligned = min(row_alignment(a.k_exact, 2 * width), row_alignment(s.k_recent, 2 * width));
+  const int v_exact_aligned = min(row_alignment(a.v_exact, 2 * width), row_alignment(s.v_recent, 2 * width));
 
   for (std::int64_t e = threadIdx.x; e < group * hd; e += blockDim.x) {
     const std::int64_t hh = e / hd, d = e % hd;
