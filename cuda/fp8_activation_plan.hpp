@@ -9,14 +9,10 @@
 
 namespace sitsrt::cuda {
 
-// cuBLASLt assumes 256-byte aligned operands unless told otherwise: every chunk's codes start so
-// (the codes buffer itself 256-byte aligned).
-inline constexpr std::int64_t kFp8CodesAlignment = 256;
-
 struct Fp8ActivationChunk {
   std::int64_t first = 0;  // rows [first, first + rows) of x and y
   std::int64_t rows = 0;
-  std::int64_t codes_offset = 0;   // bytes into the codes buffer (rows x k packed), 256-byte aligned
+  std::int64_t codes_offset = 0;   // bytes into the codes buffer: rows x k packed
   std::int64_t scales_offset = 0;  // floats into the scales buffer
 };
 
@@ -31,10 +27,15 @@ struct Fp8ActivationPlan {
 // grid per row (scales[offset + b * rows + r]), in chunks of whole 8 rows: cuBLASLt's 128-element
 // block scaling of B takes a multiple of 8 columns (NVIDIA Transformer Engine refuses others),
 // and at 8-row multiples the grid's column stride is the same whether a library pads it to 4 or
-// not. Rows past the last whole 8 are covered by a window of the last 8 rows, which recomputes
-// up to 7 rows of the chunk before (the same codes; their outputs written again). Needs m >= 8.
+// not. Where m is no multiple of 8 the last chunk starts early enough to end at m, overlapping the
+// chunk before by fewer than 8 rows (those rows computed twice: the same codes, their outputs
+// written again); a single chunk's rows are split in two halves of whole 8 rows that overlap
+// instead (two GEMMs of about m / 2 rows rather than one of m - m % 8 and one of 8, which would
+// read the weights once more for 8 rows). Needs m >= 8.
 // Otherwise a scale per row (scales[offset + r]), chunks of any size.
-// code_bytes / scale_floats: the buffers' sizes.
+// Resident plans keep every row's codes at its own place (codes_offset = first * k: 128-byte
+// aligned where k is a multiple of 128) and each chunk's scales after the chunk before's; else
+// each chunk goes at the buffers' starts. code_bytes / scale_floats: the buffers' sizes.
 inline Fp8ActivationPlan plan_fp8_activations(bool blocks, std::int64_t m, std::int64_t k, std::int64_t code_bytes,
                                               std::int64_t scale_floats) {
   Fp8ActivationPlan plan;
@@ -46,25 +47,23 @@ inline Fp8ActivationPlan plan_fp8_activations(bool blocks, std::int64_t m, std::
   std::int64_t first = 0;
   for (; m - first >= cap; first += cap) plan.chunks.push_back({first, cap});
   const std::int64_t rest = m - first;
-  if (!blocks && rest > 0) plan.chunks.push_back({first, rest});
-  if (blocks && rest >= 8) plan.chunks.push_back({first, rest / 8 * 8});
-  const bool window = blocks && rest % 8 != 0;
-  if (window) plan.chunks.push_back({m - 8, 8});
-  // Resident: a chunk's codes at its rows' own place (chunks start at multiples of 8 rows of a
-  // multiple of 128 bytes: 1024-byte aligned), a window's after every row at the next 256 bytes
-  // (its rows' own place, m - 8 rows in, may be 128-byte aligned only); each chunk's scales after
-  // the chunk before's. A single chunk is resident at the buffers' starts; else where all fit.
-  std::int64_t codes_end = 0, scales_end = 0;
-  for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
-    Fp8ActivationChunk& c = plan.chunks[i];
-    const bool last_window = window && i + 1 == plan.chunks.size();
-    c.codes_offset =
-        last_window ? (m * k + kFp8CodesAlignment - 1) / kFp8CodesAlignment * kFp8CodesAlignment : c.first * k;
+  const auto whole8 = [](std::int64_t rows) { return (rows + 7) / 8 * 8; };
+  if (!blocks || rest % 8 == 0) {
+    if (rest > 0) plan.chunks.push_back({first, rest});
+  } else if (first > 0) {  // ends at m, reaching back into the chunk before
+    plan.chunks.push_back({m - whole8(rest), whole8(rest)});
+  } else {  // two halves of whole 8 rows (m < cap, so each fits)
+    const std::int64_t half = whole8((m + 1) / 2);
+    plan.chunks.push_back({0, half});
+    plan.chunks.push_back({m - half, half});
+  }
+  std::int64_t scales_end = 0;
+  for (Fp8ActivationChunk& c : plan.chunks) {
+    c.codes_offset = c.first * k;
     c.scales_offset = scales_end;
-    codes_end = std::max(codes_end, c.codes_offset + c.rows * k);
     scales_end += c.rows * scales_per_row;
   }
-  plan.resident = codes_end <= code_bytes && scales_end <= scale_floats;
+  plan.resident = m * k <= code_bytes && scales_end <= scale_floats;
   if (!plan.resident) {  // one chunk at a time at the buffers' starts (rows * k <= code_bytes: cap)
     for (Fp8ActivationChunk& c : plan.chunks) c.codes_offset = c.scales_offset = 0;
   }

@@ -6,6 +6,7 @@
 #include "cuda_backend/kernels/launch.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace sitsrt::cuda {
 namespace {
@@ -156,10 +157,11 @@ const char* gemm_name(std::uint8_t kind) {
 }  // namespace
 
 const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(Kind kind, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
-                                                   std::int64_t ldy, std::uint32_t y_alignment) {
+                                                   std::int64_t ldy, std::uint32_t y_alignment,
+                                                   std::uint32_t x_alignment) {
   const bool fp8 = kind != Kind::kBf16;
   const char* what = gemm_name(static_cast<std::uint8_t>(kind));
-  const auto key = std::make_tuple(kind, rows_w, rows_x, k, ldy, y_alignment);
+  const auto key = std::make_tuple(kind, rows_w, rows_x, k, ldy, y_alignment, x_alignment);
   if (const auto it = algorithms_.find(key); it != algorithms_.end()) {
     if (it->second) return &*it->second;
     (fp8 ? fp8_why_ : why_) =
@@ -173,15 +175,15 @@ const cublasLtMatmulAlgo_t* PrefillGemm::algorithm(Kind kind, std::int64_t rows_
   const std::uint64_t workspace = kWorkspaceBytes;
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  // y's rows may sit anywhere in the arena: only algorithms that take its alignment (cuBLASLt
-  // assumes 256 bytes otherwise); the BF16 buffers are 256-byte aligned.
+  // y's rows may sit anywhere in the arena and a chunk of x's E4M3 rows anywhere in its buffer
+  // (x_alignment): only algorithms that take their alignments (cuBLASLt assumes 256 bytes
+  // otherwise); the weights and the BF16 buffers are 256-byte aligned.
   cublasStatus_t set = lt_->preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                      sizeof(workspace));
-  for (const cublasLtMatmulPreferenceAttributes_t attribute :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (set == CUBLAS_STATUS_SUCCESS) {
-      set = lt_->preference_set_attribute(preference, attribute, &y_alignment, sizeof(y_alignment));
-    }
+  for (const auto& [attribute, bytes] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, y_alignment},
+                                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, y_alignment},
+                                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x_alignment}}) {
+    if (set == CUBLAS_STATUS_SUCCESS) set = lt_->preference_set_attribute(preference, attribute, &bytes, sizeof(bytes));
   }
   const cublasStatus_t asked = set == CUBLAS_STATUS_SUCCESS ? lt_->algo_get_heuristic(handle_, desc, l.a, l.b, l.c, l.c,
                                                                                       preference, 1, &result, &found)
@@ -292,8 +294,13 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
                                                        sizeof(weight_scales)));
   set_activation_scales(token_scales_);
   const std::uint32_t y_alignment = output_alignment(y, ldy, n);
+  // A chunk's codes start where its rows do in a resident plan (activations_ is 256-byte aligned).
+  const auto x_alignment = [](const Fp8ActivationChunk& c) {
+    const auto bits = static_cast<std::uint64_t>(c.codes_offset) | 256u;
+    return static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
+  };
   for (const Fp8ActivationChunk& c : plan.chunks) {
-    if (algorithm(kind, n, c.rows, k, ldy, y_alignment) == nullptr) return false;
+    if (algorithm(kind, n, c.rows, k, ldy, y_alignment, x_alignment(c)) == nullptr) return false;
   }
   cudaStream_t stream = context_.stream();
   const float alpha = 1.0f, beta = 0.0f;
@@ -316,13 +323,13 @@ bool PrefillGemm::run_fp8(const DeviceWeight& w, const float* x, std::int64_t ld
     set_activation_scales(scales);
     const Layouts l(*lt_, CUDA_R_8F_E4M3, n, c.rows, k, ldy);
     float* out = y + c.first * ldy;
-    const cublasStatus_t status =
-        lt_->matmul(handle_, desc, &alpha, w.data, l.a, codes, l.b, &beta, out, l.c, out, l.c,
-                    algorithm(kind, n, c.rows, k, ldy, y_alignment), workspace_, kWorkspaceBytes, stream);
+    const cublasStatus_t status = lt_->matmul(handle_, desc, &alpha, w.data, l.a, codes, l.b, &beta, out, l.c, out, l.c,
+                                              algorithm(kind, n, c.rows, k, ldy, y_alignment, x_alignment(c)),
+                                              workspace_, kWorkspaceBytes, stream);
     if (status != CUBLAS_STATUS_SUCCESS) {
       // A scale setting cuBLASLt refuses only here: this shape takes the BF16 path from now on,
       // which rewrites every row of y (the chunks done so far included).
-      algorithms_[std::make_tuple(kind, n, c.rows, k, ldy, y_alignment)] = std::nullopt;
+      algorithms_[std::make_tuple(kind, n, c.rows, k, ldy, y_alignment, x_alignment(c))] = std::nullopt;
       fp8_x_ = {};  // the BF16 path takes activations_ over
       fp8_why_ = fmt::format("cublasLtMatmul refused the {} GEMM {} x {} x {} (status {})",
                              gemm_name(static_cast<std::uint8_t>(kind)), n, c.rows, k, static_cast<int>(status));

@@ -92,10 +92,10 @@ class PrefillGemm {
   // The FP8 x FP8 GEMM; false (nothing queued, fp8_why_ set) where it does not apply.
   bool run_fp8(const DeviceWeight& w, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
   bool ensure_fp8(Kind kind);
-  // The heuristic's algorithm for a shape of `kind`'s descriptor, cached; null (why_ or fp8_why_
-  // set) when it has none.
+  // The heuristic's algorithm for a shape of `kind`'s descriptor, y's and x's operand alignments
+  // (bytes), cached; null (why_ or fp8_why_ set) when it has none.
   const cublasLtMatmulAlgo_t* algorithm(Kind kind, std::int64_t rows_w, std::int64_t rows_x, std::int64_t k,
-                                        std::int64_t ldy, std::uint32_t y_alignment);
+                                        std::int64_t ldy, std::uint32_t y_alignment, std::uint32_t x_alignment = 256);
 
   const CudaContext& context_;
   DeviceAllocator& allocator_;
@@ -126,7 +126,7 @@ class PrefillGemm {
   bool keep_fp8_ = false;
   std::atomic<std::uint64_t> fp8_reuses_{0};  // read by queue_stats from any thread
   // Per shape: the heuristic's algorithm, or none (it had none: not asked again).
-  std::map<std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t>,
+  std::map<std::tuple<Kind, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t, std::uint32_t>,
            std::optional<cublasLtMatmulAlgo_t>>
       algorithms_;
 };

@@ -444,9 +444,9 @@ TEST_CASE(
   struct Case {
     std::int64_t n, k, m;
   };
-  // Rows of x not a multiple of 8 (block scaling: chunks of whole 8 rows and a window of the last
-  // 8) and a multiple (one chunk); several chunks of x (16 MiB of E4M3 rows: 1024 rows of 16384);
-  // outputs a partial band of 128 (1040 = 8 x 128 + 16).
+  // Rows of x not a multiple of 8 (block scaling: chunks of whole 8 rows that overlap, whose codes
+  // start only 128-byte aligned) and a multiple (one chunk); several chunks of x (16 MiB of E4M3
+  // rows: 1024 rows of 16384); outputs a partial band of 128 (1040 = 8 x 128 + 16).
   for (const bool blocks : {false, true}) {
     for (const Case& c :
          {Case{256, 1024, 77}, Case{256, 1024, 64}, Case{1040, 4096, 300}, Case{64, 16384, 1100}, Case{272, 640, 49}}) {
