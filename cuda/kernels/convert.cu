@@ -6,6 +6,7 @@
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/launch.hpp"
+#include "cuda_backend/kernels/planar_units.hpp"
 #include "cuda_backend/planar_weights.hpp"
 
 #include <cuda_bf16.h>
@@ -16,7 +17,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per weight row: out row r = row (row0 + r) of the matrix, k values.
+// One block per weight row: out row r = row (row0 + r) of the matrix, k values. Planar rows a
+// unit a thread (the decode kernels' lane logic: one 16-byte code load per 16 or 32 weights, the
+// side data once a unit), 4 weights an 8-byte store; stored rows 8 elements a thread.
 template <DType F, bool kPlanar>
 __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, std::int64_t row_bytes, std::int64_t n,
                                        std::int64_t k, std::int64_t row0, __nv_bfloat16* __restrict__ out) {
@@ -26,9 +29,22 @@ __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, st
   if constexpr (kPlanar) {
     const PlanarGeometry g = planar_geometry(F, n, k);
     const std::uint8_t* codes = data + j * g.code_row_bytes;
-    const std::uint8_t* scales = data + g.scales_of(j);
-    for (std::int64_t e = threadIdx.x; e < k; e += kThreads)
-      dst[e] = __float2bfloat16_rn(planar_element<F>(codes, scales, e));
+    const std::uint8_t* side = data + g.scales_of(j);
+    for (std::int64_t u = threadIdx.x; u < g.units; u += kThreads) {
+      uint4 w[1][planar::kLoads<F>];
+      planar::Side<F> s[1];
+      planar::load_codes<F>(codes, u, w[0]);
+      s[0] = planar::load_side<F>(side, u);
+      planar::decode_unit<F, 1>(w, s, u, [&](std::int64_t offset, const float (&wf)[1][4]) {
+        // offset a multiple of 4, rows k (a multiple of the unit) apart: 8-byte aligned
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(wf[0][0], wf[0][1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(wf[0][2], wf[0][3]);
+        uint2 pair;
+        pair.x = *reinterpret_cast<const std::uint32_t*>(&lo);
+        pair.y = *reinterpret_cast<const std::uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(dst + offset) = pair;
+      });
+    }
   } else {
     const std::uint8_t* row = data + j * row_bytes;
     const std::int64_t chunks = k / 8;

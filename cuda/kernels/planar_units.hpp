@@ -322,11 +322,12 @@ SITSRT_LANE void accumulate4(const float (&wf)[kOutputs][4], const XTile& xt, st
   }
 }
 
-// Adds the unit's products with the tile's rows of x to acc[o][r], for kOutputs weight rows
-// (w[o], s[o]) at once.
-template <DType F, int kOutputs, int kRows>
-SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], const XTile& xt,
-                                 std::int64_t u, float (&acc)[kOutputs][kRows]) {
+// Decodes unit u of kOutputs weight rows (w[o], s[o]) at once, four elements of each at a time:
+// sink(offset, wf) takes wf[o][0..3], the weights of elements offset .. offset + 3 of row o, in
+// the order accumulate_unit sums them (every element of the unit exactly once).
+template <DType F, int kOutputs, typename Sink>
+SITSRT_LANE void decode_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], std::int64_t u,
+                             Sink&& sink) {
   if constexpr (F == DType::kFP8_E4M3 || F == DType::kQ8_0) {  // 16 byte codes: elements 16 u + 4 t + i
     SITSRT_UNROLL
     for (int t = 0; t < 4; ++t) {
@@ -339,7 +340,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           decode_q8x4(word_of(w[o][0], t), half_bits_to_float(s[o].word), wf[o]);
         }
       }
-      accumulate4(wf, xt, 16 * u + 4 * t, acc);
+      sink(16 * u + 4 * t, wf);
     }
   } else if constexpr (kNibbleFormat<F>) {
     // word t: low nibbles elements base + 4 t + i, high nibbles base + kHigh + 4 t + i
@@ -391,8 +392,8 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
         decode_codes4<kMode>(hq, dl[o][1], ml[o][1], high[o]);
       }
       // each accumulator takes the low products, then the high ones
-      accumulate4(low, xt, base + 4 * t, acc);
-      accumulate4(high, xt, base + kHigh + 4 * t, acc);
+      sink(base + 4 * t, low);
+      sink(base + kHigh + 4 * t, high);
     }
   } else if constexpr (F == DType::kQ6_K) {
     // element 128 h + 32 k + 16 lh + 4 t + i: low nibble (k / 2) of w[k % 2] word t, high bits
@@ -417,7 +418,7 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           SITSRT_UNROLL
           for (int i = 0; i < 4; ++i) wf[o][i] = mul_rn(dl[o], sub_rn(biased_byte(low | high, i), kTwo23 + 32.0f));
         }
-        accumulate4(wf, xt, base + 32 * k + 4 * t, acc);
+        sink(base + 32 * k + 4 * t, wf);
       }
     }
   } else {
@@ -440,9 +441,18 @@ SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Si
           }
         }
       }
-      accumulate4(wf, xt, 8 * u + 4 * p, acc);
+      sink(8 * u + 4 * p, wf);
     }
   }
+}
+
+// Adds the unit's products with the tile's rows of x to acc[o][r], for kOutputs weight rows
+// (w[o], s[o]) at once.
+template <DType F, int kOutputs, int kRows>
+SITSRT_LANE void accumulate_unit(const uint4 (&w)[kOutputs][kLoads<F>], const Side<F> (&s)[kOutputs], const XTile& xt,
+                                 std::int64_t u, float (&acc)[kOutputs][kRows]) {
+  decode_unit<F, kOutputs>(
+      w, s, u, [&](std::int64_t offset, const float(&wf)[kOutputs][4]) { accumulate4(wf, xt, offset, acc); });
 }
 
 }  // namespace sitsrt::cuda::planar

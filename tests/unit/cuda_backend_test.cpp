@@ -3,6 +3,7 @@
 // byte for byte against the CPU's, and whole models against the CPU backend. Every case skips
 // visibly ("SKIPPED: [cuda] ...") where no CUDA device is usable, as on CI and development
 // machines; benchmarks/gpu/device_check.sh runs them on a GPU.
+#include "core/half.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/attention/attention.hpp"
 #include "cpu/cpu_context.hpp"
@@ -368,6 +369,46 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     const std::vector<float> c = gate2.download(), d = unfused_geglu.download();
     REQUIRE(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
     REQUIRE(std::memcmp(u.data(), up2.download().data(), u.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("cuda weights to BF16 (what the prompt GEMMs read) equal the CPU's decode rounded once, every format",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(109);
+  const std::int64_t n = 9, k = 512, row0 = 2, rows = 5;  // rows 2..6 of 9
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                             DType::kQ5_1, DType::kIQ4_NL, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16,
+                             DType::kBF16, DType::kF32, DType::kQ2_K, DType::kQ3_K}) {
+    const std::size_t stride = row_bytes(format, k);
+    std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+    std::vector<float> decoded(static_cast<std::size_t>(n * k));
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f * static_cast<float>(1 + j));
+      row[static_cast<std::size_t>(j * 31 % k)] *= 30.0f;
+      quantize_row(format, row.data(), w.data() + j * stride, k);
+      dequantize_row(format, w.data() + j * stride, decoded.data() + j * k, k);
+    }
+    for (const bool planar : {true, false}) {
+      if (planar && !cuda::planar_supports(format, k)) continue;
+      INFO(name(format) << (planar ? " planar" : " stored"));
+      DeviceArray<std::uint8_t> dw(planar ? planar_matrix(format, w, n, k) : w);
+      DeviceArray<std::uint16_t> out(static_cast<std::size_t>(rows * k) + 8);  // poisoned, 8 past the end
+      cuda::launch_weights_to_bf16(format, planar, dw.get(), static_cast<std::int64_t>(stride), n, k, row0, rows,
+                                   out.get(), nullptr);
+      SITSRT_CUDA_CHECK(cudaGetLastError());
+      const std::vector<std::uint16_t> got = out.download();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t e = 0; e < k; ++e) {
+          const std::uint16_t want = fp32_to_bf16(decoded[static_cast<std::size_t>((row0 + r) * k + e)]);
+          if (got[static_cast<std::size_t>(r * k + e)] != want) {
+            FAIL("row " << row0 + r << " element " << e << ": " << got[static_cast<std::size_t>(r * k + e)]
+                        << ", expected " << want);
+          }
+        }
+      }
+      for (std::size_t i = static_cast<std::size_t>(rows * k); i < got.size(); ++i) REQUIRE(got[i] == 0xffff);
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -122,6 +123,56 @@ void check_format(std::int64_t cols, std::uint64_t seed) {
     // the 16-row tiles: 2 outputs a block, 13 rows in the 16-row kernel
     for (std::int64_t j0 = 0; j0 < n; j0 += 2) check_block<F, 16, 2>(m, n, cols, x, ldx, 13, ldx % 4 == 0, j0);
   }
+}
+
+// decode_unit over every unit of every row (the prefill GEMM's BF16 conversion runs it a unit a
+// thread): each element exactly once, each weight decode_element's float bit for bit.
+template <DType F>
+void check_decode_units(std::int64_t cols, std::uint64_t seed) {
+  test::Rng rng(seed);
+  const std::int64_t n = 3;
+  const PlanarMatrix m = make_matrix(F, n, cols, rng);
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::vector<float> got(static_cast<std::size_t>(cols), std::numeric_limits<float>::quiet_NaN());
+    std::vector<int> seen(static_cast<std::size_t>(cols), 0);
+    for (std::int64_t u = 0; u < m.g.units; ++u) {
+      cuda::planar::uint4 w[1][cuda::planar::kLoads<F>];
+      cuda::planar::Side<F> s[1];
+      cuda::planar::load_codes<F>(m.planes.data() + j * m.g.code_row_bytes, u, w[0]);
+      s[0] = cuda::planar::load_side<F>(m.planes.data() + m.g.scales_of(j), u);
+      cuda::planar::decode_unit<F, 1>(w, s, u, [&](std::int64_t offset, const float(&wf)[1][4]) {
+        REQUIRE(offset >= 0);
+        REQUIRE(offset + 4 <= cols);
+        for (int i = 0; i < 4; ++i) {
+          got[static_cast<std::size_t>(offset + i)] = wf[0][i];
+          ++seen[static_cast<std::size_t>(offset + i)];
+        }
+      });
+    }
+    const std::uint8_t* row = m.stored.data() + static_cast<std::size_t>(j) * m.stride;
+    for (std::int64_t e = 0; e < cols; ++e) {
+      INFO(name(F) << " cols " << cols << " row " << j << " element " << e);
+      REQUIRE(seen[static_cast<std::size_t>(e)] == 1);
+      const float want = cuda::decode_element<F>(row, e);
+      REQUIRE(std::memcmp(&got[static_cast<std::size_t>(e)], &want, sizeof want) == 0);
+    }
+  }
+}
+
+TEST_CASE("cuda planar lanes: decode_unit gives every element of a row once, as decode_element", "[cuda-formats]") {
+  check_decode_units<DType::kFP8_E4M3>(4096, 41);
+  check_decode_units<DType::kQ4_G128>(1024, 42);
+  check_decode_units<DType::kQ8_0>(96, 43);
+  check_decode_units<DType::kQ4_0>(4096, 44);
+  check_decode_units<DType::kIQ4_NL>(96, 45);
+  check_decode_units<DType::kQ4_1>(4096, 46);
+  check_decode_units<DType::kQ5_0>(96, 47);
+  check_decode_units<DType::kQ5_1>(4096, 48);
+  check_decode_units<DType::kQ5_K>(512, 49);
+  check_decode_units<DType::kQ4_K>(8192, 50);
+  check_decode_units<DType::kQ6_K>(12288, 51);
+  check_decode_units<DType::kF16>(40, 52);
+  check_decode_units<DType::kBF16>(2048, 53);
 }
 
 TEST_CASE("cuda planar lanes: every format's unit decode and x offsets equal the reference", "[cuda-formats]") {
