@@ -295,15 +295,20 @@ int main(int argc, char** argv) {
             runs.insert(runs.begin() + 1, {Run{8}, Run{8, Fp8Scales::kNone, true}, Run{16, Fp8Scales::kNone, true}});
             runs.insert(runs.end() - 1, {Run{32, Fp8Scales::kNone, true}, Run{64}});
           }
-          if (fp8_scaled) runs.insert(runs.end(), {Run{512, Fp8Scales::kChannel}, Run{512, Fp8Scales::kBlocks}});
+          // (block-scaled also at 509 rows: no multiple of 8, two overlapping halves of 256 rows)
+          if (fp8_scaled) {
+            runs.insert(runs.end(),
+                        {Run{512, Fp8Scales::kChannel}, Run{512, Fp8Scales::kBlocks}, Run{509, Fp8Scales::kBlocks}});
+          }
           for (const Run& run : runs) {
             const bool scaled = run.fp8 != Fp8Scales::kNone;
             const std::int64_t rows_m = run.rows;
-            if (rows_m == 512 && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
+            const bool prompt_rows = rows_m >= 509;
+            if (prompt_rows && s.n > 14336) continue;  // the prefill shape: the layer matmuls only
             if (planar_format && !planar && rows_m != 1) continue;
             double seconds = 0.0;
             try {
-              seconds = time_matmul(format, s, rows_m, rows_m == 512 ? 5 : 50, planar, gemm, run.fp8, run.tensor_cores);
+              seconds = time_matmul(format, s, rows_m, prompt_rows ? 5 : 50, planar, gemm, run.fp8, run.tensor_cores);
             } catch (const std::runtime_error& e) {
               if (!scaled && !run.tensor_cores) throw;
               if (!json) {
