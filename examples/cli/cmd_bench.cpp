@@ -120,6 +120,7 @@ int bench_command(int argc, char** argv) {
                           {"device_description", info.device_description},
                           {"threads", info.threads},
                           {"cpu_isa", info.cpu_isa},
+                          {"cpu_weight_prefetch", info.cpu_weight_prefetch},
                           {"decode_fusion", info.decode_fusion},
                           {"activations", info.int8_activations ? "int8" : "f32"},
                           {"weights", weights_json(info)},
@@ -142,8 +143,9 @@ int bench_command(int argc, char** argv) {
              info.n_layer, info.n_embd, static_cast<double>(info.n_params) / 1e6,
              static_cast<double>(info.weight_bytes_per_token) / (1 << 20));
   fmt::print("device       {} ({})\n", info.device, info.device_description);
-  fmt::print("threads      {} ({}, {} activations{})\n", info.threads, info.cpu_isa,
-             info.int8_activations ? "int8" : "f32", info.decode_fusion ? "" : ", decode fusion off");
+  fmt::print("threads      {} ({}, {} activations{}{}{})\n", info.threads, info.cpu_isa,
+             info.int8_activations ? "int8" : "f32", info.decode_fusion ? "" : ", decode fusion off",
+             info.cpu_weight_prefetch.empty() ? "" : ", weight prefetch ", info.cpu_weight_prefetch);
   fmt::print("weights      {}\n", weights_text(info));
   fmt::print("prefill      {:9.1f} tok/s  ({} prompt tokens, median of {})\n", prefill_tps, n_prompt, reps);
   fmt::print("decode       {:9.1f} tok/s  ({} tokens, median of {})\n", decode_tps, n_gen, reps);

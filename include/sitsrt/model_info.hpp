@@ -35,6 +35,8 @@ struct ModelInfo {
   std::string device_description;     // e.g. the CPU model name
   int threads = 0;
   std::string cpu_isa;                // kernel level in use
+  std::string cpu_weight_prefetch;    // how CPU decode requests weights ahead, e.g. "l2, 4096 B ahead" (per CPU
+                                      // vendor, or SITSRT_DECODE_PREFETCH); empty on other backends
   bool int8_activations = false;      // decode uses int8-quantized activations (EngineOptions)
   bool decode_fusion = true;          // one-token steps run fused matmul groups (EngineOptions)
   std::string weights = "as-stored";  // EngineOptions::weights

@@ -395,6 +395,7 @@ struct Engine::Impl {
     info.device_description = device.description;
     info.threads = device.threads;
     info.cpu_isa = device.isa;
+    info.cpu_weight_prefetch = device.weight_prefetch;
     info.int8_activations = device.int8_activations;
     info.decode_fusion = device.decode_fusion;
     info.weights_mmapped = options.mmap_weights;

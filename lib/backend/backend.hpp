@@ -98,6 +98,7 @@ struct BackendInfo {
   Device device;
   std::string description;    // e.g. the CPU model, or the GPU name
   std::string isa;            // CPU: the instruction-set level dispatched to ("avx512vnni")
+  std::string weight_prefetch;  // CPU: how decode requests weights ahead ("l2, 4096 B ahead"; cpu/decode_prefetch.hpp)
   int threads = 0;            // CPU: worker threads
   int multiprocessors = 0;    // GPU: SMs
   bool int8_activations = false;  // decode matmuls quantize their input rows to int8

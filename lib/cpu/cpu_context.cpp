@@ -9,6 +9,7 @@
 #endif
 
 #include "core/check.hpp"
+#include "cpu/decode_prefetch.hpp"
 
 #include <string>
 
@@ -87,6 +88,7 @@ CpuContext::CpuContext(int threads, Isa isa, bool int8_activations)
     : pool_(std::make_unique<ThreadPool>(threads)),
       isa_(isa_supported(isa) ? isa : detect_isa()),
       int8_activations_(int8_activations) {
+  check_decode_prefetch_setting();
   scratch_.resize(static_cast<std::size_t>(pool_->size()));
 }
 

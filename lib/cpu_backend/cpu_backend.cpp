@@ -5,6 +5,7 @@
 #include "core/aligned_buffer.hpp"
 #include "core/check.hpp"
 #include "cpu/attention/attention.hpp"
+#include "cpu/decode_prefetch.hpp"
 #include "cpu/logits/logit_kernels.hpp"
 #include "cpu/matmul/matvec_group.hpp"
 #include "cpu/weight_layout.hpp"
@@ -74,6 +75,24 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
   info_.device = {DeviceKind::kCpu, 0};
   info_.description = cpu_model_name();
   info_.isa = std::string(cpu::name(ctx_.isa()));
+  // The policy serves the AVX-512 levels' kernels; the AVX2 ones keep theirs (decode_prefetch.hpp).
+  // (plain AVX-512 decodes int8 activations with the AVX2 integer dots).
+  const std::string policy = cpu::describe(cpu::decode_prefetch());
+  switch (ctx_.isa()) {
+    case cpu::Isa::kGeneric:
+      info_.weight_prefetch = "none";
+      break;
+    case cpu::Isa::kAvx2:
+      info_.weight_prefetch = "l1, 1536 B ahead";
+      break;
+    case cpu::Isa::kAvx512:
+      info_.weight_prefetch = policy + " (float kernels; integer dots l1, 1536 B ahead)";
+      break;
+    case cpu::Isa::kAvx512Vnni:
+    case cpu::Isa::kAmx:
+      info_.weight_prefetch = policy;
+      break;
+  }
   info_.threads = ctx_.threads();
   info_.int8_activations = ctx_.int8_activations();
   info_.decode_fusion = options.decode_fusion;

@@ -360,6 +360,7 @@ void bind_engine(py::module_& m) {
              d["activation_bytes"] = i.activation_bytes;
              d["threads"] = i.threads;
              d["cpu_isa"] = i.cpu_isa;
+             d["cpu_weight_prefetch"] = i.cpu_weight_prefetch;
              d["backend"] = i.backend;
              d["device"] = i.device;
              d["device_description"] = i.device_description;

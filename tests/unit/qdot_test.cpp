@@ -8,6 +8,7 @@
 #include "core/kquant_blocks.hpp"
 #include "core/quant_blocks.hpp"
 #include "cpu/cpu_context.hpp"
+#include "cpu/decode_prefetch.hpp"
 #include "cpu/matmul/matmul.hpp"
 #include "cpu/qdot/qdot_kernels.hpp"
 #include "support/isa.hpp"
@@ -16,6 +17,8 @@
 #include "support/tolerance.hpp"
 
 #include <sitsrt/error.hpp>
+
+#include <stdlib.h>  // setenv / unsetenv
 
 #include <catch2/catch.hpp>
 
@@ -393,4 +396,41 @@ TEST_CASE("AVX-VNNI integer-dot kernels are bit-identical to the AVX2 ones", "[q
 #else
   SITSRT_SKIP("AVX-VNNI kernels exist on x86-64 only");
 #endif
+}
+
+// The decode kernels' weight prefetch (cpu/decode_prefetch.hpp) only moves time: every kernel case
+// above runs under this machine's policy and checks exact results. Here: the policies and the
+// override's parsing, and that a mistyped override stops an engine's context with the variable named.
+TEST_CASE("decode prefetch policy: per vendor, SITSRT_DECODE_PREFETCH parsed or refused") {
+  const cpu::DecodePrefetch intel = cpu::decode_prefetch_for_vendor("GenuineIntel");
+  CHECK_FALSE(intel.to_l2);
+  CHECK(intel.row_ahead == 1536);
+  CHECK(intel.stream_ahead == 2048);
+  for (const char* vendor : {"AuthenticAMD", "HygonGenuine"}) {
+    const cpu::DecodePrefetch amd = cpu::decode_prefetch_for_vendor(vendor);
+    CHECK(amd.to_l2);
+    CHECK(amd.row_ahead == 4096);
+    CHECK(amd.stream_ahead == 4096);
+  }
+  CHECK_FALSE(cpu::decode_prefetch_for_vendor("").to_l2);  // unknown (or not x86): Intel's
+  CHECK(cpu::describe(intel) == "l1, 1536 B ahead, 2048 B in one stream");
+  CHECK(cpu::describe(cpu::decode_prefetch_for_vendor("AuthenticAMD")) == "l2, 4096 B ahead");
+
+  cpu::DecodePrefetch p = cpu::parse_decode_prefetch("l2", intel);
+  CHECK((p.to_l2 && p.row_ahead == 1536 && p.stream_ahead == 2048));
+  p = cpu::parse_decode_prefetch("l1:3072", cpu::decode_prefetch_for_vendor("AuthenticAMD"));
+  CHECK((!p.to_l2 && p.row_ahead == 3072 && p.stream_ahead == 3072));
+  p = cpu::parse_decode_prefetch("l2:512:8192", intel);
+  CHECK((p.to_l2 && p.row_ahead == 512 && p.stream_ahead == 8192));
+  for (const char* bad : {"", "l3", "L2", "l2:", "l2:0", "l2:-64", "l2:4k", "l2:4096:", "l2:4096:x", "l2:4096:1:2",
+                          "l1:2000000", "l2 :4096"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(cpu::parse_decode_prefetch(bad, intel), Catch::Contains("SITSRT_DECODE_PREFETCH"));
+  }
+  // A context refuses a mistyped override (decode_prefetch() itself keeps the CPU's policy).
+  REQUIRE(setenv("SITSRT_DECODE_PREFETCH", "l2:lots", 1) == 0);
+  CHECK_THROWS_WITH(cpu::CpuContext(1, cpu::Isa::kGeneric, true), Catch::Contains("SITSRT_DECODE_PREFETCH='l2:lots'"));
+  REQUIRE(setenv("SITSRT_DECODE_PREFETCH", "l1:2048", 1) == 0);
+  CHECK_NOTHROW(cpu::CpuContext(1, cpu::Isa::kGeneric, true));
+  REQUIRE(unsetenv("SITSRT_DECODE_PREFETCH") == 0);
 }

@@ -4,6 +4,7 @@
 // of up to 32 weight rows with the dequant kernels here, and gemm_tile_avx512.cpp transposes it
 // into panels and runs a 12 x 32 outer-product micro-kernel (24 zmm accumulators) over them.
 #include "core/quant_blocks.hpp"
+#include "cpu/decode_prefetch.hpp"
 #include "cpu/matmul/kquant_kernels.hpp"
 #include "cpu/matmul/matmul_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
@@ -18,12 +19,9 @@ namespace sitsrt::cpu::detail {
 namespace {
 
 // Decode streams each row once from DRAM; the hardware prefetcher alone leaves the core waiting
-// on part of the loads (measured: q8_0 7 -> 10 GB/s per core with this). 1.5 KiB ahead covers
-// DRAM latency at these rates; past a thread's last row it touches harmless addresses.
-constexpr int kPrefetchBytes = 1536;
-inline void prefetch_ahead(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-}
+// on part of the loads (measured: q8_0 7 -> 10 GB/s per core with software prefetch). How far
+// ahead, and into which level: decode_prefetch.hpp (prefetch_ahead); past a thread's last row
+// it touches harmless addresses.
 
 inline __mmask16 tail_mask(std::int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);
@@ -67,13 +65,14 @@ inline void matvec_float_rows(const std::byte* w, std::size_t row_stride, std::i
   }
   std::int64_t c = 0;
   for (; c + 64 <= cols; c += 64) {
-    const std::size_t ahead = static_cast<std::size_t>(c) * L::kBytes + kPrefetchBytes;
+    const DecodePrefetch& policy = prefetch_policy();
+    const std::size_t ahead = static_cast<std::size_t>(c) * L::kBytes + policy.row_ahead;
     const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(r) * row_stride + ahead + wrap);
 #pragma GCC unroll 4
-      for (int line = 0; line < L::kBytes; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);  // 64 elements
+      for (int line = 0; line < L::kBytes; ++line) prefetch_line(next + 64 * line, policy.to_l2);  // 64 elements
     }
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
@@ -351,11 +350,12 @@ __attribute__((target("avx512bf16"))) inline void fp8_rows_bf16(const std::byte*
   }
   std::int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const std::size_t ahead = static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + kPrefetchBytes;
+    const DecodePrefetch& policy = prefetch_policy();
+    const std::size_t ahead = static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + policy.row_ahead;
     const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
     for (int i = 0; i < R; ++i) {
       const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(i) * row_stride + ahead + wrap);
-      for (int line = 0; line < 3; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+      for (int line = 0; line < 3; ++line) prefetch_line(next + 64 * line, policy.to_l2);
       fp8_block_bf16(blocks[i][b], xb + b * kFp8Block, x + b * kFp8Block, acc0[i]);
       fp8_block_bf16(blocks[i][b + 1], xb + (b + 1) * kFp8Block, x + (b + 1) * kFp8Block, acc1[i]);
     }

@@ -16,6 +16,7 @@
 // the row's sum times 256 * 2^-k is y. Rows whose x holds inf or NaN take the portable kernel,
 // which propagates them as float arithmetic does. A row's result does not depend on the rows
 // decoded with it.
+#include "cpu/decode_prefetch.hpp"
 #include "cpu/matmul/matmul_kernels.hpp"
 #include "cpu/repacked_blocks.hpp"
 
@@ -28,7 +29,6 @@
 namespace sitsrt::cpu::detail {
 namespace {
 
-constexpr int kPrefetchBytes = 1536;  // as the other decode kernels (matmul_avx512.cpp)
 // Widest row the table entry prepares on the stack (64 KiB of fp16: no allocation, and no std::
 // container instantiated with these flags); decode proper prepares in the context's scratch.
 constexpr std::int64_t kStackCols = 32768;
@@ -111,14 +111,13 @@ inline void fp8r_rows(const std::byte* w, std::size_t row_stride, std::int64_t n
       const std::size_t pos = group.offset + static_cast<std::size_t>(b) * kFp8Block;
       // As the stored layout's offset of block b (68 bytes each), 3 lines per 2 blocks: the
       // prefetch runs slightly ahead of the codes and also covers each group's scales.
-      const std::size_t ahead = group.offset + static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + kPrefetchBytes;
+      const DecodePrefetch& policy = prefetch_policy();
+      const std::size_t ahead = group.offset + static_cast<std::size_t>(b) * sizeof(BlockFP8_E4M3) + policy.row_ahead;
       const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const std::byte* row = w + static_cast<std::size_t>(i) * row_stride;
-        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + wrap), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + wrap + 64), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(row + ahead + wrap + 128), _MM_HINT_T0);
+        for (int line = 0; line < 3; ++line) prefetch_line(row + ahead + wrap + 64 * line, policy.to_l2);
         const auto* r = reinterpret_cast<const _Float16*>(rel[i]);
         a0[i] = block_fp16(row + pos, x16 + b * kFp8Block, r + b, a0[i]);
         a1[i] = block_fp16(row + pos + kFp8Block, x16 + (b + 1) * kFp8Block, r + b + 1, a1[i]);

@@ -21,10 +21,6 @@
 namespace sitsrt::cpu::detail {
 namespace {
 
-inline void prefetch_ahead(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-}
-
 // Nibbles of two 4-bit blocks: the two 16-byte qs arrays go to 128-bit lanes 0 and 2, are
 // duplicated into lanes 1 and 3, and lanes 1 and 3 shift right by 4: after the mask, lane k of
 // each block holds elements 16k..16k+15. Five vector ops for 64 levels.
@@ -259,7 +255,8 @@ inline void qdot_k4_rows(const std::byte* w, std::size_t row_stride, const Quant
   }
   for (std::int64_t B = 0; B < nb; ++B) {
     // As qdot_rows: past its row's end, a row's prefetch continues in the next group.
-    const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(Block) + kPrefetchBytes;
+    const DecodePrefetch& policy = prefetch_policy();
+    const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(Block) + policy.row_ahead;
     const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
     __m512 dl512[R];
     __m512i qh[R];
@@ -267,7 +264,7 @@ inline void qdot_k4_rows(const std::byte* w, std::size_t row_stride, const Quant
     for (int r = 0; r < R; ++r) {
       const std::byte* next = w + static_cast<std::size_t>(r) * row_stride + ahead + wrap;
       for (std::size_t off = 0; off < sizeof(Block) + 63; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+        prefetch_line(next + off, policy.to_l2);
       }
       const Block& blk = blocks[r][B];
       // The 8 (scale, min) pairs from the 12 packed bytes (as matmul_kquant_avx2.cpp's scales_k4).
@@ -355,14 +352,15 @@ inline void qdot_q6_k_rows(const std::byte* w, std::size_t row_stride, const Qua
   constexpr int kNibbleOrHigh = 0xE4;  // vpternlogd: (a & c) | (b & ~c)
   for (std::int64_t B = 0; B < nb; ++B) {
     // As qdot_rows: past its row's end, a row's prefetch continues in the next group.
-    const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(BlockQ6_K) + kPrefetchBytes;
+    const DecodePrefetch& policy = prefetch_policy();
+    const std::size_t ahead = static_cast<std::size_t>(B) * sizeof(BlockQ6_K) + policy.row_ahead;
     const std::size_t wrap = ahead >= row_stride ? static_cast<std::size_t>(R - 1) * row_stride : 0;
     const __m512 xd_sub = _mm512_permutexvar_ps(block_of_sub, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * B)));
     __m512 dlx[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const auto* next = reinterpret_cast<const char*>(w + static_cast<std::size_t>(r) * row_stride + ahead + wrap);
-      for (int line = 0; line < 4; ++line) _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+      for (int line = 0; line < 4; ++line) prefetch_line(next + 64 * line, policy.to_l2);
       const BlockQ6_K& blk = blocks[r][B];
       const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(load_u16(&blk.d))));
       const __m512 dl = _mm512_mul_ps(

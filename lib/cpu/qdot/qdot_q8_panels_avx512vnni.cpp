@@ -25,24 +25,18 @@ namespace sitsrt::cpu::detail {
 namespace {
 
 constexpr std::size_t kBlockBytes = sizeof(BlockQ8_0);  // per row and block: 32 levels, fp16 d
-constexpr std::size_t kStreamAhead = 2048;              // one-row: bytes of the tile stream requested ahead
 
 inline __m512 tile_scales(const std::byte* at) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
 }
 
-// Lines of a contiguous region requested in address order, up to a moving limit (towards L1 or L2).
-template <int Hint>
+// Lines of a contiguous region requested in address order, up to a moving limit (towards L1
+// or L2).
 struct Stream {
   const std::byte* next;
+  bool to_l2;
   void up_to(const std::byte* limit) {
-    for (; next < limit; next += 64) {
-      if constexpr (Hint == _MM_HINT_T0) {
-        asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(next)));
-      } else {
-        prefetch_l2(next);
-      }
-    }
+    for (; next < limit; next += 64) prefetch_line(next, to_l2);
   }
 };
 
@@ -53,7 +47,8 @@ struct Stream {
 void one_row_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow& x, float* y, std::int64_t n_rows) {
   const std::int64_t nb = x.blocks;
   const std::int64_t groups = (nb + kRepackGroupBlocks - 1) / kRepackGroupBlocks;
-  Stream<_MM_HINT_T0> stream{w};  // runs on into the next tile (padding lines are requested too)
+  const DecodePrefetch& policy = prefetch_policy();  // the decode policy: stream_ahead bytes ahead
+  Stream stream{w, policy.to_l2};                    // runs on into the next tile (padding lines are requested too)
   for (std::int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
     const std::byte* tile = w + static_cast<std::size_t>(r0) * row_stride;
     __m512 acc = _mm512_setzero_ps();
@@ -62,7 +57,7 @@ void one_row_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRo
       const std::byte* levels = tile + group.levels;
       const std::int64_t b0 = g * kRepackGroupBlocks;
       for (int i = 0; i < group.blocks; ++i, levels += 512) {
-        stream.up_to(tile + kTileRows * kBlockBytes * static_cast<std::size_t>(b0 + i + 1) + kStreamAhead);
+        stream.up_to(tile + kTileRows * kBlockBytes * static_cast<std::size_t>(b0 + i + 1) + policy.stream_ahead);
         const std::int64_t b = b0 + i;
         const std::int8_t* xq = x.qs + 32 * b;
         __m512i s0 = _mm512_set1_epi32(-128 * x.sum[b]), s1 = _mm512_setzero_si512();
@@ -99,7 +94,7 @@ constexpr int kColumns = 8;      // activation rows per register pass (8 sums + 
 // d_x). `next` (first pass over a group only) requests the next tile's lines meanwhile.
 template <int C>
 void group_pass(const std::byte* tile, const Q8PanelGroup& group, std::int64_t b0, const QuantizedRow* x,
-                __m512* acc_mem, Stream<_MM_HINT_T1>* next, std::size_t next_per_block) {
+                __m512* acc_mem, Stream* next, std::size_t next_per_block) {
   __m512 acc[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_load_ps(reinterpret_cast<const float*>(acc_mem + c));
@@ -115,8 +110,8 @@ void group_pass(const std::byte* tile, const Q8PanelGroup& group, std::int64_t b
   for (int c = 0; c < C; ++c) _mm512_store_ps(reinterpret_cast<float*>(acc_mem + c), acc[c]);
 }
 
-using PassFn = void (*)(const std::byte*, const Q8PanelGroup&, std::int64_t, const QuantizedRow*, __m512*,
-                        Stream<_MM_HINT_T1>*, std::size_t);
+using PassFn = void (*)(const std::byte*, const Q8PanelGroup&, std::int64_t, const QuantizedRow*, __m512*, Stream*,
+                        std::size_t);
 constexpr PassFn kPasses[kColumns] = {group_pass<1>, group_pass<2>, group_pass<3>, group_pass<4>,
                                       group_pass<5>, group_pass<6>, group_pass<7>, group_pass<8>};
 
@@ -132,7 +127,7 @@ void gemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* 
   alignas(64) __m512 acc[kMaxColumns];
   for (std::int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
     const std::byte* tile = w + static_cast<std::size_t>(r0) * row_stride;
-    Stream<_MM_HINT_T1> next{tile + tile_stride};
+    Stream next{tile + tile_stride, true};  // towards L2 while the tile is computed on
     for (std::int64_t i0 = 0; i0 < m; i0 += kMaxColumns) {
       const int n = static_cast<int>(m - i0 < kMaxColumns ? m - i0 : kMaxColumns);
       for (int c = 0; c < n; ++c) acc[c] = _mm512_setzero_ps();
@@ -140,7 +135,7 @@ void gemm_tiles(const std::byte* w, std::size_t row_stride, const QuantizedRow* 
         const Q8PanelGroup group = q8_0p_group(g, nb);
         for (int c0 = 0; c0 < n; c0 += kColumns) {
           const int nc = n - c0 < kColumns ? n - c0 : kColumns;
-          Stream<_MM_HINT_T1>* ahead = i0 == 0 && c0 == 0 ? &next : nullptr;
+          Stream* ahead = i0 == 0 && c0 == 0 ? &next : nullptr;
           kPasses[nc - 1](tile, group, g * kRepackGroupBlocks, x + i0 + c0, acc + c0, ahead, per_block);
         }
       }

@@ -117,8 +117,9 @@ inline void two_block_sums(const std::byte* rows, std::size_t row_stride, std::i
   __m512i p[kTile];
   const std::byte* row = rows;
   const std::size_t ahead = static_cast<std::size_t>(b + kOneRowPrefetchBlocks) * sizeof(BlockQ8_0);
+  const bool to_l2 = prefetch_policy().to_l2;  // 16 streams: the distance stays this kernel's own
   for (int r = 0; r < kTile; ++r, row += row_stride) {
-    if (prefetch_rows) _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
+    if (prefetch_rows) prefetch_line(row + ahead, to_l2);
     p[r] = _mm512_dpbusd_epi32(start, Blocks::pair_levels(row, nb, b, pair), xb);
   }
   reduce_two_blocks(p, sum_b, sum_b1);
