@@ -68,19 +68,22 @@ DecodePrefetch parse_decode_prefetch(std::string_view spec, DecodePrefetch base)
   return base;
 }
 
-const DecodePrefetch& decode_prefetch() noexcept {
-  static const DecodePrefetch policy = [] {
-    const DecodePrefetch own = decode_prefetch_for_vendor(cpu_vendor());
-    const char* spec = std::getenv(kVariable);
-    if (spec == nullptr) return own;
-    try {
-      return parse_decode_prefetch(spec, own);
-    } catch (const Error&) {
-      return own;  // CpuContext reports it (check_decode_prefetch_setting) before any kernel runs
-    }
-  }();
-  return policy;
+namespace {
+DecodePrefetch process_policy() noexcept {
+  const DecodePrefetch own = decode_prefetch_for_vendor(cpu_vendor());
+  const char* spec = std::getenv(kVariable);
+  if (spec == nullptr || *spec == '\0') return own;  // set but empty: as unset
+  try {
+    return parse_decode_prefetch(spec, own);
+  } catch (...) {
+    return own;  // CpuContext reports it (check_decode_prefetch_setting) before any kernel runs
+  }
 }
+}  // namespace
+
+// Until this runs (static initialization of this file), it reads as zeros: prefetches at the
+// read position, harmless; no kernel runs before main.
+extern const DecodePrefetch kProcessDecodePrefetch = process_policy();
 
 std::string describe(const DecodePrefetch& policy) {
   std::string text = std::string(policy.to_l2 ? "l2" : "l1") + ", " + std::to_string(policy.row_ahead) + " B ahead";
@@ -89,7 +92,8 @@ std::string describe(const DecodePrefetch& policy) {
 }
 
 void check_decode_prefetch_setting() {
-  if (const char* spec = std::getenv(kVariable)) (void)parse_decode_prefetch(spec, DecodePrefetch{});
+  const char* spec = std::getenv(kVariable);
+  if (spec != nullptr && *spec != '\0') (void)parse_decode_prefetch(spec, DecodePrefetch{});
 }
 
 }  // namespace sitsrt::cpu

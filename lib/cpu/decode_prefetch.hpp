@@ -10,7 +10,8 @@
 // The AVX2 kernels keep their prefetcht0 1.5 KiB ahead on every CPU: on Zen 4 at --isa avx2 this
 // policy took Q8_0 decode from 77-97 to 51 tok/s.
 // Chosen once per process from the CPU vendor; SITSRT_DECODE_PREFETCH=l1|l2[:ROW_BYTES[:STREAM_BYTES]]
-// overrides it (for measuring other machines without a rebuild). Prefetches never change results.
+// (empty: as unset) overrides it, for measuring other machines without a rebuild. Prefetches never
+// change results.
 #pragma once
 
 #include <cstddef>
@@ -30,9 +31,15 @@ DecodePrefetch decode_prefetch_for_vendor(std::string_view vendor) noexcept;
 // `spec` as SITSRT_DECODE_PREFETCH takes it, over `base`; throws sitsrt::Error naming the
 // variable when it does not parse.
 DecodePrefetch parse_decode_prefetch(std::string_view spec, DecodePrefetch base);
-// This process's policy: the CPU's, or the environment's override. Chosen on first use; an
-// invalid override is ignored here and reported by check_decode_prefetch_setting.
-const DecodePrefetch& decode_prefetch() noexcept;
+// This process's policy: the CPU's, or the environment's override, chosen when the library is
+// loaded (static initialization); an invalid override is ignored here and reported by
+// check_decode_prefetch_setting. A plain object, not a function-local static: the kernels read it
+// inside their loops, where a guarded initialization would put a possible call in the loop and
+// cost the AVX-512 GEMMs their registers (Q4_0 prefill on Zen 4 lost 30% that way).
+extern const DecodePrefetch kProcessDecodePrefetch;
+inline const DecodePrefetch& decode_prefetch() noexcept {
+  return kProcessDecodePrefetch;
+}
 // "l2, 4096 B ahead" (and ", 2048 B in one stream" where that differs): what ModelInfo reports.
 std::string describe(const DecodePrefetch& policy);
 // Throws sitsrt::Error when SITSRT_DECODE_PREFETCH is set and invalid (CpuContext calls it, so an
@@ -41,13 +48,11 @@ void check_decode_prefetch_setting();
 
 namespace detail {
 // For the kernel files. Internal linkage, as every helper the ISA files share (matmul_kernels.hpp's
-// ODR note); the policy is read through a reference cached per file, so a use costs a guard check
-// and a load, no call.
+// ODR note).
 namespace {
 
 inline const DecodePrefetch& prefetch_policy() noexcept {
-  static const DecodePrefetch& policy = decode_prefetch();
-  return policy;
+  return kProcessDecodePrefetch;
 }
 
 // One cache line at p towards L1 or L2. An asm statement: GCC 12 at -O2 deletes a loop whose body

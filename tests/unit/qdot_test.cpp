@@ -432,5 +432,7 @@ TEST_CASE("decode prefetch policy: per vendor, SITSRT_DECODE_PREFETCH parsed or 
   CHECK_THROWS_WITH(cpu::CpuContext(1, cpu::Isa::kGeneric, true), Catch::Contains("SITSRT_DECODE_PREFETCH='l2:lots'"));
   REQUIRE(setenv("SITSRT_DECODE_PREFETCH", "l1:2048", 1) == 0);
   CHECK_NOTHROW(cpu::CpuContext(1, cpu::Isa::kGeneric, true));
+  REQUIRE(setenv("SITSRT_DECODE_PREFETCH", "", 1) == 0);  // set but empty: as unset
+  CHECK_NOTHROW(cpu::CpuContext(1, cpu::Isa::kGeneric, true));
   REQUIRE(unsetenv("SITSRT_DECODE_PREFETCH") == 0);
 }
