@@ -15,7 +15,8 @@
 # --model   default: the 0.35B synthetic Q4_0 model of issue 19 (make-model --dim 1024
 #           --layers 24 --heads 16 --kv-heads 8 --ffn 2816 --vocab 32000 --type q4_0)
 # Measures prompt 512 (one pass on both sides: llama.cpp's ubatch 512, sitsrt -b 512) and 128
-# generated tokens, each side's median of 3 per round. Prints a table (or one JSON object) with
+# generated tokens from an empty context (llama-bench's tg128; sitsrt after a 1-token prompt),
+# each side's median of 3 per round. Prints a table (or one JSON object) with
 # the per-round ratios. Exit status 3 when llama.cpp cannot be fetched, built or run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,26 +75,31 @@ if [ -z "$model" ]; then
 fi
 
 results=$(mktemp)
-trap 'rm -f "$results" "$results.l" "$results.s" "$results.e"' EXIT
+trap 'rm -f "$results" "$results.l" "$results.s" "$results.d" "$results.e"' EXIT
 for r in $(seq "$rounds"); do
   log "round $r of $rounds"
   "$bench" -m "$model" -t "$threads" -p 512 -n 128 -r 3 -o json >"$results.l" 2>/dev/null ||
     { log "llamacpp_compare: llama-bench failed on $model"; exit 3; }
-  "$sitsrt" bench -m "$model" -t "$threads" -p 512 -n 128 -b 512 -r 3 --no-bandwidth --isa "$isa" --json \
+  # Prefill as pp512, then decode as tg128: from an empty context (a 1-token prompt), not after
+  # the 512 prompt tokens, whose attention llama-bench's tg128 does not pay.
+  "$sitsrt" bench -m "$model" -t "$threads" -p 512 -n 2 -b 512 -r 3 --no-bandwidth --isa "$isa" --json \
     >"$results.s" 2>"$results.e" || { log "llamacpp_compare: sitsrt bench failed: $(tail -1 "$results.e")"; exit 1; }
-  python3 - "$results.l" "$results.s" "$r" >>"$results" <<'EOF'
+  "$sitsrt" bench -m "$model" -t "$threads" -p 1 -n 128 -r 3 --no-bandwidth --isa "$isa" --json \
+    >"$results.d" 2>"$results.e" || { log "llamacpp_compare: sitsrt bench failed: $(tail -1 "$results.e")"; exit 1; }
+  python3 - "$results.l" "$results.s" "$results.d" "$r" >>"$results" <<'EOF'
 import json, sys
 llama = json.load(open(sys.argv[1]))
 ours = json.load(open(sys.argv[2]))
-row = {"round": int(sys.argv[3])}
+ours_decode = json.load(open(sys.argv[3]))
+row = {"round": int(sys.argv[4])}
 for t in llama:
     key = "prefill" if t["n_prompt"] > 0 else "decode"
     row["llamacpp_" + key] = t["avg_ts"]
 row["sitsrt_prefill"] = ours["prefill_tokens_per_s"]
-row["sitsrt_decode"] = ours["decode_tokens_per_s"]
+row["sitsrt_decode"] = ours_decode["decode_tokens_per_s"]
 print(json.dumps(row))
 EOF
-  rm -f "$results.l" "$results.s" "$results.e"
+  rm -f "$results.l" "$results.s" "$results.d" "$results.e"
 done
 
 python3 - "$results" "$json" "$threads" "$isa" "$flavour" "$model" "$version" <<'EOF'
