@@ -25,6 +25,10 @@ bool resolve(void* library, const char* symbol, Fn& fn, std::string& why) {
 
 Loaded load_library() {
   Loaded out;
+#if defined(SITSRT_CUDA_EMULATION)  // the tests' CPU emulator (tests/cuda_emulator) has no cuBLASLt
+  out.why = "cuBLASLt is not emulated (tests/cuda_emulator)";
+  return out;
+#endif
   const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
   std::string candidates[] = {soname, "", "/usr/local/cuda/lib64/" + soname};
   if (const char* home = std::getenv("CUDA_HOME")) candidates[1] = std::string(home) + "/lib64/" + soname;

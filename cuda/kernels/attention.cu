@@ -10,6 +10,7 @@
 // one-pass kernel per (row, head) remains for shapes those do not take (a group above 8 heads,
 // head_dim above 256).
 #include "cuda_backend/device_formats.hpp"
+#include "cuda_backend/kernels/dynamic_shared.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/head_rotation.hpp"
 #include "cuda_backend/kernels/launch.hpp"
@@ -99,7 +100,7 @@ __device__ void store_row(int type, const float* buf, std::uint8_t* dst, std::in
 
 __global__ void kv_store_kernel(AttentionLaunch a) {
   begin_dependent_grid();
-  extern __shared__ float buf[];
+  SITSRT_DYNAMIC_SHARED(float, buf);
   const std::int64_t r = blockIdx.x;
   if (a.rope.count > 0) {  // a folded rope pair: this row of Q and K rotated first, in place
     const double pos = static_cast<double>(a.rope_positions[r]);
@@ -388,7 +389,7 @@ __device__ void merge_heads(const AttentionLaunch& a, std::int64_t r, std::int64
 template <bool kDirect>
 __global__ void attention_split_kernel(AttentionLaunch a) {
   begin_dependent_grid();
-  extern __shared__ float smem[];
+  SITSRT_DYNAMIC_SHARED(float, smem);
   const std::int64_t r = blockIdx.x, g = blockIdx.y;
   const int split = static_cast<int>(blockIdx.z);
   constexpr int kSplits = kDirect ? 1 : kAttentionSplits;

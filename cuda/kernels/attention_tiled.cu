@@ -4,6 +4,7 @@
 // flash-decoding split takes (AttentionLaunch::tile_rows set by the backend); the rows' stores
 // into the cache have run before it (launch_attention).
 #include "cuda_backend/kernels/attention_tiles.hpp"
+#include "cuda_backend/kernels/dynamic_shared.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
 #include "cuda_backend/kernels/head_rotation.hpp"
 #include "cuda_backend/kernels/launch.hpp"
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(tiles::Layout<D>::kThreads, tiles::Layout<D>::
   constexpr int kThreads = L::kThreads;
   constexpr int kDimTiles = L::kDimTiles;
   begin_dependent_grid();
-  extern __shared__ __align__(16) std::uint32_t smem[];
+  SITSRT_DYNAMIC_SHARED(std::uint32_t, smem);
   __shared__ tiles::PassRows pass_rows;
   float* rows = reinterpret_cast<float*>(smem + L::kFloats);
   // Blocks in the order (tile from the table's end, KV head): a sequence's last tiles attend the
@@ -187,7 +188,8 @@ bool shared_memory_granted() {
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
   if (const int known = state[device].load(std::memory_order_acquire); known != 0) return known == 1;
   if (cudaPeekAtLastError() != cudaSuccess) return false;
-  const bool granted = cudaFuncSetAttribute(attention_tiled_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const bool granted = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_tiled_kernel<D>),
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(tiles::Layout<D>::kBytes)) == cudaSuccess;
   if (!granted) static_cast<void>(cudaGetLastError());  // the refusal itself: the staged kernel runs instead
   state[device].store(granted ? 1 : 2, std::memory_order_release);

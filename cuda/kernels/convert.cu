@@ -12,6 +12,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cstring>
+
 namespace sitsrt::cuda {
 namespace {
 
@@ -40,8 +42,8 @@ __global__ void weights_to_bf16_kernel(const std::uint8_t* __restrict__ data, st
         const __nv_bfloat162 lo = __floats2bfloat162_rn(wf[0][0], wf[0][1]);
         const __nv_bfloat162 hi = __floats2bfloat162_rn(wf[0][2], wf[0][3]);
         uint2 pair;
-        pair.x = *reinterpret_cast<const std::uint32_t*>(&lo);
-        pair.y = *reinterpret_cast<const std::uint32_t*>(&hi);
+        std::memcpy(&pair.x, &lo, sizeof pair.x);  // (not a pointer cast: host builds alias-analyse it)
+        std::memcpy(&pair.y, &hi, sizeof pair.y);
         *reinterpret_cast<uint2*>(dst + offset) = pair;
       });
     }

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace sitsrt::cuda {
@@ -65,6 +67,12 @@ inline bool programmatic_launch_enabled(const void* kernel, int* device_out) noe
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
                    Args&&... args) {
+#if defined(SITSRT_CUDA_EMULATION)  // the CPU emulator of the tests (tests/cuda_emulator): no PDL there
+  cuda_emulator::launch(reinterpret_cast<const void*>(kernel), grid, block, shared, stream,
+                        [kernel, params = std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)] {
+                          std::apply(kernel, params);
+                        });
+#else
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -84,6 +92,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
     config.numAttrs = 0;
   }
   static_cast<void>(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+#endif
 }
 
 }  // namespace sitsrt::cuda

@@ -30,9 +30,15 @@
 
 #include "cuda_backend/kernels/planar_units.hpp"
 
+#if defined(SITSRT_CUDA_EMULATION) && !defined(__CUDACC__)
+namespace sitsrt::cuda_emulator {  // tests/cuda_emulator: the warp's mma.sync
+void mma_bf16_m16n8k16(const std::uint32_t (&a)[4], const std::uint32_t (&b)[2], float (&c)[4]);
+}
+#endif
+
 namespace sitsrt::cuda::mma {
 
-#if !defined(__CUDACC__)
+#if !defined(__CUDACC__) && !defined(SITSRT_CUDA_EMULATION)
 using planar::float4;
 using planar::uint4;
 #endif
@@ -456,6 +462,11 @@ __device__ inline void mma_bf16(const FragA& a, const FragB& b, float (&c)[4]) {
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+}
+#elif defined(SITSRT_CUDA_EMULATION)
+// The tests' CPU emulator (tests/cuda_emulator): the warp's fragments exchanged, as the mma does.
+inline void mma_bf16(const FragA& a, const FragB& b, float (&c)[4]) {
+  cuda_emulator::mma_bf16_m16n8k16(a.r, b.r, c);
 }
 #endif
 

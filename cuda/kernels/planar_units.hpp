@@ -28,7 +28,7 @@
 
 namespace sitsrt::cuda::planar {
 
-#if !defined(__CUDACC__)
+#if !defined(__CUDACC__) && !defined(SITSRT_CUDA_EMULATION)  // (the emulator has CUDA's own)
 struct uint4 {
   std::uint32_t x, y, z, w;
 };

@@ -473,12 +473,20 @@ TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on stories260
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   SITSRT_REQUIRE_SHARED("models/stories260K.gguf");
+  // Logits: 1e-3 with float K/V. Stored as f16 (the f16 cache, the int8/int4 caches' exact
+  // window) the devices' K differ by float summation order (~1e-6), which now and then rounds
+  // one K element to the neighbouring f16: in stories260K (queries of |q| ~ 10-20) such steps
+  // move logits by up to 1.5e-2 (measured in the CUDA emulator: F32 weights, int8 cache, both
+  // backends' stored bytes equal but for one f16 of K in the last layer, 6e-3; Q8_0 / Q4_0
+  // weights 1.1e-2 / 1.5e-2, and 1e-3 with the window off). The CPU against itself at another
+  // ISA stays at 1e-5; reading the window's positions quantized instead moves logits by 0.36.
+  constexpr double kF16Stored = 3e-2;
   check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF32, "as-stored", 48, 1e-3);
-  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "as-stored", 48, 1e-3);
-  check_same_run(test::shared_path("models/stories260K-F16.gguf"), KvCacheType::kF16, "as-stored", 48, 1e-3);
-  check_same_run(test::shared_path("models/stories260K-Q8_0.gguf"), KvCacheType::kInt8, "as-stored", 48, 1e-3);
-  check_same_run(test::shared_path("models/stories260K-Q4_0.gguf"), KvCacheType::kInt4, "as-stored", 48, 1e-3);
-  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "fp8", 48, 1e-3);
+  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "as-stored", 48, kF16Stored);
+  check_same_run(test::shared_path("models/stories260K-F16.gguf"), KvCacheType::kF16, "as-stored", 48, kF16Stored);
+  check_same_run(test::shared_path("models/stories260K-Q8_0.gguf"), KvCacheType::kInt8, "as-stored", 48, kF16Stored);
+  check_same_run(test::shared_path("models/stories260K-Q4_0.gguf"), KvCacheType::kInt4, "as-stored", 48, kF16Stored);
+  check_same_run(test::shared_path("models/stories260K.gguf"), KvCacheType::kF16, "fp8", 48, kF16Stored);
   // (q4g128 converts none of stories260K's 64-wide rows: see the planar weights case below)
 }
 
@@ -630,6 +638,7 @@ TEST_CASE("cuda FP8 x FP8 prompt matmuls with 128 x 128 block-scaled weights (fp
 
 TEST_CASE("cuda backend reproduces the cpu backend's greedy tokens on the real models", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
+  SITSRT_SKIP_IN_CUDA_EMULATOR("vocabularies of 49152 and 262144 entries take hours thread by thread");
   const std::string smol = std::string(SITSRT_SOURCE_DIR) + "/build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   const std::string gemma = std::string(SITSRT_SOURCE_DIR) + "/build/models/gemma-3-270m-q4_k_m.gguf";
   if (!std::filesystem::exists(smol) || !std::filesystem::exists(gemma)) {
@@ -690,7 +699,8 @@ BatchTrace run_batch(const std::string& path, const std::string& weights, bool g
   for (int i = 0; i < kRequests; ++i) {
     GenerationConfig c;
     c.temperature = 0.0f;
-    c.max_new_tokens = 40 + 45 * i;
+    // (a third as many under the CPU emulator: block tables still past 4 blocks of 16)
+    c.max_new_tokens = test::cuda_small_shapes() && test::cuda_emulated() ? 12 + 14 * i : 40 + 45 * i;
     c.stop_at_end_of_sequence = false;
     SubmitOptions so;
     so.on_token = [&out, i](const TokenEvent& e) {
