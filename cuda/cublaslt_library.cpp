@@ -25,8 +25,11 @@ bool resolve(void* library, const char* symbol, Fn& fn, std::string& why) {
 
 Loaded load_library() {
   Loaded out;
-#if defined(SITSRT_CUDA_EMULATION)  // the tests' CPU emulator (tests/cuda_emulator) has no cuBLASLt
-  out.why = "cuBLASLt is not emulated (tests/cuda_emulator)";
+#if defined(SITSRT_CUDA_EMULATION)  // the tests' CPU emulator (tests/cuda_emulator/cublaslt.cpp)
+#define SITSRT_CUBLASLT_EMULATED(member, symbol) out.api.member = &symbol;
+  SITSRT_CUBLASLT_FUNCTIONS(SITSRT_CUBLASLT_EMULATED)
+#undef SITSRT_CUBLASLT_EMULATED
+  out.ok = true;
   return out;
 #endif
   const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);

@@ -85,6 +85,12 @@ struct Fiber {
   WarpRequest request;
 };
 
+// The orders' seed: fixed, so a run repeats; SITSRT_CUDA_EMULATOR_SEED=N tries other orders.
+std::uint64_t seed() {
+  const char* setting = std::getenv("SITSRT_CUDA_EMULATOR_SEED");
+  return setting != nullptr && *setting != '\0' ? std::strtoull(setting, nullptr, 10) : 0x5175727453ull;
+}
+
 // The launch in progress (launches are serialised by g_launch_mutex).
 struct Grid {
   std::vector<std::unique_ptr<Fiber>> fibers;  // the block's threads; kept between launches
@@ -109,7 +115,7 @@ struct Grid {
   const void* scheduler_stack_bottom = nullptr;
   std::size_t scheduler_stack_size = 0;
 #endif
-  std::mt19937_64 random{0x5175727453ull};
+  std::mt19937_64 random{seed()};
 };
 
 // The kernels' __shared__ statics (cuda_emulator.hpp puts them in this section).

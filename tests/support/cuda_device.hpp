@@ -23,8 +23,8 @@
     }                                                               \
   } while (false)
 
-// What the emulator cannot run (cuBLASLt, which the prompt GEMMs call; models too large for the
-// CPU to run thread by thread) skips there, with the reason; on a GPU it runs.
+// What the emulator cannot run (models too large for the CPU to run thread by thread) skips
+// there, with the reason; on a GPU it runs.
 #if defined(SITSRT_CUDA_EMULATION)
 #define SITSRT_SKIP_IN_CUDA_EMULATOR(reason) SITSRT_SKIP("[cuda] in the CPU emulator (tests/cuda_emulator): " << reason)
 #else

@@ -414,7 +414,6 @@ TEST_CASE("cuda weights to BF16 (what the prompt GEMMs read) equal the CPU's dec
 
 TEST_CASE("cuda prefill GEMM (BF16 tensor cores) equals the double reference within BF16 rounding", "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
-  SITSRT_SKIP_IN_CUDA_EMULATOR("cuBLASLt is not emulated");
   test::Rng rng(106);
   cuda::CudaContext context(0);
   cuda::DeviceAllocator allocator(context, 0);
@@ -475,7 +474,6 @@ TEST_CASE(
     "the double reference within E4M3 rounding",
     "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
-  SITSRT_SKIP_IN_CUDA_EMULATOR("cuBLASLt is not emulated");
   test::Rng rng(107);
   cuda::CudaContext context(0);
   if (context.compute_capability() / 10 != 9) {  // cuBLASLt's outer-vector and block FP8 scaling: Hopper only
