@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 // The CUDA headers define these as attributes GCC does not know (host compilation).
 #undef __global__

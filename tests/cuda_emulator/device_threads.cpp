@@ -5,6 +5,7 @@
 // writes without a barrier (or the end of the grid) between them sees stale data here too.
 #include "cuda_emulator/cuda_emulator.hpp"
 #include "cuda_emulator/emulator_state.hpp"
+#include "support/mma_emulation.hpp"
 
 #include <sys/mman.h>
 
@@ -391,32 +392,19 @@ bool release_warp(std::size_t first, std::size_t count) {
         fail(where(lead) + ": mma.sync needs all 32 lanes");
         return true;
       }
-      // The PTX ISA's m16n8k16 fragment layout (as tests/support/mma_emulation.hpp); exact BF16
-      // products summed in double and rounded to float once per mma.
-      double a[16][16] = {}, b[16][8] = {};
-      const auto low = [](std::uint32_t v) { return static_cast<double>(std::bit_cast<float>(v << 16)); };
-      const auto high = [](std::uint32_t v) { return static_cast<double>(std::bit_cast<float>(v & 0xffff0000u)); };
+      // The warp's fragments through the host tests' emulated mma (the PTX ISA's layout; exact
+      // BF16 products summed in double, rounded to float once per mma).
+      cuda::mma::FragA a[32];
+      cuda::mma::FragB b[32];
+      float c[32][4];
       for (int lane = 0; lane < 32; ++lane) {
         const WarpRequest& r = lanes[lane]->request;
-        const int g = lane / 4, t = lane % 4;
-        for (int i = 0; i < 4; ++i) {
-          a[g + 8 * (i % 2)][2 * t + 8 * (i / 2)] = low(r.a[i]);
-          a[g + 8 * (i % 2)][2 * t + 8 * (i / 2) + 1] = high(r.a[i]);
-        }
-        for (int i = 0; i < 2; ++i) {
-          b[2 * t + 8 * i][g] = low(r.b[i]);
-          b[2 * t + 8 * i + 1][g] = high(r.b[i]);
-        }
+        std::copy(r.a, r.a + 4, a[lane].r);
+        std::copy(r.b, r.b + 2, b[lane].r);
+        std::copy(r.c, r.c + 4, c[lane]);
       }
-      for (int lane = 0; lane < 32; ++lane) {
-        WarpRequest& r = lanes[lane]->request;
-        const int g = lane / 4, t = lane % 4;
-        for (int i = 0; i < 4; ++i) {
-          double sum = r.c[i];
-          for (int k = 0; k < 16; ++k) sum += a[g + 8 * (i / 2)][k] * b[k][2 * t + i % 2];
-          r.c[i] = static_cast<float>(sum);
-        }
-      }
+      test::emulated_mma(a, b, c);
+      for (int lane = 0; lane < 32; ++lane) std::copy(c[lane], c[lane] + 4, lanes[lane]->request.c);
       break;
     }
   }
