@@ -27,6 +27,10 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
         line);
 }
 
+void raise_launch_error(const char* kernel, const char* problem) {
+  raise(ErrorCode::kInternal, "cuda: the {} kernel: {}", kernel, problem);
+}
+
 void raise_unsupported_format(DType format, const char* kernel) {
   raise(ErrorCode::kInternal, "cuda: the {} kernels have no {} instance", kernel, name(format));
 }

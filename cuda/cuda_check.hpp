@@ -9,6 +9,9 @@
 namespace sitsrt::cuda {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+// A launch's arguments the kernel cannot take, as sitsrt::Error (kInternal): for the kernel files,
+// which do not include the error formatting.
+[[noreturn]] void raise_launch_error(const char* kernel, const char* problem);
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess) throw_cuda_error(status, call, file, line);

@@ -94,6 +94,27 @@ unsigned* CudaKernels::attention_counters(const ops::AttentionShape& shape) {
   return reinterpret_cast<unsigned*>(counters_);
 }
 
+const PlanarSplitScratch* CudaKernels::split_scratch(DType format, std::span<const PlanarTarget> targets,
+                                                     std::int64_t k, std::int64_t m, PlanarEpilogue kind) {
+  if (planar_path() != PlanarPath::kTensorCores) return nullptr;
+  const PlanarSplitNeed need = planar_split_need(format, targets, k, m, kind, PlanarPath::kTensorCores);
+  const std::size_t had = split_counters_bytes_;
+  if (!grow_scratch(split_partials_, split_partials_bytes_,
+                    static_cast<std::size_t>(need.partial_floats) * sizeof(float), "split decode partials") ||
+      !grow_scratch(split_counters_, split_counters_bytes_, static_cast<std::size_t>(need.counters) * sizeof(unsigned),
+                    "split decode counters")) {
+    return nullptr;
+  }
+  // zero between launches (each launch leaves its counters zero), so made zero once, when allocated
+  if (split_counters_bytes_ != had) {
+    SITSRT_CUDA_CHECK(cudaMemsetAsync(split_counters_, 0, split_counters_bytes_, context_.stream()));
+  }
+  split_ = {reinterpret_cast<float*>(split_partials_), static_cast<std::int64_t>(split_partials_bytes_ / sizeof(float)),
+            reinterpret_cast<unsigned*>(split_counters_),
+            static_cast<std::int64_t>(split_counters_bytes_ / sizeof(unsigned))};
+  return &split_;
+}
+
 std::byte* CudaKernels::exact_rows(std::size_t side_bytes) {
   if (!grow_scratch(exact_, exact_bytes_, 2 * side_bytes, "exact recent-window rows")) return nullptr;
   return exact_;
@@ -101,7 +122,8 @@ std::byte* CudaKernels::exact_rows(std::size_t side_bytes) {
 
 CudaKernels::~CudaKernels() {
   for (auto [data, bytes] : {std::pair{partials_, partials_bytes_}, std::pair{counters_, counters_bytes_},
-                             std::pair{exact_, exact_bytes_}}) {
+                             std::pair{split_partials_, split_partials_bytes_},
+                             std::pair{split_counters_, split_counters_bytes_}, std::pair{exact_, exact_bytes_}}) {
     if (data != nullptr) allocator_.deallocate(data, bytes);
   }
   for (auto& [host, constant] : constants_) {
@@ -241,8 +263,10 @@ void CudaKernels::matmul(const ops::WeightRef& w, const ops::TensorRef& x, const
   }
   const bool queued = x.rows > 0 && dw.rows > 0;  // nothing is launched for an empty matmul
   if (dw.planar) {
+    const PlanarTarget target{dw.data, dw.rows, f32(y), y.ld};
+    const PlanarSplitScratch* split = split_scratch(dw.format, {&target, 1}, dw.cols, x.rows, PlanarEpilogue::kNone);
     const bool tensor_cores = launch_planar_matmul(dw.format, dw.data, dw.rows, dw.cols, f32(x), x.ld, x.rows, f32(y),
-                                                   y.ld, context_.stream(), planar_path());
+                                                   y.ld, context_.stream(), planar_path(), split);
     if (queued) (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(1, std::memory_order_relaxed);
   } else {
     if (queued) decode_cuda_cores_.fetch_add(1, std::memory_order_relaxed);
@@ -303,8 +327,10 @@ void CudaKernels::fused_matmuls(std::span<const FusedMatmul> matmuls, const ops:
     e.out = f32(*out);
     e.ld_out = out->ld;
   }
-  const bool tensor_cores = launch_planar_group(first->format, {targets.data(), count}, first->cols, f32(x), x.ld,
-                                                x.rows, e, context_.stream(), planar_path());
+  const std::span<const PlanarTarget> group{targets.data(), count};
+  const PlanarSplitScratch* split = split_scratch(first->format, group, first->cols, x.rows, epilogue);
+  const bool tensor_cores = launch_planar_group(first->format, group, first->cols, f32(x), x.ld, x.rows, e,
+                                                context_.stream(), planar_path(), split);
   if (x.rows > 0)
     (tensor_cores ? decode_tensor_cores_ : decode_cuda_cores_).fetch_add(count, std::memory_order_relaxed);
   SITSRT_CUDA_CHECK_LAUNCH("fused planar matmul kernel");

@@ -145,6 +145,11 @@ class CudaKernels final : public ops::OpKernels {
   // Grows scratch that captured graphs hold the address of (data, bytes) to `need` bytes; false,
   // with nothing changed, while capturing (the capture is then discarded).
   bool grow_scratch(std::byte*& data, std::size_t& bytes, std::size_t need, const char* what);
+  // The split tensor-core decode's scratch for a planar launch (kernels/planar_mma_split.cu),
+  // grown to its need; null outside the tensor-core path and while capturing a graph that would
+  // need it to grow (the launch takes the unsplit kernels; the capture is discarded).
+  [[nodiscard]] const PlanarSplitScratch* split_scratch(DType format, std::span<const PlanarTarget> targets,
+                                                        std::int64_t k, std::int64_t m, PlanarEpilogue kind);
   // The step's exact K copies, then (exact_bytes_ / 2 on) its V copies: at least side_bytes each
   // (null while capturing a graph that would need them to grow).
   [[nodiscard]] std::byte* exact_rows(std::size_t side_bytes);
@@ -200,6 +205,11 @@ class CudaKernels final : public ops::OpKernels {
   std::size_t partials_bytes_ = 0;
   std::byte* counters_ = nullptr;  // attention_counters
   std::size_t counters_bytes_ = 0;
+  std::byte* split_partials_ = nullptr;  // split_scratch
+  std::size_t split_partials_bytes_ = 0;
+  std::byte* split_counters_ = nullptr;
+  std::size_t split_counters_bytes_ = 0;
+  PlanarSplitScratch split_;
   std::byte* exact_ = nullptr;   // exact_rows
   std::size_t exact_bytes_ = 0;  // K copies, then V copies: half each
 };

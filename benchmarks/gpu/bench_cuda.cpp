@@ -54,10 +54,11 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // fp8_scales: FP8 weights with one scale per output channel or per 128 x 128 block (the FP8 x FP8
 // prefill GEMM's; an error where it does not run).
 // tensor_cores: the planar kernels take the tensor-core decode (every planar format at 5+ rows;
-// an error where they do not).
+// an error where they do not); split: with the split decode's scratch, as the backend runs FP8 /
+// INT4 g128 (kernels/planar_mma_split.cu), else planar_mma.cu's blocks of 32 rows.
 enum class Fp8Scales { kNone, kChannel, kBlocks };
 double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm,
-                   Fp8Scales fp8_scales = Fp8Scales::kNone, bool tensor_cores = false) {
+                   Fp8Scales fp8_scales = Fp8Scales::kNone, bool tensor_cores = false, bool split = false) {
   const std::size_t stride = row_bytes(format, s.k);
   const std::size_t bytes = stride * static_cast<std::size_t>(s.n);
   const std::size_t copies = std::max<std::size_t>(1, ((512u << 20) + bytes - 1) / bytes);
@@ -78,6 +79,19 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
     SITSRT_CUDA_CHECK(cudaMalloc(&scales, scale_floats * 4));
     SITSRT_CUDA_CHECK(cudaMemset(scales, 0x11, scale_floats * 4));
   }
+  cuda::PlanarSplitScratch scratch;
+  if (split) {
+    const cuda::PlanarTarget target{nullptr, s.n, nullptr, s.n};
+    const cuda::PlanarSplitNeed need = cuda::planar_split_need(
+        format, {&target, 1}, s.k, m, cuda::PlanarEpilogue::kNone, cuda::PlanarPath::kTensorCores);
+    scratch.partial_floats = need.partial_floats;
+    scratch.counter_count = need.counters;
+    const auto partial_bytes = static_cast<std::size_t>(std::max<std::int64_t>(1, need.partial_floats)) * 4;
+    const auto counter_bytes = static_cast<std::size_t>(std::max<std::int64_t>(1, need.counters)) * 4;
+    SITSRT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch.partials), partial_bytes));
+    SITSRT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch.counters), counter_bytes));
+    SITSRT_CUDA_CHECK(cudaMemset(scratch.counters, 0, counter_bytes));  // each launch leaves them zero
+  }
   const auto call = [&](std::size_t i) {
     const auto* w = static_cast<const std::uint8_t*>(weights[i % copies]);
     if (m >= cuda::PrefillGemm::kMinRows) {
@@ -89,7 +103,7 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
     } else if (planar) {
       const bool ran = cuda::launch_planar_matmul(
           format, w, s.n, s.k, static_cast<const float*>(x), s.k, m, static_cast<float*>(y), s.n, nullptr,
-          tensor_cores ? cuda::PlanarPath::kTensorCores : cuda::PlanarPath::kExact);
+          tensor_cores ? cuda::PlanarPath::kTensorCores : cuda::PlanarPath::kExact, split ? &scratch : nullptr);
       if (tensor_cores && !ran) throw std::runtime_error("the tensor-core decode did not take this matmul");
     } else {
       cuda::launch_matmul(format, w, static_cast<std::int64_t>(stride), s.n, s.k, static_cast<const float*>(x), s.k, m,
@@ -101,6 +115,10 @@ double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bo
   const bool fp8_ran = gemm.last_path() == (fp8_scales == Fp8Scales::kBlocks ? cuda::PrefillGemm::Path::kFp8Blocks
                                                                              : cuda::PrefillGemm::Path::kFp8);
   for (void* w : weights) SITSRT_CUDA_CHECK(cudaFree(w));
+  if (split) {
+    SITSRT_CUDA_CHECK(cudaFree(scratch.partials));
+    SITSRT_CUDA_CHECK(cudaFree(scratch.counters));
+  }
   if (scales != nullptr) SITSRT_CUDA_CHECK(cudaFree(scales));
   SITSRT_CUDA_CHECK(cudaFree(x));
   SITSRT_CUDA_CHECK(cudaFree(y));
@@ -288,12 +306,20 @@ int main(int argc, char** argv) {
             std::int64_t rows;
             Fp8Scales fp8 = Fp8Scales::kNone;
             bool tensor_cores = false;
+            bool split = false;
           };
+          const bool split_format = planar && (format == DType::kFP8_E4M3 || format == DType::kQ4_G128);
           // (and 32 rows on them beside 64 on the prefill GEMM: where the two meet)
           std::vector<Run> runs = {{1}, {16}, {512}};
           if (mma_format) {
             runs.insert(runs.begin() + 1, {Run{8}, Run{8, Fp8Scales::kNone, true}, Run{16, Fp8Scales::kNone, true}});
             runs.insert(runs.end() - 1, {Run{32, Fp8Scales::kNone, true}, Run{64}});
+          }
+          // FP8 / INT4 g128: the tensor-core rows split as the backend runs them, and unsplit beside
+          if (split_format) {
+            for (Run& run : runs) run.split = run.tensor_cores;
+            runs.insert(runs.begin() + 4,
+                        {Run{8, Fp8Scales::kNone, true, false}, Run{16, Fp8Scales::kNone, true, false}});
           }
           // (block-scaled also at 509 rows: no multiple of 8, two overlapping halves of 256 rows)
           if (fp8_scaled) {
@@ -308,13 +334,15 @@ int main(int argc, char** argv) {
             if (planar_format && !planar && rows_m != 1) continue;
             double seconds = 0.0;
             try {
-              seconds = time_matmul(format, s, rows_m, prompt_rows ? 5 : 50, planar, gemm, run.fp8, run.tensor_cores);
+              seconds = time_matmul(format, s, rows_m, prompt_rows ? 5 : 50, planar, gemm, run.fp8, run.tensor_cores,
+                                    run.split);
             } catch (const std::runtime_error& e) {
               if (!scaled && !run.tensor_cores) throw;
               if (!json) {
                 fmt::print("| {} | {} | {} | {} | {} | | | |\n", name(format),
                            run.fp8 == Fp8Scales::kChannel  ? "planar, per channel"
                            : run.fp8 == Fp8Scales::kBlocks ? "planar, per 128x128 block"
+                           : run.split                     ? "planar, tensor cores, split"
                                                            : "planar, tensor cores",
                            s.name, rows_m, e.what());
               }
@@ -323,6 +351,7 @@ int main(int argc, char** argv) {
             const std::int64_t m_rows = rows_m;
             const char* layout = run.fp8 == Fp8Scales::kChannel  ? "planar, per channel (FP8 x FP8)"
                                  : run.fp8 == Fp8Scales::kBlocks ? "planar, per 128x128 block (FP8 x FP8)"
+                                 : run.split                     ? "planar, tensor cores, split"
                                  : run.tensor_cores              ? "planar, tensor cores"
                                  : planar                        ? "planar"
                                                                  : "blocks";

@@ -32,13 +32,28 @@ void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, 
 enum class PlanarPath { kExact, kTensorCores };
 inline constexpr std::int64_t kMmaMinRows = 5;
 
+// Device scratch of the split tensor-core decode (kernels/planar_mma_split.cu; FP8 E4M3 and INT4
+// g128 at kMmaMinRows+ rows): blocks of 256 weight rows each summing a slice of the row (split-K
+// across blocks), the last slice of a block of rows to finish adding the slices' partial sums in
+// slice order. Without it the tensor-core decode takes planar_mma.cu's blocks of 32 weight rows.
+struct PlanarSplitScratch {
+  float* partials = nullptr;
+  std::int64_t partial_floats = 0;
+  unsigned* counters = nullptr;  // zero between launches: each launch leaves its counters zero
+  std::int64_t counter_count = 0;
+};
+struct PlanarSplitNeed {
+  std::int64_t partial_floats = 0;
+  std::int64_t counters = 0;
+};
+
 // launch_matmul over a planar matrix (FP8 E4M3, INT4 g128, Q8_0, Q4_x, Q5_x, K-quants, IQ4_NL,
 // F16, BF16) of n rows of k elements, rows of x 16 at a time (planar_weights.hpp:
 // planar_supports(format, k) must hold; data 16-byte aligned).
 // Both return whether the tensor-core kernels ran it.
 bool launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream,
-                          PlanarPath path = PlanarPath::kExact);
+                          PlanarPath path = PlanarPath::kExact, const PlanarSplitScratch* split = nullptr);
 
 // One matrix of a grouped planar launch: n rows (k elements each, the group's), outputs to y.
 struct PlanarTarget {
@@ -62,9 +77,18 @@ struct PlanarEpilogueArgs {
 // m rows of x, in one launch, each output the bits launch_planar_matmul gives it; the epilogue
 // also writes the residual sum (kAdd) or the SwiGLU of two equal-sized targets (kSwiGlu) as the
 // elementwise kernels would, after the targets' own outputs.
+// `split`: the split tensor-core decode's scratch, at least planar_split_need's (else an error);
+// null: the unsplit tensor-core kernels.
 bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
                          std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
-                         PlanarPath path = PlanarPath::kExact);
+                         PlanarPath path = PlanarPath::kExact, const PlanarSplitScratch* split = nullptr);
+
+// The scratch launch_planar_group needs to take this launch split (zeros where no matrix is split
+// or the launch does not take the split kernel; a zero scratch still takes it then). Each
+// matrix's slices depend only on its own rows, k and the device's multiprocessor count, so an
+// output has the same bits alone, grouped, with a residual or SwiGLU.
+PlanarSplitNeed planar_split_need(DType format, std::span<const PlanarTarget> targets, std::int64_t k, std::int64_t m,
+                                  PlanarEpilogue kind, PlanarPath path);
 
 // launch_embed over a planar matrix of n rows of k elements.
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

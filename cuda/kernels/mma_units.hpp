@@ -444,6 +444,19 @@ SITSRT_LANE void step_codes_lo(const std::uint32_t (&w)[kQuarterLoads<F>], std::
   f16_pair_split(w[1], hi, c89);
 }
 
+// Accumulators of kTiles m16 tiles by kNTiles n8 tiles set to zero.
+template <int kTiles, int kNTiles>
+SITSRT_LANE void zero(float (&v)[kTiles][kNTiles][4]) {
+  SITSRT_UNROLL
+  for (int mt = 0; mt < kTiles; ++mt) {
+    SITSRT_UNROLL
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      SITSRT_UNROLL
+      for (int i = 0; i < 4; ++i) v[mt][nt][i] = 0.0f;
+    }
+  }
+}
+
 inline constexpr std::uint32_t kOnesBf16x2 = 0x3f803f80u;  // the all-ones A's registers
 
 // Where c[i] of lane `lane` sits in the 16 x 8 C tile: its row (weight row of the m16 tile) and
@@ -467,6 +480,126 @@ __device__ inline void mma_bf16(const FragA& a, const FragB& b, float (&c)[4]) {
 // The tests' CPU emulator (tests/cuda_emulator): the warp's fragments exchanged, as the mma does.
 inline void mma_bf16(const FragA& a, const FragB& b, float (&c)[4]) {
   cuda_emulator::mma_bf16_m16n8k16(a.r, b.r, c);
+}
+#endif
+
+#if defined(__CUDACC__) || defined(SITSRT_CUDA_EMULATION)
+// One FP8 / INT4 g128 scale block of kTiles m16 tiles (codes w, side data) by kNTiles n8 tiles of
+// x, added to acc: x's fragments of step s and n8 tile nt from x_fragments(s, nt, hi, lo); the hi
+// and lo parts in separate sums (two chains of dependent mmas instead of one twice as long),
+// added before the block's scale.
+template <DType F, int kTiles, int kNTiles, typename XFragments>
+SITSRT_LANE void add_scale_block(const uint4 (&w)[kTiles][2], const BlockSide (&side)[kTiles][2],
+                                 XFragments&& x_fragments, float (&acc)[kTiles][kNTiles][4]) {
+  float sum_hi[kTiles][kNTiles][4], sum_lo[kTiles][kNTiles][4];
+  zero(sum_hi);
+  zero(sum_lo);
+  SITSRT_UNROLL
+  for (int step = 0; step < kSteps<F>; ++step) {
+    FragB hi[kNTiles], lo[kNTiles];
+    SITSRT_UNROLL
+    for (int nt = 0; nt < kNTiles; ++nt) x_fragments(step, nt, hi[nt], lo[nt]);
+    SITSRT_UNROLL
+    for (int mt = 0; mt < kTiles; ++mt) {
+      const FragA frag = a_fragment<F>(w[mt][0], w[mt][1], side[mt][0], side[mt][1], step);
+      SITSRT_UNROLL
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        mma_bf16(frag, hi[nt], sum_hi[mt][nt]);
+        mma_bf16(frag, lo[nt], sum_lo[mt][nt]);
+      }
+    }
+  }
+  SITSRT_UNROLL
+  for (int mt = 0; mt < kTiles; ++mt) {
+    SITSRT_UNROLL
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      SITSRT_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, sum_hi[mt][nt][i] + sum_lo[mt][nt][i], acc[mt][nt][i]);
+      }
+    }
+  }
+}
+
+// The code words and side data of one chunk of the quarter scheme for kTiles m16 tiles (codes and
+// sides: each tile's rows g and g + 8, as arrays [kTiles][2] of pointers), every load in flight
+// before the chunk's steps; units past `units` (a partial last chunk: not summed) load the last.
+template <DType F, int kTiles, typename Rows>
+SITSRT_LANE void load_quarter_chunk(const Rows& codes, const Rows& sides, std::int64_t u0, std::int64_t units, int t,
+                                    std::uint32_t (&w)[kChunkUnits<F>][kTiles][2][kQuarterLoads<F>],
+                                    ChunkSide<F> (&side)[kTiles][2]) {
+  SITSRT_UNROLL
+  for (int mt = 0; mt < kTiles; ++mt) {
+    SITSRT_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      SITSRT_UNROLL
+      for (int c = 0; c < kChunkUnits<F>; ++c) {
+        load_quarter<F>(codes[mt][h], u0 + c < units ? u0 + c : units - 1, t, w[c][mt][h]);
+      }
+      side[mt][h].load(sides[mt][h], u0, units, t);
+    }
+  }
+}
+
+// One chunk of the quarter scheme (units u0 .. u0 + kChunkUnits - 1, those below `units`) of
+// kTiles m16 tiles (code words w[c][mt][h], side data) by kNTiles n8 tiles of x, added to acc: x's
+// fragments of unit u, step s and n8 tile nt from x_fragments(u, s, nt, hi, lo); each step's sum
+// scaled, and for the formats with a min its offset times the step's x sums (an all-ones mma).
+template <DType F, int kTiles, int kNTiles, typename XFragments>
+SITSRT_LANE void add_quarter_chunk(const std::uint32_t (&w)[kChunkUnits<F>][kTiles][2][kQuarterLoads<F>],
+                                   const ChunkSide<F> (&side)[kTiles][2], std::int64_t u0, std::int64_t units, int t,
+                                   XFragments&& x_fragments, float (&acc)[kTiles][kNTiles][4]) {
+  const FragA ones{{kOnesBf16x2, kOnesBf16x2, kOnesBf16x2, kOnesBf16x2}};
+  SITSRT_UNROLL
+  for (int c = 0; c < kChunkUnits<F>; ++c) {
+    const std::int64_t u = u0 + c;
+    if (u >= units) break;
+    SITSRT_UNROLL
+    for (int step = 0; step < kQuarterSteps<F>; ++step) {
+      FragB hi[kNTiles], lo[kNTiles];
+      SITSRT_UNROLL
+      for (int nt = 0; nt < kNTiles; ++nt) x_fragments(u, step, nt, hi[nt], lo[nt]);
+      float x_sums[kNTiles][4];  // every weight row's: the sums of x over the step
+      if constexpr (kQuarterOffset<F>) {
+        SITSRT_UNROLL
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          SITSRT_UNROLL
+          for (int i = 0; i < 4; ++i) x_sums[nt][i] = 0.0f;
+          mma_bf16(ones, hi[nt], x_sums[nt]);
+          mma_bf16(ones, lo[nt], x_sums[nt]);
+        }
+      }
+      SITSRT_UNROLL
+      for (int mt = 0; mt < kTiles; ++mt) {
+        const planar::Side<F> s0 = side[mt][0].unit(c), s8 = side[mt][1].unit(c);
+        FragA frag;
+        step_codes<F>(w[c][mt][0], s0, u, t, step, frag.r[0], frag.r[2]);
+        step_codes<F>(w[c][mt][1], s8, u, t, step, frag.r[1], frag.r[3]);
+        const StepScale scale[2] = {step_scale<F>(s0, u, step), step_scale<F>(s8, u, step)};
+        FragA frag_lo{};  // F16: the weights' lo parts too
+        if constexpr (kWeightSplit<F>) {
+          step_codes_lo<F>(w[c][mt][0], frag_lo.r[0], frag_lo.r[2]);
+          step_codes_lo<F>(w[c][mt][1], frag_lo.r[1], frag_lo.r[3]);
+        }
+        SITSRT_UNROLL
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_bf16(frag, hi[nt], sum);
+          mma_bf16(frag, lo[nt], sum);
+          if constexpr (kWeightSplit<F>) {
+            const FragB finite_hi{{finite_bf16x2(hi[nt].r[0]), finite_bf16x2(hi[nt].r[1])}};
+            mma_bf16(frag_lo, finite_hi, sum);
+            mma_bf16(frag_lo, lo[nt], sum);
+          }
+          SITSRT_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            acc[mt][nt][i] = fmaf(scale[i / 2].scale, sum[i], acc[mt][nt][i]);
+            if constexpr (kQuarterOffset<F>) acc[mt][nt][i] = fmaf(scale[i / 2].offset, x_sums[nt][i], acc[mt][nt][i]);
+          }
+        }
+      }
+    }
+  }
 }
 #endif
 

@@ -169,49 +169,60 @@ void launch_tile(const GroupArgs& a, unsigned blocks, cudaStream_t stream) {
 // runs the kernel of the next power of two (1, 2, 4, 8, 16) with the others idle: fewer kernels
 // to build and ship, the same weight traffic.
 template <DType F>
-bool launch_format(GroupArgs a, std::int64_t m, PlanarPath path, cudaStream_t stream) {
-  if (path == PlanarPath::kTensorCores && m >= kMmaMinRows && launch_planar_mma(F, a, m, stream)) return true;
+bool launch_format(GroupArgs a, std::int64_t m, PlanarPath path, const PlanarSplitScratch* split,
+                   cudaStream_t stream) {
+  if (path == PlanarPath::kTensorCores && m >= kMmaMinRows) {
+    if (split != nullptr && launch_planar_mma_split(F, a, m, *split, stream)) return true;
+    if (launch_planar_mma(F, a, m, stream)) return true;
+  }
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
   const int max_rows = gated ? kMaxSwiGluTileRows : kMaxPlanarTileRows;
   const unsigned blocks = gated ? a.first_block[1] : a.first_block[a.count];
   GroupArgs wide = a;  // the 16-row tiles' numbering: kOutputs<16> rows a block
   const unsigned wide_blocks = number_blocks(wide, kOutputs<kMaxPlanarTileRows>);
-  const GroupArgs base = a;
-  for (std::int64_t r0 = 0; r0 < m; r0 += max_rows) {
-    a.rows = static_cast<int>(std::min<std::int64_t>(max_rows, m - r0));
-    a.x = base.x + r0 * base.ldx;
-    for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
-    if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
-    if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
-    if (a.rows == 1) {
-      launch_tile<F, 1>(a, blocks, stream);
-    } else if (a.rows == 2) {
-      launch_tile<F, 2>(a, blocks, stream);
-    } else if (a.rows <= 4) {
-      launch_tile<F, 4>(a, blocks, stream);
-    } else if (a.rows <= 8) {
-      launch_tile<F, 8>(a, blocks, stream);
+  for_each_row_tile(a, m, max_rows, [&](GroupArgs tile) {
+    if (tile.rows == 1) {
+      launch_tile<F, 1>(tile, blocks, stream);
+    } else if (tile.rows == 2) {
+      launch_tile<F, 2>(tile, blocks, stream);
+    } else if (tile.rows <= 4) {
+      launch_tile<F, 4>(tile, blocks, stream);
+    } else if (tile.rows <= 8) {
+      launch_tile<F, 8>(tile, blocks, stream);
     } else {
-      std::copy(std::begin(wide.first_block), std::end(wide.first_block), std::begin(a.first_block));
-      launch_tile<F, kMaxPlanarTileRows>(a, wide_blocks, stream);
-      std::copy(std::begin(base.first_block), std::end(base.first_block), std::begin(a.first_block));
+      std::copy(std::begin(wide.first_block), std::end(wide.first_block), std::begin(tile.first_block));
+      launch_tile<F, kMaxPlanarTileRows>(tile, wide_blocks, stream);
     }
-  }
+  });
   return false;
 }
 
-}  // namespace
-
-bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
-                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
-                         PlanarPath path) {
-  if (m <= 0 || targets.empty()) return false;
+// The launch's targets (at most kMaxPlanarTargets) with their geometry.
+GroupArgs group_targets(DType format, std::span<const PlanarTarget> targets, std::int64_t k) {
   GroupArgs a{};
   a.count = static_cast<int>(std::min<std::size_t>(targets.size(), kMaxPlanarTargets));
   for (int t = 0; t < a.count; ++t) {
     const PlanarTarget& in = targets[static_cast<std::size_t>(t)];
     a.t[t] = {in.data, in.n, planar_geometry(format, in.n, k), in.y, in.ldy};
   }
+  return a;
+}
+
+}  // namespace
+
+PlanarSplitNeed planar_split_need(DType format, std::span<const PlanarTarget> targets, std::int64_t k, std::int64_t m,
+                                  PlanarEpilogue kind, PlanarPath path) {
+  if (path != PlanarPath::kTensorCores || targets.empty() || !planar_split_takes(format, m)) return {};
+  GroupArgs a = group_targets(format, targets, k);
+  a.kind = kind;
+  return planar_split_plan(a);
+}
+
+bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,
+                         std::int64_t ldx, std::int64_t m, const PlanarEpilogueArgs& epilogue, cudaStream_t stream,
+                         PlanarPath path, const PlanarSplitScratch* split) {
+  if (m <= 0 || targets.empty()) return false;
+  GroupArgs a = group_targets(format, targets, k);
   const unsigned blocks = number_blocks(a, kOutputs<1>);
   a.x = x;
   a.ldx = ldx;
@@ -223,7 +234,7 @@ bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
   a.ld_out = epilogue.ld_out;
   if (blocks == 0) return false;  // every target empty: nothing to launch (a zero grid is an error)
   bool tensor_cores = false;
-  if (!dispatch_planar_format(format, [&]<DType F>() { tensor_cores = launch_format<F>(a, m, path, stream); })) {
+  if (!dispatch_planar_format(format, [&]<DType F>() { tensor_cores = launch_format<F>(a, m, path, split, stream); })) {
     raise_unsupported_format(format, "planar matmul");
   }
   return tensor_cores;
@@ -231,10 +242,10 @@ bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, st
 
 bool launch_planar_matmul(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k, const float* x,
                           std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy, cudaStream_t stream,
-                          PlanarPath path) {
+                          PlanarPath path, const PlanarSplitScratch* split) {
   if (n <= 0) return false;
   const PlanarTarget target{data, n, y, ldy};
-  return launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream, path);
+  return launch_planar_group(format, {&target, 1}, k, x, ldx, m, {}, stream, path, split);
 }
 
 void launch_planar_embed(DType format, const std::uint8_t* data, std::int64_t n, std::int64_t k,

@@ -5,7 +5,8 @@
 // one reduction through shared memory in warp order, so every output has one order of sums
 // whatever the launch: alone, grouped, with a residual or SwiGLU). One warp's x fragments serve
 // both tiles and one tile's codes serve the kNTiles n8 tiles of x (8 rows each): x is read once a
-// block for 32 weight rows, where the CUDA-core kernels read it once for 2 or 4.
+// block for 32 weight rows, where the CUDA-core kernels read it once for 2 or 4. (FP8 E4M3 and
+// INT4 g128 take planar_mma_split.cu where the caller has its scratch: x once per 256 weight rows.)
 //   - planar_mma_kernel (FP8 E4M3, INT4 g128): a lane quad's 4 16-byte units are one scale block,
 //     the next block's codes loaded before the current one's mmas;
 //   - planar_mma_quarter_kernel (Q8_0, Q4_x, Q5_x, IQ4_NL, Q4_K, Q5_K, Q6_K, F16, BF16): each lane
@@ -58,16 +59,7 @@ struct BlockTiles {
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-      const GroupArgs::Target& tg = a.t[target[mt]];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        std::int64_t j = j0[mt] + g + 8 * h;
-        j = j < tg.n ? j : tg.n - 1;
-        codes[mt][h] = tg.data + j * tg.g.code_row_bytes;
-        sides[mt][h] = tg.data + tg.g.scales_of(j);
-      }
-    }
+    for (int mt = 0; mt < kTiles; ++mt) lane_rows(a.t[target[mt]], j0[mt], g, codes[mt], sides[mt]);
   }
 };
 
@@ -121,18 +113,6 @@ __device__ void store_outputs(const GroupArgs& a, const BlockTiles<kTiles, kGate
   }
 }
 
-template <int kTiles, int kNTiles>
-__device__ void zero(float (&v)[kTiles][kNTiles][4]) {
-#pragma unroll
-  for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[mt][nt][i] = 0.0f;
-    }
-  }
-}
-
 // FP8 E4M3 and INT4 g128: the warp's scale blocks b = warp, warp + kMmaWarps, ...
 template <DType F, int kTiles, int kNTiles, bool kGated>
 __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupArgs a) {
@@ -141,7 +121,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupA
   const int warp = tiles.warp, g = tiles.g, t = tiles.t;
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
   float acc[kTiles][kNTiles][4];
-  zero(acc);
+  mma::zero(acc);
   // the next block's codes and side words loaded before the current one's mmas: two blocks' loads
   // in flight a warp
   const std::int64_t blocks = a.t[tiles.target[0]].g.units / 4;
@@ -171,36 +151,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_kernel(const GroupA
       }
     }
     if (b + kMmaWarps < blocks) load_block(b + kMmaWarps);
-    // x's hi and lo parts in separate sums (two chains of dependent mmas instead of one twice as
-    // long), added before the block's scale
-    float sum_hi[kTiles][kNTiles][4], sum_lo[kTiles][kNTiles][4];
-    zero(sum_hi);
-    zero(sum_lo);
-#pragma unroll
-    for (int step = 0; step < mma::kSteps<F>; ++step) {
-      mma::FragB hi[kNTiles], lo[kNTiles];
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) mma::b_fragments<F>(xt, 8 * nt + g, u, step, hi[nt], lo[nt]);
-#pragma unroll
-      for (int mt = 0; mt < kTiles; ++mt) {
-        const mma::FragA frag = mma::a_fragment<F>(w[mt][0], w[mt][1], side[mt][0], side[mt][1], step);
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          mma::mma_bf16(frag, hi[nt], sum_hi[mt][nt]);
-          mma::mma_bf16(frag, lo[nt], sum_lo[mt][nt]);
-        }
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[mt][nt][i] = fmaf(side[mt][i / 2].scale, sum_hi[mt][nt][i] + sum_lo[mt][nt][i], acc[mt][nt][i]);
-        }
-      }
-    }
+    mma::add_scale_block<F>(
+        w, side, [&](int step, int nt, mma::FragB& hi, mma::FragB& lo) { mma::b_fragments<F>(xt, 8 * nt + g, u, step, hi, lo); },
+        acc);
   }
   store_outputs<kTiles, kNTiles, kGated>(a, tiles, acc);
 }
@@ -215,104 +168,21 @@ __global__ void __launch_bounds__(kMmaThreads, 2) planar_mma_quarter_kernel(cons
   const int warp = tiles.warp, g = tiles.g, t = tiles.t;
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
   constexpr int kChunk = mma::kChunkUnits<F>;
-  const mma::FragA ones{{mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2, mma::kOnesBf16x2}};
   float acc[kTiles][kNTiles][4];
-  zero(acc);
+  mma::zero(acc);
   const std::int64_t units = mma::quarter_units<F>(a.t[tiles.target[0]].g.units);
   for (std::int64_t u0 = static_cast<std::int64_t>(warp) * kChunk; u0 < units; u0 += kMmaWarps * kChunk) {
-    // the chunk's code words and side data first (every load in flight), then its steps
     std::uint32_t w[kChunk][kTiles][2][mma::kQuarterLoads<F>];
     mma::ChunkSide<F> side[kTiles][2];
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          const std::int64_t u = u0 + c < units ? u0 + c : units - 1;  // a partial last chunk: not summed
-          mma::load_quarter<F>(tiles.codes[mt][h], u, t, w[c][mt][h]);
-        }
-        side[mt][h].load(tiles.sides[mt][h], u0, units, t);
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const std::int64_t u = u0 + c;
-      if (u >= units) break;
-#pragma unroll
-      for (int step = 0; step < mma::kQuarterSteps<F>; ++step) {
-        mma::FragB hi[kNTiles], lo[kNTiles];
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) mma::quarter_b_fragments<F>(xt, 8 * nt + g, u, step, t, hi[nt], lo[nt]);
-        float x_sums[kNTiles][4];  // every weight row's: the sums of x over the step
-        if constexpr (mma::kQuarterOffset<F>) {
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) x_sums[nt][i] = 0.0f;
-            mma::mma_bf16(ones, hi[nt], x_sums[nt]);
-            mma::mma_bf16(ones, lo[nt], x_sums[nt]);
-          }
-        }
-#pragma unroll
-        for (int mt = 0; mt < kTiles; ++mt) {
-          const planar::Side<F> s0 = side[mt][0].unit(c), s8 = side[mt][1].unit(c);
-          mma::FragA frag;
-          mma::step_codes<F>(w[c][mt][0], s0, u, t, step, frag.r[0], frag.r[2]);
-          mma::step_codes<F>(w[c][mt][1], s8, u, t, step, frag.r[1], frag.r[3]);
-          const mma::StepScale scale[2] = {mma::step_scale<F>(s0, u, step), mma::step_scale<F>(s8, u, step)};
-          mma::FragA frag_lo{};  // F16: the weights' lo parts too
-          if constexpr (mma::kWeightSplit<F>) {
-            mma::step_codes_lo<F>(w[c][mt][0], frag_lo.r[0], frag_lo.r[2]);
-            mma::step_codes_lo<F>(w[c][mt][1], frag_lo.r[1], frag_lo.r[3]);
-          }
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma::mma_bf16(frag, hi[nt], sum);
-            mma::mma_bf16(frag, lo[nt], sum);
-            if constexpr (mma::kWeightSplit<F>) {
-              const mma::FragB finite_hi{{mma::finite_bf16x2(hi[nt].r[0]), mma::finite_bf16x2(hi[nt].r[1])}};
-              mma::mma_bf16(frag_lo, finite_hi, sum);
-              mma::mma_bf16(frag_lo, lo[nt], sum);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              acc[mt][nt][i] = fmaf(scale[i / 2].scale, sum[i], acc[mt][nt][i]);
-              if constexpr (mma::kQuarterOffset<F>) {
-                acc[mt][nt][i] = fmaf(scale[i / 2].offset, x_sums[nt][i], acc[mt][nt][i]);
-              }
-            }
-          }
-        }
-      }
-    }
+    mma::load_quarter_chunk<F>(tiles.codes, tiles.sides, u0, units, t, w, side);
+    mma::add_quarter_chunk<F>(
+        w, side, u0, units, t,
+        [&](std::int64_t u, int step, int nt, mma::FragB& hi, mma::FragB& lo) {
+          mma::quarter_b_fragments<F>(xt, 8 * nt + g, u, step, t, hi, lo);
+        },
+        acc);
   }
   store_outputs<kTiles, kNTiles, kGated>(a, tiles, acc);
-}
-
-bool mma_decode_allowed() {
-  static const bool allowed = [] {
-    const char* setting = std::getenv("SITSRT_CUDA_MMA_DECODE");
-    return setting == nullptr || std::strcmp(setting, "0") != 0;
-  }();
-  return allowed;
-}
-
-// The device's multiprocessor count, asked once per device.
-int multiprocessors() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> counts[kDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
-  int count = counts[device].load(std::memory_order_relaxed);
-  if (count == 0) {
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-      count = 132;
-    }
-    counts[device].store(count, std::memory_order_relaxed);
-  }
-  return count;
 }
 
 template <DType F, int kTiles, int kNTiles, bool kGated>
@@ -332,35 +202,52 @@ void launch_format(GroupArgs a, std::int64_t m, cudaStream_t stream) {
   const bool gated = a.kind == PlanarEpilogue::kSwiGlu || a.kind == PlanarEpilogue::kGeGlu;
   GroupArgs narrow = a;
   const unsigned wide_blocks = number_blocks(a, 32);
-  const bool wide = gated || wide_blocks >= 2u * static_cast<unsigned>(multiprocessors());
+  const bool wide = gated || wide_blocks >= 2u * static_cast<unsigned>(device_multiprocessors());
   const unsigned blocks =
       gated ? static_cast<unsigned>((a.t[0].n + 15) / 16) : wide ? wide_blocks : number_blocks(narrow, 16);
   if (!wide) a = narrow;
-  const GroupArgs base = a;
-  for (std::int64_t r0 = 0; r0 < m; r0 += 16) {
-    a.rows = static_cast<int>(std::min<std::int64_t>(16, m - r0));
-    a.x = base.x + r0 * base.ldx;
-    for (int t = 0; t < a.count; ++t) a.t[t].y = base.t[t].y + r0 * base.t[t].ldy;
-    if (base.residual != nullptr) a.residual = base.residual + r0 * base.ld_residual;
-    if (base.out != nullptr) a.out = base.out + r0 * base.ld_out;
+  for_each_row_tile(a, m, 16, [&](const GroupArgs& tile) {
     const auto launch = [&]<int kNTiles>() {
       if (gated) {
-        launch_tiles<F, 2, kNTiles, true>(a, blocks, stream);
+        launch_tiles<F, 2, kNTiles, true>(tile, blocks, stream);
       } else if (wide) {
-        launch_tiles<F, 2, kNTiles, false>(a, blocks, stream);
+        launch_tiles<F, 2, kNTiles, false>(tile, blocks, stream);
       } else {
-        launch_tiles<F, 1, kNTiles, false>(a, blocks, stream);
+        launch_tiles<F, 1, kNTiles, false>(tile, blocks, stream);
       }
     };
-    if (a.rows <= 8) {
+    if (tile.rows <= 8) {
       launch.template operator()<1>();
     } else {
       launch.template operator()<2>();
     }
-  }
+  });
 }
 
 }  // namespace
+
+bool mma_decode_allowed() {
+  static const bool allowed = [] {
+    const char* setting = std::getenv("SITSRT_CUDA_MMA_DECODE");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  return allowed;
+}
+
+int device_multiprocessors() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> counts[kDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
+  int count = counts[device].load(std::memory_order_relaxed);
+  if (count == 0) {
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+      count = 132;
+    }
+    counts[device].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
 
 bool launch_planar_mma(DType format, GroupArgs a, std::int64_t m, cudaStream_t stream) {
   if (!mma_decode_allowed()) return false;

@@ -39,6 +39,7 @@
 #include <initializer_list>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -137,11 +138,35 @@ struct PlanarShape {
   std::vector<std::int64_t> ms;  // rows of x
 };
 
+// The split tensor-core decode's scratch for one launch (planar_split_need's, partials poisoned,
+// counters zero), and the check that a launch left its counters zero.
+class SplitScratch {
+ public:
+  explicit SplitScratch(cuda::PlanarSplitNeed need)
+      : partials_(static_cast<std::size_t>(need.partial_floats)),
+        counters_(std::vector<unsigned>(static_cast<std::size_t>(need.counters), 0u)),
+        scratch_{partials_.get(), need.partial_floats, counters_.get(), need.counters} {}
+  SplitScratch(DType format, std::span<const cuda::PlanarTarget> targets, std::int64_t k, std::int64_t m,
+               cuda::PlanarEpilogue kind = cuda::PlanarEpilogue::kNone)
+      : SplitScratch(cuda::planar_split_need(format, targets, k, m, kind, cuda::PlanarPath::kTensorCores)) {}
+  [[nodiscard]] const cuda::PlanarSplitScratch* get() const noexcept { return &scratch_; }
+  [[nodiscard]] bool splits() const noexcept { return scratch_.partial_floats > 0; }
+  void require_counters_zero() const {
+    for (const unsigned c : counters_.download()) REQUIRE(c == 0u);
+  }
+
+ private:
+  DeviceArray<float> partials_;
+  DeviceArray<unsigned> counters_;
+  cuda::PlanarSplitScratch scratch_;
+};
+
 // Planar matmuls of `format` (fresh weights of n x k, fresh x) at each shape's row counts, x rows
 // k and k + pad apart (vector and scalar loads of x), through `path`, against the double
 // reference within 1e-6 + rel_tol * sum |products|; the largest shapes left out under memcheck.
+// split: with the split tensor-core decode's scratch (FP8 / INT4 g128 take it at 5+ rows).
 void check_planar_shapes(DType format, std::initializer_list<PlanarShape> shapes, std::int64_t pad,
-                         cuda::PlanarPath path, double rel_tol, test::Rng& rng, const char* what) {
+                         cuda::PlanarPath path, double rel_tol, test::Rng& rng, const char* what, bool split = false) {
   for (const PlanarShape& shape : shapes) {
     if (test::cuda_small_shapes() && shape.n * shape.k > (1 << 20)) continue;
     const std::int64_t n = shape.n, k = shape.k;
@@ -160,14 +185,19 @@ void check_planar_shapes(DType format, std::initializer_list<PlanarShape> shapes
         std::vector<float> x(static_cast<std::size_t>(m * ldx));
         for (float& v : x) v = rng.normal();
         DeviceArray<float> dx(x), dy(static_cast<std::size_t>(m * ldy));
-        const bool tensor_cores =
-            cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy, nullptr, path);
+        const cuda::PlanarTarget target{dw.get(), n, dy.get(), ldy};
+        std::optional<SplitScratch> scratch;
+        if (split) scratch.emplace(format, std::span{&target, 1}, k, m);
+        const bool tensor_cores = cuda::launch_planar_matmul(format, dw.get(), n, k, dx.get(), ldx, m, dy.get(), ldy,
+                                                             nullptr, path, split ? scratch->get() : nullptr);
         SITSRT_CUDA_CHECK(cudaGetLastError());
-        INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx);
+        INFO(name(format) << " n=" << n << " k=" << k << " m=" << m << " ldx=" << ldx
+                          << (scratch && scratch->splits() ? " (split)" : ""));
+        if (scratch) scratch->require_counters_zero();
         // the path asked for ran (a declined tensor-core launch would pass as the exact one)
         if (path == cuda::PlanarPath::kExact) CHECK_FALSE(tensor_cores);
         if (path == cuda::PlanarPath::kTensorCores && m >= cuda::kMmaMinRows &&
-            (format == DType::kFP8_E4M3 || format == DType::kQ4_G128)) {
+            (split || format == DType::kFP8_E4M3 || format == DType::kQ4_G128)) {
           CHECK(tensor_cores);
         }
         check_matmul(dy.download(), ldy, decoded, x, ldx, m, n, k, what, rel_tol);
@@ -291,14 +321,65 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "cuda split tensor-core decode (FP8, INT4 g128; blocks of 256 rows, slices of the row) equals the double "
+    "reference within x's hi / lo rounding",
+    "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(110);
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
+    // Rows split in 4-16 slices (one block of 256 rows or a few) or whole (rows of 1-2 scale
+    // blocks), partial blocks of rows and warps past n, slices of one 512-element stage and of
+    // several (k 14336); 5-8 rows of x (one n8 tile), 9-16 (two), and steps of several 16-row
+    // tiles; float4 and scalar loads of x.
+    const std::int64_t whole_k = 128;
+    check_planar_shapes(
+        format,
+        {PlanarShape{67, 1024, {5, 8, 9, 16, 21, 47}}, PlanarShape{300, 2816, {6, 13}}, PlanarShape{600, whole_k, {7}},
+         PlanarShape{67, 14336, {5, 16}}, PlanarShape{1029, 4096, {5, 16}}, PlanarShape{4100, 14336, {16}}},
+        2, cuda::PlanarPath::kTensorCores, 6e-5, rng, "split tensor-core decode", true);
+    // the scratch these shapes need: partials where the rows split, none where they do not
+    const cuda::PlanarTarget split_rows{nullptr, 300, nullptr, 300}, whole_rows{nullptr, 600, nullptr, 600};
+    INFO(name(format));
+    CHECK(SplitScratch(format, std::span{&split_rows, 1}, 2816, 6).splits());
+    CHECK_FALSE(SplitScratch(format, std::span{&whole_rows, 1}, whole_k, 7).splits());
+    CHECK_FALSE(SplitScratch(format, std::span{&split_rows, 1}, 2816, 4).splits());  // 4 rows: the CUDA cores
+  }
+  // A scratch smaller than the launch needs is an error, not a write past it.
+  const std::int64_t n = 300, k = 2816, m = 6;
+  DeviceArray<std::uint8_t> dw(static_cast<std::size_t>(n) * row_bytes(DType::kFP8_E4M3, k));
+  DeviceArray<float> dx(static_cast<std::size_t>(m * k)), dy(static_cast<std::size_t>(m * n));
+  const cuda::PlanarTarget target{dw.get(), n, dy.get(), n};
+  cuda::PlanarSplitNeed need =
+      cuda::planar_split_need(DType::kFP8_E4M3, {&target, 1}, k, m, {}, cuda::PlanarPath::kTensorCores);
+  REQUIRE(need.partial_floats > 0);
+  need.partial_floats -= 1;
+  const SplitScratch small(need);
+  CHECK_THROWS_AS(cuda::launch_planar_matmul(DType::kFP8_E4M3, dw.get(), n, k, dx.get(), k, m, dy.get(), n, nullptr,
+                                             cuda::PlanarPath::kTensorCores, small.get()),
+                  Error);
+}
+
+// Both tensor-core decodes (FP8 / INT4 g128 also split: 3-6 slices of the row at k 768, whole rows
+// at k 128).
 TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give each matrix's own bits",
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(108);
-  const std::int64_t k = 768, m = 13;       // whole super-blocks, 3 per row
+  const std::int64_t m = 13;
   const std::int64_t ns[3] = {96, 40, 40};  // Q, K, V-like; gate and up take the first two at 96
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
-                             DType::kQ6_K, DType::kF16}) {
+  struct Run {
+    DType format;
+    bool split = false;
+    std::int64_t k = 768;  // whole super-blocks, 3 per row
+  };
+  for (const Run& run :
+       {Run{DType::kFP8_E4M3}, Run{DType::kFP8_E4M3, true}, Run{DType::kFP8_E4M3, true, 128}, Run{DType::kQ4_G128},
+        Run{DType::kQ4_G128, true}, Run{DType::kQ4_G128, true, 128}, Run{DType::kQ8_0}, Run{DType::kQ4_1},
+        Run{DType::kQ4_K}, Run{DType::kQ5_K}, Run{DType::kQ6_K}, Run{DType::kF16}}) {
+    const DType format = run.format;
+    const bool split = run.split;
+    const std::int64_t k = run.k;
     std::deque<DeviceArray<std::uint8_t>> mats;  // deque: the arrays neither copy nor move
     for (const std::int64_t n : ns) {
       const std::size_t stride = row_bytes(format, k);
@@ -312,13 +393,25 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     std::vector<float> x(static_cast<std::size_t>(m * k));
     for (float& v : x) v = rng.normal();
     DeviceArray<float> dx(x);
+    // each launch with the split decode's scratch where `split`
+    const auto group = [&](std::span<const cuda::PlanarTarget> targets, const cuda::PlanarEpilogueArgs& epilogue) {
+      std::optional<SplitScratch> scratch;
+      if (split) {
+        scratch.emplace(format, targets, k, m, epilogue.kind);
+        REQUIRE(scratch->splits() == (k == 768));
+      }
+      cuda::launch_planar_group(format, targets, k, dx.get(), k, m, epilogue, nullptr, cuda::PlanarPath::kTensorCores,
+                                scratch ? scratch->get() : nullptr);
+      SITSRT_CUDA_CHECK(cudaGetLastError());
+      if (scratch) scratch->require_counters_zero();
+    };
     const auto alone = [&](int i, std::int64_t n) {
       DeviceArray<float> dy(static_cast<std::size_t>(m * n));
-      cuda::launch_planar_matmul(format, mats[static_cast<std::size_t>(i)].get(), n, k, dx.get(), k, m, dy.get(), n,
-                                 nullptr, cuda::PlanarPath::kTensorCores);
+      const cuda::PlanarTarget target{mats[static_cast<std::size_t>(i)].get(), n, dy.get(), n};
+      group({&target, 1}, {});
       return dy.download();
     };
-    INFO(name(format));
+    INFO(name(format) << " k=" << k << (split ? " split" : ""));
     // Q, K, V in one launch
     std::deque<DeviceArray<float>> ys;
     std::vector<cuda::PlanarTarget> targets;
@@ -326,7 +419,7 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
       ys.emplace_back(static_cast<std::size_t>(m * ns[i]));
       targets.push_back({mats[static_cast<std::size_t>(i)].get(), ns[i], ys.back().get(), ns[i]});
     }
-    cuda::launch_planar_group(format, targets, k, dx.get(), k, m, {}, nullptr, cuda::PlanarPath::kTensorCores);
+    group(targets, {});
     for (int i = 0; i < 3; ++i) {
       const std::vector<float> a = alone(i, ns[i]), b = ys[static_cast<std::size_t>(i)].download();
       REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -337,7 +430,7 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     DeviceArray<float> dres(residual), dsum(residual.size()), dy0(residual.size());
     cuda::PlanarEpilogueArgs add{cuda::PlanarEpilogue::kAdd, dres.get(), ns[0], dsum.get(), ns[0]};
     const cuda::PlanarTarget first{mats[0].get(), ns[0], dy0.get(), ns[0]};
-    cuda::launch_planar_group(format, {&first, 1}, k, dx.get(), k, m, add, nullptr, cuda::PlanarPath::kTensorCores);
+    group({&first, 1}, add);
     const std::vector<float> q = alone(0, ns[0]), sums = dsum.download();
     REQUIRE(std::memcmp(q.data(), dy0.download().data(), q.size() * sizeof(float)) == 0);
     for (std::size_t i = 0; i < q.size(); ++i) REQUIRE(sums[i] == q[i] + residual[i]);
@@ -347,7 +440,7 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     const cuda::PlanarTarget pair[2] = {{mats[1].get(), ns[1], gate.get(), ns[1]},
                                         {mats[2].get(), ns[2], up.get(), ns[2]}};
     cuda::PlanarEpilogueArgs swiglu{cuda::PlanarEpilogue::kSwiGlu, nullptr, 0, act.get(), ns[1]};
-    cuda::launch_planar_group(format, pair, k, dx.get(), k, m, swiglu, nullptr, cuda::PlanarPath::kTensorCores);
+    group(pair, swiglu);
     SITSRT_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> g = alone(1, ns[1]), u = alone(2, ns[2]);
     REQUIRE(std::memcmp(g.data(), gate.download().data(), g.size() * sizeof(float)) == 0);
@@ -362,7 +455,7 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     const cuda::PlanarTarget pair2[2] = {{mats[1].get(), ns[1], gate2.get(), ns[1]},
                                          {mats[2].get(), ns[2], up2.get(), ns[2]}};
     cuda::PlanarEpilogueArgs geglu{cuda::PlanarEpilogue::kGeGlu, nullptr, 0, gate2.get(), ns[1]};
-    cuda::launch_planar_group(format, pair2, k, dx.get(), k, m, geglu, nullptr, cuda::PlanarPath::kTensorCores);
+    group(pair2, geglu);
     DeviceArray<float> unfused_geglu(outputs);
     cuda::launch_elementwise(cuda::Elementwise::kGeGluTanh, dg.get(), ns[1], du.get(), ns[1], 0.0f, m, ns[1],
                              unfused_geglu.get(), ns[1], nullptr);
