@@ -11,9 +11,10 @@
 #   4. end to end: a Llama-3-8B-shaped random model (make-model on the device) in FP8 (one scale
 #      per output row, as FP8 checkpoints: prompts run FP8 x FP8 through cuBLASLt on Hopper) and
 #      in INT4 g128, decode tok/s at batch 1 and 16 (sitsrt bench --device cuda; decode steps
-#      replay CUDA graphs; batch 16 on the tensor-core decode), prefill tok/s at batch 1, and INT4
-#      at batch 1 without graphs (--no-device-graphs) and without programmatic dependent launch
-#      (SITSRT_CUDA_PDL=0)
+#      replay CUDA graphs; batch 16 on the split tensor-core decode), prefill tok/s at batch 1, and
+#      INT4 at batch 1 without graphs (--no-device-graphs) and without programmatic dependent
+#      launch (SITSRT_CUDA_PDL=0), and at batch 16 unsplit (SITSRT_CUDA_MMA_SPLIT=0; last, the
+#      first to go when the budget runs short)
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/sitsrt-device-check; the
 # summary table comes last and grows in $OUT/summary.md step by step (a run cut short keeps what
 # it finished). The whole check keeps to SITSRT_DEVICE_BUDGET seconds (default 540, under the
@@ -140,10 +141,10 @@ for format in fp8-channel q4g128; do
   # host (--no-device-graphs) and without programmatic dependent launch (SITSRT_CUDA_PDL=0) to
   # measure what each saves
   batches="1 16"
-  [ "$format" = q4g128 ] && batches="1 16 1-eager 1-no-pdl"
+  [ "$format" = q4g128 ] && batches="1 16 1-eager 1-no-pdl 16-unsplit"
   for batch in $batches; do
     t1=$SECONDS
-    if [ "$batch" != 16 ]; then
+    if [ "${batch%-unsplit}" != 16 ]; then
       flags=""
       [ "$batch" = 1-eager ] && flags="--no-device-graphs"
       export SITSRT_CUDA_PDL=1
@@ -156,11 +157,14 @@ for format in fp8-channel q4g128; do
       prefill=$(grep -o '"prefill_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | awk '{print $2}')
       prefill="${prefill:-?} tok/s ($(paths "$out/e2e_${format}_b${batch}.json"))"
     else
+      export SITSRT_CUDA_MMA_SPLIT=1
+      [ "$batch" = 16-unsplit ] && export SITSRT_CUDA_MMA_SPLIT=0
       limited_run 90 "$bundle/bin/sitsrt" bench -m "$model" --device cuda -c 1024 -p 128 -n 64 --concurrency 16 --json \
-        >"$out/e2e_${format}_b16.json" 2>"$out/e2e_${format}_b16.log"
+        >"$out/e2e_${format}_b${batch}.json" 2>"$out/e2e_${format}_b${batch}.log"
       rc=$?
-      rate=$(grep -o '"aggregate_decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b16.json" | head -n 1 | awk '{print $2}')
-      prefill="- ($(paths "$out/e2e_${format}_b16.json"))"
+      unset SITSRT_CUDA_MMA_SPLIT
+      rate=$(grep -o '"aggregate_decode_tokens_per_s": [0-9.]*' "$out/e2e_${format}_b${batch}.json" | head -n 1 | awk '{print $2}')
+      prefill="- ($(paths "$out/e2e_${format}_b${batch}.json"))"
     fi
     note "e2e 8B-shape $format batch $batch" "$([ $rc -eq 0 ] && echo "${rate:-?} tok/s" || echo "FAILED (exit $rc)")" \
       $((SECONDS - t1)) "make-model ${made} s; prefill $prefill"

@@ -93,7 +93,7 @@ bool launch_planar_mma_split(DType format, GroupArgs a, std::int64_t m, const Pl
 // returns the scratch it needs.
 PlanarSplitNeed planar_split_plan(GroupArgs& a);
 // Whether the split decode takes `format` at m rows of x (FP8 E4M3 and INT4 g128 at 5+ rows;
-// SITSRT_CUDA_MMA_DECODE not 0).
+// neither SITSRT_CUDA_MMA_DECODE nor SITSRT_CUDA_MMA_SPLIT 0).
 bool planar_split_takes(DType format, std::int64_t m);
 
 // The device's multiprocessor count (132 where it cannot be asked), asked once per device.

@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace sitsrt::cuda {
 namespace {
@@ -293,7 +295,13 @@ void launch_split(GroupArgs a, std::int64_t m, const PlanarSplitScratch& scratch
 }  // namespace
 
 bool planar_split_takes(DType format, std::int64_t m) {
-  return (format == DType::kFP8_E4M3 || format == DType::kQ4_G128) && m >= kMmaMinRows && mma_decode_allowed();
+  // SITSRT_CUDA_MMA_SPLIT=0 keeps planar_mma.cu's blocks of 32 rows (to compare)
+  static const bool allowed = [] {
+    const char* setting = std::getenv("SITSRT_CUDA_MMA_SPLIT");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  return allowed && (format == DType::kFP8_E4M3 || format == DType::kQ4_G128) && m >= kMmaMinRows &&
+         mma_decode_allowed();
 }
 
 PlanarSplitNeed planar_split_plan(GroupArgs& a) {
