@@ -164,6 +164,23 @@ class SplitScratch {
 // Planar matmuls of `format` (fresh weights of n x k, fresh x) at each shape's row counts, x rows
 // k and k + pad apart (vector and scalar loads of x), through `path`, against the double
 // reference within 1e-6 + rel_tol * sum |products|; the largest shapes left out under memcheck.
+// Fresh random matrices (n rows of k each, normals of 0.05) of `format` in the planar layout on the
+// device, one per n (a deque: the arrays neither copy nor move).
+std::deque<DeviceArray<std::uint8_t>> random_planar_matrices(DType format, std::span<const std::int64_t> ns,
+                                                             std::int64_t k, test::Rng& rng) {
+  std::deque<DeviceArray<std::uint8_t>> mats;
+  const std::size_t stride = row_bytes(format, k);
+  for (const std::int64_t n : ns) {
+    std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f);
+      quantize_row(format, row.data(), w.data() + j * stride, k);
+    }
+    mats.emplace_back(planar_matrix(format, w, n, k));
+  }
+  return mats;
+}
+
 // split: with the split tensor-core decode's scratch (FP8 / INT4 g128 take it at 5+ rows).
 void check_planar_shapes(DType format, std::initializer_list<PlanarShape> shapes, std::int64_t pad,
                          cuda::PlanarPath path, double rel_tol, test::Rng& rng, const char* what, bool split = false) {
@@ -360,6 +377,45 @@ TEST_CASE(
                   Error);
 }
 
+TEST_CASE("cuda split decode: Q, K and V of the 8B shape in one launch (different slice counts) give each its own bits",
+          "[cuda][gated]") {
+  SITSRT_SKIP_WITHOUT_CUDA();
+  test::Rng rng(111);
+  const std::int64_t k = 4096, m = 16;
+  const std::int64_t ns[3] = {4096, 1024, 1024};
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
+    const std::deque<DeviceArray<std::uint8_t>> mats = random_planar_matrices(format, ns, k, rng);
+    std::vector<float> x(static_cast<std::size_t>(m * k));
+    for (float& v : x) v = rng.normal();
+    DeviceArray<float> dx(x);
+    std::deque<DeviceArray<float>> grouped, alone;
+    std::vector<cuda::PlanarTarget> targets;
+    std::int64_t slices[3] = {};
+    for (int i = 0; i < 3; ++i) {
+      grouped.emplace_back(static_cast<std::size_t>(m * ns[i]));
+      alone.emplace_back(static_cast<std::size_t>(m * ns[i]));
+      targets.push_back({mats[static_cast<std::size_t>(i)].get(), ns[i], grouped.back().get(), ns[i]});
+      const cuda::PlanarTarget single{mats[static_cast<std::size_t>(i)].get(), ns[i], alone.back().get(), ns[i]};
+      const SplitScratch scratch(format, std::span{&single, 1}, k, m);
+      slices[i] = scratch.get()->partial_floats / (16 * ns[i]);
+      REQUIRE(cuda::launch_planar_matmul(format, single.data, ns[i], k, dx.get(), k, m, single.y, ns[i], nullptr,
+                                         cuda::PlanarPath::kTensorCores, scratch.get()));
+      scratch.require_counters_zero();
+    }
+    INFO(name(format) << ": slices " << slices[0] << ", " << slices[1] << ", " << slices[2]);
+    CHECK(slices[0] != slices[1]);
+    const SplitScratch scratch(format, targets, k, m);
+    cuda::launch_planar_group(format, targets, k, dx.get(), k, m, {}, nullptr, cuda::PlanarPath::kTensorCores,
+                              scratch.get());
+    SITSRT_CUDA_CHECK(cudaGetLastError());
+    scratch.require_counters_zero();
+    for (std::size_t i = 0; i < 3; ++i) {
+      const std::vector<float> a = alone[i].download(), b = grouped[i].download();
+      REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 // Both tensor-core decodes (FP8 / INT4 g128 also split: 3-6 slices of the row at k 768, whole rows
 // at k 128).
 TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give each matrix's own bits",
@@ -380,16 +436,7 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     const DType format = run.format;
     const bool split = run.split;
     const std::int64_t k = run.k;
-    std::deque<DeviceArray<std::uint8_t>> mats;  // deque: the arrays neither copy nor move
-    for (const std::int64_t n : ns) {
-      const std::size_t stride = row_bytes(format, k);
-      std::vector<std::uint8_t> w(stride * static_cast<std::size_t>(n));
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::vector<float> row = rng.normals(static_cast<std::size_t>(k), 0.05f);
-        quantize_row(format, row.data(), w.data() + j * stride, k);
-      }
-      mats.emplace_back(planar_matrix(format, w, n, k));
-    }
+    const std::deque<DeviceArray<std::uint8_t>> mats = random_planar_matrices(format, ns, k, rng);
     std::vector<float> x(static_cast<std::size_t>(m * k));
     for (float& v : x) v = rng.normal();
     DeviceArray<float> dx(x);
