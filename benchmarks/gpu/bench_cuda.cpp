@@ -54,8 +54,8 @@ constexpr DType kFormats[] = {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, D
 // fp8_scales: FP8 weights with one scale per output channel or per 128 x 128 block (the FP8 x FP8
 // prefill GEMM's; an error where it does not run).
 // tensor_cores: the planar kernels take the tensor-core decode (every planar format at 5+ rows;
-// an error where they do not); split: with the split decode's scratch, as the backend runs FP8 /
-// INT4 g128 (kernels/planar_mma_split.cu), else planar_mma.cu's blocks of 32 rows.
+// an error where they do not); split: with the split decode's scratch, as the backend runs them
+// (kernels/planar_mma_split.cu), else planar_mma.cu's blocks of 32 rows.
 enum class Fp8Scales { kNone, kChannel, kBlocks };
 double time_matmul(DType format, const Shape& s, std::int64_t m, int repeats, bool planar, cuda::PrefillGemm& gemm,
                    Fp8Scales fp8_scales = Fp8Scales::kNone, bool tensor_cores = false, bool split = false) {
@@ -308,18 +308,14 @@ int main(int argc, char** argv) {
             bool tensor_cores = false;
             bool split = false;
           };
-          const bool split_format = planar && (format == DType::kFP8_E4M3 || format == DType::kQ4_G128);
           // (and 32 rows on them beside 64 on the prefill GEMM: where the two meet)
           std::vector<Run> runs = {{1}, {16}, {512}};
+          // (the tensor-core rows split as the backend runs them, and at 8 and 16 also unsplit)
           if (mma_format) {
-            runs.insert(runs.begin() + 1, {Run{8}, Run{8, Fp8Scales::kNone, true}, Run{16, Fp8Scales::kNone, true}});
-            runs.insert(runs.end() - 1, {Run{32, Fp8Scales::kNone, true}, Run{64}});
-          }
-          // FP8 / INT4 g128: the tensor-core rows split as the backend runs them, and unsplit beside
-          if (split_format) {
-            for (Run& run : runs) run.split = run.tensor_cores;
-            runs.insert(runs.begin() + 4,
-                        {Run{8, Fp8Scales::kNone, true, false}, Run{16, Fp8Scales::kNone, true, false}});
+            runs.insert(runs.begin() + 1,
+                        {Run{8}, Run{8, Fp8Scales::kNone, true, true}, Run{16, Fp8Scales::kNone, true, true},
+                         Run{8, Fp8Scales::kNone, true}, Run{16, Fp8Scales::kNone, true}});
+            runs.insert(runs.end() - 1, {Run{32, Fp8Scales::kNone, true, true}, Run{64}});
           }
           // (block-scaled also at 509 rows: no multiple of 8, two overlapping halves of 256 rows)
           if (fp8_scaled) {

@@ -32,8 +32,8 @@ void launch_matmul(DType format, const std::uint8_t* w, std::int64_t row_bytes, 
 enum class PlanarPath { kExact, kTensorCores };
 inline constexpr std::int64_t kMmaMinRows = 5;
 
-// Device scratch of the split tensor-core decode (kernels/planar_mma_split.cu; FP8 E4M3 and INT4
-// g128 at kMmaMinRows+ rows): blocks of 256 weight rows each summing a slice of the row (split-K
+// Device scratch of the split tensor-core decode (kernels/planar_mma_split.cu; every format of the
+// tensor-core decode at kMmaMinRows+ rows): blocks of 256 weight rows each summing a slice of the row (split-K
 // across blocks), the last slice of a block of rows to finish adding the slices' partial sums in
 // slice order. Without it (or with SITSRT_CUDA_MMA_SPLIT=0 in the environment) the tensor-core
 // decode takes planar_mma.cu's blocks of 32 weight rows.

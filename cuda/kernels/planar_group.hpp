@@ -91,10 +91,11 @@ bool launch_planar_mma_split(DType format, GroupArgs a, std::int64_t m, const Pl
                              cudaStream_t stream);
 // Fills the targets' slices and scratch offsets and numbers `a`'s blocks as the split decode does;
 // returns the scratch it needs.
-PlanarSplitNeed planar_split_plan(GroupArgs& a);
-// Whether the split decode takes `format` at m rows of x (FP8 E4M3 and INT4 g128 at 5+ rows;
-// neither SITSRT_CUDA_MMA_DECODE nor SITSRT_CUDA_MMA_SPLIT 0).
-bool planar_split_takes(DType format, std::int64_t m);
+PlanarSplitNeed planar_split_plan(DType format, GroupArgs& a);
+// Whether the split decode takes rows of geometry g in `format` at m rows of x (5+ rows; the formats
+// of the tensor-core decode, F16 / BF16 rows of whole 16-element steps; neither
+// SITSRT_CUDA_MMA_DECODE nor SITSRT_CUDA_MMA_SPLIT 0).
+bool planar_split_takes(DType format, const PlanarGeometry& g, std::int64_t m);
 
 // The device's multiprocessor count (132 where it cannot be asked), asked once per device.
 int device_multiprocessors();

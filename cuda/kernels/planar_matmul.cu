@@ -212,10 +212,11 @@ GroupArgs group_targets(DType format, std::span<const PlanarTarget> targets, std
 
 PlanarSplitNeed planar_split_need(DType format, std::span<const PlanarTarget> targets, std::int64_t k, std::int64_t m,
                                   PlanarEpilogue kind, PlanarPath path) {
-  if (path != PlanarPath::kTensorCores || targets.empty() || !planar_split_takes(format, m)) return {};
+  if (path != PlanarPath::kTensorCores || targets.empty()) return {};
   GroupArgs a = group_targets(format, targets, k);
+  if (!planar_split_takes(format, a.t[0].g, m)) return {};
   a.kind = kind;
-  return planar_split_plan(a);
+  return planar_split_plan(format, a);
 }
 
 bool launch_planar_group(DType format, std::span<const PlanarTarget> targets, std::int64_t k, const float* x,

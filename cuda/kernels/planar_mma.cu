@@ -5,8 +5,8 @@
 // one reduction through shared memory in warp order, so every output has one order of sums
 // whatever the launch: alone, grouped, with a residual or SwiGLU). One warp's x fragments serve
 // both tiles and one tile's codes serve the kNTiles n8 tiles of x (8 rows each): x is read once a
-// block for 32 weight rows, where the CUDA-core kernels read it once for 2 or 4. (FP8 E4M3 and
-// INT4 g128 take planar_mma_split.cu where the caller has its scratch: x once per 256 weight rows.)
+// block for 32 weight rows, where the CUDA-core kernels read it once for 2 or 4. (Where the caller
+// has its scratch, planar_mma_split.cu runs instead: x once per 256 weight rows.)
 //   - planar_mma_kernel (FP8 E4M3, INT4 g128): a lane quad's 4 16-byte units are one scale block,
 //     the next block's codes loaded before the current one's mmas;
 //   - planar_mma_quarter_kernel (Q8_0, Q4_x, Q5_x, IQ4_NL, Q4_K, Q5_K, Q6_K, F16, BF16): each lane

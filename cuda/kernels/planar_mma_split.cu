@@ -1,19 +1,17 @@
-// The split tensor-core decode for FP8 E4M3 and INT4 g128 (steps of 5+ rows of x, outside batch
-// invariance), the kernel the backend takes for them where it has the scratch (launch.hpp:
+// The split tensor-core decode (steps of 5+ rows of x, outside batch invariance) for every format
+// of planar_mma.cu, the kernel the backend takes where it has the scratch (launch.hpp:
 // PlanarSplitScratch). planar_mma.cu's blocks own 32 weight rows and read x once each: at 16 rows
-// that is 2x (FP8) / 3.6x (INT4) the weights' bytes again from L2. Here a block of 8 warps owns
-// 256 weight rows (32 a warp, in planar_mma_kernel's fragments; gated: 128 outputs of gate and of
-// up) and one slice of the row's scale blocks: x's fragments of the slice are staged in shared
-// memory 512 elements at a time (split into BF16 hi + lo once a block) and serve all 8 warps, so x
-// is read once per 256 weight rows. A matrix's rows are cut into as many slices of whole scale
-// blocks as give every multiprocessor a block (at most 16, at least 2 scale blocks a slice); each
-// slice's sums go to scratch, and the last of a block of rows' slices to finish adds them in slice
-// order and writes the outputs with the epilogue. The slices depend on the matrix's rows, k and
-// the multiprocessor count only, so an output has one order of sums alone, grouped, with a
+// that is 2x (FP8, Q8_0) to 3.6x (INT4, Q4_K) the weights' bytes again from L2. Here a block of 8
+// warps owns 256 weight rows (32 a warp, in planar_mma.cu's fragments; gated: 128 outputs of gate
+// and of up) and one slice of the row: x's fragments of the slice are staged in shared memory
+// 512 elements at a time (split into BF16 hi + lo once a block) and serve all 8 warps, so x is
+// read once per 256 weight rows. A row is cut in granules (a scale block of FP8 E4M3 / INT4 g128,
+// a chunk of the quarter scheme's units for the others), a matrix's rows into as many slices of
+// whole granules as give every multiprocessor a block (at most 16, at least 2 granules a slice);
+// each slice's sums go to scratch, and the last of a block of rows' slices to finish adds them in
+// slice order and writes the outputs with the epilogue. The slices depend on the matrix's rows,
+// k and the multiprocessor count only, so an output has one order of sums alone, grouped, with a
 // residual or SwiGLU, eager or replayed.
-// The GGUF block formats keep planar_mma_quarter_kernel: the same scheme over their chunks of units
-// needed 80-136 bytes of spills at the 128 registers two blocks a multiprocessor allow (sm_90a),
-// and its chunk loop not unrolled put the code words in local memory.
 #include "cuda_backend/kernels/activation_math.hpp"
 #include "cuda_backend/kernels/format_dispatch.hpp"
 #include "cuda_backend/kernels/grid_dependency.hpp"
@@ -34,28 +32,53 @@ constexpr int kSplitThreads = 32 * kSplitWarps;
 constexpr int kWarpRows = 32;                        // two m16 tiles a warp
 constexpr int kBlockRows = kWarpRows * kSplitWarps;  // 256 weight rows a block
 constexpr int kMaxSlices = 16;
-constexpr int kMinSliceBlocks = 2;  // a warp's next scale block in flight
+constexpr int kMinSliceGranules = 2;  // a warp's next granule in flight (FP8 / INT4)
 constexpr int kTileRows = 16;         // rows of x a launch (two n8 tiles)
 
-// x staged 512 elements at a time (32 k16 steps): the fragments of a scale block
-// ([step][n8 tile][lane], one uint4 {hi.r0, hi.r1, lo.r0, lo.r1} each), kStageBlocks blocks.
-template <DType F, int kNTiles>
-inline constexpr int kBlockEntries = mma::kSteps<F> * kNTiles * 32;
+// FP8 E4M3 / INT4 g128: scale blocks of 4 units (one a lane quad), the next one's codes loaded
+// ahead; the others: chunks of the quarter scheme's units, every lane a word of each.
 template <DType F>
-inline constexpr int kStageBlocks = 512 / mma::kBlockElements<F>;
+inline constexpr bool kBlockScheme = mma::kFormat<F>;
+// A granule's staged fragments: [unit of the granule (quarter)][step][n8 tile][lane], one uint4
+// {hi.r0, hi.r1, lo.r0, lo.r1} each.
+template <DType F, int kNTiles>
+inline constexpr int kGranuleEntries =
+    kBlockScheme<F> ? mma::kSteps<F> * kNTiles * 32 : mma::kChunkUnits<F> * mma::kQuarterSteps<F> * kNTiles * 32;
+// Granules staged at a time: 512 elements of x (32 k16 steps; 16 KiB of fragments an n8 tile).
+template <DType F>
+inline constexpr int kStageGranules =
+    kBlockScheme<F> ? 512 / mma::kBlockElements<F> : 32 / (mma::kQuarterSteps<F> * mma::kChunkUnits<F>);
+
+// The units of a row as the kernel counts them, and its granules.
+template <DType F>
+SITSRT_HD std::int64_t row_units(const PlanarGeometry& g) {
+  if constexpr (kBlockScheme<F>) {
+    return g.units;
+  } else {
+    return mma::quarter_units<F>(g.units);
+  }
+}
+template <DType F>
+SITSRT_HD std::int64_t row_granules(const PlanarGeometry& g) {
+  if constexpr (kBlockScheme<F>) {
+    return g.units / 4;
+  } else {
+    return (row_units<F>(g) + mma::kChunkUnits<F> - 1) / mma::kChunkUnits<F>;
+  }
+}
 
 bool gated_kind(PlanarEpilogue kind) {
   return kind == PlanarEpilogue::kSwiGlu || kind == PlanarEpilogue::kGeGlu;
 }
 
-// Slices of a matrix of n rows whose rows have `blocks` scale blocks: a block for every
-// multiprocessor where the row has the scale blocks for it.
-int slices_for(std::int64_t n, std::int64_t blocks) {
+// Slices of a matrix of n rows whose rows have `granules` granules: a block for every
+// multiprocessor where the row has the granules for it.
+int slices_for(std::int64_t n, std::int64_t granules) {
   if (n <= 0) return 1;
   const std::int64_t row_blocks = (n + kBlockRows - 1) / kBlockRows;
   const std::int64_t wanted = (device_multiprocessors() + row_blocks - 1) / row_blocks;
   const std::int64_t most =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(kMaxSlices, blocks / kMinSliceBlocks));
+      std::max<std::int64_t>(1, std::min<std::int64_t>(kMaxSlices, granules / kMinSliceGranules));
   return static_cast<int>(std::clamp<std::int64_t>(wanted, 1, most));
 }
 
@@ -111,15 +134,25 @@ struct SplitBlock {
   }
 };
 
-// x's fragments of scale blocks [b0, b1) into the stage (every thread of the block a share).
+// x's fragments of granules [g0, g1) into the stage (every thread of the block a share).
 template <DType F, int kNTiles>
-__device__ void stage_fragments(uint4* stage, const planar::XTile& xt, std::int64_t b0, std::int64_t b1) {
-  constexpr int kEntries = kBlockEntries<F, kNTiles>;
-  const int entries = static_cast<int>(b1 - b0) * kEntries;
+__device__ void stage_fragments(uint4* stage, const planar::XTile& xt, std::int64_t g0, std::int64_t g1,
+                                std::int64_t units) {
+  constexpr int kEntries = kGranuleEntries<F, kNTiles>;
+  const int entries = static_cast<int>(g1 - g0) * kEntries;
   for (int e = static_cast<int>(threadIdx.x); e < entries; e += kSplitThreads) {
-    const int el = e % 32, nt = (e / 32) % kNTiles, step = (e / (32 * kNTiles)) % mma::kSteps<F>;
+    const int el = e % 32, nt = (e / 32) % kNTiles;
+    const std::int64_t granule = g0 + e / kEntries;
     mma::FragB hi, lo;
-    mma::b_fragments<F>(xt, 8 * nt + el / 4, 4 * (b0 + e / kEntries) + el % 4, step, hi, lo);
+    if constexpr (kBlockScheme<F>) {
+      const int step = (e / (32 * kNTiles)) % mma::kSteps<F>;
+      mma::b_fragments<F>(xt, 8 * nt + el / 4, 4 * granule + el % 4, step, hi, lo);
+    } else {
+      const int step = (e / (32 * kNTiles)) % mma::kQuarterSteps<F>;
+      const std::int64_t u = granule * mma::kChunkUnits<F> + (e % kEntries) / (mma::kQuarterSteps<F> * kNTiles * 32);
+      if (u >= units) continue;  // a partial last chunk: never read
+      mma::quarter_b_fragments<F>(xt, 8 * nt + el / 4, u, step, el % 4, hi, lo);
+    }
     uint4 v;
     v.x = hi.r[0];
     v.y = hi.r[1];
@@ -207,58 +240,97 @@ __device__ void finish_outputs(const GroupArgs& a, const SplitBlock<kGated>& blk
   }
 }
 
+// One m16 tile's accumulators copied (registers: free once unrolled).
+template <int kNTiles>
+__device__ inline void copy_tile(const float (&from)[kNTiles][4], float (&to)[kNTiles][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) to[nt][i] = from[nt][i];
+  }
+}
+
 template <DType F, int kNTiles, bool kGated>
 __global__ void __launch_bounds__(kSplitThreads, 2) planar_mma_split_kernel(const GroupArgs a) {
   begin_dependent_grid();
-  constexpr int kEntries = kBlockEntries<F, kNTiles>;
-  __shared__ uint4 stage[kStageBlocks<F> * kEntries];  // 16 KiB an n8 tile
+  constexpr int kEntries = kGranuleEntries<F, kNTiles>;
+  constexpr int kStage = kStageGranules<F>;
+  __shared__ uint4 stage[kStage * kEntries];  // 16 KiB an n8 tile
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
   const SplitBlock<kGated> blk(a, warp, g);
-  const std::int64_t blocks = a.t[blk.tg].g.units / 4;  // scale blocks of the row
-  const std::int64_t b_begin = blk.slice * blocks / blk.slices, b_end = (blk.slice + 1) * blocks / blk.slices;
+  const GroupArgs::Target& target = a.t[blk.tg];
+  const std::int64_t units = row_units<F>(target.g), granules = row_granules<F>(target.g);
+  const std::int64_t g_begin = blk.slice * granules / blk.slices, g_end = (blk.slice + 1) * granules / blk.slices;
   const planar::XTile xt{a.x, a.ldx, a.rows, a.vector};
   float acc[2][kNTiles][4];
   mma::zero(acc);
-  // the next scale block's codes and side words loaded before the current one's mmas
+  // FP8 / INT4: the next scale block's codes and side words loaded before the current one's mmas
   uint4 next_w[2][2][1];
   mma::BlockSide next_side[2][2];
   const auto load_block = [&](std::int64_t b) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        planar::load_codes<F>(blk.codes[mt][h], 4 * b + t, next_w[mt][h]);
-        next_side[mt][h] = mma::load_block_side<F>(blk.sides[mt][h], b);
-      }
-    }
-  };
-  if (blk.active && b_begin < b_end) load_block(b_begin);
-  for (std::int64_t c0 = b_begin; c0 < b_end; c0 += kStageBlocks<F>) {
-    const std::int64_t c1 = c0 + kStageBlocks<F> < b_end ? c0 + kStageBlocks<F> : b_end;
-    __syncthreads();  // every warp done with the previous stage
-    stage_fragments<F, kNTiles>(stage, xt, c0, c1);
-    __syncthreads();
-    if (!blk.active) continue;
-    for (std::int64_t b = c0; b < c1; ++b) {
-      uint4 w[2][2];
-      mma::BlockSide side[2][2];
+    if constexpr (kBlockScheme<F>) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          w[mt][h] = next_w[mt][h][0];
-          side[mt][h] = next_side[mt][h];
+          planar::load_codes<F>(blk.codes[mt][h], 4 * b + t, next_w[mt][h]);
+          next_side[mt][h] = mma::load_block_side<F>(blk.sides[mt][h], b);
         }
       }
-      if (b + 1 < b_end) load_block(b + 1);
+    }
+  };
+  if constexpr (kBlockScheme<F>) {
+    if (blk.active && g_begin < g_end) load_block(g_begin);
+  }
+  for (std::int64_t c0 = g_begin; c0 < g_end; c0 += kStage) {
+    const std::int64_t c1 = c0 + kStage < g_end ? c0 + kStage : g_end;
+    __syncthreads();  // every warp done with the previous stage
+    stage_fragments<F, kNTiles>(stage, xt, c0, c1, units);
+    __syncthreads();
+    if (!blk.active) continue;
+    for (std::int64_t b = c0; b < c1; ++b) {
       const uint4* staged = stage + static_cast<int>(b - c0) * kEntries + lane;
-      mma::add_scale_block<F>(
-          w, side,
-          [&](int step, int nt, mma::FragB& hi, mma::FragB& lo) {
-            staged_fragments(staged + (step * kNTiles + nt) * 32, hi, lo);
-          },
-          acc);
+      if constexpr (kBlockScheme<F>) {
+        uint4 w[2][2];
+        mma::BlockSide side[2][2];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            w[mt][h] = next_w[mt][h][0];
+            side[mt][h] = next_side[mt][h];
+          }
+        }
+        if (b + 1 < g_end) load_block(b + 1);
+        mma::add_scale_block<F>(
+            w, side,
+            [&](int step, int nt, mma::FragB& hi, mma::FragB& lo) {
+              staged_fragments(staged + (step * kNTiles + nt) * 32, hi, lo);
+            },
+            acc);
+      } else {
+        const std::int64_t u0 = b * mma::kChunkUnits<F>;
+        // a tile at a time: half the code words live (both at once spilled 80-136 bytes)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const std::uint8_t* const codes[1][2] = {{blk.codes[mt][0], blk.codes[mt][1]}};
+          const std::uint8_t* const sides[1][2] = {{blk.sides[mt][0], blk.sides[mt][1]}};
+          std::uint32_t w[mma::kChunkUnits<F>][1][2][mma::kQuarterLoads<F>];
+          mma::ChunkSide<F> side[1][2];
+          mma::load_quarter_chunk<F>(codes, sides, u0, units, t, w, side);
+          float tile_acc[1][kNTiles][4];
+          copy_tile(acc[mt], tile_acc[0]);
+          mma::add_quarter_chunk<F>(
+              w, side, u0, units, t,
+              [&](std::int64_t u, int step, int nt, mma::FragB& hi, mma::FragB& lo) {
+                const int c = static_cast<int>(u - u0);
+                staged_fragments(staged + ((c * mma::kQuarterSteps<F> + step) * kNTiles + nt) * 32, hi, lo);
+              },
+              tile_acc);
+          copy_tile(tile_acc[0], acc[mt]);
+        }
+      }
     }
   }
   // the block placed again: its place need not stay in registers through the loop
@@ -266,8 +338,8 @@ __global__ void __launch_bounds__(kSplitThreads, 2) planar_mma_split_kernel(cons
 }
 
 template <DType F>
-void launch_split(GroupArgs a, std::int64_t m, const PlanarSplitScratch& scratch, cudaStream_t stream) {
-  const PlanarSplitNeed need = planar_split_plan(a);
+void launch_split(DType format, GroupArgs a, std::int64_t m, const PlanarSplitScratch& scratch, cudaStream_t stream) {
+  const PlanarSplitNeed need = planar_split_plan(format, a);
   if (need.partial_floats > scratch.partial_floats || need.counters > scratch.counter_count ||
       (need.partial_floats > 0 && scratch.partials == nullptr) || (need.counters > 0 && scratch.counters == nullptr)) {
     raise_launch_error("split decode", "its scratch is smaller than planar_split_need's");
@@ -294,25 +366,41 @@ void launch_split(GroupArgs a, std::int64_t m, const PlanarSplitScratch& scratch
 
 }  // namespace
 
-bool planar_split_takes(DType format, std::int64_t m) {
+namespace {
+
+// A row's granules for the split decode of `format`, or 0 where it does not take the format (F16 /
+// BF16: rows of whole 16-element steps only).
+std::int64_t split_granules(DType format, const PlanarGeometry& g) {
+  std::int64_t granules = 0;
+  dispatch_planar_format(format, [&]<DType F>() {
+    if constexpr (mma::kFormat<F> || mma::kQuarterFormat<F>) {
+      if (mma::kFloatPairs<F> && g.units % 2 != 0) return;
+      granules = row_granules<F>(g);
+    }
+  });
+  return granules;
+}
+
+}  // namespace
+
+bool planar_split_takes(DType format, const PlanarGeometry& g, std::int64_t m) {
   // SITSRT_CUDA_MMA_SPLIT=0 keeps planar_mma.cu's blocks of 32 rows (to compare)
   static const bool allowed = [] {
     const char* setting = std::getenv("SITSRT_CUDA_MMA_SPLIT");
     return setting == nullptr || std::strcmp(setting, "0") != 0;
   }();
-  return allowed && (format == DType::kFP8_E4M3 || format == DType::kQ4_G128) && m >= kMmaMinRows &&
-         mma_decode_allowed();
+  return allowed && m >= kMmaMinRows && mma_decode_allowed() && split_granules(format, g) > 0;
 }
 
-PlanarSplitNeed planar_split_plan(GroupArgs& a) {
+PlanarSplitNeed planar_split_plan(DType format, GroupArgs& a) {
   const bool gated = gated_kind(a.kind);
-  const std::int64_t blocks = a.t[0].g.units / 4;  // scale blocks of a row (every target's: one k)
+  const std::int64_t granules = split_granules(format, a.t[0].g);  // every target's: one k
   PlanarSplitNeed need;
   unsigned numbered = 0;
   for (int t = 0; t < a.count; ++t) {
     GroupArgs::Target& target = a.t[t];
     // gated: gate and up have the same rows, so the same slices as each alone
-    target.slices = slices_for(target.n, blocks);
+    target.slices = slices_for(target.n, granules);
     target.partials_at = need.partial_floats;
     target.counters_at = need.counters;
     const bool numbers = !gated || t == 0;  // gated blocks are numbered over the gate
@@ -333,12 +421,10 @@ PlanarSplitNeed planar_split_plan(GroupArgs& a) {
 
 bool launch_planar_mma_split(DType format, GroupArgs a, std::int64_t m, const PlanarSplitScratch& scratch,
                              cudaStream_t stream) {
-  if (!planar_split_takes(format, m)) return false;
-  if (format == DType::kFP8_E4M3) {
-    launch_split<DType::kFP8_E4M3>(a, m, scratch, stream);
-  } else {
-    launch_split<DType::kQ4_G128>(a, m, scratch, stream);
-  }
+  if (!planar_split_takes(format, a.t[0].g, m)) return false;
+  dispatch_planar_format(format, [&]<DType F>() {
+    if constexpr (mma::kFormat<F> || mma::kQuarterFormat<F>) launch_split<F>(format, a, m, scratch, stream);
+  });
   return true;
 }
 

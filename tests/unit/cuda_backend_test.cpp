@@ -181,7 +181,7 @@ std::deque<DeviceArray<std::uint8_t>> random_planar_matrices(DType format, std::
   return mats;
 }
 
-// split: with the split tensor-core decode's scratch (FP8 / INT4 g128 take it at 5+ rows).
+// split: with the split tensor-core decode's scratch (every tensor-core format takes it at 5+ rows).
 void check_planar_shapes(DType format, std::initializer_list<PlanarShape> shapes, std::int64_t pad,
                          cuda::PlanarPath path, double rel_tol, test::Rng& rng, const char* what, bool split = false) {
   for (const PlanarShape& shape : shapes) {
@@ -339,27 +339,30 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "cuda split tensor-core decode (FP8, INT4 g128; blocks of 256 rows, slices of the row) equals the double "
-    "reference within x's hi / lo rounding",
+    "cuda split tensor-core decode (every format it takes; blocks of 256 rows, slices of the row) equals the "
+    "double reference within x's hi / lo rounding",
     "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
   test::Rng rng(110);
-  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128}) {
-    // Rows split in 4-16 slices (one block of 256 rows or a few) or whole (rows of 1-2 scale
-    // blocks), partial blocks of rows and warps past n, slices of one 512-element stage and of
-    // several (k 14336); 5-8 rows of x (one n8 tile), 9-16 (two), and steps of several 16-row
-    // tiles; float4 and scalar loads of x.
-    const std::int64_t whole_k = 128;
+  for (const DType format :
+       {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+        DType::kIQ4_NL, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kBF16}) {
+    // Rows split in 3-16 slices (one block of 256 rows or a few) or in 1-2 (rows of 2-4 granules:
+    // scale blocks of FP8 / INT4, chunks of units of the others), partial blocks of rows and warps
+    // past n, slices of one 512-element stage and of several (k 14336); 5-8 rows of x (one n8
+    // tile), 9-16 (two), and steps of several 16-row tiles; float4 and scalar loads of x.
+    const std::int64_t whole_k = std::max<std::int64_t>(traits(format).block_size, 128);
     check_planar_shapes(
         format,
         {PlanarShape{67, 1024, {5, 8, 9, 16, 21, 47}}, PlanarShape{300, 2816, {6, 13}}, PlanarShape{600, whole_k, {7}},
          PlanarShape{67, 14336, {5, 16}}, PlanarShape{1029, 4096, {5, 16}}, PlanarShape{4100, 14336, {16}}},
         2, cuda::PlanarPath::kTensorCores, 6e-5, rng, "split tensor-core decode", true);
-    // the scratch these shapes need: partials where the rows split, none where they do not
-    const cuda::PlanarTarget split_rows{nullptr, 300, nullptr, 300}, whole_rows{nullptr, 600, nullptr, 600};
+    // the scratch launches need: partials where the rows split, none where the blocks of rows
+    // alone give every multiprocessor a block (65536 rows: 256 blocks of rows)
+    const cuda::PlanarTarget split_rows{nullptr, 300, nullptr, 300}, whole_rows{nullptr, 65536, nullptr, 65536};
     INFO(name(format));
     CHECK(SplitScratch(format, std::span{&split_rows, 1}, 2816, 6).splits());
-    CHECK_FALSE(SplitScratch(format, std::span{&whole_rows, 1}, whole_k, 7).splits());
+    CHECK_FALSE(SplitScratch(format, std::span{&whole_rows, 1}, 2816, 7).splits());
     CHECK_FALSE(SplitScratch(format, std::span{&split_rows, 1}, 2816, 4).splits());  // 4 rows: the CUDA cores
   }
   // A scratch smaller than the launch needs is an error, not a write past it.
@@ -416,8 +419,8 @@ TEST_CASE("cuda split decode: Q, K and V of the 8B shape in one launch (differen
   }
 }
 
-// Both tensor-core decodes (FP8 / INT4 g128 also split: 3-6 slices of the row at k 768, whole rows
-// at k 128).
+// Both tensor-core decodes, unsplit and split (3-6 slices of the row at k 768; FP8 / INT4 g128 also
+// whole rows at k 128).
 TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give each matrix's own bits",
           "[cuda][gated]") {
   SITSRT_SKIP_WITHOUT_CUDA();
@@ -429,10 +432,13 @@ TEST_CASE("cuda tensor-core decode: grouped, residual and SwiGLU launches give e
     bool split = false;
     std::int64_t k = 768;  // whole super-blocks, 3 per row
   };
-  for (const Run& run :
-       {Run{DType::kFP8_E4M3}, Run{DType::kFP8_E4M3, true}, Run{DType::kFP8_E4M3, true, 128}, Run{DType::kQ4_G128},
-        Run{DType::kQ4_G128, true}, Run{DType::kQ4_G128, true, 128}, Run{DType::kQ8_0}, Run{DType::kQ4_1},
-        Run{DType::kQ4_K}, Run{DType::kQ5_K}, Run{DType::kQ6_K}, Run{DType::kF16}}) {
+  std::vector<Run> runs = {Run{DType::kFP8_E4M3, true, 128}, Run{DType::kQ4_G128, true, 128}};
+  for (const DType format : {DType::kFP8_E4M3, DType::kQ4_G128, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                             DType::kQ6_K, DType::kF16}) {
+    runs.push_back({format, false});
+    runs.push_back({format, true});
+  }
+  for (const Run& run : runs) {
     const DType format = run.format;
     const bool split = run.split;
     const std::int64_t k = run.k;
