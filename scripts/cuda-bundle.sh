@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds, on this machine (no GPU needed), what benchmarks/gpu/device_check.sh runs on a GPU
 # machine that has the CUDA toolkit but none of our Debian packages: build-cuda/ (Release, the
-# CUDA backend for sm_90a only unless SITSRT_CUDA_ARCH says otherwise) and build/cuda-bundle/
+# CUDA backend as sm_90a machine code only unless SITSRT_CUDA_ARCH says otherwise: no PTX, which
+# for an arch-specific 90a target could not JIT to another GPU anyway and doubled the device code
+# each binary carries) and build/cuda-bundle/
 #   bin/     the [cuda] test binaries, bench_cuda and the sitsrt CLI, stripped
 #   lib/     every shared library they load except the GPU driver's, glibc's loader included, so
 #            they run through lib/ld-linux-x86-64.so.2 whatever the other machine's libraries
@@ -9,7 +11,7 @@
 # The bundle travels with the working tree (the device tool's carry: build/cuda-bundle, <= 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-arch=${SITSRT_CUDA_ARCH:-90a}
+arch=${SITSRT_CUDA_ARCH:-90a-real}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSITSRT_WITH_CUDA=ON \
