@@ -96,7 +96,8 @@ unsigned* CudaKernels::attention_counters(const ops::AttentionShape& shape) {
 
 const PlanarSplitScratch* CudaKernels::split_scratch(DType format, std::span<const PlanarTarget> targets,
                                                      std::int64_t k, std::int64_t m, PlanarEpilogue kind) {
-  if (planar_path() != PlanarPath::kTensorCores) return nullptr;
+  // (single-row decode steps never take it: no need to size anything)
+  if (planar_path() != PlanarPath::kTensorCores || m < kMmaMinRows) return nullptr;
   const PlanarSplitNeed need = planar_split_need(format, targets, k, m, kind, PlanarPath::kTensorCores);
   const std::size_t had = split_counters_bytes_;
   if (!grow_scratch(split_partials_, split_partials_bytes_,
